@@ -1,0 +1,115 @@
+// The public contract of @kvasir/kv-allocator. @kvasir/scheduler, @kvasir/offload and the app
+// code against these types; change them only together with their users.
+
+/** Index of a physical KV block in the pool, 0 ≤ id < numBlocks. */
+export type BlockId = number;
+
+/**
+ * Content hash of a full block: 128 bits as 32 lowercase hex characters. Chains the parent
+ * block's hash, the block's token ids and the extra keys, so equal hashes mean equal KV content.
+ */
+export type BlockHash = string;
+
+/** Identifier of a sequence (one request, or one child of a parallel-sampling / beam group). */
+export type SeqId = string | number;
+
+/**
+ * What, besides token ids, changes a block's KV content: model, LoRA adapter, cache salt
+ * (isolates tenants), multimodal inputs. Mixed into every block hash.
+ */
+export interface ExtraKeys {
+  readonly modelId?: string;
+  readonly adapterId?: string;
+  readonly cacheSalt?: string;
+  readonly [key: string]: string | number | undefined;
+}
+
+/** Shape of the KV cache, for memory arithmetic (`kvBytesPerToken`, `kvBytesPerBlock`). */
+export interface KvLayout {
+  readonly numLayers: number;
+  readonly numKvHeads: number;
+  readonly headDim: number;
+  /** Tokens per block (vLLM's default 16). */
+  readonly blockSize: number;
+  /** Bytes per stored element: 4 f32, 2 f16/bf16, 1 int8/fp8, 0.5 int4. */
+  readonly bytesPerElement: number;
+  /**
+   * Bytes of quantization metadata (scales, zero points) per token, per KV head, for K or V
+   * alone. 0 (the default) for formats without scales.
+   */
+  readonly scaleBytesPerTokenHead?: number;
+}
+
+/**
+ * Decides which cached, unreferenced entry is reclaimed first. Keys are block ids inside
+ * `BlockPool`; @kvasir/offload uses the same contract with its own string keys. A plain
+ * object with these four functions is a valid policy.
+ */
+export interface EvictionPolicy<K = BlockId> {
+  /** Optional name for stats and logs. */
+  readonly name?: string;
+  /** `key` became evictable (its content is cached and nothing references it). */
+  insert(key: K): void;
+  /** `key` was used again (a cache hit); policies that count or order by use update here. */
+  touch(key: K): void;
+  /** `key` is no longer evictable: it was reused, or reclaimed. */
+  remove(key: K): void;
+  /** The evictable key to reclaim next, or undefined when none. Must not modify state. */
+  chooseVictim(): K | undefined;
+}
+
+/** A longest cached prefix, as found by `KvCacheManager.findCachedPrefix`. */
+export interface CachedPrefix {
+  /** Number of prompt tokens covered by the cached blocks (a multiple of the block size). */
+  readonly numTokens: number;
+  /** The cached physical blocks, in logical order. */
+  readonly blocks: readonly BlockId[];
+  /** Their hashes, in the same order. */
+  readonly hashes: readonly BlockHash[];
+}
+
+/** A whole-block copy the executor must run before the step (copy-on-write). */
+export interface BlockCopy {
+  readonly src: BlockId;
+  readonly dst: BlockId;
+}
+
+/** Result of `KvCacheManager.allocateSlots`. */
+export type AllocateResult =
+  | {
+      readonly ok: true;
+      /** Slot (block × blockSize + offset) of each new token, in order. */
+      readonly slotMapping: Int32Array;
+      /** Copy-on-write copies to run before the model writes into the slots. */
+      readonly copies: readonly BlockCopy[];
+    }
+  | {
+      readonly ok: false;
+      readonly reason: 'NO_FREE_BLOCKS';
+      /** Blocks the request needed. */
+      readonly blocksNeeded: number;
+      /** Blocks that were free or reclaimable. */
+      readonly blocksAvailable: number;
+    };
+
+/** Usage statistics of a `KvCacheManager`. */
+export interface KvCacheStats {
+  readonly numBlocks: number;
+  /** Blocks referenced by at least one sequence. */
+  readonly usedBlocks: number;
+  /** Blocks holding cached content that no sequence references (reclaimable). */
+  readonly cachedBlocks: number;
+  /** Blocks holding nothing. */
+  readonly freeBlocks: number;
+  /** usedBlocks / numBlocks. */
+  readonly usage: number;
+  /** Tokens stored ÷ token capacity of the used blocks (1 − internal fragmentation). */
+  readonly tokenUtilization: number;
+  /** `findCachedPrefix` calls, and prompt tokens looked up / found in cache. */
+  readonly prefixQueries: number;
+  readonly prefixQueryTokens: number;
+  readonly prefixHitTokens: number;
+  /** Cached blocks reclaimed by the eviction policy so far. */
+  readonly evictions: number;
+  readonly numSequences: number;
+}
