@@ -1,1 +1,29 @@
-export {};
+export { BlockPool, type BlockPoolOptions } from './block-pool';
+export { KvAllocatorError, type KvAllocatorErrorCode } from './errors';
+export { hashBlock, rootHash } from './hash';
+export {
+  type AllocateOptions,
+  KvCacheManager,
+  type KvCacheManagerOptions,
+} from './kv-cache-manager';
+export { blocksThatFit, kvBytesPerBlock, kvBytesPerToken } from './layout';
+export { FifoPolicy } from './policies/fifo-policy';
+export { LfuPolicy, type LfuPolicyOptions } from './policies/lfu-policy';
+export { LruPolicy } from './policies/lru-policy';
+export {
+  createEvictionPolicy,
+  type EvictionPolicyName,
+  validateEvictionPolicy,
+} from './policies/registry';
+export type {
+  AllocateResult,
+  BlockCopy,
+  BlockHash,
+  BlockId,
+  CachedPrefix,
+  EvictionPolicy,
+  ExtraKeys,
+  KvCacheStats,
+  KvLayout,
+  SeqId,
+} from './types';

@@ -56,6 +56,11 @@ export interface EvictionPolicy<K = BlockId> {
   remove(key: K): void;
   /** The evictable key to reclaim next, or undefined when none. Must not modify state. */
   chooseVictim(): K | undefined;
+  /**
+   * Optional: the key's content is gone for good (a block reclaimed for new tokens). Policies
+   * that remember history across reuse (LFU) drop it here. Called after `remove`.
+   */
+  forget?(key: K): void;
 }
 
 /** A longest cached prefix, as found by `KvCacheManager.findCachedPrefix`. */

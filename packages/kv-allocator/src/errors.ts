@@ -1,0 +1,28 @@
+import { KvasirError } from '@kvasir/errors';
+
+/** Stable reasons a `KvAllocatorError` is thrown. */
+export type KvAllocatorErrorCode =
+  | 'INVALID_ARGUMENT'
+  | 'INVALID_TOKEN'
+  | 'UNKNOWN_SEQUENCE'
+  | 'SEQUENCE_EXISTS'
+  | 'DOUBLE_FREE'
+  | 'STALE_PREFIX'
+  | 'POLICY_VIOLATION';
+
+/**
+ * Thrown by @kvasir/kv-allocator for misuse. The manager's state is unchanged when it is
+ * thrown (except `POLICY_VIOLATION`, see `BlockPool.allocate`).
+ */
+export class KvAllocatorError extends KvasirError<KvAllocatorErrorCode> {}
+
+/** @throws {KvAllocatorError} INVALID_ARGUMENT unless `value` is an integer ≥ `min`. */
+export function assertInteger(name: string, value: number, min = 0): void {
+  if (!Number.isInteger(value) || value < min) {
+    throw new KvAllocatorError(
+      'INVALID_ARGUMENT',
+      `${name} must be an integer ≥ ${min}, got ${String(value)}`,
+      { details: { [name]: value } },
+    );
+  }
+}
