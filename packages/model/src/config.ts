@@ -1,0 +1,479 @@
+import { ModelError } from './errors.js';
+
+/** Model families this package runs; all share the Llama block structure. */
+export type Architecture = 'llama' | 'mistral' | 'qwen2';
+
+/**
+ * RoPE frequency scaling.
+ *
+ * - `linear`: every inverse frequency divided by `factor` (position interpolation).
+ * - `llama3`: Llama 3.1's band-wise scaling (high frequencies kept, low ones divided by
+ *   `factor`, a smooth ramp between).
+ * - `freq-factors`: per-pair divisors given explicitly (what GGUF files carry in their
+ *   `rope_freqs` tensor); `factors.length === headDim / 2`.
+ */
+export type RopeScaling =
+  | { readonly type: 'linear'; readonly factor: number }
+  | {
+      readonly type: 'llama3';
+      readonly factor: number;
+      readonly lowFreqFactor: number;
+      readonly highFreqFactor: number;
+      readonly originalMaxPositionEmbeddings: number;
+    }
+  | { readonly type: 'freq-factors'; readonly factors: readonly number[] };
+
+/**
+ * The normalized configuration of a Llama-family decoder, whatever file it came from.
+ * All counts are positive integers; `numHeads % numKvHeads === 0`; `headDim` is even.
+ */
+export interface ModelConfig {
+  /** Model family (decides defaults such as Qwen2's QKV bias). */
+  readonly architecture: Architecture;
+  /** Residual stream width (`hidden_size`). */
+  readonly hiddenSize: number;
+  /** MLP inner width (`intermediate_size`). */
+  readonly intermediateSize: number;
+  /** Decoder layers (`num_hidden_layers`). */
+  readonly numLayers: number;
+  /** Query heads (`num_attention_heads`). */
+  readonly numHeads: number;
+  /** Key/value heads (`num_key_value_heads`): equal to `numHeads` for MHA, 1 for MQA. */
+  readonly numKvHeads: number;
+  /** Per-head dimension (`head_dim`, default `hiddenSize / numHeads`). */
+  readonly headDim: number;
+  /** Vocabulary rows of the embedding and LM head. */
+  readonly vocabSize: number;
+  /** RMSNorm epsilon. */
+  readonly rmsNormEps: number;
+  /** RoPE base. */
+  readonly ropeTheta: number;
+  /** RoPE frequency scaling, or `null` for plain RoPE. */
+  readonly ropeScaling: RopeScaling | null;
+  /** Longest context the model was trained for. */
+  readonly maxPositionEmbeddings: number;
+  /** The LM head reuses the embedding matrix (no `lm_head.weight`). */
+  readonly tieWordEmbeddings: boolean;
+  /** q/k/v projections carry a bias (Qwen2 always; Llama with `attention_bias`). */
+  readonly attentionBias: boolean;
+  /** o_proj carries a bias (Llama with `attention_bias`; never Qwen2). */
+  readonly attentionOutputBias: boolean;
+  /** Sliding-window attention span (Mistral v0.1), or `null` for full attention. */
+  readonly slidingWindow: number | null;
+  /** Beginning-of-sequence token id, if the model has one. */
+  readonly bosTokenId: number | null;
+  /** End-of-sequence token ids (Llama 3 instruct models have several). */
+  readonly eosTokenIds: readonly number[];
+}
+
+/** Name, shape (row-major, HF order: `[out, in]` for projections) of one expected tensor. */
+export interface ExpectedTensor {
+  /** Canonical Hugging Face name, e.g. `model.layers.0.self_attn.q_proj.weight`. */
+  readonly name: string;
+  /** Shape in HF (PyTorch) order. */
+  readonly shape: readonly number[];
+}
+
+const ARCH_BY_HF: Record<string, Architecture> = {
+  LlamaForCausalLM: 'llama',
+  MistralForCausalLM: 'mistral',
+  Qwen2ForCausalLM: 'qwen2',
+};
+const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
+  llama: 'llama',
+  mistral: 'mistral',
+  qwen2: 'qwen2',
+};
+
+function bad(message: string, details?: Record<string, unknown>): ModelError {
+  return new ModelError('INVALID_CONFIG', message, details ? { details } : undefined);
+}
+
+function readInt(obj: Record<string, unknown>, key: string, fallback?: number): number {
+  const v = obj[key];
+  if (v === undefined || v === null) {
+    if (fallback !== undefined) return fallback;
+    throw bad(`config.json: "${key}" is missing`, { key });
+  }
+  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) {
+    throw bad(`config.json: "${key}" must be a positive integer, got ${JSON.stringify(v)}`, {
+      key,
+      value: v,
+    });
+  }
+  return v;
+}
+
+function readNum(obj: Record<string, unknown>, key: string, fallback: number): number {
+  const v = obj[key];
+  if (v === undefined || v === null) return fallback;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
+    throw bad(`config.json: "${key}" must be a positive number, got ${JSON.stringify(v)}`, {
+      key,
+      value: v,
+    });
+  }
+  return v;
+}
+
+function readBool(obj: Record<string, unknown>, key: string, fallback: boolean): boolean {
+  const v = obj[key];
+  if (v === undefined || v === null) return fallback;
+  if (typeof v !== 'boolean') {
+    throw bad(`config.json: "${key}" must be a boolean, got ${JSON.stringify(v)}`, { key });
+  }
+  return v;
+}
+
+function readTokenIds(v: unknown, key: string): number[] {
+  if (v === undefined || v === null) return [];
+  const list = Array.isArray(v) ? v : [v];
+  for (const id of list) {
+    if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) {
+      throw bad(`config.json: "${key}" must be a token id or a list of them`, { key, value: v });
+    }
+  }
+  return list as number[];
+}
+
+function parseRopeScaling(v: unknown): RopeScaling | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'object' || Array.isArray(v))
+    throw bad('config.json: "rope_scaling" must be an object');
+  const r = v as Record<string, unknown>;
+  const kind = r.rope_type ?? r.type;
+  if (kind === 'default') return null;
+  if (kind === 'linear') return { type: 'linear', factor: readNum(r, 'factor', Number.NaN) };
+  if (kind === 'llama3') {
+    const scaling: RopeScaling = {
+      type: 'llama3',
+      factor: readNum(r, 'factor', Number.NaN),
+      lowFreqFactor: readNum(r, 'low_freq_factor', Number.NaN),
+      highFreqFactor: readNum(r, 'high_freq_factor', Number.NaN),
+      originalMaxPositionEmbeddings: readInt(r, 'original_max_position_embeddings'),
+    };
+    for (const [k, val] of Object.entries(scaling)) {
+      if (typeof val === 'number' && Number.isNaN(val)) {
+        throw bad(`config.json: rope_scaling (llama3) lacks "${k}"`, { key: k });
+      }
+    }
+    if (scaling.highFreqFactor <= scaling.lowFreqFactor) {
+      throw bad('config.json: rope_scaling high_freq_factor must exceed low_freq_factor');
+    }
+    return scaling;
+  }
+  throw new ModelError(
+    'UNSUPPORTED_ARCHITECTURE',
+    `config.json: rope_scaling type ${JSON.stringify(kind)} is not supported (supported: linear, llama3)`,
+    { details: { ropeScaling: v } },
+  );
+}
+
+/**
+ * Parses and validates a Hugging Face `config.json` of a Llama-family model (Llama 2/3/3.1/3.2,
+ * Mistral, Qwen2/2.5, SmolLM, TinyLlama) into a {@link ModelConfig}.
+ *
+ * @param json - the parsed `config.json` object.
+ * @throws {@link ModelError} `UNSUPPORTED_ARCHITECTURE` for other model types, activations or
+ *   RoPE scalings; `INVALID_CONFIG` for missing or out-of-range fields.
+ */
+export function parseHfConfig(json: unknown): ModelConfig {
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+    throw bad('config.json must be a JSON object');
+  }
+  const c = json as Record<string, unknown>;
+  const archs = Array.isArray(c.architectures) ? (c.architectures as unknown[]) : [];
+  let architecture: Architecture | undefined;
+  for (const a of archs) if (typeof a === 'string' && ARCH_BY_HF[a]) architecture = ARCH_BY_HF[a];
+  if (!architecture && typeof c.model_type === 'string') {
+    architecture = ARCH_BY_MODEL_TYPE[c.model_type];
+  }
+  if (!architecture) {
+    throw new ModelError(
+      'UNSUPPORTED_ARCHITECTURE',
+      `config.json: unsupported model (architectures ${JSON.stringify(c.architectures)}, model_type ${JSON.stringify(c.model_type)}); supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM`,
+      { details: { architectures: c.architectures, modelType: c.model_type } },
+    );
+  }
+  const act = c.hidden_act ?? c.hidden_activation ?? 'silu';
+  if (act !== 'silu') {
+    throw new ModelError(
+      'UNSUPPORTED_ARCHITECTURE',
+      `config.json: hidden_act ${JSON.stringify(act)} is not supported (only silu)`,
+    );
+  }
+  if (readBool(c, 'mlp_bias', false)) {
+    throw new ModelError('UNSUPPORTED_ARCHITECTURE', 'config.json: mlp_bias is not supported');
+  }
+  const hiddenSize = readInt(c, 'hidden_size');
+  const numHeads = readInt(c, 'num_attention_heads');
+  const numKvHeads = readInt(c, 'num_key_value_heads', numHeads);
+  const headDim = readInt(c, 'head_dim', Math.floor(hiddenSize / numHeads));
+  let slidingWindow: number | null = null;
+  if (architecture === 'mistral' && c.sliding_window != null) {
+    slidingWindow = readInt(c, 'sliding_window');
+  }
+  if (
+    architecture === 'qwen2' &&
+    readBool(c, 'use_sliding_window', false) &&
+    c.sliding_window != null
+  ) {
+    slidingWindow = readInt(c, 'sliding_window');
+  }
+  const llamaBias = readBool(c, 'attention_bias', false);
+  const config: ModelConfig = {
+    architecture,
+    hiddenSize,
+    intermediateSize: readInt(c, 'intermediate_size'),
+    numLayers: readInt(c, 'num_hidden_layers'),
+    numHeads,
+    numKvHeads,
+    headDim,
+    vocabSize: readInt(c, 'vocab_size'),
+    rmsNormEps: readNum(c, 'rms_norm_eps', 1e-6),
+    ropeTheta: readNum(c, 'rope_theta', 10000),
+    ropeScaling: parseRopeScaling(c.rope_scaling),
+    maxPositionEmbeddings: readInt(c, 'max_position_embeddings', 2048),
+    tieWordEmbeddings: readBool(c, 'tie_word_embeddings', false),
+    attentionBias: architecture === 'qwen2' ? true : llamaBias,
+    attentionOutputBias: architecture === 'qwen2' ? false : llamaBias,
+    slidingWindow,
+    bosTokenId: readTokenIds(c.bos_token_id, 'bos_token_id')[0] ?? null,
+    eosTokenIds: readTokenIds(c.eos_token_id, 'eos_token_id'),
+  };
+  validateModelConfig(config);
+  return config;
+}
+
+/**
+ * Checks the invariants of a {@link ModelConfig} (positive integer sizes, head grouping, even
+ * head dim, RoPE scaling fields).
+ *
+ * @throws {@link ModelError} `INVALID_CONFIG` naming the first violated rule.
+ */
+export function validateModelConfig(c: ModelConfig): void {
+  const ints: (keyof ModelConfig)[] = [
+    'hiddenSize',
+    'intermediateSize',
+    'numLayers',
+    'numHeads',
+    'numKvHeads',
+    'headDim',
+    'vocabSize',
+    'maxPositionEmbeddings',
+  ];
+  for (const k of ints) {
+    const v = c[k];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) {
+      throw bad(`model config: ${k} must be a positive integer, got ${String(v)}`, { key: k });
+    }
+  }
+  if (!(c.architecture in ARCH_BY_MODEL_TYPE)) {
+    throw new ModelError(
+      'UNSUPPORTED_ARCHITECTURE',
+      `model config: unknown architecture ${String(c.architecture)}`,
+    );
+  }
+  if (c.numHeads % c.numKvHeads !== 0) {
+    throw bad(
+      `model config: num_attention_heads (${c.numHeads}) must be a multiple of num_key_value_heads (${c.numKvHeads})`,
+    );
+  }
+  if (c.headDim % 2 !== 0) throw bad(`model config: head_dim (${c.headDim}) must be even for RoPE`);
+  if (!(c.rmsNormEps > 0) || !(c.ropeTheta > 0)) {
+    throw bad('model config: rms_norm_eps and rope_theta must be positive');
+  }
+  if (c.slidingWindow !== null && (!Number.isInteger(c.slidingWindow) || c.slidingWindow <= 0)) {
+    throw bad('model config: sliding_window must be a positive integer or null');
+  }
+  if (c.bosTokenId !== null && (c.bosTokenId < 0 || c.bosTokenId >= c.vocabSize)) {
+    throw bad(
+      `model config: bos_token_id ${c.bosTokenId} is outside the vocabulary (${c.vocabSize})`,
+    );
+  }
+  for (const e of c.eosTokenIds) {
+    if (!Number.isInteger(e) || e < 0 || e >= c.vocabSize) {
+      throw bad(`model config: eos_token_id ${e} is outside the vocabulary (${c.vocabSize})`);
+    }
+  }
+  const s = c.ropeScaling;
+  if (s?.type === 'freq-factors' && s.factors.length !== c.headDim / 2) {
+    throw bad(
+      `model config: rope freq factors have ${s.factors.length} entries, head_dim / 2 is ${c.headDim / 2}`,
+    );
+  }
+}
+
+/**
+ * Builds and validates a {@link ModelConfig} from a partial one, filling Llama defaults.
+ * Handy for tests and synthetic checkpoints.
+ *
+ * @throws {@link ModelError} `INVALID_CONFIG` when the result is inconsistent.
+ */
+export function makeModelConfig(
+  partial: Partial<ModelConfig> &
+    Pick<ModelConfig, 'hiddenSize' | 'intermediateSize' | 'numLayers' | 'numHeads' | 'vocabSize'>,
+): ModelConfig {
+  const numHeads = partial.numHeads;
+  const architecture = partial.architecture ?? 'llama';
+  const config: ModelConfig = {
+    architecture,
+    numKvHeads: numHeads,
+    headDim: Math.floor(partial.hiddenSize / numHeads),
+    rmsNormEps: 1e-5,
+    ropeTheta: 10000,
+    ropeScaling: null,
+    maxPositionEmbeddings: 2048,
+    tieWordEmbeddings: false,
+    attentionBias: architecture === 'qwen2',
+    attentionOutputBias: false,
+    slidingWindow: null,
+    bosTokenId: null,
+    eosTokenIds: [],
+    ...partial,
+  };
+  validateModelConfig(config);
+  return config;
+}
+
+/**
+ * Serializes a {@link ModelConfig} as a Hugging Face `config.json` object that
+ * {@link parseHfConfig} (and transformers) read back to the same config.
+ *
+ * @throws {@link ModelError} `INVALID_CONFIG` for `freq-factors` RoPE scaling (HF has no form for it).
+ */
+export function toHfConfig(c: ModelConfig): Record<string, unknown> {
+  const hfArch = {
+    llama: 'LlamaForCausalLM',
+    mistral: 'MistralForCausalLM',
+    qwen2: 'Qwen2ForCausalLM',
+  }[c.architecture];
+  let ropeScaling: Record<string, unknown> | null = null;
+  const s = c.ropeScaling;
+  if (s?.type === 'linear') ropeScaling = { rope_type: 'linear', factor: s.factor };
+  if (s?.type === 'llama3') {
+    ropeScaling = {
+      rope_type: 'llama3',
+      factor: s.factor,
+      low_freq_factor: s.lowFreqFactor,
+      high_freq_factor: s.highFreqFactor,
+      original_max_position_embeddings: s.originalMaxPositionEmbeddings,
+    };
+  }
+  if (s?.type === 'freq-factors') {
+    throw bad('model config: explicit RoPE frequency factors have no config.json form');
+  }
+  const out: Record<string, unknown> = {
+    architectures: [hfArch],
+    model_type: c.architecture,
+    hidden_act: 'silu',
+    hidden_size: c.hiddenSize,
+    intermediate_size: c.intermediateSize,
+    num_hidden_layers: c.numLayers,
+    num_attention_heads: c.numHeads,
+    num_key_value_heads: c.numKvHeads,
+    head_dim: c.headDim,
+    vocab_size: c.vocabSize,
+    rms_norm_eps: c.rmsNormEps,
+    rope_theta: c.ropeTheta,
+    rope_scaling: ropeScaling,
+    max_position_embeddings: c.maxPositionEmbeddings,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    bos_token_id: c.bosTokenId,
+    eos_token_id: c.eosTokenIds.length === 1 ? c.eosTokenIds[0] : [...c.eosTokenIds],
+    torch_dtype: 'float32',
+  };
+  if (c.architecture === 'llama') {
+    if (c.attentionBias !== c.attentionOutputBias) {
+      throw bad('model config: Llama config.json cannot express a QKV bias without an o_proj bias');
+    }
+    out.attention_bias = c.attentionBias;
+    out.mlp_bias = false;
+  } else if (c.architecture === 'qwen2') {
+    if (!c.attentionBias || c.attentionOutputBias) {
+      throw bad('model config: Qwen2 always has QKV bias and no o_proj bias');
+    }
+    out.use_sliding_window = c.slidingWindow !== null;
+    out.sliding_window = c.slidingWindow;
+  } else {
+    if (c.attentionBias || c.attentionOutputBias)
+      throw bad('model config: Mistral has no attention bias');
+    out.sliding_window = c.slidingWindow;
+  }
+  return out;
+}
+
+/**
+ * The tensors a checkpoint of this config must hold, with canonical HF names and shapes
+ * (`lm_head.weight` only when embeddings are untied).
+ */
+export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
+  const h = c.hiddenSize;
+  const q = c.numHeads * c.headDim;
+  const kv = c.numKvHeads * c.headDim;
+  const out: ExpectedTensor[] = [{ name: 'model.embed_tokens.weight', shape: [c.vocabSize, h] }];
+  for (let l = 0; l < c.numLayers; l++) {
+    const p = `model.layers.${l}.`;
+    out.push({ name: `${p}input_layernorm.weight`, shape: [h] });
+    out.push({ name: `${p}self_attn.q_proj.weight`, shape: [q, h] });
+    out.push({ name: `${p}self_attn.k_proj.weight`, shape: [kv, h] });
+    out.push({ name: `${p}self_attn.v_proj.weight`, shape: [kv, h] });
+    if (c.attentionBias) {
+      out.push({ name: `${p}self_attn.q_proj.bias`, shape: [q] });
+      out.push({ name: `${p}self_attn.k_proj.bias`, shape: [kv] });
+      out.push({ name: `${p}self_attn.v_proj.bias`, shape: [kv] });
+    }
+    out.push({ name: `${p}self_attn.o_proj.weight`, shape: [h, q] });
+    if (c.attentionOutputBias) out.push({ name: `${p}self_attn.o_proj.bias`, shape: [h] });
+    out.push({ name: `${p}post_attention_layernorm.weight`, shape: [h] });
+    out.push({ name: `${p}mlp.gate_proj.weight`, shape: [c.intermediateSize, h] });
+    out.push({ name: `${p}mlp.up_proj.weight`, shape: [c.intermediateSize, h] });
+    out.push({ name: `${p}mlp.down_proj.weight`, shape: [h, c.intermediateSize] });
+  }
+  out.push({ name: 'model.norm.weight', shape: [h] });
+  if (!c.tieWordEmbeddings) out.push({ name: 'lm_head.weight', shape: [c.vocabSize, h] });
+  return out;
+}
+
+/**
+ * The RoPE inverse frequencies of each rotation pair (`headDim / 2` values), with the config's
+ * scaling applied: `invFreq[i] = theta^(-2i/headDim)` adjusted by linear, Llama-3 or explicit
+ * per-pair factors. Pair `i` rotates dims `(i, i + headDim/2)` in the HF rotate-half convention.
+ * Computed in float64, as transformers does before casting.
+ */
+export function ropeInvFrequencies(c: ModelConfig): Float64Array {
+  const half = c.headDim / 2;
+  const inv = new Float64Array(half);
+  for (let i = 0; i < half; i++) inv[i] = 1 / c.ropeTheta ** ((2 * i) / c.headDim);
+  const s = c.ropeScaling;
+  if (!s) return inv;
+  if (s.type === 'linear') {
+    for (let i = 0; i < half; i++) inv[i] = inv[i]! / s.factor;
+  } else if (s.type === 'freq-factors') {
+    for (let i = 0; i < half; i++) inv[i] = inv[i]! / s.factors[i]!;
+  } else {
+    const lowFreqWavelen = s.originalMaxPositionEmbeddings / s.lowFreqFactor;
+    const highFreqWavelen = s.originalMaxPositionEmbeddings / s.highFreqFactor;
+    for (let i = 0; i < half; i++) {
+      const f = inv[i]!;
+      const wavelen = (2 * Math.PI) / f;
+      if (wavelen < highFreqWavelen) continue;
+      if (wavelen > lowFreqWavelen) {
+        inv[i] = f / s.factor;
+        continue;
+      }
+      const smooth =
+        (s.originalMaxPositionEmbeddings / wavelen - s.lowFreqFactor) /
+        (s.highFreqFactor - s.lowFreqFactor);
+      inv[i] = (1 - smooth) * (f / s.factor) + smooth * f;
+    }
+  }
+  return inv;
+}
+
+/** Parameter count of a config (embedding counted once when tied). */
+export function parameterCount(c: ModelConfig): number {
+  let n = 0;
+  for (const t of expectedTensors(c)) n += t.shape.reduce((a, b) => a * b, 1);
+  return n;
+}
