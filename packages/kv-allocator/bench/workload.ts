@@ -1,0 +1,43 @@
+// Seeded request workloads for the allocator benchmark.
+
+/** mulberry32: a small, fast, seedable PRNG (uniform in [0, 1)). */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function logNormal(rand: () => number, median: number, sigma: number): number {
+  const u = Math.max(rand(), 1e-12);
+  const z = Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * rand());
+  return median * Math.exp(sigma * z);
+}
+
+export interface BenchRequest {
+  prompt: number[];
+  outputLen: number;
+}
+
+/**
+ * ShareGPT-like long-tailed lengths (the PagedAttention paper's ShareGPT: mean input ≈ 161,
+ * mean output ≈ 338 tokens), clipped so prompt + output ≤ maxLen.
+ */
+export function shareGptLike(count: number, maxLen: number, seed: number): BenchRequest[] {
+  const rand = rng(seed);
+  const out: BenchRequest[] = [];
+  for (let i = 0; i < count; i++) {
+    const promptLen = Math.max(4, Math.min(maxLen - 16, Math.round(logNormal(rand, 90, 1.0))));
+    const outputLen = Math.max(
+      1,
+      Math.min(maxLen - promptLen, Math.round(logNormal(rand, 220, 0.9))),
+    );
+    const prompt = Array.from({ length: promptLen }, () => Math.floor(rand() * 32000));
+    out.push({ prompt, outputLen });
+  }
+  return out;
+}
