@@ -34,10 +34,25 @@ export {
 export type { ModelErrorCode } from './errors.js';
 export { ModelError } from './errors.js';
 export { openGgufCheckpoint } from './gguf.js';
+export type { RandomCheckpoint, RandomCheckpointOptions } from './random-checkpoint.js';
+export {
+  LLAMA3_CHAT_TEMPLATE,
+  RANDOM_SPECIAL_TOKENS,
+  randomTensors,
+  writeRandomCheckpoint,
+} from './random-checkpoint.js';
 export type { SafetensorsEntry, SafetensorsHeader, TensorToWrite } from './safetensors.js';
 export {
   openSafetensorsCheckpoint,
   readSafetensorsHeader,
   writeSafetensors,
 } from './safetensors.js';
+export { Rng } from './sampling-rng.js';
+export type { ByteLevelBpe, ByteLevelTokenizerSpec } from './tokenizer-train.js';
+export {
+  buildByteLevelTokenizerJson,
+  byteLevelAlphabet,
+  GPT2_SPLIT_PATTERN,
+  trainByteLevelBpe,
+} from './tokenizer-train.js';
 // --- end model-files ---

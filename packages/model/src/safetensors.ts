@@ -302,15 +302,20 @@ export interface TensorToWrite {
   readonly dtype: TensorDtype;
   /** Shape, row-major. */
   readonly shape: readonly number[];
-  /** Float32 values (converted to `dtype`) or the exact stored bytes. */
-  readonly data: Float32Array | Uint8Array;
+  /**
+   * Float32 values (converted to `dtype`) or the exact stored bytes; or a function producing
+   * them, called only when the tensor is written, so large checkpoints are generated one
+   * tensor at a time.
+   */
+  readonly data: Float32Array | Uint8Array | (() => Float32Array | Uint8Array);
 }
 
 /** Converts a tensor's data to its stored bytes, checking the size. */
 export function tensorBytes(t: TensorToWrite): Uint8Array {
   const n = t.shape.reduce((a, b) => a * b, 1);
   const need = dtypeByteLength(t.dtype, n);
-  const bytes = t.data instanceof Float32Array ? encodeFromF32(t.dtype, t.data) : t.data;
+  const data = typeof t.data === 'function' ? t.data() : t.data;
+  const bytes = data instanceof Float32Array ? encodeFromF32(t.dtype, data) : data;
   if (bytes.byteLength !== need) {
     throw new ModelError(
       'SHAPE_MISMATCH',
@@ -334,7 +339,6 @@ export async function writeSafetensors(
 ): Promise<void> {
   const header: Record<string, unknown> = {};
   if (metadata && Object.keys(metadata).length > 0) header.__metadata__ = metadata;
-  const payloads: Uint8Array[] = [];
   let offset = 0;
   for (const t of tensors) {
     if (t.dtype === 'Q8_0') {
@@ -346,14 +350,12 @@ export async function writeSafetensors(
         },
       );
     }
-    const bytes = tensorBytes(t);
-    header[t.name] = {
-      dtype: t.dtype,
-      shape: [...t.shape],
-      data_offsets: [offset, offset + bytes.byteLength],
-    };
-    payloads.push(bytes);
-    offset += bytes.byteLength;
+    const len = dtypeByteLength(
+      t.dtype,
+      t.shape.reduce((a, b) => a * b, 1),
+    );
+    header[t.name] = { dtype: t.dtype, shape: [...t.shape], data_offsets: [offset, offset + len] };
+    offset += len;
   }
   let json = JSON.stringify(header);
   while ((Buffer.byteLength(json) + 8) % 8 !== 0) json += ' ';
@@ -365,8 +367,9 @@ export async function writeSafetensors(
     fh = await open(path, 'w');
     await fh.write(prefix);
     await fh.write(headerBytes);
-    for (const p of payloads) await fh.write(p);
+    for (const t of tensors) await fh.write(tensorBytes(t));
   } catch (e) {
+    if (ModelError.isInstance(e)) throw e;
     throw new ModelError('IO', `cannot write ${path}: ${(e as Error).message}`, {
       cause: e,
       details: { file: path },

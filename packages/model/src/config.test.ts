@@ -1,0 +1,373 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  expectedTensors,
+  makeModelConfig,
+  parameterCount,
+  parseHfConfig,
+  ropeInvFrequencies,
+  toHfConfig,
+} from './config.js';
+import { ModelError } from './errors.js';
+
+// Excerpts of the real config.json files of each family (fields as published on the Hub).
+const LLAMA2_7B = {
+  architectures: ['LlamaForCausalLM'],
+  bos_token_id: 1,
+  eos_token_id: 2,
+  hidden_act: 'silu',
+  hidden_size: 4096,
+  initializer_range: 0.02,
+  intermediate_size: 11008,
+  max_position_embeddings: 4096,
+  model_type: 'llama',
+  num_attention_heads: 32,
+  num_hidden_layers: 32,
+  num_key_value_heads: 32,
+  pretraining_tp: 1,
+  rms_norm_eps: 1e-5,
+  rope_scaling: null,
+  tie_word_embeddings: false,
+  torch_dtype: 'float16',
+  vocab_size: 32000,
+};
+const LLAMA31_8B_INSTRUCT = {
+  architectures: ['LlamaForCausalLM'],
+  attention_bias: false,
+  attention_dropout: 0.0,
+  bos_token_id: 128000,
+  eos_token_id: [128001, 128008, 128009],
+  hidden_act: 'silu',
+  hidden_size: 4096,
+  intermediate_size: 14336,
+  max_position_embeddings: 131072,
+  mlp_bias: false,
+  model_type: 'llama',
+  num_attention_heads: 32,
+  num_hidden_layers: 32,
+  num_key_value_heads: 8,
+  rms_norm_eps: 1e-5,
+  rope_scaling: {
+    factor: 8.0,
+    low_freq_factor: 1.0,
+    high_freq_factor: 4.0,
+    original_max_position_embeddings: 8192,
+    rope_type: 'llama3',
+  },
+  rope_theta: 500000.0,
+  tie_word_embeddings: false,
+  torch_dtype: 'bfloat16',
+  vocab_size: 128256,
+};
+const LLAMA32_1B = {
+  ...LLAMA31_8B_INSTRUCT,
+  head_dim: 64,
+  hidden_size: 2048,
+  intermediate_size: 8192,
+  num_hidden_layers: 16,
+  rope_scaling: {
+    factor: 32.0,
+    high_freq_factor: 4.0,
+    low_freq_factor: 1.0,
+    original_max_position_embeddings: 8192,
+    rope_type: 'llama3',
+  },
+  tie_word_embeddings: true,
+  eos_token_id: 128001,
+};
+const MISTRAL_7B = {
+  architectures: ['MistralForCausalLM'],
+  bos_token_id: 1,
+  eos_token_id: 2,
+  hidden_act: 'silu',
+  hidden_size: 4096,
+  initializer_range: 0.02,
+  intermediate_size: 14336,
+  max_position_embeddings: 32768,
+  model_type: 'mistral',
+  num_attention_heads: 32,
+  num_hidden_layers: 32,
+  num_key_value_heads: 8,
+  rms_norm_eps: 1e-5,
+  rope_theta: 10000.0,
+  sliding_window: 4096,
+  tie_word_embeddings: false,
+  torch_dtype: 'bfloat16',
+  vocab_size: 32000,
+};
+const QWEN25_05B = {
+  architectures: ['Qwen2ForCausalLM'],
+  attention_dropout: 0.0,
+  bos_token_id: 151643,
+  eos_token_id: 151643,
+  hidden_act: 'silu',
+  hidden_size: 896,
+  initializer_range: 0.02,
+  intermediate_size: 4864,
+  max_position_embeddings: 32768,
+  max_window_layers: 24,
+  model_type: 'qwen2',
+  num_attention_heads: 14,
+  num_hidden_layers: 24,
+  num_key_value_heads: 2,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000000.0,
+  sliding_window: 32768,
+  tie_word_embeddings: true,
+  torch_dtype: 'bfloat16',
+  use_cache: true,
+  use_sliding_window: false,
+  vocab_size: 151936,
+};
+const SMOLLM_135M = {
+  architectures: ['LlamaForCausalLM'],
+  attention_bias: false,
+  bos_token_id: 0,
+  eos_token_id: 0,
+  hidden_act: 'silu',
+  hidden_size: 576,
+  initializer_range: 0.02,
+  intermediate_size: 1536,
+  max_position_embeddings: 2048,
+  model_type: 'llama',
+  num_attention_heads: 9,
+  num_hidden_layers: 30,
+  num_key_value_heads: 3,
+  rms_norm_eps: 1e-5,
+  rope_scaling: null,
+  rope_theta: 10000.0,
+  tie_word_embeddings: true,
+  vocab_size: 49152,
+};
+const TINYLLAMA = {
+  architectures: ['LlamaForCausalLM'],
+  bos_token_id: 1,
+  eos_token_id: 2,
+  hidden_act: 'silu',
+  hidden_size: 2048,
+  intermediate_size: 5632,
+  max_position_embeddings: 2048,
+  model_type: 'llama',
+  num_attention_heads: 32,
+  num_hidden_layers: 22,
+  num_key_value_heads: 4,
+  rms_norm_eps: 1e-5,
+  rope_scaling: null,
+  tie_word_embeddings: false,
+  vocab_size: 32000,
+};
+
+function codeOf(f: () => unknown): string | undefined {
+  try {
+    f();
+  } catch (e) {
+    expect(ModelError.isInstance(e)).toBe(true);
+    return (e as ModelError).code;
+  }
+  return undefined;
+}
+
+describe('parseHfConfig', () => {
+  it('reads Llama 2 (MHA, defaults for absent rope_theta)', () => {
+    const c = parseHfConfig(LLAMA2_7B);
+    expect(c).toMatchObject({
+      architecture: 'llama',
+      numHeads: 32,
+      numKvHeads: 32,
+      headDim: 128,
+      ropeTheta: 10000,
+      ropeScaling: null,
+      bosTokenId: 1,
+      eosTokenIds: [2],
+      attentionBias: false,
+      tieWordEmbeddings: false,
+    });
+    // 6.74B parameters is the published size of Llama 2 7B.
+    expect(Math.round(parameterCount(c) / 1e7)).toBe(674);
+  });
+
+  it('reads Llama 3.1 (GQA, llama3 RoPE scaling, several eos ids)', () => {
+    const c = parseHfConfig(LLAMA31_8B_INSTRUCT);
+    expect(c.numKvHeads).toBe(8);
+    expect(c.eosTokenIds).toEqual([128001, 128008, 128009]);
+    expect(c.ropeScaling).toEqual({
+      type: 'llama3',
+      factor: 8,
+      lowFreqFactor: 1,
+      highFreqFactor: 4,
+      originalMaxPositionEmbeddings: 8192,
+    });
+    expect(Math.round(parameterCount(c) / 1e8)).toBe(80);
+  });
+
+  it('reads Llama 3.2 1B (explicit head_dim, tied embeddings)', () => {
+    const c = parseHfConfig(LLAMA32_1B);
+    expect(c.headDim).toBe(64);
+    expect(c.tieWordEmbeddings).toBe(true);
+    expect(expectedTensors(c).some((t) => t.name === 'lm_head.weight')).toBe(false);
+    expect(Math.round(parameterCount(c) / 1e7)).toBe(124);
+  });
+
+  it('reads Mistral (sliding window)', () => {
+    const c = parseHfConfig(MISTRAL_7B);
+    expect(c.architecture).toBe('mistral');
+    expect(c.slidingWindow).toBe(4096);
+    expect(c.attentionBias).toBe(false);
+  });
+
+  it('reads Qwen2.5 (QKV bias without o_proj bias, unused sliding window ignored)', () => {
+    const c = parseHfConfig(QWEN25_05B);
+    expect(c.architecture).toBe('qwen2');
+    expect(c.attentionBias).toBe(true);
+    expect(c.attentionOutputBias).toBe(false);
+    expect(c.slidingWindow).toBeNull();
+    expect(c.headDim).toBe(64);
+    const names = expectedTensors(c).map((t) => t.name);
+    expect(names).toContain('model.layers.0.self_attn.k_proj.bias');
+    expect(names).not.toContain('model.layers.0.self_attn.o_proj.bias');
+    expect(
+      expectedTensors(c).find((t) => t.name === 'model.layers.0.self_attn.k_proj.bias')?.shape,
+    ).toEqual([128]);
+    expect(Math.round(parameterCount(c) / 1e6)).toBe(494);
+  });
+
+  it('reads SmolLM (9 heads over 3 KV heads) and TinyLlama (GQA 32/4)', () => {
+    const s = parseHfConfig(SMOLLM_135M);
+    expect([s.numHeads, s.numKvHeads, s.headDim]).toEqual([9, 3, 64]);
+    expect(Math.round(parameterCount(s) / 1e6)).toBe(135);
+    const t = parseHfConfig(TINYLLAMA);
+    expect([t.numHeads, t.numKvHeads, t.headDim]).toEqual([32, 4, 64]);
+    expect(Math.round(parameterCount(t) / 1e7)).toBe(110);
+  });
+
+  it('reads MQA (one KV head)', () => {
+    const c = parseHfConfig({ ...TINYLLAMA, num_key_value_heads: 1 });
+    expect(
+      expectedTensors(c).find((t) => t.name === 'model.layers.0.self_attn.v_proj.weight')?.shape,
+    ).toEqual([64, 2048]);
+  });
+
+  it('refuses what it cannot run, with typed codes', () => {
+    expect(
+      codeOf(() =>
+        parseHfConfig({ ...LLAMA2_7B, architectures: ['GPT2LMHeadModel'], model_type: 'gpt2' }),
+      ),
+    ).toBe('UNSUPPORTED_ARCHITECTURE');
+    expect(codeOf(() => parseHfConfig({ ...LLAMA2_7B, hidden_act: 'gelu' }))).toBe(
+      'UNSUPPORTED_ARCHITECTURE',
+    );
+    expect(
+      codeOf(() => parseHfConfig({ ...LLAMA2_7B, rope_scaling: { type: 'yarn', factor: 4 } })),
+    ).toBe('UNSUPPORTED_ARCHITECTURE');
+    expect(codeOf(() => parseHfConfig({ ...LLAMA2_7B, hidden_size: undefined }))).toBe(
+      'INVALID_CONFIG',
+    );
+    expect(codeOf(() => parseHfConfig({ ...LLAMA2_7B, num_key_value_heads: 5 }))).toBe(
+      'INVALID_CONFIG',
+    );
+    expect(codeOf(() => parseHfConfig({ ...LLAMA2_7B, num_hidden_layers: 1.5 }))).toBe(
+      'INVALID_CONFIG',
+    );
+    expect(codeOf(() => parseHfConfig({ ...LLAMA2_7B, eos_token_id: 99999 }))).toBe(
+      'INVALID_CONFIG',
+    );
+    expect(codeOf(() => parseHfConfig('nope'))).toBe('INVALID_CONFIG');
+  });
+});
+
+describe('toHfConfig', () => {
+  it('round-trips every family', () => {
+    for (const j of [
+      LLAMA2_7B,
+      LLAMA31_8B_INSTRUCT,
+      LLAMA32_1B,
+      MISTRAL_7B,
+      QWEN25_05B,
+      SMOLLM_135M,
+      TINYLLAMA,
+    ]) {
+      const c = parseHfConfig(j);
+      expect(parseHfConfig(JSON.parse(JSON.stringify(toHfConfig(c))))).toEqual(c);
+    }
+  });
+
+  it('round-trips random valid configs', () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          kv: fc.integer({ min: 1, max: 4 }),
+          group: fc.integer({ min: 1, max: 4 }),
+          halfHead: fc.integer({ min: 1, max: 64 }),
+          layers: fc.integer({ min: 1, max: 8 }),
+          arch: fc.constantFrom('llama' as const, 'mistral' as const, 'qwen2' as const),
+          tie: fc.boolean(),
+          theta: fc.double({ min: 100, max: 1e7, noNaN: true }),
+        }),
+        (r) => {
+          const heads = r.kv * r.group;
+          const c = makeModelConfig({
+            architecture: r.arch,
+            hiddenSize: heads * r.halfHead * 2,
+            intermediateSize: 3 * r.halfHead,
+            numLayers: r.layers,
+            numHeads: heads,
+            numKvHeads: r.kv,
+            vocabSize: 300,
+            tieWordEmbeddings: r.tie,
+            ropeTheta: r.theta,
+          });
+          expect(parseHfConfig(JSON.parse(JSON.stringify(toHfConfig(c))))).toEqual(c);
+        },
+      ),
+    );
+  });
+});
+
+describe('ropeInvFrequencies', () => {
+  it('is theta^(-2i/d) without scaling', () => {
+    const c = parseHfConfig(LLAMA2_7B);
+    const f = ropeInvFrequencies(c);
+    expect(f.length).toBe(64);
+    expect(f[0]).toBe(1);
+    expect(f[10]).toBeCloseTo(10000 ** (-20 / 128), 15);
+  });
+
+  it('applies Llama 3 band scaling: high frequencies kept, low ones divided, a monotone ramp between', () => {
+    const plain = ropeInvFrequencies({ ...parseHfConfig(LLAMA31_8B_INSTRUCT), ropeScaling: null });
+    const scaled = ropeInvFrequencies(parseHfConfig(LLAMA31_8B_INSTRUCT));
+    let sawMid = false;
+    for (let i = 0; i < plain.length; i++) {
+      const wavelen = (2 * Math.PI) / plain[i]!;
+      const ratio = plain[i]! / scaled[i]!;
+      if (wavelen < 8192 / 4) expect(ratio).toBe(1);
+      else if (wavelen > 8192 / 1) expect(ratio).toBeCloseTo(8, 12);
+      else {
+        sawMid = true;
+        expect(ratio).toBeGreaterThan(1);
+        expect(ratio).toBeLessThan(8);
+      }
+      if (i > 0) expect(ratio).toBeGreaterThanOrEqual(plain[i - 1]! / scaled[i - 1]! - 1e-12);
+    }
+    expect(sawMid).toBe(true);
+  });
+
+  it('applies linear and explicit factors', () => {
+    const base = makeModelConfig({
+      hiddenSize: 16,
+      intermediateSize: 8,
+      numLayers: 1,
+      numHeads: 2,
+      vocabSize: 10,
+    });
+    const lin = ropeInvFrequencies({ ...base, ropeScaling: { type: 'linear', factor: 4 } });
+    const ff = ropeInvFrequencies({
+      ...base,
+      ropeScaling: { type: 'freq-factors', factors: [1, 2, 3, 4] },
+    });
+    const p = ropeInvFrequencies(base);
+    for (let i = 0; i < 4; i++) {
+      expect(lin[i]).toBeCloseTo(p[i]! / 4, 15);
+      expect(ff[i]).toBeCloseTo(p[i]! / (i + 1), 15);
+    }
+  });
+});
