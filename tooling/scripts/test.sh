@@ -10,6 +10,8 @@ bash tooling/scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
 status=0
 echo "[test] lint"
 pnpm exec biome ci . --reporter=summary || status=1
+echo "[test] published shape (publint, are-the-types-wrong)"
+pnpm turbo run publint --output-logs=errors-only || status=1
 echo "[test] typecheck"
 pnpm turbo run typecheck --output-logs=errors-only || status=1
 
