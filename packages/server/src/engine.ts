@@ -1,0 +1,190 @@
+/**
+ * The contract between the HTTP layer and whatever runs the model. `@kvasir/server` knows only
+ * this interface; `apps/kvasir` implements it over the scheduler, the model and the KV cache.
+ */
+
+/** A model the engine serves, as listed by `GET /v1/models`. */
+export interface ModelCard {
+  /** The id clients pass as `model`. */
+  readonly id: string;
+  /** Unix seconds when the model was loaded. */
+  readonly created: number;
+  /** Shown as `owned_by`. */
+  readonly ownedBy: string;
+  /** Longest context (prompt + generated tokens) a request may use. */
+  readonly maxModelLen: number;
+}
+
+/** One chat message after the server normalized its content to plain text. */
+export interface ChatMessage {
+  readonly role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
+  readonly content: string;
+  readonly name?: string;
+}
+
+/** Sampling parameters as the engine receives them (already validated and defaulted). */
+export interface SamplingParams {
+  /** 0 means greedy. */
+  readonly temperature: number;
+  /** 1 disables nucleus sampling. */
+  readonly topP: number;
+  /** 0 (or -1 on the wire) disables top-k. */
+  readonly topK: number;
+  /** 0 disables min-p. */
+  readonly minP: number;
+  readonly presencePenalty: number;
+  readonly frequencyPenalty: number;
+  /** 1 disables the repetition penalty. */
+  readonly repetitionPenalty: number;
+  /** Per-request seed: same seed, same prompt, same parameters → same output. */
+  readonly seed?: number;
+}
+
+/** What the server asks the engine to generate. */
+export interface GenerationRequest {
+  /** Unique id (also the response id), for logs and aborts. */
+  readonly id: string;
+  readonly model: string;
+  /** The prompt as token ids (after the chat template for chat requests). */
+  readonly promptTokens: readonly number[];
+  /** Number of independent choices (parallel sampling); they share the prompt's KV blocks. */
+  readonly n: number;
+  /** Maximum tokens to generate per choice. */
+  readonly maxTokens: number;
+  readonly sampling: SamplingParams;
+  /**
+   * How many alternatives to return per token besides the chosen one; `undefined` means no
+   * log-probabilities at all, 0 means only the chosen token's.
+   */
+  readonly logprobs?: number;
+  /** Extra token ids that end a choice (the engine's EOS tokens apply regardless). */
+  readonly stopTokenIds: readonly number[];
+  /** When true, EOS does not end a choice (for benchmarks). */
+  readonly ignoreEos: boolean;
+}
+
+/** One alternative token with its log-probability. */
+export interface TopLogprob {
+  readonly tokenId: number;
+  /** The token's text (may be a partial character, shown as the engine decodes it). */
+  readonly token: string;
+  readonly logprob: number;
+}
+
+/** The log-probability of a chosen token and its best alternatives. */
+export interface TokenLogprob extends TopLogprob {
+  /** The `logprobs` best alternatives, most likely first. */
+  readonly top: readonly TopLogprob[];
+}
+
+/**
+ * Why a choice ended: `stop` (EOS, a stop token, or a stop string), `length` (max tokens or
+ * context), `abort` (cancelled).
+ */
+export type FinishReason = 'stop' | 'length' | 'abort';
+
+/** New tokens for one choice. Several per step are allowed; text may be empty. */
+export interface ChoiceDelta {
+  readonly kind: 'delta';
+  /** Choice index in `[0, n)`. */
+  readonly index: number;
+  readonly tokenIds: readonly number[];
+  /**
+   * Text these tokens add (incremental detokenization: may be empty when a multi-byte character
+   * is incomplete).
+   */
+  readonly text: string;
+  /** One entry per token id, when the request asked for log-probabilities. */
+  readonly logprobs?: readonly TokenLogprob[];
+  /** Set on the last delta of a choice. */
+  readonly finishReason?: FinishReason;
+}
+
+/** Token accounting for the whole request, sent once at the end. */
+export interface UsageEvent {
+  readonly kind: 'usage';
+  readonly promptTokens: number;
+  /** Prompt tokens served from the prefix cache (or an offload tier) instead of computed. */
+  readonly cachedPromptTokens: number;
+  /** Generated tokens over all choices. */
+  readonly completionTokens: number;
+}
+
+/** What a generation stream yields. */
+export type GenerationEvent = ChoiceDelta | UsageEvent;
+
+/** A running generation, returned once the engine has admitted the request. */
+export interface GenerationStream extends AsyncIterable<GenerationEvent> {
+  /**
+   * Ends one choice early (the server found a stop string in its text): the engine stops
+   * generating it and frees its blocks. Deltas for it that were already on their way are
+   * ignored by the server.
+   */
+  finishChoice(index: number): void;
+}
+
+/** Counters and gauges for `/metrics`. Counters are monotonic totals since start. */
+export interface EngineStats {
+  /** Fraction of KV blocks referenced by running sequences, in [0, 1]. */
+  readonly kvCacheUsage: number;
+  readonly blocks: {
+    readonly total: number;
+    readonly used: number;
+    /** Unreferenced blocks kept for prefix reuse. */
+    readonly cached: number;
+    readonly free: number;
+  };
+  /** Prefix-cache lookups and hits, counted in tokens. */
+  readonly prefixCache: { readonly queries: number; readonly hits: number };
+  readonly requests: {
+    readonly running: number;
+    readonly waiting: number;
+    readonly preempted: number;
+  };
+  /** Preemptions by mode (`recompute`, `swap`). */
+  readonly preemptions: Readonly<Record<string, number>>;
+  /** Blocks found in each offload tier (`host`, `disk`, `redis`). */
+  readonly offloadHits: Readonly<Record<string, number>>;
+}
+
+/** Whether the engine can take requests. */
+export interface EngineHealth {
+  /** `ok`: serving; `loading`: not yet ready; `draining`: finishing work, refusing new. */
+  readonly status: 'ok' | 'loading' | 'draining';
+  readonly detail?: string;
+}
+
+/**
+ * What the server needs from an inference engine.
+ *
+ * Admission errors (queue full, prompt too long) are reported by rejecting `generate` with an
+ * {@link EngineError}; errors after admission end the stream by throwing from the iterator.
+ */
+export interface InferenceEngine {
+  /** The served models; the first is the default. */
+  listModels(): readonly ModelCard[];
+  /**
+   * Tokenizes a completion prompt.
+   * @throws EngineError for input the tokenizer rejects.
+   */
+  tokenize(model: string, text: string): Promise<readonly number[]> | readonly number[];
+  /**
+   * Applies the model's chat template (with the generation prompt) and tokenizes the result.
+   * @throws EngineError for a conversation the template rejects.
+   */
+  applyChatTemplate(
+    model: string,
+    messages: readonly ChatMessage[],
+  ): Promise<readonly number[]> | readonly number[];
+  /**
+   * Admits a request and starts generating. Resolves once admitted; the stream yields deltas
+   * for every choice, then one usage event. Aborting `signal` stops every choice and frees the
+   * request's KV blocks; the stream then ends (finish reason `abort`) or throws an AbortError.
+   * @throws EngineError `QUEUE_FULL` (→ 429), `PROMPT_TOO_LONG` (→ 413), `DRAINING` (→ 503).
+   */
+  generate(request: GenerationRequest, signal: AbortSignal): Promise<GenerationStream>;
+  /** Current statistics, read on every `/metrics` scrape. */
+  stats(): EngineStats;
+  /** Current health, read on `/health` and before admitting each request. */
+  health(): EngineHealth;
+}

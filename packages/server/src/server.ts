@@ -1,0 +1,638 @@
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { type ChoiceEmission, ChoiceOutput, type PlacedLogprob } from './choice-output.js';
+import type {
+  ChatMessage,
+  FinishReason,
+  GenerationRequest,
+  GenerationStream,
+  InferenceEngine,
+  ModelCard,
+} from './engine.js';
+import { EngineError, errorAnswer } from './errors.js';
+import { ServerMetrics } from './metrics.js';
+import {
+  type ChatBody,
+  type CompletionBody,
+  chatBodySchema,
+  completionBodySchema,
+  parseBody,
+} from './schemas.js';
+
+/** Options of {@link createServer}. */
+export interface ServerOptions {
+  /** The engine that runs the model. */
+  readonly engine: InferenceEngine;
+  /** Interface to bind. Default `127.0.0.1` (loopback only). */
+  readonly host?: string;
+  /** Port to bind; 0 picks a free one. Default 8000. */
+  readonly port?: number;
+  /**
+   * Bearer key required on `/v1/*`. Default: the `KVASIR_API_KEY` environment variable; no key
+   * (open) when neither is set. `/health` and `/metrics` stay open.
+   */
+  readonly apiKey?: string;
+  /** Largest request body in bytes (larger → 413). Default 4 MiB. */
+  readonly bodyLimitBytes?: number;
+  /** Deadline for one generation, in ms (then it is aborted; → 504). Default 10 minutes. */
+  readonly requestTimeoutMs?: number;
+  /** Largest `n` accepted. Default 16. */
+  readonly maxN?: number;
+  /** Default for {@link KvasirServer.close}'s deadline, in ms. Default 30 s. */
+  readonly shutdownDeadlineMs?: number;
+  /** Fastify logger setting. Default off. */
+  readonly logger?: boolean;
+}
+
+/** A running (or ready to run) OpenAI-compatible server. */
+export interface KvasirServer {
+  /** The underlying Fastify instance (for `inject` in tests or extra routes). */
+  readonly app: FastifyInstance;
+  /** The metrics registry behind `/metrics`. */
+  readonly metrics: ServerMetrics;
+  /** Starts listening; resolves to the base URL (`http://127.0.0.1:8000`). */
+  listen(): Promise<string>;
+  /** Requests currently being generated. */
+  readonly inFlight: number;
+  /** True once {@link close} has begun: new generation requests get 503. */
+  readonly draining: boolean;
+  /**
+   * Graceful shutdown: refuses new requests (503), lets in-flight generations finish until the
+   * deadline, aborts the rest (freeing their KV blocks), then closes every connection.
+   */
+  close(deadlineMs?: number): Promise<void>;
+}
+
+type Kind = 'completion' | 'chat';
+
+interface Prepared {
+  readonly kind: Kind;
+  readonly request: GenerationRequest;
+  readonly stops: readonly string[];
+  readonly stream: boolean;
+  readonly includeUsage: boolean;
+  readonly created: number;
+}
+
+interface InFlight {
+  readonly controller: AbortController;
+  readonly done: Promise<void>;
+}
+
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+};
+
+function digest(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
+
+/**
+ * Builds an OpenAI-compatible HTTP server over an {@link InferenceEngine}: `POST
+ * /v1/completions`, `POST /v1/chat/completions` (streaming or not), `GET /v1/models`, `GET
+ * /health`, `GET /metrics`.
+ *
+ * @example
+ * ```ts
+ * const server = createServer({ engine, port: 8000 });
+ * console.log(await server.listen()); // http://127.0.0.1:8000
+ * process.on('SIGTERM', () => server.close(30_000));
+ * ```
+ */
+export function createServer(options: ServerOptions): KvasirServer {
+  const { engine } = options;
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? 8000;
+  const apiKey = options.apiKey ?? process.env.KVASIR_API_KEY ?? undefined;
+  const keyDigest = apiKey ? digest(apiKey) : undefined;
+  const requestTimeoutMs = options.requestTimeoutMs ?? 600_000;
+  const maxN = options.maxN ?? 16;
+  const shutdownDeadlineMs = options.shutdownDeadlineMs ?? 30_000;
+  const inflight = new Set<InFlight>();
+  let draining = false;
+
+  const app = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit: options.bodyLimitBytes ?? 4 * 1024 * 1024,
+    // Receiving the body must not take forever; generation time is bounded separately.
+    requestTimeout: 60_000,
+    return503OnClosing: true,
+  });
+  const metrics = new ServerMetrics(() => engine.stats());
+
+  const sendError = (reply: FastifyReply, error: unknown) => {
+    const answer = errorAnswer(error);
+    metrics.observeError(answer.body.error.code);
+    if (answer.status >= 500 && answer.body.error.code === 'internal_error') {
+      app.log.error(error);
+    }
+    return reply.code(answer.status).headers(answer.headers).send(answer.body);
+  };
+
+  app.setErrorHandler((error, _request, reply) => sendError(reply, error));
+  app.setNotFoundHandler((request, reply) =>
+    sendError(
+      reply,
+      new EngineError('NOT_FOUND', `no route for ${request.method} ${request.url.split('?')[0]}`),
+    ),
+  );
+
+  app.addHook('onRequest', async (request) => {
+    if (!keyDigest || !request.url.startsWith('/v1/')) return;
+    const header = request.headers.authorization;
+    const token = typeof header === 'string' && header.startsWith('Bearer ') ? header.slice(7) : '';
+    if (!timingSafeEqual(digest(token), keyDigest)) {
+      throw new EngineError('UNAUTHORIZED', 'missing or invalid API key (Authorization: Bearer)');
+    }
+  });
+
+  const findModel = (id: string | undefined): ModelCard => {
+    const models = engine.listModels();
+    const model = id === undefined ? models[0] : models.find((m) => m.id === id);
+    if (!model) {
+      throw new EngineError('MODEL_NOT_FOUND', `model '${id ?? ''}' does not exist`, {
+        details: { param: 'model' },
+      });
+    }
+    return model;
+  };
+
+  const checkAccepting = () => {
+    if (draining) throw new EngineError('DRAINING', 'server is shutting down');
+    const health = engine.health();
+    if (health.status !== 'ok') {
+      throw new EngineError(
+        'DRAINING',
+        `engine is ${health.status}${health.detail ? `: ${health.detail}` : ''}`,
+      );
+    }
+  };
+
+  app.get('/health', async (_request, reply) => {
+    const health = engine.health();
+    const status = draining ? 'draining' : health.status;
+    return reply.code(status === 'ok' ? 200 : 503).send({ status, detail: health.detail ?? null });
+  });
+
+  app.get('/metrics', async (_request, reply) => {
+    const text = await metrics.render();
+    return reply.type(metrics.registry.contentType).send(text);
+  });
+
+  const modelJson = (m: ModelCard) => ({
+    id: m.id,
+    object: 'model',
+    created: m.created,
+    owned_by: m.ownedBy,
+    max_model_len: m.maxModelLen,
+  });
+
+  app.get('/v1/models', async () => ({ object: 'list', data: engine.listModels().map(modelJson) }));
+  app.get<{ Params: { id: string } }>('/v1/models/:id', async (request) =>
+    modelJson(findModel(request.params.id)),
+  );
+
+  async function prepare(kind: Kind, raw: unknown): Promise<Prepared> {
+    const body: CompletionBody | ChatBody =
+      kind === 'completion' ? parseBody(completionBodySchema, raw) : parseBody(chatBodySchema, raw);
+    const model = findModel(body.model);
+    checkAccepting();
+
+    const n = body.n ?? 1;
+    if (n > maxN) {
+      throw new EngineError('INVALID_REQUEST', `n: at most ${maxN} choices per request`, {
+        details: { param: 'n' },
+      });
+    }
+    let promptTokens: readonly number[];
+    let logprobs: number | undefined;
+    let maxTokens: number | null | undefined;
+    let promptParam: string;
+    if (kind === 'completion') {
+      const b = body as CompletionBody;
+      if (b.best_of != null && b.best_of !== n) {
+        throw new EngineError('INVALID_REQUEST', 'best_of: only best_of equal to n is supported', {
+          details: { param: 'best_of' },
+        });
+      }
+      const prompt = Array.isArray(b.prompt) && b.prompt.length === 1 ? b.prompt[0]! : b.prompt;
+      promptTokens =
+        typeof prompt === 'string'
+          ? await engine.tokenize(model.id, prompt)
+          : (prompt as readonly number[]);
+      logprobs = b.logprobs ?? undefined;
+      maxTokens = b.max_tokens ?? 16;
+      promptParam = 'prompt';
+    } else {
+      const b = body as ChatBody;
+      const messages: ChatMessage[] = b.messages.map((m) => ({
+        role: m.role,
+        content:
+          typeof m.content === 'string'
+            ? m.content
+            : (m.content ?? []).map((part) => part.text).join(''),
+        ...(m.name === undefined ? {} : { name: m.name }),
+      }));
+      promptTokens = await engine.applyChatTemplate(model.id, messages);
+      if (b.top_logprobs != null && !b.logprobs) {
+        throw new EngineError('INVALID_REQUEST', 'top_logprobs: requires logprobs to be true', {
+          details: { param: 'top_logprobs' },
+        });
+      }
+      logprobs = b.logprobs ? (b.top_logprobs ?? 0) : undefined;
+      maxTokens = b.max_completion_tokens ?? b.max_tokens;
+      promptParam = 'messages';
+    }
+    for (const id of promptTokens) {
+      if (!Number.isInteger(id) || id < 0) {
+        throw new EngineError(
+          'INVALID_REQUEST',
+          `${promptParam}: token ids must be non-negative integers`,
+          {
+            details: { param: promptParam },
+          },
+        );
+      }
+    }
+    if (promptTokens.length === 0) {
+      throw new EngineError('INVALID_REQUEST', `${promptParam}: the prompt is empty`, {
+        details: { param: promptParam },
+      });
+    }
+    const room = model.maxModelLen - promptTokens.length;
+    if (room <= 0) {
+      throw new EngineError(
+        'PROMPT_TOO_LONG',
+        `${promptParam}: the prompt has ${promptTokens.length} tokens; the model's context is ${model.maxModelLen}`,
+        { details: { param: promptParam } },
+      );
+    }
+    if (maxTokens != null && maxTokens > room) {
+      if (kind === 'chat' || body.max_tokens != null) {
+        const param =
+          kind === 'chat' && (body as ChatBody).max_completion_tokens != null
+            ? 'max_completion_tokens'
+            : 'max_tokens';
+        throw new EngineError(
+          'INVALID_REQUEST',
+          `${param}: ${maxTokens} + ${promptTokens.length} prompt tokens exceed the model's context of ${model.maxModelLen}`,
+          { details: { param } },
+        );
+      }
+    }
+    const stop = body.stop == null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
+    const request: GenerationRequest = {
+      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
+      model: model.id,
+      promptTokens,
+      n,
+      maxTokens: Math.min(maxTokens ?? room, room),
+      sampling: {
+        temperature: body.temperature ?? 1,
+        topP: body.top_p ?? 1,
+        topK: body.top_k == null || body.top_k < 0 ? 0 : body.top_k,
+        minP: body.min_p ?? 0,
+        presencePenalty: body.presence_penalty ?? 0,
+        frequencyPenalty: body.frequency_penalty ?? 0,
+        repetitionPenalty: body.repetition_penalty ?? 1,
+        ...(body.seed == null ? {} : { seed: body.seed }),
+      },
+      ...(logprobs === undefined ? {} : { logprobs }),
+      stopTokenIds: body.stop_token_ids ?? [],
+      ignoreEos: body.ignore_eos ?? false,
+    };
+    return {
+      kind,
+      request,
+      stops: stop.filter((s) => s.length > 0),
+      stream: body.stream ?? false,
+      includeUsage: body.stream_options?.include_usage ?? false,
+      created: Math.floor(Date.now() / 1000),
+    };
+  }
+
+  function completionLogprobs(placed: readonly PlacedLogprob[], withTop: boolean) {
+    return {
+      tokens: placed.map((p) => p.logprob.token),
+      token_logprobs: placed.map((p) => p.logprob.logprob),
+      top_logprobs: withTop
+        ? placed.map((p) => Object.fromEntries(p.logprob.top.map((t) => [t.token, t.logprob])))
+        : null,
+      text_offset: placed.map((p) => p.textOffset),
+    };
+  }
+
+  function chatLogprobs(placed: readonly PlacedLogprob[]) {
+    const bytes = (s: string) => Array.from(Buffer.from(s, 'utf8'));
+    return {
+      content: placed.map((p) => ({
+        token: p.logprob.token,
+        logprob: p.logprob.logprob,
+        bytes: bytes(p.logprob.token),
+        top_logprobs: p.logprob.top.map((t) => ({
+          token: t.token,
+          logprob: t.logprob,
+          bytes: bytes(t.token),
+        })),
+      })),
+      refusal: null,
+    };
+  }
+
+  async function handle(kind: Kind, request: FastifyRequest, reply: FastifyReply) {
+    const arrived = performance.now();
+    const prepared = await prepare(kind, request.body);
+    const { request: gen } = prepared;
+    const controller = new AbortController();
+    let settle!: () => void;
+    const entry: InFlight = {
+      controller,
+      done: new Promise<void>((resolve) => {
+        settle = resolve;
+      }),
+    };
+    inflight.add(entry);
+    const timer = setTimeout(
+      () =>
+        controller.abort(new EngineError('TIMEOUT', `generation exceeded ${requestTimeoutMs} ms`)),
+      requestTimeoutMs,
+    );
+    timer.unref();
+    // A client that goes away aborts its request, so its KV blocks come back at once.
+    const onClose = () => {
+      if (!reply.raw.writableFinished) {
+        controller.abort(new Error('client disconnected'));
+      }
+    };
+    reply.raw.on('close', onClose);
+    try {
+      const stream = await engine.generate(gen, controller.signal);
+      if (prepared.stream) {
+        reply.hijack();
+        await streamResponse(prepared, stream, reply.raw, controller.signal, arrived);
+        return reply;
+      }
+      return await collectResponse(prepared, stream, controller.signal, arrived);
+    } finally {
+      clearTimeout(timer);
+      reply.raw.off('close', onClose);
+      inflight.delete(entry);
+      settle();
+    }
+  }
+
+  interface Tally {
+    readonly outputs: ChoiceOutput[];
+    firstTokenAt: number | undefined;
+    lastTokenAt: number | undefined;
+    usage:
+      | { promptTokens: number; cachedPromptTokens: number; completionTokens: number }
+      | undefined;
+  }
+
+  /** Feeds the engine's events through the choices; calls `emit` for each visible change. */
+  async function drive(
+    prepared: Prepared,
+    stream: GenerationStream,
+    signal: AbortSignal,
+    arrived: number,
+    emit: (index: number, e: ChoiceEmission) => Promise<void> | void,
+  ): Promise<Tally> {
+    const tally: Tally = {
+      outputs: Array.from({ length: prepared.request.n }, () => new ChoiceOutput(prepared.stops)),
+      firstTokenAt: undefined,
+      lastTokenAt: undefined,
+      usage: undefined,
+    };
+    try {
+      for await (const event of stream) {
+        if (event.kind === 'usage') {
+          tally.usage = event;
+          continue;
+        }
+        const out = tally.outputs[event.index];
+        if (!out) continue;
+        if (event.tokenIds.length > 0) {
+          const now = (performance.now() - arrived) / 1000;
+          tally.firstTokenAt ??= now;
+          tally.lastTokenAt = now;
+        }
+        const emission = out.push(event);
+        if (!emission) continue;
+        if (emission.stoppedByString) stream.finishChoice(event.index);
+        await emit(event.index, emission);
+      }
+    } catch (error) {
+      if (!signal.aborted) throw error;
+    }
+    if (signal.aborted) {
+      for (const out of tally.outputs) out.abort();
+      const reason: unknown = signal.reason;
+      if (EngineError.isInstance(reason)) throw reason;
+    }
+    // An engine that ends without finishing a choice has been cut short.
+    for (const out of tally.outputs) out.abort();
+    const completionTokens = tally.outputs.reduce((sum, o) => sum + o.tokenCount, 0);
+    tally.usage ??= {
+      promptTokens: prepared.request.promptTokens.length,
+      cachedPromptTokens: 0,
+      completionTokens,
+    };
+    metrics.observeRequest({
+      promptTokens: tally.usage.promptTokens,
+      generatedTokens: tally.usage.completionTokens,
+      firstTokenAt: tally.firstTokenAt,
+      lastTokenAt: tally.lastTokenAt,
+      tokensOfSlowestChoice: Math.max(...tally.outputs.map((o) => o.tokenCount)),
+      finishReason: tally.outputs[0]?.finishReason ?? 'abort',
+    });
+    return tally;
+  }
+
+  const usageJson = (u: NonNullable<Tally['usage']>) => ({
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    total_tokens: u.promptTokens + u.completionTokens,
+    prompt_tokens_details: { cached_tokens: u.cachedPromptTokens },
+  });
+
+  async function collectResponse(
+    prepared: Prepared,
+    stream: GenerationStream,
+    signal: AbortSignal,
+    arrived: number,
+  ) {
+    const n = prepared.request.n;
+    const texts: string[] = Array.from({ length: n }, () => '');
+    const placed: PlacedLogprob[][] = Array.from({ length: n }, () => []);
+    const tally = await drive(prepared, stream, signal, arrived, (index, e) => {
+      texts[index] += e.text;
+      placed[index]!.push(...e.logprobs);
+    });
+    const wantLogprobs = prepared.request.logprobs !== undefined;
+    const finish = (i: number): FinishReason => tally.outputs[i]?.finishReason ?? 'abort';
+    const base = {
+      id: prepared.request.id,
+      created: prepared.created,
+      model: prepared.request.model,
+    };
+    if (prepared.kind === 'completion') {
+      return {
+        ...base,
+        object: 'text_completion',
+        choices: texts.map((text, i) => ({
+          index: i,
+          text,
+          logprobs: wantLogprobs
+            ? completionLogprobs(placed[i]!, (prepared.request.logprobs ?? 0) > 0)
+            : null,
+          finish_reason: finish(i),
+        })),
+        usage: usageJson(tally.usage!),
+      };
+    }
+    return {
+      ...base,
+      object: 'chat.completion',
+      choices: texts.map((text, i) => ({
+        index: i,
+        message: { role: 'assistant', content: text, refusal: null },
+        logprobs: wantLogprobs ? chatLogprobs(placed[i]!) : null,
+        finish_reason: finish(i),
+      })),
+      usage: usageJson(tally.usage!),
+    };
+  }
+
+  async function streamResponse(
+    prepared: Prepared,
+    stream: GenerationStream,
+    raw: ServerResponse,
+    signal: AbortSignal,
+    arrived: number,
+  ) {
+    raw.on('error', () => {
+      // A reset connection surfaces through 'close', which aborts the request.
+    });
+    raw.writeHead(200, SSE_HEADERS);
+    const write = async (payload: unknown) => {
+      if (raw.destroyed || raw.writableEnded) return;
+      const ok = raw.write(
+        `data: ${typeof payload === 'string' ? payload : JSON.stringify(payload)}\n\n`,
+      );
+      if (!ok && !raw.destroyed) {
+        // Respect back-pressure from slow clients instead of buffering without bound.
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            raw.off('drain', done);
+            raw.off('close', done);
+            resolve();
+          };
+          raw.on('drain', done);
+          raw.on('close', done);
+        });
+      }
+    };
+    const isChat = prepared.kind === 'chat';
+    const base = {
+      id: prepared.request.id,
+      object: isChat ? 'chat.completion.chunk' : 'text_completion',
+      created: prepared.created,
+      model: prepared.request.model,
+    };
+    const usageField = prepared.includeUsage ? { usage: null } : {};
+    const wantLogprobs = prepared.request.logprobs !== undefined;
+    if (isChat) {
+      for (let i = 0; i < prepared.request.n; i++) {
+        await write({
+          ...base,
+          choices: [
+            {
+              index: i,
+              delta: { role: 'assistant', content: '' },
+              logprobs: null,
+              finish_reason: null,
+            },
+          ],
+          ...usageField,
+        });
+      }
+    }
+    try {
+      const tally = await drive(prepared, stream, signal, arrived, async (index, e) => {
+        const logprobs =
+          wantLogprobs && e.logprobs.length > 0
+            ? isChat
+              ? chatLogprobs(e.logprobs)
+              : completionLogprobs(e.logprobs, (prepared.request.logprobs ?? 0) > 0)
+            : null;
+        const choice = isChat
+          ? {
+              index,
+              delta: e.text === '' && e.finishReason !== undefined ? {} : { content: e.text },
+              logprobs,
+              finish_reason: e.finishReason ?? null,
+            }
+          : { index, text: e.text, logprobs, finish_reason: e.finishReason ?? null };
+        await write({ ...base, choices: [choice], ...usageField });
+      });
+      if (prepared.includeUsage) {
+        await write({ ...base, choices: [], usage: usageJson(tally.usage!) });
+      }
+    } catch (error) {
+      if (raw.destroyed) return;
+      const answer = errorAnswer(error);
+      metrics.observeError(answer.body.error.code);
+      await write(answer.body);
+    }
+    await write('[DONE]');
+    if (!raw.writableEnded) raw.end();
+  }
+
+  app.post('/v1/completions', (request, reply) => handle('completion', request, reply));
+  app.post('/v1/chat/completions', (request, reply) => handle('chat', request, reply));
+
+  let closing: Promise<void> | undefined;
+  return {
+    app,
+    metrics,
+    get inFlight() {
+      return inflight.size;
+    },
+    get draining() {
+      return draining;
+    },
+    async listen() {
+      await app.listen({ host, port });
+      const address = app.server.address();
+      const bound = typeof address === 'object' && address ? address.port : port;
+      const shownHost = host.includes(':') ? `[${host}]` : host;
+      return `http://${shownHost}:${bound}`;
+    },
+    close(deadlineMs = shutdownDeadlineMs) {
+      closing ??= (async () => {
+        draining = true;
+        const all = () => Promise.all([...inflight].map((e) => e.done));
+        let timer: NodeJS.Timeout | undefined;
+        const expired = new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, deadlineMs);
+        });
+        await Promise.race([all(), expired]);
+        clearTimeout(timer);
+        for (const entry of inflight) {
+          entry.controller.abort(
+            new EngineError('DRAINING', 'server shut down before the request finished'),
+          );
+        }
+        await all();
+        await app.close();
+      })();
+      return closing;
+    },
+  };
+}

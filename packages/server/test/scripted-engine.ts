@@ -1,0 +1,179 @@
+import type {
+  ChatMessage,
+  EngineHealth,
+  EngineStats,
+  GenerationEvent,
+  GenerationRequest,
+  GenerationStream,
+  InferenceEngine,
+  ModelCard,
+  TokenLogprob,
+} from '../src/engine.js';
+import { EngineError } from '../src/errors.js';
+
+/** Characters per generated token: stop strings in the script straddle token boundaries. */
+export const PIECE = 3;
+export const MODEL_ID = 'scripted-model';
+export const MAX_MODEL_LEN = 256;
+export const CACHED_TOKENS = 4;
+
+/** The text choice `index` generates, a pure function of the choice and the seed. */
+export function scriptText(index: number, seed: number | undefined): string {
+  const head = `choice ${index} seed ${seed ?? 'none'}: `;
+  return `${head}The quick brown fox. STOP here. More words follow the stop; ${'lorem ipsum '.repeat(40)}`;
+}
+
+/** The token pieces of choice `index`. */
+export function scriptPieces(index: number, seed: number | undefined): string[] {
+  const text = scriptText(index, seed);
+  const pieces: string[] = [];
+  for (let i = 0; i < text.length; i += PIECE) pieces.push(text.slice(i, i + PIECE));
+  return pieces;
+}
+
+/** The chat template the scripted engine applies. */
+export function renderChat(messages: readonly ChatMessage[]): string {
+  return `${messages.map((m) => `<${m.role}>${m.content}\n`).join('')}<assistant>`;
+}
+
+const deferred = <T>() => {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+};
+
+/**
+ * A deterministic engine for server tests: prompts tokenize one token per character, and every
+ * choice generates a fixed script in 3-character pieces, yielding to the event loop between
+ * tokens so that aborts and other requests interleave as with a real engine.
+ */
+export class ScriptedEngine implements InferenceEngine {
+  health_: EngineHealth = { status: 'ok' };
+  queueFull = false;
+  /** When set, generation waits for it before producing tokens. */
+  gate: Promise<void> | undefined;
+  readonly requests: GenerationRequest[] = [];
+  readonly finishedByServer: Array<{ id: string; index: number }> = [];
+  readonly aborted = new Set<string>();
+  #admitted = deferred<string>();
+  #abortSeen = deferred<string>();
+  stats_: EngineStats = {
+    kvCacheUsage: 0.375,
+    blocks: { total: 64, used: 24, cached: 8, free: 32 },
+    prefixCache: { queries: 1000, hits: 250 },
+    requests: { running: 3, waiting: 2, preempted: 1 },
+    preemptions: { recompute: 5, swap: 7 },
+    offloadHits: { host: 11, redis: 13 },
+  };
+
+  /** Resolves with the id of the next admitted request. */
+  nextAdmitted(): Promise<string> {
+    return this.#admitted.promise;
+  }
+
+  /** Resolves with the id of the next request whose abort signal fired. */
+  nextAbort(): Promise<string> {
+    return this.#abortSeen.promise;
+  }
+
+  listModels(): readonly ModelCard[] {
+    return [
+      { id: MODEL_ID, created: 1_700_000_000, ownedBy: 'kvasir-tests', maxModelLen: MAX_MODEL_LEN },
+    ];
+  }
+
+  tokenize(_model: string, text: string): readonly number[] {
+    return Array.from(text, (c) => c.codePointAt(0)!);
+  }
+
+  applyChatTemplate(_model: string, messages: readonly ChatMessage[]): readonly number[] {
+    return this.tokenize(MODEL_ID, renderChat(messages));
+  }
+
+  stats(): EngineStats {
+    return this.stats_;
+  }
+
+  health(): EngineHealth {
+    return this.health_;
+  }
+
+  async generate(request: GenerationRequest, signal: AbortSignal): Promise<GenerationStream> {
+    if (this.queueFull) {
+      throw new EngineError('QUEUE_FULL', 'waiting queue is full', {
+        details: { retryAfterSeconds: 3 },
+      });
+    }
+    this.requests.push(request);
+    const admitted = this.#admitted;
+    this.#admitted = deferred();
+    admitted.resolve(request.id);
+    signal.addEventListener(
+      'abort',
+      () => {
+        this.aborted.add(request.id);
+        const seen = this.#abortSeen;
+        this.#abortSeen = deferred();
+        seen.resolve(request.id);
+      },
+      { once: true },
+    );
+    const finished = new Set<number>();
+    const gate = this.gate;
+    const seed = request.sampling.seed;
+    async function* run(): AsyncGenerator<GenerationEvent> {
+      if (gate) await gate;
+      const pieces = Array.from({ length: request.n }, (_, i) => scriptPieces(i, seed));
+      const produced = new Array<number>(request.n).fill(0);
+      let total = 0;
+      for (let step = 0; step < request.maxTokens; step++) {
+        await new Promise((r) => setImmediate(r));
+        if (signal.aborted) return;
+        for (let i = 0; i < request.n; i++) {
+          if (finished.has(i)) continue;
+          const piece = pieces[i]![step] ?? '';
+          const tokenId = 1000 + step;
+          const last = step === request.maxTokens - 1 || step === pieces[i]!.length - 1;
+          let logprobs: TokenLogprob[] | undefined;
+          if (request.logprobs !== undefined) {
+            const top = Array.from({ length: request.logprobs }, (_, j) => ({
+              tokenId: j,
+              token: `alt${j}`,
+              logprob: -1 - j,
+            }));
+            logprobs = [{ tokenId, token: piece, logprob: -0.5, top }];
+          }
+          produced[i]! += 1;
+          total += 1;
+          yield {
+            kind: 'delta',
+            index: i,
+            tokenIds: [tokenId],
+            text: piece,
+            ...(logprobs ? { logprobs } : {}),
+            ...(last ? { finishReason: step === request.maxTokens - 1 ? 'length' : 'stop' } : {}),
+          };
+          if (last) finished.add(i);
+        }
+        if (finished.size === request.n) break;
+      }
+      yield {
+        kind: 'usage',
+        promptTokens: request.promptTokens.length,
+        cachedPromptTokens: Math.min(CACHED_TOKENS, request.promptTokens.length - 1),
+        completionTokens: total,
+      };
+    }
+    const self = this;
+    const iterable = run();
+    return {
+      [Symbol.asyncIterator]: () => iterable,
+      finishChoice(index: number) {
+        finished.add(index);
+        self.finishedByServer.push({ id: request.id, index });
+      },
+    };
+  }
+}

@@ -1,0 +1,533 @@
+import OpenAI from 'openai';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createServer, type KvasirServer } from '../src/server.js';
+import {
+  CACHED_TOKENS,
+  MAX_MODEL_LEN,
+  MODEL_ID,
+  PIECE,
+  renderChat,
+  ScriptedEngine,
+  scriptPieces,
+  scriptText,
+} from './scripted-engine.js';
+
+interface Harness {
+  engine: ScriptedEngine;
+  server: KvasirServer;
+  url: string;
+  client: OpenAI;
+}
+
+const started: Harness[] = [];
+
+async function start(options: { apiKey?: string; bodyLimitBytes?: number } = {}): Promise<Harness> {
+  const engine = new ScriptedEngine();
+  const server = createServer({ engine, port: 0, ...options });
+  const url = await server.listen();
+  const client = new OpenAI({
+    baseURL: `${url}/v1`,
+    apiKey: options.apiKey ?? 'unused',
+    maxRetries: 0,
+  });
+  const h = { engine, server, url, client };
+  started.push(h);
+  return h;
+}
+
+afterAll(async () => {
+  await Promise.all(started.map((h) => h.server.close(0)));
+});
+
+async function expectApiError(promise: Promise<unknown>) {
+  try {
+    await promise;
+  } catch (error) {
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    return error as InstanceType<typeof OpenAI.APIError>;
+  }
+  throw new Error('expected the request to fail');
+}
+
+describe('OpenAI-compatible server (official client, real socket)', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await start();
+  });
+  afterEach(() => {
+    h.engine.queueFull = false;
+    h.engine.health_ = { status: 'ok' };
+  });
+
+  it('binds loopback and lists the engine models', async () => {
+    expect(new URL(h.url).hostname).toBe('127.0.0.1');
+    const models = await h.client.models.list();
+    expect(models.data.map((m) => m.id)).toEqual([MODEL_ID]);
+    const one = await h.client.models.retrieve(MODEL_ID);
+    expect(one.owned_by).toBe('kvasir-tests');
+  });
+
+  it('completes a prompt with usage including cached prompt tokens', async () => {
+    const prompt = 'Once upon a time';
+    const res = await h.client.completions.create({ model: MODEL_ID, prompt, max_tokens: 5 });
+    expect(res.object).toBe('text_completion');
+    expect(res.choices).toHaveLength(1);
+    expect(res.choices[0]!.text).toBe(scriptText(0, undefined).slice(0, 5 * PIECE));
+    expect(res.choices[0]!.finish_reason).toBe('length');
+    expect(res.usage).toMatchObject({
+      prompt_tokens: prompt.length,
+      completion_tokens: 5,
+      total_tokens: prompt.length + 5,
+    });
+    expect(
+      (res.usage as unknown as { prompt_tokens_details: { cached_tokens: number } })
+        .prompt_tokens_details.cached_tokens,
+    ).toBe(CACHED_TOKENS);
+    const sent = h.engine.requests.at(-1)!;
+    expect(sent.promptTokens).toEqual(Array.from(prompt, (c) => c.codePointAt(0)));
+  });
+
+  it('accepts a prompt given as token ids', async () => {
+    const res = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: [5, 6, 7],
+      max_tokens: 2,
+    });
+    expect(res.usage?.prompt_tokens).toBe(3);
+    expect(h.engine.requests.at(-1)!.promptTokens).toEqual([5, 6, 7]);
+  });
+
+  it('applies the chat template and answers as the assistant', async () => {
+    const messages = [
+      { role: 'system' as const, content: 'Be brief.' },
+      { role: 'user' as const, content: 'Hello?' },
+    ];
+    const res = await h.client.chat.completions.create({
+      model: MODEL_ID,
+      messages,
+      max_tokens: 4,
+    });
+    expect(res.object).toBe('chat.completion');
+    expect(res.choices[0]!.message.role).toBe('assistant');
+    expect(res.choices[0]!.message.content).toBe(scriptText(0, undefined).slice(0, 4 * PIECE));
+    expect(res.usage?.prompt_tokens).toBe(renderChat(messages).length);
+    expect(res.usage?.completion_tokens).toBe(4);
+  });
+
+  it('prefers max_completion_tokens and passes sampling parameters and the seed through', async () => {
+    await h.client.chat.completions.create({
+      model: MODEL_ID,
+      messages: [{ role: 'user', content: 'x' }],
+      max_completion_tokens: 3,
+      max_tokens: 9,
+      temperature: 0.7,
+      top_p: 0.9,
+      presence_penalty: 0.5,
+      frequency_penalty: -0.25,
+      seed: 1234,
+      // vLLM-style extensions the official client forwards as extra body fields.
+      ...({ top_k: 40, min_p: 0.05, repetition_penalty: 1.1 } as object),
+    });
+    const sent = h.engine.requests.at(-1)!;
+    expect(sent.maxTokens).toBe(3);
+    expect(sent.sampling).toEqual({
+      temperature: 0.7,
+      topP: 0.9,
+      topK: 40,
+      minP: 0.05,
+      presencePenalty: 0.5,
+      frequencyPenalty: -0.25,
+      repetitionPenalty: 1.1,
+      seed: 1234,
+    });
+    const res = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: 'p',
+      max_tokens: 8,
+      seed: 99,
+    });
+    expect(res.choices[0]!.text.startsWith('choice 0 seed 99')).toBe(true);
+  });
+
+  it('streams completions; the chunks add up to the non-streamed text', async () => {
+    const stream = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: 'stream me',
+      max_tokens: 7,
+      stream: true,
+    });
+    let text = '';
+    const finishes: Array<string | null> = [];
+    for await (const chunk of stream) {
+      expect(chunk.object).toBe('text_completion');
+      text += chunk.choices[0]?.text ?? '';
+      finishes.push(chunk.choices[0]?.finish_reason ?? null);
+    }
+    expect(text).toBe(scriptText(0, undefined).slice(0, 7 * PIECE));
+    expect(finishes.at(-1)).toBe('length');
+    expect(finishes.slice(0, -1).every((f) => f === null)).toBe(true);
+  });
+
+  it('streams chat with include_usage, ending in a usage-only chunk and [DONE]', async () => {
+    const res = await fetch(`${h.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: MODEL_ID,
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 3,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const events = (await res.text())
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice(6));
+    expect(events.at(-1)).toBe('[DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
+    expect(chunks[0].choices[0].delta).toEqual({ role: 'assistant', content: '' });
+    const last = chunks.at(-1);
+    expect(last.choices).toEqual([]);
+    expect(last.usage.completion_tokens).toBe(3);
+    expect(last.usage.prompt_tokens_details.cached_tokens).toBe(CACHED_TOKENS);
+    for (const c of chunks.slice(0, -1)) expect(c.usage).toBeNull();
+    const content = chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('');
+    expect(content).toBe(scriptText(0, undefined).slice(0, 3 * PIECE));
+  });
+
+  it('returns n = 2 independent choices, streamed and not', async () => {
+    const res = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: 'n',
+      n: 2,
+      max_tokens: 6,
+      seed: 3,
+    });
+    expect(res.choices.map((c) => c.index)).toEqual([0, 1]);
+    for (const c of res.choices) expect(c.text).toBe(scriptText(c.index, 3).slice(0, 6 * PIECE));
+    expect(res.usage?.completion_tokens).toBe(12);
+    expect(res.usage?.prompt_tokens).toBe(1);
+
+    const stream = await h.client.chat.completions.create({
+      model: MODEL_ID,
+      messages: [{ role: 'user', content: 'n' }],
+      n: 2,
+      max_tokens: 5,
+      seed: 8,
+      stream: true,
+    });
+    const texts = ['', ''];
+    const finish: Array<string | null> = [null, null];
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        texts[c.index] += c.delta.content ?? '';
+        if (c.finish_reason) finish[c.index] = c.finish_reason;
+      }
+    }
+    expect(texts).toEqual([scriptText(0, 8).slice(0, 15), scriptText(1, 8).slice(0, 15)]);
+    expect(finish).toEqual(['length', 'length']);
+  });
+
+  it('applies stop strings across token boundaries without emitting them', async () => {
+    const full = scriptText(0, 5);
+    const at = full.indexOf('STOP');
+    // The stop string must really straddle pieces for this test to mean anything.
+    expect(Math.floor(at / PIECE)).not.toBe(Math.floor((at + 3) / PIECE));
+    const res = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: 'q',
+      max_tokens: 100,
+      seed: 5,
+      stop: ['STOP', 'never-appears'],
+    });
+    expect(res.choices[0]!.text).toBe(full.slice(0, at));
+    expect(res.choices[0]!.finish_reason).toBe('stop');
+    expect(h.engine.finishedByServer.at(-1)).toEqual({ id: res.id, index: 0 });
+    // Tokens up to the one completing the stop string were generated and are billed.
+    expect(res.usage?.completion_tokens).toBe(Math.floor((at + 3) / PIECE) + 1);
+
+    const stream = await h.client.chat.completions.create({
+      model: MODEL_ID,
+      messages: [{ role: 'user', content: 'q' }],
+      max_tokens: 100,
+      seed: 5,
+      stop: 'STOP',
+      stream: true,
+    });
+    let text = '';
+    let reason: string | null = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? '';
+      reason = chunk.choices[0]?.finish_reason ?? reason;
+    }
+    expect(text).toBe(full.slice(0, at));
+    expect(reason).toBe('stop');
+  });
+
+  it('returns completion logprobs aligned with the text, trimmed at a stop string', async () => {
+    const res = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: 'lp',
+      max_tokens: 4,
+      logprobs: 2,
+    });
+    const lp = res.choices[0]!.logprobs!;
+    expect(lp.tokens).toEqual(scriptPieces(0, undefined).slice(0, 4));
+    expect(lp.token_logprobs).toEqual([-0.5, -0.5, -0.5, -0.5]);
+    expect(lp.top_logprobs?.[0]).toEqual({ alt0: -1, alt1: -2 });
+    expect(lp.text_offset).toEqual([0, 3, 6, 9]);
+
+    const stopped = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: 'lp',
+      max_tokens: 100,
+      logprobs: 0,
+      stop: 'STOP',
+    });
+    const text = stopped.choices[0]!.text;
+    const tokens = stopped.choices[0]!.logprobs!.tokens!;
+    // Every token that contributed text before the stop is present, and none after it.
+    expect(tokens.join('').startsWith(text)).toBe(true);
+    expect(tokens.slice(0, -1).join('').length).toBeLessThan(text.length);
+    expect(stopped.choices[0]!.logprobs!.top_logprobs).toBeNull();
+  });
+
+  it('returns chat logprobs with top alternatives and bytes', async () => {
+    const res = await h.client.chat.completions.create({
+      model: MODEL_ID,
+      messages: [{ role: 'user', content: 'x' }],
+      max_tokens: 2,
+      logprobs: true,
+      top_logprobs: 3,
+    });
+    const content = res.choices[0]!.logprobs!.content!;
+    expect(content.map((c) => c.token)).toEqual(scriptPieces(0, undefined).slice(0, 2));
+    expect(content[0]!.top_logprobs.map((t) => t.token)).toEqual(['alt0', 'alt1', 'alt2']);
+    expect(content[0]!.bytes).toEqual(Array.from(Buffer.from(content[0]!.token)));
+    expect(h.engine.requests.at(-1)!.logprobs).toBe(3);
+  });
+
+  it('answers invalid parameters with 400 naming the field', async () => {
+    const bad = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: 'x', temperature: 7 }),
+    );
+    expect(bad.status).toBe(400);
+    expect(bad.message).toContain('temperature');
+    expect(bad.param).toBe('temperature');
+    expect(bad.type).toBe('invalid_request_error');
+
+    const noMessages = await expectApiError(
+      h.client.chat.completions.create({ model: MODEL_ID, messages: [] }),
+    );
+    expect(noMessages.status).toBe(400);
+    expect(noMessages.param).toBe('messages');
+
+    const role = await expectApiError(
+      h.client.chat.completions.create({
+        model: MODEL_ID,
+        messages: [{ role: 'wizard', content: 'x' } as never],
+      }),
+    );
+    expect(role.param).toBe('messages[0].role');
+
+    const tooMany = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: 'x', max_tokens: MAX_MODEL_LEN }),
+    );
+    expect(tooMany.status).toBe(400);
+    expect(tooMany.param).toBe('max_tokens');
+
+    const tools = await expectApiError(
+      h.client.chat.completions.create({
+        model: MODEL_ID,
+        messages: [{ role: 'user', content: 'x' }],
+        tools: [{ type: 'function', function: { name: 'f' } }],
+      }),
+    );
+    expect(tools.status).toBe(400);
+    expect(tools.param).toBe('tools');
+  });
+
+  it('answers malformed JSON and unknown routes in the OpenAI error shape', async () => {
+    const res = await fetch(`${h.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"prompt": ',
+    });
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: Record<string, unknown> };
+    expect(body.error).toMatchObject({ type: 'invalid_request_error' });
+    expect(Object.keys(body.error).sort()).toEqual(['code', 'message', 'param', 'type']);
+
+    const array = await fetch(`${h.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '[1,2]',
+    });
+    expect(array.status).toBe(400);
+
+    const missing = await fetch(`${h.url}/v2/nothing`);
+    expect(missing.status).toBe(404);
+    expect(((await missing.json()) as { error: { code: string } }).error.code).toBe('not_found');
+  });
+
+  it('answers an unknown model with 404', async () => {
+    const err = await expectApiError(h.client.completions.create({ model: 'nope', prompt: 'x' }));
+    expect(err.status).toBe(404);
+    expect(err.code).toBe('model_not_found');
+    expect(err.param).toBe('model');
+  });
+
+  it('answers a prompt longer than the context with 413', async () => {
+    const err = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: 'y'.repeat(MAX_MODEL_LEN + 1) }),
+    );
+    expect(err.status).toBe(413);
+    expect(err.code).toBe('context_length_exceeded');
+    expect(err.param).toBe('prompt');
+  });
+
+  it('answers a full queue with 429 and Retry-After', async () => {
+    h.engine.queueFull = true;
+    const err = await expectApiError(h.client.completions.create({ model: MODEL_ID, prompt: 'x' }));
+    expect(err.status).toBe(429);
+    expect(err.headers?.get('retry-after')).toBe('3');
+    expect(err.type).toBe('rate_limit_error');
+  });
+
+  it('answers 503 while the engine is draining, and reports it on /health', async () => {
+    h.engine.health_ = { status: 'draining' };
+    const err = await expectApiError(h.client.completions.create({ model: MODEL_ID, prompt: 'x' }));
+    expect(err.status).toBe(503);
+    const health = await fetch(`${h.url}/health`);
+    expect(health.status).toBe(503);
+    expect(((await health.json()) as { status: string }).status).toBe('draining');
+    h.engine.health_ = { status: 'ok' };
+    const ok = await fetch(`${h.url}/health`);
+    expect(ok.status).toBe(200);
+  });
+
+  it('aborts the engine request when the client disconnects mid-stream', async () => {
+    const stream = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: 'long',
+      max_tokens: 200,
+      stream: true,
+    });
+    const aborted = h.engine.nextAbort();
+    let chunks = 0;
+    for await (const _chunk of stream) {
+      chunks += 1;
+      if (chunks === 2) stream.controller.abort();
+    }
+    const id = await aborted;
+    expect(id).toBe(h.engine.requests.at(-1)!.id);
+    expect(chunks).toBe(2);
+  });
+
+  it('exposes engine gauges, counters and latency histograms in Prometheus format', async () => {
+    await h.client.completions.create({ model: MODEL_ID, prompt: 'metrics', max_tokens: 3 });
+    const res = await fetch(`${h.url}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/plain');
+    const text = await res.text();
+    const value = (series: string) => {
+      const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+      expect(line, series).toBeDefined();
+      return Number(line!.slice(series.length + 1));
+    };
+    const s = h.engine.stats_;
+    expect(value('kvasir_kv_cache_usage_ratio')).toBe(s.kvCacheUsage);
+    expect(value('kvasir_kv_blocks{state="used"}')).toBe(s.blocks.used);
+    expect(value('kvasir_kv_blocks{state="cached"}')).toBe(s.blocks.cached);
+    expect(value('kvasir_kv_blocks{state="free"}')).toBe(s.blocks.free);
+    expect(value('kvasir_requests{state="waiting"}')).toBe(s.requests.waiting);
+    expect(value('kvasir_requests{state="preempted"}')).toBe(s.requests.preempted);
+    expect(value('kvasir_prefix_cache_queries_total')).toBe(s.prefixCache.queries);
+    expect(value('kvasir_prefix_cache_hits_total')).toBe(s.prefixCache.hits);
+    expect(value('kvasir_preemptions_total{mode="swap"}')).toBe(s.preemptions.swap);
+    expect(value('kvasir_offload_hits_total{tier="redis"}')).toBe(s.offloadHits.redis);
+    expect(value('kvasir_time_to_first_token_seconds_count')).toBeGreaterThan(0);
+    expect(value('kvasir_time_per_output_token_seconds_count')).toBeGreaterThan(0);
+    expect(value('kvasir_e2e_request_latency_seconds_count')).toBeGreaterThan(0);
+    expect(value('kvasir_prompt_tokens_total')).toBeGreaterThanOrEqual('metrics'.length);
+    expect(value('kvasir_generation_tokens_total')).toBeGreaterThanOrEqual(3);
+    expect(value('kvasir_request_errors_total{code="queue_full"}')).toBeGreaterThanOrEqual(1);
+
+    // Engine counters are mirrored, not accumulated, across scrapes.
+    h.engine.stats_ = { ...s, prefixCache: { queries: 1001, hits: 251 } };
+    const again = await (await fetch(`${h.url}/metrics`)).text();
+    expect(again).toContain('kvasir_prefix_cache_hits_total 251\n');
+  });
+});
+
+describe('limits, authentication and shutdown', () => {
+  it('requires the API key on /v1 when one is set, but not on /health', async () => {
+    const h = await start({ apiKey: 'sk-secret' });
+    const ok = await h.client.completions.create({ model: MODEL_ID, prompt: 'x', max_tokens: 1 });
+    expect(ok.choices).toHaveLength(1);
+    const wrong = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: 'sk-wrong', maxRetries: 0 });
+    const err = await expectApiError(wrong.models.list());
+    expect(err.status).toBe(401);
+    expect(err.type).toBe('authentication_error');
+    const bare = await fetch(`${h.url}/v1/models`);
+    expect(bare.status).toBe(401);
+    expect((await fetch(`${h.url}/health`)).status).toBe(200);
+  });
+
+  it('answers a body over the limit with 413', async () => {
+    const h = await start({ bodyLimitBytes: 1024 });
+    const err = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: 'z'.repeat(4096) }),
+    );
+    expect(err.status).toBe(413);
+    expect(err.code).toBe('request_too_large');
+  });
+
+  it('finishes in-flight work on close while refusing new requests with 503', async () => {
+    const h = await start();
+    let release!: () => void;
+    h.engine.gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const admitted = h.engine.nextAdmitted();
+    const pending = h.client.completions.create({ model: MODEL_ID, prompt: 'slow', max_tokens: 4 });
+    await admitted;
+    const closed = h.server.close(60_000);
+    expect(h.server.draining).toBe(true);
+    const refused = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: 'late', max_tokens: 1 }),
+    );
+    expect(refused.status).toBe(503);
+    release();
+    const res = await pending;
+    expect(res.choices[0]!.text).toBe(scriptText(0, undefined).slice(0, 4 * PIECE));
+    await closed;
+    expect(h.server.inFlight).toBe(0);
+  });
+
+  it('aborts in-flight streams when the shutdown deadline passes', async () => {
+    const h = await start();
+    let release!: () => void;
+    h.engine.gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const admitted = h.engine.nextAdmitted();
+    const aborted = h.engine.nextAbort();
+    const res = fetch(`${h.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL_ID, prompt: 'x', max_tokens: 50, stream: true }),
+    });
+    const id = await admitted;
+    const closed = h.server.close(0);
+    expect(await aborted).toBe(id);
+    release();
+    const text = await (await res).text();
+    expect(text).toContain('"code":"draining"');
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    await closed;
+  });
+});
