@@ -47,6 +47,15 @@ export {
   readSafetensorsHeader,
   writeSafetensors,
 } from './safetensors.js';
+export type { SampleResult, SamplingParams, TokenLogprob } from './sampling.js';
+export {
+  applyPenalties,
+  logprobs,
+  Sampler,
+  SamplingState,
+  sample,
+  validateSamplingParams,
+} from './sampling.js';
 export { Rng } from './sampling-rng.js';
 export type { ByteLevelBpe, ByteLevelTokenizerSpec } from './tokenizer-train.js';
 export {

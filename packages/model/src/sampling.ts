@@ -1,0 +1,378 @@
+import { ModelError } from './errors.js';
+import { Rng } from './sampling-rng.js';
+
+/**
+ * How one request picks its next token. Every field is optional; the defaults sample from the
+ * plain softmax. Order of application (as in Hugging Face and vLLM): penalties, temperature,
+ * top-k, top-p, min-p, then a draw from the request's own seeded generator.
+ */
+export interface SamplingParams {
+  /** Softmax temperature; `0` means greedy (argmax). Default 1. */
+  readonly temperature?: number;
+  /** Keep only the k most likely tokens; `0` or `-1` disables. Default disabled. */
+  readonly topK?: number;
+  /** Keep the smallest set of most likely tokens whose probability mass reaches `topP` (0, 1]. Default 1. */
+  readonly topP?: number;
+  /** Drop tokens whose probability is below `minP` × the most likely token's, in [0, 1]. Default 0. */
+  readonly minP?: number;
+  /**
+   * CTRL-style repetition penalty over prompt and output tokens: positive logits are divided by
+   * it, negative ones multiplied. `1` disables. Must be positive.
+   */
+  readonly repetitionPenalty?: number;
+  /** OpenAI presence penalty: subtracted once from each token already generated. Default 0. */
+  readonly presencePenalty?: number;
+  /** OpenAI frequency penalty: subtracted once per earlier occurrence in the output. Default 0. */
+  readonly frequencyPenalty?: number;
+  /**
+   * Seed of the request's generator. Requests with the same seed, params and logits draw the
+   * same tokens whatever else is batched with them. Default: a seed from `Math.random`.
+   */
+  readonly seed?: number;
+  /** How many most likely alternatives to report with their log-probabilities (0–20 typical). Default 0. */
+  readonly topLogprobs?: number;
+  /** Token ids that end the sequence; {@link SampleResult.stop} reports a hit. The caller acts on it. */
+  readonly stopTokenIds?: readonly number[];
+}
+
+/** A token id with its log-probability. */
+export interface TokenLogprob {
+  /** Token id. */
+  readonly token: number;
+  /** Natural log of its probability under the model's unprocessed distribution. */
+  readonly logprob: number;
+}
+
+/** What {@link Sampler.sample} drew. */
+export interface SampleResult {
+  /** The chosen token id. */
+  readonly token: number;
+  /**
+   * Its log-probability under the model's unprocessed distribution (log-softmax of the raw
+   * logits, before penalties, temperature or truncation), as OpenAI-style APIs report it.
+   */
+  readonly logprob: number;
+  /** The `topLogprobs` most likely tokens, most likely first (empty unless requested). */
+  readonly topLogprobs: readonly TokenLogprob[];
+  /** The token is one of `stopTokenIds`. */
+  readonly stop: boolean;
+}
+
+/**
+ * Per-sequence sampling state: the generator seeded from the request and the token history
+ * the penalties look at. Create one per sequence; {@link Sampler.sample} records each drawn token.
+ */
+export class SamplingState {
+  /** The sequence's random generator. */
+  readonly rng: Rng;
+  /** Count of each token generated so far (presence and frequency penalties). */
+  readonly outputCounts = new Map<number, number>();
+  /** Tokens of the prompt (repetition penalty). */
+  readonly promptTokens: ReadonlySet<number>;
+  /** Number of tokens sampled so far. */
+  generated = 0;
+
+  /**
+   * @param seed - the request's seed (see {@link SamplingParams.seed}).
+   * @param promptTokens - the prompt, for the repetition penalty.
+   * @throws {@link ModelError} `INVALID_ARGUMENT` for a seed that is not a safe integer.
+   */
+  constructor(seed: number | undefined, promptTokens: Iterable<number> = []) {
+    this.rng = new Rng(seed ?? Math.floor(Math.random() * 2 ** 32));
+    this.promptTokens = new Set(promptTokens);
+  }
+
+  /** Records a token generated outside the sampler (e.g. a forced or resumed token). */
+  record(token: number): void {
+    this.outputCounts.set(token, (this.outputCounts.get(token) ?? 0) + 1);
+    this.generated++;
+  }
+
+  /**
+   * A child state for parallel sampling: the same history, a fresh generator.
+   * @throws {@link ModelError} `INVALID_ARGUMENT` for a bad seed.
+   */
+  fork(seed: number): SamplingState {
+    const s = new SamplingState(seed, this.promptTokens);
+    for (const [t, c] of this.outputCounts) s.outputCounts.set(t, c);
+    s.generated = this.generated;
+    return s;
+  }
+}
+
+function invalid(message: string): ModelError {
+  return new ModelError('INVALID_ARGUMENT', `sampling: ${message}`);
+}
+
+/**
+ * Checks sampling parameters.
+ *
+ * @throws {@link ModelError} `INVALID_ARGUMENT` naming the bad field.
+ */
+export function validateSamplingParams(p: SamplingParams): void {
+  const t = p.temperature ?? 1;
+  if (!Number.isFinite(t) || t < 0)
+    throw invalid(`temperature must be a finite number >= 0, got ${t}`);
+  const k = p.topK ?? 0;
+  if (!Number.isInteger(k) || k < -1) throw invalid(`topK must be an integer >= -1, got ${k}`);
+  const tp = p.topP ?? 1;
+  if (!(tp > 0 && tp <= 1)) throw invalid(`topP must be in (0, 1], got ${tp}`);
+  const mp = p.minP ?? 0;
+  if (!(mp >= 0 && mp <= 1)) throw invalid(`minP must be in [0, 1], got ${mp}`);
+  const r = p.repetitionPenalty ?? 1;
+  if (!(r > 0) || !Number.isFinite(r))
+    throw invalid(`repetitionPenalty must be a positive number, got ${r}`);
+  for (const key of ['presencePenalty', 'frequencyPenalty'] as const) {
+    const v = p[key] ?? 0;
+    if (!Number.isFinite(v)) throw invalid(`${key} must be finite, got ${v}`);
+  }
+  const n = p.topLogprobs ?? 0;
+  if (!Number.isInteger(n) || n < 0) throw invalid(`topLogprobs must be an integer >= 0, got ${n}`);
+  if (p.seed !== undefined && !Number.isSafeInteger(p.seed))
+    throw invalid(`seed must be a safe integer, got ${p.seed}`);
+}
+
+/** Buckets of the logit gap to the maximum, 1/8 of an octave of probability each. */
+const BUCKETS = 256;
+const BUCKET_SCALE = 8 / Math.LN2;
+/** Gaps at or beyond this land in the last bucket. */
+const BUCKET_LIMIT = (BUCKETS - 1) / BUCKET_SCALE;
+
+/**
+ * Draws tokens from logit rows. One instance holds scratch buffers sized to the vocabulary and
+ * is reused for every row of every step (no per-token allocations beyond the result object).
+ * Not safe for concurrent use from several threads; it is synchronous, so one per engine is fine.
+ *
+ * @example
+ * ```ts
+ * const sampler = new Sampler();
+ * const state = new SamplingState(42, promptIds);
+ * const { token, stop } = sampler.sample(logitsRow, { temperature: 0.7, topP: 0.9, seed: 42 }, state);
+ * ```
+ */
+export class Sampler {
+  private work = new Float32Array(0);
+  private prob = new Float64Array(0);
+  private idx = new Uint32Array(0);
+  private readonly bucketSum = new Float64Array(BUCKETS);
+  private readonly bucketCount = new Uint32Array(BUCKETS);
+
+  private ensure(v: number): void {
+    if (this.work.length < v) {
+      this.work = new Float32Array(v);
+      this.prob = new Float64Array(v);
+      this.idx = new Uint32Array(v);
+    }
+  }
+
+  /**
+   * Samples one token from a row of logits and records it in `state`.
+   *
+   * @param logits - one row of the LM head's output (any length ≥ 1; a subarray is fine).
+   * @throws {@link ModelError} `INVALID_ARGUMENT` for bad params or an empty row.
+   */
+  sample(logits: Float32Array, params: SamplingParams, state: SamplingState): SampleResult {
+    validateSamplingParams(params);
+    const v = logits.length;
+    if (v === 0) throw invalid('empty logits row');
+    this.ensure(v);
+    const work = this.work;
+    work.set(logits);
+    applyPenalties(work.subarray(0, v), params, state);
+
+    const temperature = params.temperature ?? 1;
+    let token: number;
+    if (temperature === 0 || params.topK === 1) token = argmax(work, v);
+    else token = this.draw(work, v, temperature, params, state.rng);
+
+    state.record(token);
+    const { logprob, top } = logprobs(logits, token, params.topLogprobs ?? 0);
+    const stop = params.stopTokenIds?.includes(token) ?? false;
+    return { token, logprob, topLogprobs: top, stop };
+  }
+
+  private draw(
+    work: Float32Array,
+    v: number,
+    temperature: number,
+    p: SamplingParams,
+    rng: Rng,
+  ): number {
+    const k = p.topK !== undefined && p.topK > 0 && p.topK < v ? p.topK : 0;
+    const topP = p.topP ?? 1;
+    const minP = p.minP ?? 0;
+    let m = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < v; i++) if (work[i]! > m) m = work[i]!;
+    if (m === Number.NEGATIVE_INFINITY) return argmax(work, v);
+    const invT = 1 / temperature;
+    const idx = this.idx;
+    const prob = this.prob;
+    // Unnormalized probabilities relative to the best token (which gets exactly 1); each token's
+    // bucket (its probability gap to the best, in eighths of an octave) is parked in idx.
+    let total = 0;
+    for (let i = 0; i < v; i++) {
+      const gap = (m - work[i]!) * invT;
+      const e = Math.exp(-gap);
+      prob[i] = e;
+      total += e;
+      idx[i] = gap < BUCKET_LIMIT ? Math.floor(gap * BUCKET_SCALE) : BUCKETS - 1;
+    }
+    if (k === 0 && topP >= 1) {
+      // Only min-p (or nothing): a threshold on the relative probability, no ordering needed.
+      let mass = 0;
+      for (let i = 0; i < v; i++) if (prob[i]! >= minP) mass += prob[i]!;
+      let u = rng.nextFloat() * mass;
+      let last = 0;
+      for (let i = 0; i < v; i++) {
+        const w = prob[i]!;
+        if (w < minP) continue;
+        last = i;
+        u -= w;
+        if (u < 0) return i;
+      }
+      return last;
+    }
+    // Only the few candidate tokens that top-k / top-p can keep are sorted, not the vocabulary:
+    // walk the buckets from the most likely until they hold k tokens or the top-p mass.
+    const bs = this.bucketSum;
+    const bc = this.bucketCount;
+    bs.fill(0);
+    bc.fill(0);
+    for (let i = 0; i < v; i++) {
+      const b = idx[i]!;
+      bs[b] = bs[b]! + prob[i]!;
+      bc[b] = bc[b]! + 1;
+    }
+    let last = 0;
+    let count = 0;
+    let cum = 0;
+    for (let b = 0; b < BUCKETS; b++) {
+      count += bc[b]!;
+      cum += bs[b]!;
+      last = b;
+      if (k > 0 ? count >= k : cum >= topP * total) break;
+    }
+    let n = 0;
+    // Writes land at n <= i, after idx[i] was read, so the buckets are consumed safely in place.
+    for (let i = 0; i < v; i++) if (idx[i]! <= last) idx[n++] = i;
+    const cand = idx.subarray(0, n);
+    cand.sort((a, b) => work[b]! - work[a]! || a - b);
+    let keep = k > 0 ? Math.min(k, n) : n;
+    if (topP < 1) {
+      let kmass = 0;
+      for (let j = 0; j < keep; j++) kmass += prob[cand[j]!]!;
+      const target = topP * (k > 0 ? kmass : total);
+      let c = 0;
+      for (let j = 0; j < keep; j++) {
+        c += prob[cand[j]!]!;
+        if (c >= target) {
+          keep = j + 1;
+          break;
+        }
+      }
+    }
+    if (minP > 0) {
+      while (keep > 1 && prob[cand[keep - 1]!]! < minP) keep--;
+    }
+    let mass = 0;
+    for (let j = 0; j < keep; j++) mass += prob[cand[j]!]!;
+    let u = rng.nextFloat() * mass;
+    for (let j = 0; j < keep; j++) {
+      u -= prob[cand[j]!]!;
+      if (u < 0) return cand[j]!;
+    }
+    return cand[keep - 1]!;
+  }
+}
+
+/**
+ * Applies the repetition, presence and frequency penalties of `params` to a logits row in
+ * place, from the history in `state` (repetition: prompt and output tokens; presence and
+ * frequency: output tokens). Tokens outside the row are ignored.
+ */
+export function applyPenalties(work: Float32Array, p: SamplingParams, s: SamplingState): void {
+  const v = work.length;
+  const rep = p.repetitionPenalty ?? 1;
+  if (rep !== 1) {
+    const penalize = (t: number) => {
+      if (t < 0 || t >= v) return;
+      const x = work[t]!;
+      work[t] = x > 0 ? x / rep : x * rep;
+    };
+    for (const t of s.promptTokens) penalize(t);
+    for (const t of s.outputCounts.keys()) if (!s.promptTokens.has(t)) penalize(t);
+  }
+  const pres = p.presencePenalty ?? 0;
+  const freq = p.frequencyPenalty ?? 0;
+  if (pres !== 0 || freq !== 0) {
+    for (const [t, c] of s.outputCounts) {
+      if (t >= 0 && t < v) work[t] = work[t]! - freq * c - pres;
+    }
+  }
+}
+
+function argmax(x: Float32Array, v: number): number {
+  let best = 0;
+  let bv = x[0]!;
+  for (let i = 1; i < v; i++) {
+    if (x[i]! > bv) {
+      bv = x[i]!;
+      best = i;
+    }
+  }
+  return best;
+}
+
+/**
+ * Log-softmax of a logits row at one token, and its `n` most likely tokens.
+ *
+ * @param logits - raw logits row.
+ * @param token - the token whose log-probability is returned.
+ * @param n - how many most likely tokens to list (most likely first, ties by lower id).
+ */
+export function logprobs(
+  logits: Float32Array,
+  token: number,
+  n: number,
+): { logprob: number; top: TokenLogprob[] } {
+  const v = logits.length;
+  let m = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < v; i++) if (logits[i]! > m) m = logits[i]!;
+  let s = 0;
+  for (let i = 0; i < v; i++) s += Math.exp(logits[i]! - m);
+  const logZ = m + Math.log(s);
+  const top: TokenLogprob[] = [];
+  if (n > 0) {
+    const want = Math.min(n, v);
+    const ids: number[] = [];
+    for (let i = 0; i < v; i++) {
+      const x = logits[i]!;
+      if (ids.length === want && x <= logits[ids[want - 1]!]!) continue;
+      let j = ids.length < want ? ids.length : want - 1;
+      ids[j] = i;
+      while (j > 0 && logits[ids[j - 1]!]! < x) {
+        ids[j] = ids[j - 1]!;
+        ids[j - 1] = i;
+        j--;
+      }
+    }
+    for (const id of ids) top.push({ token: id, logprob: logits[id]! - logZ });
+  }
+  return { logprob: logits[token]! - logZ, top };
+}
+
+let shared: Sampler | undefined;
+
+/**
+ * Samples one token with a shared {@link Sampler} (see there). Convenience for single callers.
+ *
+ * @throws {@link ModelError} `INVALID_ARGUMENT` for bad params.
+ */
+export function sample(
+  logits: Float32Array,
+  params: SamplingParams,
+  state: SamplingState,
+): SampleResult {
+  shared ??= new Sampler();
+  return shared.sample(logits, params, state);
+}
