@@ -1,1 +1,31 @@
-export {};
+export { DiskStore, type DiskStoreOptions } from './disk-store';
+export { OffloadError, type OffloadErrorCode } from './errors';
+export {
+  type DecodedFrame,
+  decodeFrame,
+  encodeFrame,
+  encodeFrameHeader,
+  FRAME_MAGIC,
+  FRAME_VERSION,
+  type FrameFault,
+  type FrameHeader,
+} from './frame';
+export { HostMemoryStore, type HostMemoryStoreOptions } from './host-memory-store';
+export { isBlockHash, KV_FORMAT_VERSION, type KvNamespaceSpec, kvNamespace } from './keys';
+export { RedisStore, type RedisStoreOptions, type RedisStoreStats } from './redis-store';
+export {
+  type FetchOptions,
+  type FetchResult,
+  TieredStore,
+  type TieredStoreOptions,
+  type TieredStoreStats,
+  type WriteMode,
+} from './tiered-store';
+export type { TransferOutcome } from './transfer-queue';
+export type {
+  EvictionListener,
+  EvictionSource,
+  KvBlockEntry,
+  KvBlockStore,
+  OffloadStats,
+} from './types';

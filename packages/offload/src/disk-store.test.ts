@@ -1,0 +1,223 @@
+import { mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import fc from 'fast-check';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DiskStore } from './disk-store';
+import { OffloadError } from './errors';
+import { encodeFrame, encodeFrameHeader } from './frame';
+import { block, key, NS, OTHER_NS, sameBytes } from './testing/fixtures';
+
+let dir: string;
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'kvasir-disk-'));
+});
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+async function allFiles(root: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const e of await readdir(root, { withFileTypes: true, recursive: true })) {
+    if (e.isFile()) out.push(e.name);
+  }
+  return out;
+}
+
+describe('DiskStore', () => {
+  it('round-trips blocks and leaves no temporary files', async () => {
+    const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    const entries = [0, 1, 2].map((i) => ({ key: key(i), value: block(i, 3000 + i) }));
+    expect(await s.putMany(entries)).toBe(3);
+    const got = await s.getMany([key(0), key(9), key(2), key(1)]);
+    expect(sameBytes(got[0], entries[0]?.value)).toBe(true);
+    expect(got[1]).toBeUndefined();
+    expect(sameBytes(got[2], entries[2]?.value)).toBe(true);
+    expect(sameBytes(got[3], entries[1]?.value)).toBe(true);
+    expect(await s.countPrefix([0, 1, 2, 3].map(key))).toBe(3);
+    expect(await s.has(key(3))).toBe(false);
+    expect((await allFiles(dir)).filter((f) => f.endsWith('.tmp'))).toEqual([]);
+    expect(s.stats()).toMatchObject({ hits: 3, misses: 1, puts: 3, entries: 3 });
+    expect(await s.delete([key(1), key(7)])).toBe(1);
+    expect(await s.countPrefix([0, 1, 2].map(key))).toBe(1);
+  });
+
+  it('keeps the cache across a restart, oldest first in the rebuilt policy', async () => {
+    const a = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    for (let i = 0; i < 4; i++) await a.putMany([{ key: key(i), value: block(i, 1000) }]);
+    const size = a.stats().bytes ?? 0;
+    await a.close();
+    const b = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    expect(b.stats()).toMatchObject({ entries: 4, bytes: size });
+    const got = await b.getMany([0, 1, 2, 3].map(key));
+    got.forEach((v, i) => {
+      expect(sameBytes(v, block(i, 1000))).toBe(true);
+    });
+    // Another namespace in the same directory sees none of it.
+    const other = await DiskStore.open({ namespace: OTHER_NS, dir, maxBytes: 1 << 20 });
+    expect(other.stats().entries).toBe(0);
+    expect(await other.getMany([key(0)])).toEqual([undefined]);
+    // Reopening with a smaller budget evicts down to it.
+    const small = await DiskStore.open({ namespace: NS, dir, maxBytes: Math.ceil(size / 2) });
+    expect(small.stats().bytes ?? 0).toBeLessThanOrEqual(Math.ceil(size / 2));
+    expect(small.stats().entries).toBeGreaterThan(0);
+  });
+
+  it('removes stale temporary files on open but not fresh ones', async () => {
+    const a = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    await a.putMany([{ key: key(1), value: block(1, 100) }]);
+    const sub = dirname(a.filePath(key(1)));
+    await writeFile(join(sub, `${key(2)}.kvb.123.abc.tmp`), 'partial');
+    await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    expect(await exists(join(sub, `${key(2)}.kvb.123.abc.tmp`))).toBe(true);
+    const b = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20, staleTempMs: -1 });
+    expect(await exists(join(sub, `${key(2)}.kvb.123.abc.tmp`))).toBe(false);
+    expect(b.stats().entries).toBe(1);
+  });
+
+  it.each([
+    ['a flipped payload byte', 'corrupt'],
+    ['a flipped header byte', 'corrupt'],
+    ['a truncated file', 'corrupt'],
+    ['an empty file', 'corrupt'],
+    ['another namespace\u2019s frame', 'foreign'],
+    ['another key\u2019s frame', 'foreign'],
+  ] as const)('treats %s as a miss, deletes it and counts it', async (what, counter) => {
+    const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    const value = block(7, 2000);
+    await s.putMany([{ key: key(7), value }]);
+    const path = s.filePath(key(7));
+    const bytes = await readFile(path);
+    if (what === 'a flipped payload byte') {
+      bytes[bytes.length - 100] = (bytes[bytes.length - 100] ?? 0) ^ 1;
+      await writeFile(path, bytes);
+    } else if (what === 'a flipped header byte') {
+      bytes[5] = (bytes[5] ?? 0) ^ 0x20;
+      await writeFile(path, bytes);
+    } else if (what === 'a truncated file') {
+      await truncate(path, bytes.length - 1);
+    } else if (what === 'an empty file') {
+      await truncate(path, 0);
+    } else if (what === 'another namespace\u2019s frame') {
+      await writeFile(path, encodeFrame(OTHER_NS, key(7), value));
+    } else {
+      await writeFile(path, encodeFrame(NS, key(8), value));
+    }
+    expect(await s.getMany([key(7)])).toEqual([undefined]);
+    expect(await exists(path)).toBe(false);
+    expect(s.stats()[counter]).toBe(1);
+    expect(s.stats().entries).toBe(0);
+    // A fresh write works again.
+    await s.putMany([{ key: key(7), value }]);
+    expect(sameBytes((await s.getMany([key(7)]))[0], value)).toBe(true);
+  });
+
+  it('makes a failed write invisible and counts it', async () => {
+    const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    // A regular file where the block's subdirectory should be: every write there fails.
+    await writeFile(dirname(s.filePath(key(1))), 'in the way');
+    expect(await s.putMany([{ key: key(1), value: block(1, 100) }])).toBe(0);
+    expect(s.stats()).toMatchObject({ errors: 1, puts: 0, entries: 0, bytes: 0 });
+    expect(await s.getMany([key(1)])).toEqual([undefined]);
+  });
+
+  it('refuses misuse', async () => {
+    const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1000 });
+    await expect(s.putMany([{ key: key(1), value: block(1, 1001) }])).rejects.toMatchObject({
+      code: 'VALUE_TOO_LARGE',
+    });
+    await expect(s.getMany(['../../../etc/passwd'])).rejects.toBeInstanceOf(OffloadError);
+    await s.close();
+    await expect(s.has(key(1))).rejects.toMatchObject({ code: 'CLOSED' });
+  });
+
+  it('follows the policy (LRU) and never exceeds the budget (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.boolean(), fc.integer({ min: 0, max: 7 })), {
+          minLength: 1,
+          maxLength: 25,
+        }),
+        async (ops) => {
+          const sub = await mkdtemp(join(dir, 'p-'));
+          // Headers differ by a byte or two (msgpack packs the CRC in as few bytes as it can).
+          const frameSize = Math.max(
+            ...[0, 1, 2, 3, 4, 5, 6, 7].map(
+              (k) => encodeFrameHeader(NS, key(k), block(k, 600)).byteLength + 600,
+            ),
+          );
+          const s = await DiskStore.open({ namespace: NS, dir: sub, maxBytes: 3 * frameSize });
+          const model: number[] = []; // least recently used first
+          for (const [isPut, k] of ops) {
+            if (isPut) {
+              await s.putMany([{ key: key(k), value: block(k, 600) }]);
+              const at = model.indexOf(k);
+              if (at >= 0) model.splice(at, 1);
+              model.push(k);
+              if (model.length > 3) model.shift();
+            } else {
+              const [v] = await s.getMany([key(k)]);
+              const at = model.indexOf(k);
+              if ((v !== undefined) !== at >= 0) return false;
+              if (at >= 0) model.push(...model.splice(at, 1));
+            }
+            if ((s.stats().bytes ?? 0) > 3 * frameSize) return false;
+            if (JSON.stringify(s.keys().sort()) !== JSON.stringify(model.map(key).sort()))
+              return false;
+          }
+          const onDisk = (await allFiles(sub)).filter((f) => f.endsWith('.kvb')).sort();
+          return (
+            JSON.stringify(onDisk) === JSON.stringify(model.map((k) => `${key(k)}.kvb`).sort())
+          );
+        },
+      ),
+      { numRuns: 25 },
+    );
+  });
+
+  it('shares a directory with another process: appearing and vanishing files', async () => {
+    const a = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    const b = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    await a.putMany([{ key: key(1), value: block(1, 500) }]);
+    expect(b.stats().entries).toBe(0);
+    expect(await b.countPrefix([key(1)])).toBe(1);
+    expect(sameBytes((await b.getMany([key(1)]))[0], block(1, 500))).toBe(true);
+    expect(b.stats().entries).toBe(1); // adopted into b's index and budget
+    await a.delete([key(1)]);
+    expect(await b.has(key(1))).toBe(false);
+    expect(await b.getMany([key(1)])).toEqual([undefined]);
+    expect(b.stats().entries).toBe(0);
+  });
+
+  it('never returns a torn value while two stores write the same key concurrently', async () => {
+    const a = await DiskStore.open({ namespace: NS, dir, maxBytes: 64 << 20 });
+    const b = await DiskStore.open({ namespace: NS, dir, maxBytes: 64 << 20 });
+    const k = key('shared');
+    const v1 = block(1, 256 * 1024);
+    const v2 = block(2, 256 * 1024);
+    await a.putMany([{ key: k, value: v1 }]);
+    let reads = 0;
+    for (let round = 0; round < 30; round++) {
+      const [, , r1, r2] = await Promise.all([
+        a.putMany([{ key: k, value: round % 2 ? v1 : v2 }]),
+        b.putMany([{ key: k, value: round % 2 ? v2 : v1 }]),
+        a.getMany([k]),
+        b.getMany([k]),
+      ]);
+      for (const [v] of [r1, r2]) {
+        expect(v !== undefined).toBe(true); // a complete file is always in place
+        expect(sameBytes(v, v1) || sameBytes(v, v2)).toBe(true);
+        reads++;
+      }
+    }
+    expect(reads).toBe(60);
+    expect(a.stats().corrupt + b.stats().corrupt).toBe(0);
+  });
+});

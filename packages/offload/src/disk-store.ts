@@ -1,0 +1,452 @@
+import { randomBytes } from 'node:crypto';
+import type { FileHandle } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
+import { decodeFrame, encodeFrameHeader } from './frame';
+import { checkNamespace } from './keys';
+import { Counters } from './stats';
+import type {
+  EvictionListener,
+  EvictionSource,
+  KvBlockEntry,
+  KvBlockStore,
+  OffloadStats,
+} from './types';
+import { checkBudget, checkEntries, checkKeys, checkOpen, checkPolicy, mapLimit } from './validate';
+
+/** Options of {@link DiskStore}. */
+export interface DiskStoreOptions {
+  /** Namespace fingerprint from `kvNamespace()`; blocks live under `<dir>/<namespace>/`. */
+  readonly namespace: string;
+  /** Cache directory; created if missing. Several processes may share it. */
+  readonly dir: string;
+  /** Byte budget for this namespace's files (headers included), as known to this process. */
+  readonly maxBytes: number;
+  /** Which block goes first when the budget is full; `LruPolicy` by default. */
+  readonly policy?: EvictionPolicy<BlockHash>;
+  /** fsync each file before it is renamed into place (default false: a crash may lose recent blocks, never serve a torn one). */
+  readonly fsync?: boolean;
+  /** Largest accepted value (default: `maxBytes`). */
+  readonly maxValueBytes?: number;
+  /** File operations in flight at once per call (default 8). */
+  readonly concurrency?: number;
+  /** Temporary files older than this are left-overs of a crashed writer and removed on open (default 10 minutes). */
+  readonly staleTempMs?: number;
+}
+
+const BLOCK_FILE = /^([0-9a-f]{32})\.kvb$/;
+const TEMP_FILE = /\.tmp$/;
+
+function errno(e: unknown): string | undefined {
+  return typeof e === 'object' && e !== null ? (e as NodeJS.ErrnoException).code : undefined;
+}
+
+async function writeFully(fh: FileHandle, header: Uint8Array, payload: Uint8Array): Promise<void> {
+  const total = header.byteLength + payload.byteLength;
+  let { bytesWritten } = await fh.writev([header, payload], 0);
+  // writev may stop short (signals, quotas); finish with positional writes.
+  while (bytesWritten < total) {
+    const inHeader = bytesWritten < header.byteLength;
+    const src = inHeader ? header : payload;
+    const from = inHeader ? bytesWritten : bytesWritten - header.byteLength;
+    const r = await fh.write(src, from, src.byteLength - from, bytesWritten);
+    if (r.bytesWritten === 0) throw new Error('short write');
+    bytesWritten += r.bytesWritten;
+  }
+}
+
+/**
+ * KV blocks as files: `<dir>/<namespace>/<first two hex>/<hash>.kvb`, each a framed value
+ * (header with namespace, key, length and CRC-32, then the payload). A block is written to a
+ * unique temporary name and renamed into place, so readers see the old file, the new file or
+ * nothing, never part of one. The index is rebuilt from the directory on open, so a restart
+ * keeps the cache. Several processes may share the directory: files that vanish are misses,
+ * files that appear are found (every read goes to the file system, not only to the index), and
+ * a corrupt file is deleted only if it is still the one that was read.
+ */
+export class DiskStore implements KvBlockStore, EvictionSource {
+  readonly tier = 'disk';
+  readonly namespace: string;
+  readonly dir: string;
+  readonly maxBytes: number;
+  private readonly nsDir: string;
+  private readonly policy: EvictionPolicy<BlockHash>;
+  private readonly fsync: boolean;
+  private readonly maxValueBytes: number;
+  private readonly concurrency: number;
+  private readonly index = new Map<BlockHash, number>();
+  private readonly listeners = new Set<EvictionListener>();
+  private readonly counters = new Counters();
+  private readonly madeDirs = new Set<string>();
+  private usedBytes = 0;
+  private reservedBytes = 0;
+  private closed = false;
+
+  private constructor(options: DiskStoreOptions) {
+    checkNamespace(options.namespace);
+    this.namespace = options.namespace;
+    this.dir = options.dir;
+    this.nsDir = join(options.dir, options.namespace);
+    this.maxBytes = checkBudget('maxBytes', options.maxBytes);
+    this.policy = checkPolicy(options.policy ?? new LruPolicy<BlockHash>());
+    this.fsync = options.fsync ?? false;
+    this.maxValueBytes = checkBudget('maxValueBytes', options.maxValueBytes ?? options.maxBytes);
+    const c = options.concurrency ?? 8;
+    this.concurrency = Number.isInteger(c) && c >= 1 ? c : 8;
+  }
+
+  /**
+   * Opens (creating if needed) the store and rebuilds its index from the directory, oldest file
+   * first into the policy; evicts down to the budget if the directory holds more.
+   * @throws {OffloadError} INVALID_KEY, INVALID_OPTIONS for bad options.
+   * @throws the file-system error when the directory cannot be created or listed.
+   */
+  static async open(options: DiskStoreOptions): Promise<DiskStore> {
+    const store = new DiskStore(options);
+    await store.rebuild(options.staleTempMs ?? 10 * 60_000);
+    return store;
+  }
+
+  private async rebuild(staleTempMs: number): Promise<void> {
+    await mkdir(this.nsDir, { recursive: true });
+    const found: { key: BlockHash; size: number; mtime: number }[] = [];
+    const now = Date.now();
+    for (const sub of await readdir(this.nsDir, { withFileTypes: true })) {
+      if (!sub.isDirectory() || !/^[0-9a-f]{2}$/.test(sub.name)) continue;
+      const subDir = join(this.nsDir, sub.name);
+      this.madeDirs.add(subDir);
+      let names: string[];
+      try {
+        names = await readdir(subDir);
+      } catch {
+        continue; // removed by another process meanwhile
+      }
+      for (const name of names) {
+        const path = join(subDir, name);
+        const m = BLOCK_FILE.exec(name);
+        if (m === null && !TEMP_FILE.test(name)) continue;
+        let st: Awaited<ReturnType<typeof stat>>;
+        try {
+          st = await stat(path);
+        } catch {
+          continue;
+        }
+        if (m === null) {
+          if (now - st.mtimeMs > staleTempMs) await unlink(path).catch(() => undefined);
+          continue;
+        }
+        const key = m[1] as BlockHash;
+        if (key.slice(0, 2) === sub.name) found.push({ key, size: st.size, mtime: st.mtimeMs });
+      }
+    }
+    found.sort((a, b) => a.mtime - b.mtime);
+    for (const f of found) {
+      this.index.set(f.key, f.size);
+      this.usedBytes += f.size;
+      this.policy.insert(f.key);
+    }
+    const victims = this.reserve(0);
+    await this.discard(victims ?? []);
+  }
+
+  private pathOf(key: BlockHash): string {
+    return join(this.nsDir, key.slice(0, 2), `${key}.kvb`);
+  }
+
+  /** {@inheritDoc EvictionSource.onEvict} */
+  onEvict(listener: EvictionListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * Takes `bytes` out of the budget, choosing victims (removed from the index at once so
+   * concurrent calls never count the same room twice). Returns the victims' keys to delete, or
+   * undefined when even an empty index cannot make room (writes in flight hold it).
+   */
+  private reserve(bytes: number): BlockHash[] | undefined {
+    if (this.reservedBytes + bytes > this.maxBytes) return undefined;
+    const victims: BlockHash[] = [];
+    let guard = this.index.size + 1;
+    while (this.usedBytes + this.reservedBytes + bytes > this.maxBytes) {
+      let victim = this.policy.chooseVictim();
+      if (victim === undefined || !this.index.has(victim) || guard-- <= 0) {
+        if (victim !== undefined) this.policy.remove(victim);
+        // A policy that lost track of indexed keys: fall back to index order.
+        const first = this.index.keys().next();
+        if (first.done) break;
+        victim = first.value;
+      }
+      const size = this.index.get(victim) ?? 0;
+      this.index.delete(victim);
+      this.policy.remove(victim);
+      this.usedBytes -= size;
+      victims.push(victim);
+    }
+    this.reservedBytes += bytes;
+    return victims;
+  }
+
+  private async discard(victims: readonly BlockHash[]): Promise<void> {
+    for (const key of victims) {
+      const path = this.pathOf(key);
+      if (this.listeners.size > 0) {
+        const value = await this.readVerified(key, path, false);
+        if (value !== undefined) for (const l of this.listeners) l(key, value);
+      }
+      try {
+        await unlink(path);
+        this.counters.evictions++;
+      } catch (e) {
+        if (errno(e) !== 'ENOENT') this.counters.errors++;
+      }
+    }
+  }
+
+  private commit(key: BlockHash, size: number): void {
+    const old = this.index.get(key);
+    if (old !== undefined) {
+      this.usedBytes -= old;
+      this.policy.remove(key);
+    }
+    this.index.set(key, size);
+    this.usedBytes += size;
+    this.policy.insert(key);
+  }
+
+  private async ensureDir(key: BlockHash): Promise<void> {
+    const sub = join(this.nsDir, key.slice(0, 2));
+    if (this.madeDirs.has(sub)) return;
+    await mkdir(sub, { recursive: true });
+    this.madeDirs.add(sub);
+  }
+
+  private async writeOne(key: BlockHash, value: Uint8Array): Promise<boolean> {
+    const header = encodeFrameHeader(this.namespace, key, value);
+    const size = header.byteLength + value.byteLength;
+    // The old file of this key is replaced, not kept beside the new one: free its share first
+    // (should the write fail, the old file is adopted again when next read).
+    this.forget(key);
+    const victims = this.reserve(size);
+    if (victims === undefined) return false;
+    const path = this.pathOf(key);
+    const tmp = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+    let ok = false;
+    try {
+      await this.discard(victims);
+      await this.ensureDir(key);
+      let fh: FileHandle;
+      try {
+        fh = await open(tmp, 'wx');
+      } catch (e) {
+        if (errno(e) !== 'ENOENT') throw e;
+        // Our cached directory was removed by someone else: recreate it once.
+        this.madeDirs.delete(join(this.nsDir, key.slice(0, 2)));
+        await this.ensureDir(key);
+        fh = await open(tmp, 'wx');
+      }
+      try {
+        await writeFully(fh, header, value);
+        if (this.fsync) await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, path);
+      ok = true;
+    } catch {
+      this.counters.errors++;
+      await unlink(tmp).catch(() => undefined);
+    } finally {
+      this.reservedBytes -= size;
+    }
+    if (!ok) return false;
+    this.commit(key, size);
+    this.counters.puts++;
+    this.counters.bytesWritten += size;
+    return true;
+  }
+
+  /**
+   * Writes each block to a temporary file and renames it into place, evicting to stay within
+   * the budget. A failed write leaves nothing visible and is counted in `errors`.
+   * @throws {OffloadError} INVALID_KEY, INVALID_VALUE, VALUE_TOO_LARGE, CLOSED.
+   */
+  async putMany(entries: readonly KvBlockEntry[]): Promise<number> {
+    checkOpen(this.closed, this.tier);
+    checkEntries(entries, this.maxValueBytes);
+    const done = await mapLimit(entries, this.concurrency, (e) => this.writeOne(e.key, e.value));
+    let n = 0;
+    for (const d of done) if (d) n++;
+    return n;
+  }
+
+  /**
+   * Reads and verifies `path`; a corrupt or foreign file is deleted (if still the same file)
+   * and counted. `track` updates the index, policy and hit/miss counters.
+   */
+  private async readVerified(
+    key: BlockHash,
+    path: string,
+    track: boolean,
+  ): Promise<Uint8Array | undefined> {
+    let fh: FileHandle;
+    try {
+      fh = await open(path, 'r');
+    } catch (e) {
+      if (errno(e) !== 'ENOENT') this.counters.errors++;
+      if (track) this.forget(key);
+      return undefined;
+    }
+    let buf: Buffer;
+    let ino: number;
+    try {
+      const st = await fh.stat();
+      ino = st.ino;
+      buf = Buffer.allocUnsafe(st.size);
+      let off = 0;
+      while (off < st.size) {
+        const { bytesRead } = await fh.read(buf, off, st.size - off, off);
+        if (bytesRead === 0) break;
+        off += bytesRead;
+      }
+      if (off < st.size) buf = buf.subarray(0, off);
+    } catch {
+      this.counters.errors++;
+      return undefined;
+    } finally {
+      await fh.close().catch(() => undefined);
+    }
+    const decoded = decodeFrame(buf, this.namespace, key);
+    if (!decoded.ok) {
+      if (decoded.fault === 'foreign') this.counters.foreign++;
+      else this.counters.corrupt++;
+      await this.unlinkIfSame(path, ino);
+      if (track) this.forget(key);
+      return undefined;
+    }
+    if (track) {
+      if (this.index.has(key)) this.policy.touch(key);
+      else this.adopt(key, buf.byteLength);
+      this.counters.bytesRead += buf.byteLength;
+    }
+    return decoded.payload;
+  }
+
+  // A file another process wrote: index it so the budget and policy know about it.
+  private adopt(key: BlockHash, size: number): void {
+    const victims = this.reserve(size);
+    if (victims === undefined) return;
+    this.reservedBytes -= size;
+    this.commit(key, size);
+    void this.discard(victims);
+  }
+
+  private forget(key: BlockHash): void {
+    const size = this.index.get(key);
+    if (size === undefined) return;
+    this.index.delete(key);
+    this.policy.remove(key);
+    this.usedBytes -= size;
+  }
+
+  private async unlinkIfSame(path: string, ino: number): Promise<void> {
+    try {
+      const st = await stat(path);
+      // Another process may have renamed a good file over the bad one since we read it.
+      if (st.ino === ino) await unlink(path);
+    } catch {
+      // already gone
+    }
+  }
+
+  /**
+   * Reads and verifies blocks. Each returned array is a fresh buffer the caller owns.
+   * @throws {OffloadError} INVALID_KEY, CLOSED.
+   */
+  async getMany(keys: readonly BlockHash[]): Promise<(Uint8Array | undefined)[]> {
+    checkOpen(this.closed, this.tier);
+    checkKeys(keys);
+    const out = await mapLimit(keys, this.concurrency, (k) =>
+      this.readVerified(k, this.pathOf(k), true),
+    );
+    for (const v of out) {
+      if (v === undefined) this.counters.misses++;
+      else this.counters.hits++;
+    }
+    return out;
+  }
+
+  private async exists(key: BlockHash): Promise<boolean> {
+    try {
+      await stat(this.pathOf(key));
+      return true;
+    } catch (e) {
+      if (errno(e) !== 'ENOENT') this.counters.errors++;
+      this.forget(key);
+      return false;
+    }
+  }
+
+  /** Whether the block's file exists (its content is verified only when read). @throws {OffloadError} INVALID_KEY, CLOSED. */
+  async has(key: BlockHash): Promise<boolean> {
+    checkOpen(this.closed, this.tier);
+    checkKeys([key]);
+    return this.exists(key);
+  }
+
+  /** @throws {OffloadError} INVALID_KEY, CLOSED. */
+  async countPrefix(keys: readonly BlockHash[]): Promise<number> {
+    checkOpen(this.closed, this.tier);
+    checkKeys(keys);
+    let n = 0;
+    // Files are checked a chunk at a time so a long prefix costs few waits, a short one little work.
+    const chunk = 32;
+    while (n < keys.length) {
+      const part = keys.slice(n, n + chunk);
+      const present = await Promise.all(part.map((k) => this.exists(k)));
+      for (const p of present) {
+        if (!p) return n;
+        n++;
+      }
+    }
+    return n;
+  }
+
+  /** @throws {OffloadError} INVALID_KEY, CLOSED. */
+  async delete(keys: readonly BlockHash[]): Promise<number> {
+    checkOpen(this.closed, this.tier);
+    checkKeys(keys);
+    let n = 0;
+    for (const key of keys) {
+      this.forget(key);
+      try {
+        await unlink(this.pathOf(key));
+        this.counters.deletes++;
+        n++;
+      } catch (e) {
+        if (errno(e) !== 'ENOENT') this.counters.errors++;
+      }
+    }
+    return n;
+  }
+
+  /** Indexed keys, in index order (for tests and flushing). */
+  keys(): BlockHash[] {
+    return [...this.index.keys()];
+  }
+
+  /** The file path of a block (for tests and tools). */
+  filePath(key: BlockHash): string {
+    return this.pathOf(key);
+  }
+
+  stats(): OffloadStats {
+    return this.counters.snapshot(this.tier, this.index.size, this.usedBytes, this.maxBytes);
+  }
+
+  /** Stops accepting calls; files stay for the next open. Idempotent. */
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}

@@ -1,0 +1,21 @@
+import { KvasirError } from '@kvasir/errors';
+
+/** Stable reasons an offload store refuses a call. Backend failures are never thrown: they are misses. */
+export type OffloadErrorCode =
+  /** A key is not a 32-character lowercase hex block hash, or a namespace is malformed. */
+  | 'INVALID_KEY'
+  /** A value is not a non-empty `Uint8Array`. */
+  | 'INVALID_VALUE'
+  /** A value is larger than the store accepts (its budget or `maxValueBytes`). */
+  | 'VALUE_TOO_LARGE'
+  /** A constructor option or namespace field is out of range. */
+  | 'INVALID_OPTIONS'
+  /** The store was closed. */
+  | 'CLOSED';
+
+/**
+ * Thrown by @kvasir/offload for misuse only: bad keys, values or options, or a closed store.
+ * An unreachable Redis, a full disk or a corrupted entry is not misuse: those calls report
+ * misses and count the failure in `stats()`, so a failing tier never stops the engine.
+ */
+export class OffloadError extends KvasirError<OffloadErrorCode> {}

@@ -1,0 +1,194 @@
+import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
+import { checkNamespace } from './keys';
+import { Counters } from './stats';
+import type {
+  EvictionListener,
+  EvictionSource,
+  KvBlockEntry,
+  KvBlockStore,
+  OffloadStats,
+} from './types';
+import { checkBudget, checkEntries, checkKeys, checkOpen, checkPolicy } from './validate';
+
+/** Options of {@link HostMemoryStore}. */
+export interface HostMemoryStoreOptions {
+  /** Namespace fingerprint from `kvNamespace()`. */
+  readonly namespace: string;
+  /** Byte budget for stored payloads; never exceeded. */
+  readonly maxBytes: number;
+  /** Which block goes first when the budget is full; `LruPolicy` by default. */
+  readonly policy?: EvictionPolicy<BlockHash>;
+  /**
+   * Return a copy from `getMany` (default true). With false, callers get views of the stored
+   * bytes and must not modify them: one copy fewer per hit.
+   */
+  readonly copyOnGet?: boolean;
+}
+
+/**
+ * KV blocks in this process's memory within a byte budget, evicted through the same
+ * `EvictionPolicy` contract as the GPU block pool. Values are copied in (the caller may reuse
+ * its buffer) and, by default, copied out. No framing or checksums: the bytes never leave the
+ * process, so there is nothing to verify.
+ */
+export class HostMemoryStore implements KvBlockStore, EvictionSource {
+  readonly tier = 'host';
+  readonly namespace: string;
+  readonly maxBytes: number;
+  private readonly policy: EvictionPolicy<BlockHash>;
+  private readonly copyOnGet: boolean;
+  private readonly entries = new Map<BlockHash, Uint8Array>();
+  private readonly listeners = new Set<EvictionListener>();
+  private readonly counters = new Counters();
+  private usedBytes = 0;
+  private closed = false;
+
+  /** @throws {OffloadError} INVALID_KEY for a malformed namespace, INVALID_OPTIONS for a bad budget or policy. */
+  constructor(options: HostMemoryStoreOptions) {
+    checkNamespace(options.namespace);
+    this.namespace = options.namespace;
+    this.maxBytes = checkBudget('maxBytes', options.maxBytes);
+    this.policy = checkPolicy(options.policy ?? new LruPolicy<BlockHash>());
+    this.copyOnGet = options.copyOnGet ?? true;
+  }
+
+  /** {@inheritDoc EvictionSource.onEvict} */
+  onEvict(listener: EvictionListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * Stores copies of the values, evicting as the policy says to stay within `maxBytes`.
+   * @throws {OffloadError} INVALID_KEY, INVALID_VALUE, VALUE_TOO_LARGE (larger than the whole budget), CLOSED.
+   */
+  async putMany(entries: readonly KvBlockEntry[]): Promise<number> {
+    return this.putManySync(entries);
+  }
+
+  /** Synchronous {@link putMany}, for callers already on a hot path. */
+  putManySync(entries: readonly KvBlockEntry[]): number {
+    checkOpen(this.closed, this.tier);
+    checkEntries(entries, this.maxBytes);
+    for (const { key, value } of entries) {
+      const old = this.entries.get(key);
+      if (old !== undefined) {
+        this.entries.delete(key);
+        this.policy.remove(key);
+        this.usedBytes -= old.byteLength;
+      }
+      this.makeRoom(value.byteLength);
+      this.entries.set(key, value.slice());
+      this.policy.insert(key);
+      this.usedBytes += value.byteLength;
+      this.counters.puts++;
+      this.counters.bytesWritten += value.byteLength;
+    }
+    return entries.length;
+  }
+
+  private makeRoom(bytes: number): void {
+    let guard = this.entries.size + 1;
+    while (this.usedBytes + bytes > this.maxBytes) {
+      const victim = this.policy.chooseVictim();
+      const value = victim === undefined ? undefined : this.entries.get(victim);
+      if (victim === undefined || value === undefined || guard-- <= 0) {
+        // The policy lost track of stored keys (a buggy user policy): fall back to insertion
+        // order rather than exceed the budget.
+        const first = this.entries.keys().next();
+        if (first.done) break;
+        if (victim !== undefined) this.policy.remove(victim);
+        this.evict(first.value);
+        continue;
+      }
+      this.evict(victim);
+    }
+  }
+
+  private evict(key: BlockHash): void {
+    const value = this.entries.get(key);
+    if (value === undefined) return;
+    this.entries.delete(key);
+    this.policy.remove(key);
+    this.usedBytes -= value.byteLength;
+    this.counters.evictions++;
+    for (const l of this.listeners) l(key, value);
+  }
+
+  /** @throws {OffloadError} INVALID_KEY, CLOSED. */
+  async getMany(keys: readonly BlockHash[]): Promise<(Uint8Array | undefined)[]> {
+    return this.getManySync(keys);
+  }
+
+  /** Synchronous {@link getMany}. */
+  getManySync(keys: readonly BlockHash[]): (Uint8Array | undefined)[] {
+    checkOpen(this.closed, this.tier);
+    checkKeys(keys);
+    const out: (Uint8Array | undefined)[] = new Array(keys.length);
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i] as BlockHash;
+      const value = this.entries.get(key);
+      if (value === undefined) {
+        this.counters.misses++;
+        out[i] = undefined;
+        continue;
+      }
+      this.policy.touch(key);
+      this.counters.hits++;
+      this.counters.bytesRead += value.byteLength;
+      out[i] = this.copyOnGet ? value.slice() : value;
+    }
+    return out;
+  }
+
+  /** @throws {OffloadError} INVALID_KEY, CLOSED. */
+  async has(key: BlockHash): Promise<boolean> {
+    checkOpen(this.closed, this.tier);
+    checkKeys([key]);
+    return this.entries.has(key);
+  }
+
+  /** @throws {OffloadError} INVALID_KEY, CLOSED. */
+  async countPrefix(keys: readonly BlockHash[]): Promise<number> {
+    checkOpen(this.closed, this.tier);
+    checkKeys(keys);
+    let n = 0;
+    while (n < keys.length && this.entries.has(keys[n] as BlockHash)) n++;
+    return n;
+  }
+
+  /** @throws {OffloadError} INVALID_KEY, CLOSED. */
+  async delete(keys: readonly BlockHash[]): Promise<number> {
+    checkOpen(this.closed, this.tier);
+    checkKeys(keys);
+    let n = 0;
+    for (const key of keys) {
+      const value = this.entries.get(key);
+      if (value === undefined) continue;
+      this.entries.delete(key);
+      this.policy.remove(key);
+      this.usedBytes -= value.byteLength;
+      this.counters.deletes++;
+      n++;
+    }
+    return n;
+  }
+
+  /** Stored keys, oldest insertion first (for tests and flushing). */
+  keys(): BlockHash[] {
+    return [...this.entries.keys()];
+  }
+
+  stats(): OffloadStats {
+    return this.counters.snapshot(this.tier, this.entries.size, this.usedBytes, this.maxBytes);
+  }
+
+  /** Drops every entry. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const key of this.entries.keys()) this.policy.remove(key);
+    this.entries.clear();
+    this.usedBytes = 0;
+  }
+}
