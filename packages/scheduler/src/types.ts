@@ -1,0 +1,207 @@
+import type { BlockCopy, BlockId, ExtraKeys } from '@kvasir/kv-allocator';
+
+/** Why a request ended. */
+export type FinishReason = 'stop' | 'length' | 'abort' | 'rejected';
+
+/** How a preempted request gets its KV back: recomputed from its tokens, or copied back from host. */
+export type PreemptionMode = 'recompute' | 'swap';
+
+/** One generation request handed to `Scheduler.add`. */
+export interface SchedulerRequest {
+  /** Unique among live requests. */
+  readonly id: string;
+  /** Prompt token ids (u32 integers), at least one, at most `maxModelLen`. */
+  readonly promptTokenIds: ArrayLike<number>;
+  /** Tokens to generate at most, ≥ 1. */
+  readonly maxTokens: number;
+  /** Parallel samples sharing the prompt's KV (OpenAI `n`). Default 1. */
+  readonly n?: number;
+  /**
+   * Beam width for beam search (≥ 2). The group keeps this many beams; `update` then needs
+   * candidate tokens with log-probabilities for every beam. Exclusive with `n > 1`.
+   */
+  readonly beamWidth?: number;
+  /** Any of these ends a sequence with `'stop'` (the stop token is kept in the output). */
+  readonly stopTokenIds?: readonly number[];
+  /** End-of-sequence token; overrides the scheduler's `eosTokenId`. */
+  readonly eosTokenId?: number;
+  /** Keep generating past EOS (benchmarks). Default false. */
+  readonly ignoreEos?: boolean;
+  /** Lower runs first (vLLM's convention). A finite number; default 0. */
+  readonly priority?: number;
+  /** Arrival time on the scheduler's clock; default `clock()` at `add`. */
+  readonly arrivalTime?: number;
+  /** Mixed into prefix-cache hashes (model, adapter, cache salt). */
+  readonly extraKeys?: ExtraKeys;
+}
+
+/** A block transfer between GPU memory and a host slot, for swap preemption. */
+export interface SwapTransfer {
+  readonly gpuBlock: BlockId;
+  /** Index of a host-tier slot, 0 ≤ hostSlot < `hostSwapBlocks`. */
+  readonly hostSlot: number;
+}
+
+/** One sequence's part of a batch plan. */
+export interface PlanRow {
+  /** Allocator sequence id (unique per sequence, not per request). */
+  readonly seqId: number;
+  readonly requestId: string;
+  /** Index of the sequence in its request's outputs (parallel samples, beams). */
+  readonly index: number;
+  /** Offset of this row's first token in the flattened arrays. */
+  readonly queryStart: number;
+  /** Tokens computed for this row in this step. */
+  readonly queryLen: number;
+  /** Tokens in the KV cache after this step (earlier tokens + this row's). */
+  readonly contextLen: number;
+  /** Prefill (more than one token, or the first token of a prompt) vs decode. */
+  readonly isPrefill: boolean;
+  /** The row's physical blocks, logical order (a view into `blockTables`). */
+  readonly blockTable: Uint32Array;
+}
+
+/**
+ * What the model runs in one step. Run `swapOut`, then `swapIn`, then `copies`, then the
+ * forward pass over the flattened tokens; sample one token per entry of `logitsIndices`.
+ */
+export interface BatchPlan {
+  /** Step counter, from 1. */
+  readonly step: number;
+  readonly numTokens: number;
+  readonly numPrefillTokens: number;
+  readonly numDecodeTokens: number;
+  /** Flattened token ids of every row, row after row. */
+  readonly tokenIds: Int32Array;
+  /** Position of each flattened token in its sequence. */
+  readonly positions: Int32Array;
+  /** KV-cache slot (block × blockSize + offset) each token's K/V is written to. */
+  readonly slotMapping: Int32Array;
+  readonly rows: readonly PlanRow[];
+  /** numRows + 1 offsets: row r's tokens are [queryStartLoc[r], queryStartLoc[r+1]). */
+  readonly queryStartLoc: Int32Array;
+  /** Per row: tokens in the KV cache after this step. */
+  readonly contextLens: Int32Array;
+  /** numRows × maxBlocksPerSeq block ids, padded with 0. */
+  readonly blockTables: Uint32Array;
+  readonly maxBlocksPerSeq: number;
+  /**
+   * Flattened-token index whose logits each sample reads. Several samples may read the same
+   * row (the n samples of a prompt's last token).
+   */
+  readonly logitsIndices: Int32Array;
+  /** The sequence each sample belongs to, aligned with `logitsIndices`. Pass to `update`. */
+  readonly sampleSeqIds: Int32Array;
+  /** The row each sample's logits come from (its request id, for per-request sampling). */
+  readonly sampleRows: Int32Array;
+  /** Each sample's sequence index within its request (per-sample seeds). */
+  readonly sampleIndices: Int32Array;
+  /** Copy-on-write block copies, run after swaps and before the forward pass. */
+  readonly copies: readonly BlockCopy[];
+  /** GPU → host copies of preempted sequences' blocks, run first. */
+  readonly swapOut: readonly SwapTransfer[];
+  /** Host → GPU copies of resumed sequences' blocks, run after `swapOut`. */
+  readonly swapIn: readonly SwapTransfer[];
+  /** Token budget of the step (`maxNumBatchedTokens`), for utilization. */
+  readonly tokenBudget: number;
+}
+
+/** Sampled tokens of one step, aligned with the plan's `sampleSeqIds`. */
+export interface StepResult {
+  readonly seqIds: ArrayLike<number>;
+  readonly tokenIds: ArrayLike<number>;
+  /** Log-probability of each sampled token (accumulated per sequence). */
+  readonly logprobs?: ArrayLike<number>;
+  /**
+   * Beam search: `k` candidates per sample, `tokenIds[i*k + j]` with `logprobs[i*k + j]`.
+   * Required for samples of beam-search requests; `tokenIds`/`logprobs` above are then ignored
+   * for them.
+   */
+  readonly beamCandidates?: {
+    readonly k: number;
+    readonly tokenIds: ArrayLike<number>;
+    readonly logprobs: ArrayLike<number>;
+  };
+}
+
+/** One finished sequence of a request. */
+export interface SequenceOutput {
+  readonly index: number;
+  /** Generated token ids (a stop token that ended the sequence included). */
+  readonly tokenIds: Int32Array;
+  readonly finishReason: FinishReason;
+  /** Sum of the sampled tokens' log-probabilities (when given to `update`). */
+  readonly cumulativeLogprob: number;
+}
+
+/** Everything about a request that ended. */
+export interface RequestOutput {
+  readonly requestId: string;
+  /** The request's reason: its first sequence's, or 'abort' / 'rejected' for all. */
+  readonly finishReason: FinishReason;
+  /** Human-readable detail for 'rejected' (and for cache-capacity 'length'). */
+  readonly reason?: string;
+  /** Sequences ordered by index (beam search: by score, best first). */
+  readonly outputs: readonly SequenceOutput[];
+  readonly numPromptTokens: number;
+  /** Prompt tokens served from the prefix cache at first admission. */
+  readonly numCachedPromptTokens: number;
+  readonly numPreemptions: number;
+  readonly arrivalTime: number;
+  /** Clock time of the first sampled token, or undefined when none was sampled. */
+  readonly firstTokenTime: number | undefined;
+  readonly finishTime: number;
+}
+
+/** Scheduler events, for logs and metrics. */
+export type SchedulerEvent =
+  | {
+      readonly type: 'preempt';
+      readonly requestId: string;
+      readonly mode: PreemptionMode;
+      /** Swap was asked for but the host tier was full. */
+      readonly fellBackToRecompute: boolean;
+      readonly step: number;
+    }
+  | { readonly type: 'swap-in'; readonly requestId: string; readonly step: number }
+  | { readonly type: 'finish'; readonly output: RequestOutput }
+  | {
+      readonly type: 'step';
+      readonly step: number;
+      readonly numTokens: number;
+      readonly tokenBudget: number;
+      readonly numRows: number;
+      readonly maxNumSeqs: number;
+    };
+
+/** Counters and gauges (`Scheduler.metrics()`). */
+export interface SchedulerMetrics {
+  readonly numRunning: number;
+  readonly numWaiting: number;
+  readonly numSwapped: number;
+  /** Waiting requests that were preempted by recompute and wait to resume. */
+  readonly numPreemptedWaiting: number;
+  readonly preemptionsRecompute: number;
+  readonly preemptionsSwap: number;
+  /** Swap preemptions that fell back to recompute because host slots ran out. */
+  readonly swapFallbacks: number;
+  /** Prompt tokens looked up at first admission, and found in the prefix cache. */
+  readonly prefixQueryTokens: number;
+  readonly prefixHitTokens: number;
+  /**
+   * Tokens served from cache when re-admitting a recompute-preempted request: kept apart so
+   * recompute does not inflate the hit rate (vLLM #25780).
+   */
+  readonly recomputeHitTokens: number;
+  readonly steps: number;
+  /** Tokens scheduled in the last step, and its budget. */
+  readonly lastStepTokens: number;
+  readonly tokenBudget: number;
+  /** Sum over steps of scheduled tokens ÷ budget, ÷ steps. */
+  readonly meanBudgetUse: number;
+  readonly finished: number;
+  readonly aborted: number;
+  readonly rejected: number;
+  readonly hostSlotsUsed: number;
+  readonly hostSlotsTotal: number;
+}

@@ -1,0 +1,99 @@
+import { SchedulerError } from './errors';
+import type { SchedulerRequest } from './types';
+
+const MAX_TOKEN_ID = 0xffffffff;
+
+function invalid(field: string, message: string, value: unknown): never {
+  throw new SchedulerError('INVALID_REQUEST', `${field}: ${message}`, {
+    details: { field, value },
+  });
+}
+
+function isU32(t: unknown): boolean {
+  return typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= MAX_TOKEN_ID;
+}
+
+/** Limits a request is checked against. */
+export interface RequestLimits {
+  readonly maxModelLen: number;
+  readonly maxNumSeqs: number;
+}
+
+/**
+ * Checks a request before anything is created for it.
+ * @throws {SchedulerError} INVALID_REQUEST naming the offending field.
+ */
+export function validateRequest(req: SchedulerRequest, limits: RequestLimits): void {
+  if (req === null || typeof req !== 'object') invalid('request', 'must be an object', req);
+  if (typeof req.id !== 'string' || req.id.length === 0) {
+    invalid('id', 'must be a non-empty string', req.id);
+  }
+  const prompt = req.promptTokenIds;
+  if (prompt === null || typeof prompt !== 'object' || typeof prompt.length !== 'number') {
+    invalid('promptTokenIds', 'must be an array of token ids', prompt);
+  }
+  if (prompt.length === 0) invalid('promptTokenIds', 'must not be empty', prompt.length);
+  if (prompt.length > limits.maxModelLen) {
+    invalid(
+      'promptTokenIds',
+      `prompt has ${prompt.length} tokens, over maxModelLen ${limits.maxModelLen}`,
+      prompt.length,
+    );
+  }
+  for (let i = 0; i < prompt.length; i++) {
+    if (!isU32(prompt[i])) {
+      invalid(`promptTokenIds[${i}]`, 'is not a u32 integer token id', prompt[i]);
+    }
+  }
+  if (typeof req.maxTokens !== 'number' || !Number.isInteger(req.maxTokens) || req.maxTokens < 1) {
+    invalid('maxTokens', 'must be an integer ≥ 1', req.maxTokens);
+  }
+  if (req.n !== undefined) {
+    if (typeof req.n !== 'number' || !Number.isInteger(req.n) || req.n < 1) {
+      invalid('n', 'must be an integer ≥ 1', req.n);
+    }
+    if (req.n > limits.maxNumSeqs) {
+      invalid('n', `exceeds maxNumSeqs ${limits.maxNumSeqs}, so it could never run`, req.n);
+    }
+  }
+  if (req.beamWidth !== undefined) {
+    if (
+      typeof req.beamWidth !== 'number' ||
+      !Number.isInteger(req.beamWidth) ||
+      req.beamWidth < 2
+    ) {
+      invalid('beamWidth', 'must be an integer ≥ 2', req.beamWidth);
+    }
+    if (req.beamWidth > limits.maxNumSeqs) {
+      invalid('beamWidth', `exceeds maxNumSeqs ${limits.maxNumSeqs}`, req.beamWidth);
+    }
+    if (req.n !== undefined && req.n > 1)
+      invalid('beamWidth', 'cannot be combined with n > 1', req.n);
+  }
+  if (req.stopTokenIds !== undefined) {
+    if (!Array.isArray(req.stopTokenIds)) {
+      invalid('stopTokenIds', 'must be an array of token ids', req.stopTokenIds);
+    }
+    for (let i = 0; i < req.stopTokenIds.length; i++) {
+      if (!isU32(req.stopTokenIds[i])) {
+        invalid(`stopTokenIds[${i}]`, 'is not a u32 integer token id', req.stopTokenIds[i]);
+      }
+    }
+  }
+  if (req.eosTokenId !== undefined && !isU32(req.eosTokenId)) {
+    invalid('eosTokenId', 'is not a u32 integer token id', req.eosTokenId);
+  }
+  if (req.ignoreEos !== undefined && typeof req.ignoreEos !== 'boolean') {
+    invalid('ignoreEos', 'must be a boolean', req.ignoreEos);
+  }
+  if (req.priority !== undefined) {
+    if (typeof req.priority !== 'number' || !Number.isFinite(req.priority)) {
+      invalid('priority', `must be a finite number, got ${typeof req.priority}`, req.priority);
+    }
+  }
+  if (req.arrivalTime !== undefined) {
+    if (typeof req.arrivalTime !== 'number' || !Number.isFinite(req.arrivalTime)) {
+      invalid('arrivalTime', 'must be a finite number', req.arrivalTime);
+    }
+  }
+}
