@@ -1,1 +1,78 @@
-export {};
+export {
+  amax,
+  type CalibratedFormat,
+  type CalibrateOptions,
+  calibrateKv,
+  calibrateScale,
+} from './calibrate.js';
+export { QuantizerError, type QuantizerErrorCode } from './errors.js';
+export {
+  bytesPerTokenHead,
+  type FormatInfo,
+  formatInfo,
+  type Granularity,
+  type HeadDimGroupSize,
+  type KvShape,
+  kiviSpecs,
+  numScaleGroups,
+  QUANT_FORMATS,
+  type QuantFormat,
+  type QuantSpec,
+  storageBytes,
+  validateSpec,
+} from './format.js';
+export {
+  INT4_MAX,
+  INT8_MAX,
+  int4Decode,
+  int4Encode,
+  int4ScaleFromRange,
+  int8Decode,
+  int8Encode,
+  int8ScaleFromAmax,
+  inverseScale,
+  isFiniteF32,
+  roundHalfEven,
+} from './integer.js';
+export { compareTensors, type TensorComparison } from './metrics.js';
+export {
+  bf16Decode,
+  bf16Encode,
+  bitsToF32,
+  decodeFloat,
+  decodeFloatBits,
+  type EncodeOptions,
+  encodeFloat,
+  encodeFloatBits,
+  FLOAT_FORMATS,
+  type FloatFormat,
+  type FloatFormatSpec,
+  f16Decode,
+  f16Encode,
+  f32ToBits,
+  fp8E4m3Decode,
+  fp8E4m3Encode,
+  fp8E5m2Decode,
+  fp8E5m2Encode,
+} from './minifloat.js';
+export {
+  dequantize,
+  MIN_SCALE,
+  type QuantizedTensor,
+  quantize,
+  scaleFromAmax,
+} from './quantize.js';
+export {
+  type WgslFloatOptions,
+  wgslBf16,
+  wgslCodec,
+  wgslF16,
+  wgslFloatCodec,
+  wgslFp8E4m3,
+  wgslFp8E5m2,
+  wgslInt4,
+  wgslInt8,
+  wgslPrefix,
+  wgslQmaxRecip,
+  wgslScaleHelpers,
+} from './wgsl.js';
