@@ -1,5 +1,7 @@
 // --- files, config, checkpoints (model-files) ---
 
+export type { ChatMessage, ChatTemplateOptions } from './chat-template.js';
+export { renderChatTemplate } from './chat-template.js';
 export type {
   CheckpointReader,
   OpenCheckpointOptions,
@@ -31,9 +33,28 @@ export {
   toHfConfig,
   validateModelConfig,
 } from './config.js';
+export type { DetokenizerOptions, TokenDecoder } from './detokenizer.js';
+export { IncrementalDetokenizer } from './detokenizer.js';
 export type { ModelErrorCode } from './errors.js';
 export { ModelError } from './errors.js';
-export { openGgufCheckpoint } from './gguf.js';
+export type {
+  GgufHeader,
+  GgufTensorEntry,
+  GgufTensorToWrite,
+  GgufTypedValue,
+  GgufValueType,
+} from './gguf.js';
+export {
+  configFromGguf,
+  ggufToHfName,
+  hfToGgufName,
+  openGgufCheckpoint,
+  permuteQkRows,
+  readGgufHeader,
+  writeGguf,
+} from './gguf.js';
+export type { ConvertToGgufOptions } from './gguf-convert.js';
+export { convertToGguf } from './gguf-convert.js';
 export type { RandomCheckpoint, RandomCheckpointOptions } from './random-checkpoint.js';
 export {
   LLAMA3_CHAT_TEMPLATE,
@@ -57,6 +78,15 @@ export {
   validateSamplingParams,
 } from './sampling.js';
 export { Rng } from './sampling-rng.js';
+export type { TokenizerFiles } from './tokenizer.js';
+export { ModelTokenizer } from './tokenizer.js';
+export type { GgufTokenizerJson } from './tokenizer-gguf.js';
+export {
+  ggufTokenizerMetadata,
+  LLAMA3_SPLIT_PATTERN,
+  QWEN2_SPLIT_PATTERN,
+  tokenizerJsonFromGguf,
+} from './tokenizer-gguf.js';
 export type { ByteLevelBpe, ByteLevelTokenizerSpec } from './tokenizer-train.js';
 export {
   buildByteLevelTokenizerJson,

@@ -1,0 +1,135 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type CheckpointReader, openCheckpoint } from './checkpoint.js';
+import type { TensorDtype } from './checkpoint-dtype.js';
+import { expectedTensors, ropeInvFrequencies } from './config.js';
+import { ModelError } from './errors.js';
+import {
+  type GgufTensorToWrite,
+  type GgufTypedValue,
+  hfToGgufName,
+  permuteQkRows,
+  writeGguf,
+} from './gguf.js';
+import { ggufTokenizerMetadata } from './tokenizer-gguf.js';
+
+/** Options of {@link convertToGguf}. */
+export interface ConvertToGgufOptions {
+  /**
+   * Type of the 2-D weight matrices (default F32). Norm weights and biases stay F32, as
+   * llama.cpp's converter keeps them. Q8_0 needs row lengths that are multiples of 32.
+   */
+  readonly dtype?: TensorDtype;
+  /** Skip the tokenizer even when the source directory has one. Default false. */
+  readonly withoutTokenizer?: boolean;
+}
+
+/**
+ * Converts a Hugging Face checkpoint directory (or an open reader) into a GGUF v3 file the way
+ * llama.cpp's `convert_hf_to_gguf.py` lays it out: llama (or qwen2) metadata keys, GGUF tensor
+ * names, Q/K rows permuted for interleaved RoPE (llama only), Llama 3 RoPE scaling as a
+ * `rope_freqs` tensor, optional Q8_0 quantization, and the byte-level BPE tokenizer with its
+ * chat template. Reading the result with {@link openGgufCheckpoint} gives back the HF tensors
+ * (exactly for F32; within the format's rounding otherwise).
+ *
+ * @throws {@link ModelError} `INVALID_ARGUMENT` for Q8_0 with rows not a multiple of 32;
+ *   `UNSUPPORTED_TOKENIZER` for tokenizers GGUF cannot express; reader and `IO` errors.
+ */
+export async function convertToGguf(
+  src: string | CheckpointReader,
+  dstPath: string,
+  options?: ConvertToGgufOptions,
+): Promise<void> {
+  const reader = typeof src === 'string' ? await openCheckpoint(src) : src;
+  try {
+    const c = reader.config;
+    const dtype = options?.dtype ?? 'F32';
+    const arch = c.architecture === 'qwen2' ? 'qwen2' : 'llama';
+    const md: Record<string, unknown | GgufTypedValue> = {
+      'general.architecture': arch,
+      'general.name': 'kvasir-converted',
+      'general.file_type': { F32: 0, F16: 1, Q8_0: 7, BF16: 32 }[dtype],
+      [`${arch}.context_length`]: c.maxPositionEmbeddings,
+      [`${arch}.embedding_length`]: c.hiddenSize,
+      [`${arch}.block_count`]: c.numLayers,
+      [`${arch}.feed_forward_length`]: c.intermediateSize,
+      [`${arch}.attention.head_count`]: c.numHeads,
+      [`${arch}.attention.head_count_kv`]: c.numKvHeads,
+      [`${arch}.attention.key_length`]: c.headDim,
+      [`${arch}.attention.value_length`]: c.headDim,
+      [`${arch}.attention.layer_norm_rms_epsilon`]: { type: 'f32', value: c.rmsNormEps },
+      [`${arch}.rope.freq_base`]: { type: 'f32', value: c.ropeTheta },
+      [`${arch}.rope.dimension_count`]: c.headDim,
+      [`${arch}.vocab_size`]: c.vocabSize,
+    };
+    if (c.ropeScaling?.type === 'linear') {
+      md[`${arch}.rope.scaling.type`] = 'linear';
+      md[`${arch}.rope.scaling.factor`] = { type: 'f32', value: c.ropeScaling.factor };
+    }
+    if (c.bosTokenId !== null) md['tokenizer.ggml.bos_token_id'] = c.bosTokenId;
+    if (c.eosTokenIds[0] !== undefined) md['tokenizer.ggml.eos_token_id'] = c.eosTokenIds[0];
+    if (c.eosTokenIds[1] !== undefined)
+      md['tokenizer.ggml.eot_token_id'] = c.eosTokenIds[c.eosTokenIds.length - 1];
+    if (!options?.withoutTokenizer && reader.format === 'safetensors') {
+      let tj: Record<string, unknown> | undefined;
+      try {
+        tj = JSON.parse(await readFile(join(reader.path, 'tokenizer.json'), 'utf8'));
+      } catch {
+        tj = undefined;
+      }
+      if (tj) {
+        let tc: Record<string, unknown> = {};
+        try {
+          tc = JSON.parse(await readFile(join(reader.path, 'tokenizer_config.json'), 'utf8'));
+        } catch {
+          // A tokenizer without a config has no bos/eos names or template; ids come from config.json.
+        }
+        const template = typeof tc.chat_template === 'string' ? tc.chat_template : null;
+        Object.assign(md, ggufTokenizerMetadata(tj, tc, template));
+        if (c.bosTokenId !== null) md['tokenizer.ggml.bos_token_id'] = c.bosTokenId;
+        if (c.eosTokenIds[0] !== undefined) md['tokenizer.ggml.eos_token_id'] = c.eosTokenIds[0];
+      }
+    }
+
+    const tensors: GgufTensorToWrite[] = [];
+    if (c.ropeScaling?.type === 'llama3' || c.ropeScaling?.type === 'freq-factors') {
+      const scaled = ropeInvFrequencies(c);
+      const plain = ropeInvFrequencies({ ...c, ropeScaling: null });
+      const factors = new Float32Array(scaled.length);
+      for (let i = 0; i < factors.length; i++) factors[i] = plain[i]! / scaled[i]!;
+      tensors.push({
+        name: 'rope_freqs.weight',
+        dtype: 'F32',
+        shape: [factors.length],
+        data: factors,
+      });
+    }
+    for (const t of expectedTensors(c)) {
+      const gname = hfToGgufName(t.name);
+      if (!gname) throw new ModelError('INVALID_ARGUMENT', `no GGUF name for tensor "${t.name}"`);
+      const matrix = t.shape.length === 2;
+      let tdtype: TensorDtype = matrix ? dtype : 'F32';
+      if (tdtype === 'Q8_0' && t.shape[1]! % 32 !== 0) {
+        throw new ModelError(
+          'INVALID_ARGUMENT',
+          `Q8_0 needs rows that are multiples of 32; "${t.name}" has rows of ${t.shape[1]}`,
+          { details: { tensor: t.name } },
+        );
+      }
+      if (tdtype === 'BF16' && !matrix) tdtype = 'F32';
+      const permute = arch === 'llama' && /\.self_attn\.[qk]_proj\./.test(t.name);
+      tensors.push({
+        name: gname,
+        dtype: tdtype,
+        shape: t.shape,
+        data: async () => {
+          const v = await reader.readTensorF32(t.name);
+          return permute ? permuteQkRows(v, t.shape[0]!, c.headDim) : v;
+        },
+      });
+    }
+    await writeGguf(dstPath, md, tensors);
+  } finally {
+    if (typeof src === 'string') await reader.close();
+  }
+}
