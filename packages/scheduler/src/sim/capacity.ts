@@ -1,0 +1,98 @@
+import { SchedulerError } from '../errors';
+import { type SimulationOptions, type SimulationResult, simulate } from './simulate';
+import { generateWorkload, type WorkloadSpec } from './workloads';
+
+/** Options of `findMaxRate`. */
+export interface MaxRateOptions extends Omit<SimulationOptions, 'workload'> {
+  /** The workload to scale; its `rate` is what is searched. */
+  readonly workload: Omit<WorkloadSpec, 'rate'>;
+  /** Mean normalized latency (seconds per output token) a rate must stay under. */
+  readonly latencyBound: number;
+  /** Rate where the search starts, requests/s. Default 1. */
+  readonly initialRate?: number;
+  /** Below this the answer is 0. Default 0.01. */
+  readonly minRate?: number;
+  /** The search stops doubling here. Default 10,000. */
+  readonly maxRate?: number;
+  /** Bisection steps once the answer is bracketed (each halves the log-interval). Default 8. */
+  readonly iterations?: number;
+}
+
+/** One probed rate. */
+export interface RateProbe {
+  readonly rate: number;
+  readonly meanNormalizedLatencyS: number;
+}
+
+/** The highest sustainable rate found, and what was probed. */
+export interface MaxRateResult {
+  /** Highest probed rate whose mean normalized latency was under the bound (0 if none). */
+  readonly maxRate: number;
+  /** The simulation at `maxRate` (undefined when 0). */
+  readonly atMaxRate: SimulationResult | undefined;
+  readonly probes: readonly RateProbe[];
+}
+
+/**
+ * Answers "how many requests per second does this model on this GPU sustain at this
+ * latency?": bracket by doubling (or halving) the rate, then bisect in log space. Every probe
+ * replays the same requests (same seed), only compressed in time.
+ * @throws {SchedulerError} INVALID_CONFIG for a non-positive bound or bad rates.
+ */
+export function findMaxRate(options: MaxRateOptions): MaxRateResult {
+  const bound = options.latencyBound;
+  if (!(bound > 0)) throw new SchedulerError('INVALID_CONFIG', 'latencyBound must be > 0');
+  const minRate = options.minRate ?? 0.01;
+  const maxRate = options.maxRate ?? 10_000;
+  let rate = options.initialRate ?? 1;
+  if (!(minRate > 0) || !(maxRate >= minRate) || !(rate > 0)) {
+    throw new SchedulerError('INVALID_CONFIG', 'need 0 < minRate ≤ maxRate and initialRate > 0');
+  }
+  const iterations = options.iterations ?? 8;
+  const probes: RateProbe[] = [];
+  const results = new Map<number, SimulationResult>();
+  const probe = (r: number): boolean => {
+    const result = simulate({
+      ...options,
+      workload: generateWorkload({
+        ...options.workload,
+        rate: r,
+        maxModelLen: options.workload.maxModelLen ?? options.maxModelLen ?? 2048,
+      }),
+    });
+    results.set(r, result);
+    probes.push({ rate: r, meanNormalizedLatencyS: result.meanNormalizedLatencyS });
+    return result.meanNormalizedLatencyS <= bound;
+  };
+  let lo = 0;
+  let hi = 0;
+  if (probe(rate)) {
+    lo = rate;
+    while (rate < maxRate) {
+      rate = Math.min(maxRate, rate * 2);
+      if (!probe(rate)) {
+        hi = rate;
+        break;
+      }
+      lo = rate;
+    }
+    if (hi === 0) return { maxRate: lo, atMaxRate: results.get(lo), probes };
+  } else {
+    hi = rate;
+    while (rate > minRate) {
+      rate /= 2;
+      if (probe(rate)) {
+        lo = rate;
+        break;
+      }
+      hi = rate;
+    }
+    if (lo === 0) return { maxRate: 0, atMaxRate: undefined, probes };
+  }
+  for (let i = 0; i < iterations; i++) {
+    const mid = Math.sqrt(lo * hi);
+    if (probe(mid)) lo = mid;
+    else hi = mid;
+  }
+  return { maxRate: lo, atMaxRate: results.get(lo), probes };
+}
