@@ -1,0 +1,73 @@
+import { randomUUID } from 'node:crypto';
+import { ChoiceOutput } from '@kvasir/server';
+import { buildEngine } from '../bootstrap.js';
+import type { EngineConfig } from '../config.js';
+
+/** Options of `kvasir generate`. */
+export interface GenerateOptions {
+  readonly maxTokens: number;
+  readonly temperature: number;
+  readonly topP: number;
+  readonly topK: number;
+  readonly seed?: number;
+  readonly chat: boolean;
+  readonly stop: readonly string[];
+}
+
+/** `kvasir generate "<prompt>"`: one generation in-process, streamed to stdout. */
+export async function generateCommand(
+  config: EngineConfig,
+  prompt: string,
+  options: GenerateOptions,
+): Promise<void> {
+  const built = await buildEngine(config);
+  try {
+    const engine = built.engine;
+    const model = engine.modelCard.id;
+    const promptTokens = options.chat
+      ? engine.applyChatTemplate(model, [{ role: 'user', content: prompt }])
+      : engine.tokenize(model, prompt);
+    if (built.isDefaultModel) {
+      process.stderr.write('[kvasir] embedded random-weight model: the text below is noise.\n');
+    }
+    const controller = new AbortController();
+    const stream = await engine.generate(
+      {
+        id: `gen-${randomUUID()}`,
+        model,
+        promptTokens,
+        n: 1,
+        maxTokens: Math.min(options.maxTokens, engine.modelCard.maxModelLen - promptTokens.length),
+        sampling: {
+          temperature: options.temperature,
+          topP: options.topP,
+          topK: options.topK,
+          minP: 0,
+          presencePenalty: 0,
+          frequencyPenalty: 0,
+          repetitionPenalty: 1,
+          ...(options.seed === undefined ? {} : { seed: options.seed }),
+        },
+        stopTokenIds: [],
+        ignoreEos: false,
+      },
+      controller.signal,
+    );
+    const out = new ChoiceOutput(options.stop);
+    let usage = '';
+    for await (const event of stream) {
+      if (event.kind === 'usage') {
+        usage = `${event.promptTokens} prompt tokens (${event.cachedPromptTokens} cached), ${event.completionTokens} generated`;
+        continue;
+      }
+      const emission = out.push(event);
+      if (!emission) continue;
+      process.stdout.write(emission.text);
+      if (emission.stoppedByString) stream.finishChoice(0);
+    }
+    process.stdout.write('\n');
+    process.stderr.write(`[kvasir] finish: ${out.finishReason ?? 'abort'}; ${usage}\n`);
+  } finally {
+    await built.close();
+  }
+}

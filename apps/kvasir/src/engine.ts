@@ -1,0 +1,511 @@
+import { createHash } from 'node:crypto';
+import { KvCacheManager } from '@kvasir/kv-allocator';
+import { Sampler, SamplingState } from '@kvasir/model';
+import type { KvBlockStore, TieredStore } from '@kvasir/offload';
+import {
+  type BatchPlan,
+  fcfsPolicy,
+  longestPrefixMatchPolicy,
+  priorityPolicy,
+  type QueuePolicy,
+  type RequestOutput,
+  Scheduler,
+  SchedulerError,
+} from '@kvasir/scheduler';
+import {
+  type ChatMessage,
+  EngineError,
+  type EngineHealth,
+  type EngineStats,
+  type FinishReason,
+  type GenerationEvent,
+  type GenerationRequest,
+  type GenerationStream,
+  type InferenceEngine,
+  type ModelCard,
+  type TokenLogprob,
+} from '@kvasir/server';
+import { AsyncQueue } from './async-queue.js';
+import type { EngineConfig } from './config.js';
+import { KvasirAppError } from './errors.js';
+import type { IncrementalDecoder, ModelRunner } from './runner.js';
+
+/** Options of {@link KvasirEngine}. */
+export interface KvasirEngineOptions {
+  readonly runner: ModelRunner;
+  readonly config: EngineConfig;
+  /** Eviction policy of the GPU block pool (from {@link loadEvictionPolicy}). */
+  readonly evictionPolicy?: import('@kvasir/kv-allocator').EvictionPolicy<number>;
+  /** Where swapped-out blocks go: the tiered store and its tiers (host, disk, Redis). */
+  readonly offload?: { readonly store: TieredStore; readonly tiers: readonly KvBlockStore[] };
+  /** Name clients use; default the runner's model id. */
+  readonly servedModelName?: string;
+}
+
+interface Choice {
+  readonly state: SamplingState;
+  readonly decoder: IncrementalDecoder;
+  generated: number;
+  finished: boolean;
+}
+
+interface Live {
+  readonly request: GenerationRequest;
+  readonly queue: AsyncQueue<GenerationEvent>;
+  readonly choices: Choice[];
+  readonly stopTokens: Set<number>;
+  /** Choices the server ended (stop strings). */
+  readonly endedByServer: Set<number>;
+  finished: boolean;
+}
+
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** Deterministic per-choice seed: choice i of seed s always samples the same way. */
+function choiceSeed(seed: number | undefined, index: number): number | undefined {
+  if (seed === undefined) return undefined;
+  return (Math.abs(seed) + index * 0x9e3779b1) % 2 ** 32;
+}
+
+function swapKey(engineId: string, slot: number): string {
+  return createHash('sha256').update(`swap:${engineId}:${slot}`).digest('hex').slice(0, 32);
+}
+
+/**
+ * The serving engine: owns the scheduler and the KV allocator, drives the model runner step by
+ * step (schedule → swaps and block copies → forward → sampling → update → stream), and
+ * implements the server's `InferenceEngine`.
+ *
+ * The loop yields to the event loop between steps (`setImmediate`), so HTTP traffic, aborts and
+ * new requests are handled while a long generation runs.
+ */
+export class KvasirEngine implements InferenceEngine {
+  readonly runner: ModelRunner;
+  readonly config: EngineConfig;
+  readonly kvCache: KvCacheManager;
+  readonly scheduler: Scheduler;
+  readonly modelCard: ModelCard;
+  readonly #sampler = new Sampler();
+  readonly #live = new Map<string, Live>();
+  readonly #offload: KvasirEngineOptions['offload'];
+  readonly #engineId = `${process.pid}-${Date.now()}`;
+  #wake: (() => void) | undefined;
+  #loop: Promise<void> | undefined;
+  #stopping = false;
+  #failure: unknown;
+  #swapHits = 0;
+  #swapMisses = 0;
+  /** Steps run so far (for tests and benchmarks). */
+  steps = 0;
+
+  constructor(options: KvasirEngineOptions) {
+    const { runner, config } = options;
+    this.runner = runner;
+    this.config = config;
+    this.#offload = options.offload;
+    const facts = runner.facts;
+    this.kvCache = new KvCacheManager({
+      numBlocks: facts.numBlocks,
+      blockSize: facts.kvLayout.blockSize,
+      enablePrefixCaching: config.enablePrefixCaching,
+      ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
+    });
+    const maxModelLen = Math.min(config.maxModelLen ?? facts.maxModelLen, facts.maxModelLen);
+    // With only a host tier, swap slots are what its budget holds; tiers below it (write-through)
+    // keep blocks the host tier evicts, so more slots than the host budget are safe.
+    const hostOnly = (this.#offload?.tiers.length ?? 0) === 1;
+    const hostSwapBlocks =
+      config.preemptionMode === 'swap' && this.#offload
+        ? (config.offload.swapBlocks ??
+          (hostOnly
+            ? Math.floor(config.offload.hostBytes / facts.blockBytes)
+            : 4 * facts.numBlocks))
+        : 0;
+    let queuePolicy: QueuePolicy;
+    switch (config.queuePolicy) {
+      case 'priority':
+        queuePolicy = priorityPolicy();
+        break;
+      case 'lpm':
+        queuePolicy = longestPrefixMatchPolicy();
+        break;
+      default:
+        queuePolicy = fcfsPolicy();
+    }
+    this.scheduler = new Scheduler({
+      kvCache: this.kvCache,
+      maxModelLen,
+      maxNumSeqs: config.maxNumSeqs,
+      maxNumBatchedTokens: config.enableChunkedPrefill
+        ? config.maxNumBatchedTokens
+        : Math.max(config.maxNumBatchedTokens, maxModelLen),
+      enableChunkedPrefill: config.enableChunkedPrefill,
+      enablePrefixCaching: config.enablePrefixCaching,
+      preemptionMode: config.preemptionMode,
+      hostSwapBlocks,
+      queuePolicy,
+      clock: () => performance.now() / 1000,
+    });
+    this.modelCard = {
+      id: options.servedModelName ?? config.servedModelName ?? facts.modelId,
+      created: Math.floor(Date.now() / 1000),
+      ownedBy: 'kvasir',
+      maxModelLen,
+    };
+  }
+
+  listModels(): readonly ModelCard[] {
+    return [this.modelCard];
+  }
+
+  tokenize(_model: string, text: string): readonly number[] {
+    return this.runner.codec.encode(text);
+  }
+
+  applyChatTemplate(_model: string, messages: readonly ChatMessage[]): readonly number[] {
+    return this.runner.codec.applyChatTemplate(messages);
+  }
+
+  health(): EngineHealth {
+    if (this.#failure !== undefined) {
+      return { status: 'draining', detail: `engine failed: ${String(this.#failure)}` };
+    }
+    if (this.#stopping) return { status: 'draining' };
+    return { status: 'ok' };
+  }
+
+  stats(): EngineStats {
+    const kv = this.kvCache.stats();
+    const m = this.scheduler.metrics();
+    const offloadHits: Record<string, number> = {};
+    if (this.#offload) {
+      const byTier = this.#offload.store.stats().hitsByTier;
+      this.#offload.tiers.forEach((tier, i) => {
+        offloadHits[tier.tier] = byTier[i] ?? 0;
+      });
+    }
+    return {
+      kvCacheUsage: kv.usage,
+      blocks: {
+        total: kv.numBlocks,
+        used: kv.usedBlocks,
+        cached: kv.cachedBlocks,
+        free: kv.freeBlocks,
+      },
+      prefixCache: { queries: m.prefixQueryTokens, hits: m.prefixHitTokens },
+      requests: {
+        running: m.numRunning,
+        waiting: m.numWaiting,
+        preempted: m.numSwapped + m.numPreemptedWaiting,
+      },
+      preemptions: { recompute: m.preemptionsRecompute, swap: m.preemptionsSwap },
+      offloadHits,
+    };
+  }
+
+  /** Swap-ins served by the offload store, and ones it could not serve. */
+  swapStats(): { hits: number; misses: number } {
+    return { hits: this.#swapHits, misses: this.#swapMisses };
+  }
+
+  async generate(request: GenerationRequest, signal: AbortSignal): Promise<GenerationStream> {
+    if (this.#stopping || this.#failure !== undefined) {
+      throw new EngineError('DRAINING', 'engine is shutting down');
+    }
+    if (signal.aborted) throw new EngineError('INVALID_REQUEST', 'request was aborted');
+    const metrics = this.scheduler.metrics();
+    if (metrics.numWaiting >= this.config.maxWaiting) {
+      throw new EngineError(
+        'QUEUE_FULL',
+        `the waiting queue is full (${metrics.numWaiting} requests); retry later`,
+        { details: { retryAfterSeconds: 1 } },
+      );
+    }
+    const facts = this.runner.facts;
+    const promptBlocks = Math.ceil(request.promptTokens.length / facts.kvLayout.blockSize);
+    if (promptBlocks > facts.numBlocks) {
+      throw new EngineError(
+        'PROMPT_TOO_LONG',
+        `prompt: needs ${promptBlocks} KV blocks but the cache holds ${facts.numBlocks}`,
+        { details: { param: 'prompt' } },
+      );
+    }
+    const stopTokens = new Set<number>(request.stopTokenIds);
+    if (!request.ignoreEos) for (const eos of facts.eosTokenIds) stopTokens.add(eos);
+    try {
+      this.scheduler.add({
+        id: request.id,
+        promptTokenIds: request.promptTokens,
+        maxTokens: request.maxTokens,
+        n: request.n,
+        stopTokenIds: [...stopTokens],
+        ignoreEos: request.ignoreEos,
+        extraKeys: { modelId: this.modelCard.id },
+      });
+    } catch (error) {
+      if (SchedulerError.isInstance(error)) {
+        throw new EngineError('INVALID_REQUEST', error.message, { cause: error });
+      }
+      throw error;
+    }
+    const live: Live = {
+      request,
+      queue: new AsyncQueue(),
+      choices: Array.from({ length: request.n }, (_, i) => ({
+        state: new SamplingState(choiceSeed(request.sampling.seed, i), request.promptTokens),
+        decoder: this.runner.codec.decoder(),
+        generated: 0,
+        finished: false,
+      })),
+      stopTokens,
+      endedByServer: new Set(),
+      finished: false,
+    };
+    this.#live.set(request.id, live);
+    const onAbort = () => {
+      const output = this.scheduler.abort(request.id);
+      if (output) this.#finish(live, output);
+      else this.#endLive(live, 'abort');
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    this.#ensureLoop();
+    this.#wake?.();
+    const engine = this;
+    return {
+      [Symbol.asyncIterator]: () => live.queue,
+      finishChoice(index: number) {
+        const choice = live.choices[index];
+        if (!choice || choice.finished) return;
+        choice.finished = true;
+        live.endedByServer.add(index);
+        // The scheduler frees blocks per request: once every choice has ended, end it now.
+        if (live.choices.every((c) => c.finished)) {
+          const output = engine.scheduler.abort(request.id);
+          if (output) engine.#finish(live, output);
+        }
+      },
+    };
+  }
+
+  /** Stops the loop after in-flight steps; pending requests end with `abort`. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    for (const live of [...this.#live.values()]) {
+      const output = this.scheduler.abort(live.request.id);
+      if (output) this.#finish(live, output);
+      else this.#endLive(live, 'abort');
+    }
+    this.#wake?.();
+    await this.#loop;
+  }
+
+  #ensureLoop(): void {
+    if (this.#loop) return;
+    this.#loop = this.#run().catch((error: unknown) => {
+      this.#failure = error;
+      for (const live of this.#live.values()) live.queue.fail(error);
+      this.#live.clear();
+    });
+  }
+
+  async #run(): Promise<void> {
+    while (!this.#stopping) {
+      if (!this.scheduler.hasUnfinished()) {
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+        });
+        this.#wake = undefined;
+        continue;
+      }
+      await this.step();
+      // Let HTTP handlers, aborts and new requests in between steps.
+      await yieldToEventLoop();
+    }
+  }
+
+  /** Runs one engine step. Exposed for `kvasir generate` and tests; the loop calls it. */
+  async step(): Promise<void> {
+    const plan = this.scheduler.schedule();
+    this.steps++;
+    if (plan.swapOut.length > 0) await this.#swapOut(plan);
+    if (plan.swapIn.length > 0) await this.#swapIn(plan);
+    if (plan.copies.length > 0) await this.runner.copyBlocks(plan.copies);
+    let seqIds: Int32Array = plan.sampleSeqIds;
+    let tokenIds = new Int32Array(0);
+    let logprobs = new Float64Array(0);
+    const numSamples = plan.logitsIndices.length;
+    if (plan.numTokens > 0) {
+      const logits = await this.runner.forward(plan);
+      const vocab = this.runner.facts.vocabSize;
+      tokenIds = new Int32Array(numSamples);
+      logprobs = new Float64Array(numSamples);
+      for (let i = 0; i < numSamples; i++) {
+        const requestId = plan.rows[plan.sampleRows[i]!]!.requestId;
+        const live = this.#live.get(requestId);
+        const row = logits.subarray(i * vocab, (i + 1) * vocab);
+        if (!live) {
+          // Aborted while the step ran: the scheduler ignores its sample.
+          tokenIds[i] = 0;
+          continue;
+        }
+        const index = plan.sampleIndices[i]!;
+        const choice = live.choices[index]!;
+        const s = live.request.sampling;
+        const result = this.#sampler.sample(
+          row,
+          {
+            temperature: s.temperature,
+            topP: s.topP,
+            topK: s.topK,
+            minP: s.minP,
+            presencePenalty: s.presencePenalty,
+            frequencyPenalty: s.frequencyPenalty,
+            repetitionPenalty: s.repetitionPenalty,
+            topLogprobs: live.request.logprobs ?? 0,
+          },
+          choice.state,
+        );
+        tokenIds[i] = result.token;
+        logprobs[i] = result.logprob;
+        this.#emitToken(live, index, result.token, result.logprob, result.topLogprobs);
+      }
+    } else {
+      seqIds = new Int32Array(0);
+    }
+    const outputs = this.scheduler.update({ seqIds, tokenIds, logprobs });
+    for (const output of outputs) {
+      const live = this.#live.get(output.requestId);
+      if (live) this.#finish(live, output);
+    }
+  }
+
+  #emitToken(
+    live: Live,
+    index: number,
+    token: number,
+    logprob: number,
+    top: readonly { token: number; logprob: number }[],
+  ): void {
+    const choice = live.choices[index]!;
+    if (choice.finished) return;
+    choice.generated++;
+    let finishReason: FinishReason | undefined;
+    if (live.stopTokens.has(token)) finishReason = 'stop';
+    else if (choice.generated >= live.request.maxTokens) finishReason = 'length';
+    // A stop token ends the choice but is not part of its text.
+    let text = finishReason === 'stop' ? '' : choice.decoder.push(token);
+    if (finishReason !== undefined) {
+      text += choice.decoder.flush();
+      choice.finished = true;
+    }
+    const codec = this.runner.codec;
+    const logprobs: TokenLogprob[] | undefined =
+      live.request.logprobs === undefined
+        ? undefined
+        : [
+            {
+              tokenId: token,
+              token: codec.tokenText(token),
+              logprob,
+              top: top.map((t) => ({
+                tokenId: t.token,
+                token: codec.tokenText(t.token),
+                logprob: t.logprob,
+              })),
+            },
+          ];
+    live.queue.push({
+      kind: 'delta',
+      index,
+      tokenIds: [token],
+      text,
+      ...(logprobs ? { logprobs } : {}),
+      ...(finishReason ? { finishReason } : {}),
+    });
+  }
+
+  #finish(live: Live, output: RequestOutput): void {
+    if (live.finished) return;
+    if (output.finishReason === 'rejected') {
+      live.finished = true;
+      this.#live.delete(live.request.id);
+      live.queue.fail(
+        new EngineError(
+          'PROMPT_TOO_LONG',
+          output.reason ?? 'the request can never fit the KV cache',
+          {
+            details: { param: 'prompt' },
+          },
+        ),
+      );
+      return;
+    }
+    for (const seq of output.outputs) {
+      const choice = live.choices[seq.index];
+      if (!choice || choice.finished) continue;
+      choice.finished = true;
+      const reason: FinishReason =
+        seq.finishReason === 'stop' ? 'stop' : seq.finishReason === 'length' ? 'length' : 'abort';
+      live.queue.push({
+        kind: 'delta',
+        index: seq.index,
+        tokenIds: [],
+        text: choice.decoder.flush(),
+        finishReason: reason,
+      });
+    }
+    live.queue.push({
+      kind: 'usage',
+      promptTokens: output.numPromptTokens,
+      cachedPromptTokens: output.numCachedPromptTokens,
+      completionTokens: live.choices.reduce((sum, c) => sum + c.generated, 0),
+    });
+    this.#endLive(live, 'abort');
+  }
+
+  #endLive(live: Live, reason: FinishReason): void {
+    if (!live.finished) {
+      for (let i = 0; i < live.choices.length; i++) {
+        const choice = live.choices[i]!;
+        if (choice.finished) continue;
+        choice.finished = true;
+        live.queue.push({ kind: 'delta', index: i, tokenIds: [], text: '', finishReason: reason });
+      }
+    }
+    live.finished = true;
+    this.#live.delete(live.request.id);
+    live.queue.end();
+  }
+
+  async #swapOut(plan: BatchPlan): Promise<void> {
+    const store = this.#offload?.store;
+    if (!store) throw new KvasirAppError('SWAP_LOST', 'swap preemption needs an offload store');
+    const data = await this.runner.readBlocks(plan.swapOut.map((t) => t.gpuBlock));
+    await store.putMany(
+      plan.swapOut.map((t, i) => ({ key: swapKey(this.#engineId, t.hostSlot), value: data[i]! })),
+    );
+  }
+
+  async #swapIn(plan: BatchPlan): Promise<void> {
+    const store = this.#offload?.store;
+    if (!store) throw new KvasirAppError('SWAP_LOST', 'swap preemption needs an offload store');
+    const keys = plan.swapIn.map((t) => swapKey(this.#engineId, t.hostSlot));
+    // A swapped-out block has no other copy: wait for it rather than let a deadline drop it.
+    const { values } = await store.fetch(keys, { deadlineMs: 60_000 });
+    const missing = values.indexOf(undefined);
+    if (missing >= 0) {
+      this.#swapMisses++;
+      throw new KvasirAppError(
+        'SWAP_LOST',
+        `swapped-out KV block (host slot ${plan.swapIn[missing]!.hostSlot}) is gone from the offload store`,
+      );
+    }
+    this.#swapHits += values.length;
+    await this.runner.writeBlocks(
+      plan.swapIn.map((t) => t.gpuBlock),
+      values as Uint8Array[],
+    );
+    // The slot will be reused; drop the copy so it does not take the tier's budget.
+    await store.delete(keys);
+  }
+}

@@ -1,0 +1,92 @@
+import {
+  blocksThatFit,
+  type KvLayout,
+  kvBytesPerBlock,
+  kvBytesPerToken,
+} from '@kvasir/kv-allocator';
+import { KvasirAppError } from './errors.js';
+
+/** Inputs of {@link planMemory}. */
+export interface MemoryPlanInput {
+  /** Device memory the engine may plan with (bytes). */
+  readonly deviceBytes: number;
+  /** Fraction of it for weights + activations + KV cache. */
+  readonly fraction: number;
+  /** Weights as resident on the device. */
+  readonly weightBytes: number;
+  /** Activations and scratch for one step (batch × widths), reserved before the KV cache. */
+  readonly activationBytes: number;
+  readonly layout: KvLayout;
+  /** Largest storage buffer one layer's cache may use (`maxStorageBufferBindingSize`). */
+  readonly maxBindingBytes: number;
+  /** Forced block count (tests): used as is when it fits. */
+  readonly numBlocksOverride?: number;
+}
+
+/** How the device memory is split, as `kvasir info` prints it. */
+export interface MemoryPlan {
+  readonly budgetBytes: number;
+  readonly weightBytes: number;
+  readonly activationBytes: number;
+  readonly kvBytesPerToken: number;
+  readonly kvBytesPerBlock: number;
+  /** Blocks of the paged cache. */
+  readonly numBlocks: number;
+  /** Tokens those blocks hold. */
+  readonly numTokens: number;
+  readonly kvCacheBytes: number;
+  /** What bounded the block count. */
+  readonly limitedBy: 'memory' | 'binding-size' | 'override';
+}
+
+/**
+ * Splits device memory between weights, activations and the paged KV cache: blocks =
+ * (budget − weights − activations) ÷ bytes per block, capped so that one layer's cache fits a
+ * single storage binding.
+ * @throws KvasirAppError `OUT_OF_MEMORY` when not even one block fits after the weights.
+ */
+export function planMemory(input: MemoryPlanInput): MemoryPlan {
+  const perToken = kvBytesPerToken(input.layout);
+  const perBlock = kvBytesPerBlock(input.layout);
+  const budget = Math.floor(input.deviceBytes * input.fraction);
+  const free = budget - input.weightBytes - input.activationBytes;
+  const byMemory = free > 0 ? blocksThatFit(input.layout, free) : 0;
+  const perLayerBlock = perBlock / input.layout.numLayers;
+  const byBinding = Math.floor(input.maxBindingBytes / perLayerBlock);
+  let numBlocks = Math.min(byMemory, byBinding);
+  let limitedBy: MemoryPlan['limitedBy'] = byMemory <= byBinding ? 'memory' : 'binding-size';
+  if (input.numBlocksOverride !== undefined) {
+    numBlocks = Math.min(input.numBlocksOverride, byBinding);
+    limitedBy = 'override';
+  }
+  if (numBlocks < 1) {
+    throw new KvasirAppError(
+      'OUT_OF_MEMORY',
+      `no room for the KV cache: budget ${budget} B, weights ${input.weightBytes} B, activations ${input.activationBytes} B, one block ${perBlock} B; raise --gpu-memory-fraction or --gpu-memory-bytes`,
+      { details: { budget, perBlock } },
+    );
+  }
+  return {
+    budgetBytes: budget,
+    weightBytes: input.weightBytes,
+    activationBytes: input.activationBytes,
+    kvBytesPerToken: perToken,
+    kvBytesPerBlock: perBlock,
+    numBlocks,
+    numTokens: numBlocks * input.layout.blockSize,
+    kvCacheBytes: numBlocks * perBlock,
+    limitedBy,
+  };
+}
+
+/** Human-readable bytes (binary units). */
+export function formatBytes(bytes: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = bytes;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u++;
+  }
+  return `${v >= 100 || u === 0 ? v.toFixed(0) : v.toFixed(1)} ${units[u]}`;
+}

@@ -1,0 +1,65 @@
+import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
+import type { BatchPlan } from '@kvasir/scheduler';
+import type { ChatMessage } from '@kvasir/server';
+
+/** Turns token ids back into text while streaming, never splitting a multi-byte character. */
+export interface IncrementalDecoder {
+  /** Adds one token; returns the text that became complete (may be empty). */
+  push(tokenId: number): string;
+  /** Text still held back (an incomplete character) at the end of generation. */
+  flush(): string;
+}
+
+/** The tokenizer side of a loaded model. */
+export interface TextCodec {
+  /** Tokenizes a completion prompt (with BOS where the model expects it). */
+  encode(text: string): number[];
+  /** Renders the chat template with the generation prompt and tokenizes it. */
+  applyChatTemplate(messages: readonly ChatMessage[]): number[];
+  /** A fresh incremental decoder for one output sequence. */
+  decoder(): IncrementalDecoder;
+  /** The text of a single token, for log-probabilities. */
+  tokenText(tokenId: number): string;
+}
+
+/** Facts about the loaded model the engine needs. */
+export interface ModelFacts {
+  readonly modelId: string;
+  readonly vocabSize: number;
+  readonly maxModelLen: number;
+  readonly eosTokenIds: readonly number[];
+  /** KV layout (block size included) of the paged cache the runner owns. */
+  readonly kvLayout: KvLayout;
+  /** Bytes of one physical block over all layers (what swap and offload move). */
+  readonly blockBytes: number;
+  /** Physical blocks in the runner's cache. */
+  readonly numBlocks: number;
+  /** Bytes of the weights as resident on the device. */
+  readonly weightBytes: number;
+  /** Digest of the weights, for offload namespaces. */
+  readonly weightDigest: string;
+  /** Backend description for banners and `kvasir info`. */
+  readonly backend: string;
+}
+
+/**
+ * The executor the engine loop drives: one forward pass per batch plan over a paged KV cache it
+ * owns, plus the block moves that copy-on-write and swap need.
+ */
+export interface ModelRunner {
+  readonly facts: ModelFacts;
+  readonly codec: TextCodec;
+  /**
+   * Runs the plan (KV written into its slots) and returns the logits of every sample of
+   * `plan.logitsIndices`, row after row (`numSamples × vocabSize`).
+   */
+  forward(plan: BatchPlan): Promise<Float32Array>;
+  /** Copies whole blocks (copy-on-write), in order. */
+  copyBlocks(copies: readonly BlockCopy[]): Promise<void>;
+  /** Reads blocks' bytes (all layers) for swap-out and offload. */
+  readBlocks(blocks: readonly number[]): Promise<Uint8Array[]>;
+  /** Writes blocks' bytes back (swap-in). */
+  writeBlocks(blocks: readonly number[], data: readonly Uint8Array[]): Promise<void>;
+  /** Releases the device. */
+  dispose(): Promise<void>;
+}
