@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { BlockHash } from '@kvasir/kv-allocator';
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
 import { OffloadError } from './errors';
@@ -6,6 +7,16 @@ import { checkNamespace } from './keys';
 import { Counters } from './stats';
 import type { KvBlockEntry, KvBlockStore, OffloadStats } from './types';
 import { checkBudget, checkEntries, checkKeys, checkOpen } from './validate';
+
+// Counts the leading keys that exist, server-side, in one command (plain Redis only: on a
+// cluster the keys of a prefix live in different slots).
+const PREFIX_SCRIPT = `local n = 0
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then return n end
+  n = n + 1
+end
+return n`;
+const PREFIX_SCRIPT_SHA = createHash('sha1').update(PREFIX_SCRIPT).digest('hex');
 
 /** Redis refuses strings over 512 MB (`proto-max-bulk-len`); leave room for the header. */
 const REDIS_MAX_VALUE = 512 * 1024 * 1024 - 4096;
@@ -289,17 +300,42 @@ export class RedisStore implements KvBlockStore {
   }
 
   /**
-   * One pipelined round trip of `EXISTS` per key (not a multi-key `EXISTS`, which only counts
-   * and is cross-slot on a cluster). A value's integrity is checked when it is read.
+   * How many of `keys`, from the first, exist: one round trip. On a plain Redis a small Lua
+   * script walks the keys server-side and stops at the first gap; on a Cluster client it is one
+   * `EXISTS` per key, pipelined per node (a multi-key `EXISTS` only counts, and is cross-slot).
+   * A value's integrity is checked when it is read, not here.
    * @throws {OffloadError} INVALID_KEY, CLOSED.
    */
   async countPrefix(keys: readonly BlockHash[]): Promise<number> {
     checkOpen(this.closed, this.tier);
     checkKeys(keys);
-    const present = await this.presence(keys);
-    let n = 0;
-    while (n < present.length && present[n]) n++;
-    return n;
+    if (keys.length === 0) return 0;
+    if (this.isCluster) {
+      const present = await this.presence(keys);
+      let n = 0;
+      while (n < present.length && present[n]) n++;
+      return n;
+    }
+    if (!this.isReady) {
+      this.unavailable++;
+      this.counters.errors++;
+      return 0;
+    }
+    const client = this.client as Redis;
+    const redisKeys = keys.map((k) => this.redisKey(k));
+    try {
+      let n: unknown;
+      try {
+        n = await client.evalsha(PREFIX_SCRIPT_SHA, redisKeys.length, ...redisKeys);
+      } catch (e) {
+        if (!String((e as Error).message).includes('NOSCRIPT')) throw e;
+        n = await client.eval(PREFIX_SCRIPT, redisKeys.length, ...redisKeys);
+      }
+      return typeof n === 'number' ? n : 0;
+    } catch {
+      this.counters.errors++;
+      return 0;
+    }
   }
 
   /** @throws {OffloadError} INVALID_KEY, CLOSED. */

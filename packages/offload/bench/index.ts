@@ -1,0 +1,266 @@
+// Throughput of each tier's putMany/getMany with 2 MiB blocks beside the raw baseline of the
+// same medium measured in the same run, and the latency of one countPrefix over 1,000 keys.
+//   pnpm --filter @kvasir/offload bench --json
+import { mkdir, mkdtemp, open as openFile, rm, unlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { DiskStore, HostMemoryStore, kvNamespace, RedisStore } from '../src/index';
+import { startRedisServer } from '../src/testing/index';
+
+const json = process.argv.includes('--json');
+const BLOCK = 2 * 1024 * 1024;
+const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 32);
+const REPS = Number(process.env.BENCH_REPS ?? 7);
+const EXISTS_KEYS = 1000;
+
+function log(msg: string): void {
+  if (!json) console.log(msg);
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] ?? Number.NaN;
+}
+
+async function timed(fn: () => Promise<unknown> | unknown): Promise<number> {
+  const t0 = performance.now();
+  await fn();
+  return performance.now() - t0;
+}
+
+async function mapLimit<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (x: T, i: number) => Promise<void>,
+) {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        await fn(items[i] as T, i);
+      }
+    }),
+  );
+}
+
+function hexKey(prefix: number, i: number): string {
+  return (prefix.toString(16).padStart(8, '0') + i.toString(16).padStart(24, '0')).slice(0, 32);
+}
+
+interface Pair {
+  raw_put_gbs: number;
+  put_gbs: number;
+  raw_get_gbs: number;
+  get_gbs: number;
+  /** (raw put + raw get time) ÷ (store put + store get time). */
+  vs_raw: number;
+}
+
+type Step = (rep: number) => Promise<unknown> | unknown;
+
+/**
+ * Runs the four measurements interleaved, REPS times (after one warm-up), and reduces them to
+ * medians. Each rep writes new keys, as an engine does (content-addressed blocks are written
+ * once), and `cleanup` removes the previous rep's data outside the timed region.
+ */
+async function compare(
+  rawPut: Step,
+  put: Step,
+  rawGet: Step,
+  get: Step,
+  cleanup: Step,
+): Promise<Pair> {
+  const t = {
+    rawPut: [] as number[],
+    put: [] as number[],
+    rawGet: [] as number[],
+    get: [] as number[],
+  };
+  for (let r = 0; r <= REPS; r++) {
+    const times = [await timed(() => rawPut(r)), await timed(() => put(r))];
+    times.push(await timed(() => rawGet(r)), await timed(() => get(r)));
+    await cleanup(r);
+    if (r === 0) continue; // warm-up
+    t.rawPut.push(times[0] as number);
+    t.put.push(times[1] as number);
+    t.rawGet.push(times[2] as number);
+    t.get.push(times[3] as number);
+  }
+  const bytes = BLOCK * BLOCKS;
+  const gbs = (ms: number) => bytes / (ms / 1000) / 1e9;
+  const [rp, p, rg, g] = [median(t.rawPut), median(t.put), median(t.rawGet), median(t.get)];
+  return {
+    raw_put_gbs: gbs(rp),
+    put_gbs: gbs(p),
+    raw_get_gbs: gbs(rg),
+    get_gbs: gbs(g),
+    vs_raw: (rp + rg) / (p + g),
+  };
+}
+
+function round(x: number, d = 3): number {
+  const f = 10 ** d;
+  return Math.round(x * f) / f;
+}
+
+async function main(): Promise<void> {
+  const ns = kvNamespace({
+    modelId: 'bench',
+    weightDigest: 'none',
+    kvDtype: 'f16',
+    blockSize: 16,
+    numLayers: 32,
+    numKvHeads: 8,
+    headDim: 128,
+  });
+  const values = Array.from({ length: BLOCKS }, (_, i) => {
+    const v = new Uint8Array(BLOCK);
+    for (let j = 0; j < BLOCK; j += 4096) v[j] = (i + j) & 0xff;
+    return v;
+  });
+  const entriesOf = (rep: number) =>
+    values.map((value, i) => ({ key: hexKey(rep + 16, i), value }));
+  const keysOf = (rep: number) => values.map((_, i) => hexKey(rep + 16, i));
+  const sink: unknown[] = [];
+
+  // Host: the raw baseline is a typed-array copy in and a copy out.
+  log(`host: ${BLOCKS} × 2 MiB, ${REPS} reps`);
+  const host = new HostMemoryStore({ namespace: ns, maxBytes: 2 * BLOCK * BLOCKS });
+  let rawHeld: Uint8Array[] = [];
+  const hostPair = await compare(
+    () => {
+      rawHeld = values.map((v) => v.slice());
+    },
+    (r) => host.putMany(entriesOf(r)),
+    () => {
+      sink[0] = rawHeld.map((v) => v.slice());
+    },
+    async (r) => {
+      sink[0] = await host.getMany(keysOf(r));
+    },
+    async (r) => {
+      rawHeld = [];
+      await host.delete(keysOf(r));
+    },
+  );
+
+  // Disk: the raw baseline writes and reads the same bytes as plain files, same concurrency.
+  const dir = await mkdtemp(join(tmpdir(), 'kvasir-bench-'));
+  log(`disk: ${dir}`);
+  const disk = await DiskStore.open({
+    namespace: ns,
+    dir: join(dir, 'store'),
+    maxBytes: 4 * BLOCK * BLOCKS,
+  });
+  await mkdir(join(dir, 'raw'), { recursive: true });
+  const rawPath = (r: number, i: number) => join(dir, 'raw', `${r}-${i}`);
+  const diskPair = await compare(
+    (r) =>
+      mapLimit(values, 8, async (v, i) => {
+        const fh = await openFile(rawPath(r, i), 'wx');
+        try {
+          await fh.write(v, 0, v.byteLength, 0);
+        } finally {
+          await fh.close();
+        }
+      }),
+    (r) => disk.putMany(entriesOf(r)),
+    (r) =>
+      mapLimit(values, 8, async (_, i) => {
+        const fh = await openFile(rawPath(r, i), 'r');
+        try {
+          const st = await fh.stat();
+          const buf = Buffer.allocUnsafe(st.size);
+          await fh.read(buf, 0, st.size, 0);
+          sink[1] = buf;
+        } finally {
+          await fh.close();
+        }
+      }),
+    async (r) => {
+      sink[1] = await disk.getMany(keysOf(r));
+    },
+    async (r) => {
+      await disk.delete(keysOf(r));
+      await Promise.all(values.map((_, i) => unlink(rawPath(r, i))));
+    },
+  );
+
+  // Redis: the raw baseline is plain SET / GET of the same bytes through ioredis, pipelined.
+  const server = await startRedisServer();
+  log(`redis: ${server.url}`);
+  const raw = new Redis(server.url);
+  const redis = new RedisStore({ namespace: ns, url: server.url, commandTimeoutMs: 60_000 });
+  await redis.ready(5000);
+  const bufs = values.map((v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength));
+  const redisPair = await compare(
+    async (r) => {
+      const p = raw.pipeline();
+      bufs.forEach((b, i) => p.set(`raw:${r}:${i}`, b));
+      await p.exec();
+    },
+    (r) => redis.putMany(entriesOf(r)),
+    async (r) => {
+      const p = raw.pipeline();
+      for (let i = 0; i < bufs.length; i++) p.getBuffer(`raw:${r}:${i}`);
+      sink[2] = await p.exec();
+    },
+    async (r) => {
+      sink[2] = await redis.getMany(keysOf(r));
+    },
+    async (r) => {
+      await redis.delete(keysOf(r));
+      const p = raw.pipeline();
+      for (let i = 0; i < bufs.length; i++) p.del(`raw:${r}:${i}`);
+      await p.exec();
+    },
+  );
+
+  // countPrefix over 1,000 present keys: one pipelined round trip of EXISTS.
+  const small = Array.from({ length: EXISTS_KEYS }, (_, i) => ({
+    key: hexKey(2, i),
+    value: new Uint8Array(64),
+  }));
+  await redis.putMany(small);
+  const smallKeys = small.map((e) => e.key);
+  const existsUs: number[] = [];
+  let counted = 0;
+  for (let r = 0; r < 21; r++) {
+    const t0 = performance.now();
+    counted = await redis.countPrefix(smallKeys);
+    existsUs.push((performance.now() - t0) * 1000);
+  }
+  const redisStats = redis.stats();
+
+  await redis.close();
+  raw.disconnect();
+  await server.stop();
+  await rm(dir, { recursive: true, force: true });
+  if (counted !== EXISTS_KEYS) throw new Error(`countPrefix found ${counted} of ${EXISTS_KEYS}`);
+  if (redisStats.errors > 0)
+    throw new Error(`redis errors during the benchmark: ${redisStats.errors}`);
+
+  const pair = (p: Pair) => Object.fromEntries(Object.entries(p).map(([k, v]) => [k, round(v)]));
+  const result = {
+    block_bytes: BLOCK,
+    blocks_per_batch: BLOCKS,
+    reps: REPS,
+    host: pair(hostPair),
+    disk: pair(diskPair),
+    redis: pair(redisPair),
+    host_vs_raw: round(hostPair.vs_raw),
+    disk_vs_raw: round(diskPair.vs_raw),
+    redis_vs_raw: round(redisPair.vs_raw),
+    redis_batch_exists_us: Math.round(median(existsUs)),
+    node: process.version,
+  };
+  if (json) console.log(JSON.stringify(result));
+  else console.log(JSON.stringify(result, null, 2));
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
