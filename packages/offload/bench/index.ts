@@ -198,7 +198,7 @@ async function main(): Promise<void> {
   const redisPair = await compare(
     async (r) => {
       const p = raw.pipeline();
-      bufs.forEach((b, i) => p.set(`raw:${r}:${i}`, b));
+      for (let i = 0; i < bufs.length; i++) p.set(`raw:${r}:${i}`, bufs[i] as Buffer);
       await p.exec();
     },
     (r) => redis.putMany(entriesOf(r)),
