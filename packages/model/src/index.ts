@@ -23,6 +23,14 @@ export {
   Q8_0_BLOCK_VALUES,
   quantizeQ8_0,
 } from './checkpoint-dtype.js';
+export type {
+  LoadProgress,
+  LoadProgressCallback,
+  LoadProgressEvent,
+  LoadProgressOptions,
+  TensorChunk,
+} from './checkpoint-progress.js';
+export { createLoadProgress, streamCheckpoint } from './checkpoint-progress.js';
 export type { Architecture, ExpectedTensor, ModelConfig, RopeScaling } from './config.js';
 export {
   expectedTensors,
@@ -33,6 +41,8 @@ export {
   toHfConfig,
   validateModelConfig,
 } from './config.js';
+export type { GqaConversion } from './convert-gqa.js';
+export { convertToGqa, meanPoolHeads } from './convert-gqa.js';
 export type { DetokenizerOptions, TokenDecoder } from './detokenizer.js';
 export { IncrementalDetokenizer } from './detokenizer.js';
 export type { ModelErrorCode } from './errors.js';

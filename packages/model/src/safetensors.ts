@@ -304,17 +304,24 @@ export interface TensorToWrite {
   readonly shape: readonly number[];
   /**
    * Float32 values (converted to `dtype`) or the exact stored bytes; or a function producing
-   * them, called only when the tensor is written, so large checkpoints are generated one
-   * tensor at a time.
+   * them (or a promise of them), called in file order only when the tensor is written, so large
+   * checkpoints pass through memory one tensor at a time.
    */
-  readonly data: Float32Array | Uint8Array | (() => Float32Array | Uint8Array);
+  readonly data:
+    | Float32Array
+    | Uint8Array
+    | (() => Float32Array | Uint8Array | Promise<Float32Array | Uint8Array>);
 }
 
-/** Converts a tensor's data to its stored bytes, checking the size. */
-export function tensorBytes(t: TensorToWrite): Uint8Array {
+/**
+ * Converts a tensor's data to its stored bytes, checking the size.
+ *
+ * @throws {@link ModelError} `SHAPE_MISMATCH` when the data does not fit the dtype and shape.
+ */
+export async function tensorBytes(t: TensorToWrite): Promise<Uint8Array> {
   const n = t.shape.reduce((a, b) => a * b, 1);
   const need = dtypeByteLength(t.dtype, n);
-  const data = typeof t.data === 'function' ? t.data() : t.data;
+  const data = typeof t.data === 'function' ? await t.data() : t.data;
   const bytes = data instanceof Float32Array ? encodeFromF32(t.dtype, data) : data;
   if (bytes.byteLength !== need) {
     throw new ModelError(
@@ -367,7 +374,7 @@ export async function writeSafetensors(
     fh = await open(path, 'w');
     await fh.write(prefix);
     await fh.write(headerBytes);
-    for (const t of tensors) await fh.write(tensorBytes(t));
+    for (const t of tensors) await fh.write(await tensorBytes(t));
   } catch (e) {
     if (ModelError.isInstance(e)) throw e;
     throw new ModelError('IO', `cannot write ${path}: ${(e as Error).message}`, {
