@@ -73,7 +73,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   private readonly nsDir: string;
   private readonly policy: EvictionPolicy<BlockHash>;
   private readonly fsync: boolean;
-  private readonly maxValueBytes: number;
+  readonly maxValueBytes: number;
   private readonly concurrency: number;
   private readonly index = new Map<BlockHash, number>();
   private readonly listeners = new Set<EvictionListener>();

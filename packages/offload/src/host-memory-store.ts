@@ -35,6 +35,8 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
   readonly tier = 'host';
   readonly namespace: string;
   readonly maxBytes: number;
+  /** Equal to `maxBytes`: one block may take the whole budget. */
+  readonly maxValueBytes: number;
   private readonly policy: EvictionPolicy<BlockHash>;
   private readonly copyOnGet: boolean;
   private readonly entries = new Map<BlockHash, Uint8Array>();
@@ -48,6 +50,7 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
     checkNamespace(options.namespace);
     this.namespace = options.namespace;
     this.maxBytes = checkBudget('maxBytes', options.maxBytes);
+    this.maxValueBytes = this.maxBytes;
     this.policy = checkPolicy(options.policy ?? new LruPolicy<BlockHash>());
     this.copyOnGet = options.copyOnGet ?? true;
   }
@@ -69,7 +72,7 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
   /** Synchronous {@link putMany}, for callers already on a hot path. */
   putManySync(entries: readonly KvBlockEntry[]): number {
     checkOpen(this.closed, this.tier);
-    checkEntries(entries, this.maxBytes);
+    checkEntries(entries, this.maxValueBytes);
     for (const { key, value } of entries) {
       const old = this.entries.get(key);
       if (old !== undefined) {

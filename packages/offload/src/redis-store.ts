@@ -78,7 +78,7 @@ export class RedisStore implements KvBlockStore {
   private readonly client: Redis | Cluster;
   private readonly ownsClient: boolean;
   private readonly ttlSeconds: number | undefined;
-  private readonly maxValueBytes: number;
+  readonly maxValueBytes: number;
   private readonly maxBatchBytes: number;
   private readonly counters = new Counters();
   private unavailable = 0;

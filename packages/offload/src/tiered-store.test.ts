@@ -37,6 +37,7 @@ async function threeTiers(hostBytes: number, diskBytes: number, prefix: string) 
 class ControlledStore implements KvBlockStore {
   readonly tier = 'controlled';
   readonly namespace = NS;
+  readonly maxValueBytes = 1 << 20;
   readonly data = new Map<BlockHash, Uint8Array>();
   readonly waiting: (() => void)[] = [];
   calls = 0;
@@ -234,6 +235,35 @@ describe('TieredStore', () => {
     expect(t.stats().tiers[2]?.errors).toBeGreaterThan(0);
     await server.restart();
     expect(await redis.ready(10_000)).toBe(true);
+    await t.close();
+  });
+
+  it('refuses a block some tier could not hold before storing it anywhere', async () => {
+    const big = new HostMemoryStore({ namespace: NS, maxBytes: 10_000 });
+    const small = new HostMemoryStore({ namespace: NS, maxBytes: 1000 });
+    const t = new TieredStore({ tiers: [big, small] });
+    expect(t.maxValueBytes).toBe(1000);
+    await expect(t.putMany([{ key: key(1), value: block(1, 1001) }])).rejects.toMatchObject({
+      code: 'VALUE_TOO_LARGE',
+    });
+    expect(big.stats().entries).toBe(0);
+  });
+
+  it('answers by the deadline while Redis hangs, and recovers when it resumes', async () => {
+    const { host, disk, redis } = await threeTiers(1 << 20, 1 << 20, 'hang:');
+    const t = new TieredStore({ tiers: [host, disk, redis] });
+    await redis.putMany([{ key: key(1), value: block(1, 100) }]);
+    server.pause(); // SIGSTOP: connected, but silent
+    try {
+      const r = await t.fetch([key(1)], { deadlineMs: 200 });
+      expect(r.values).toEqual([undefined]);
+      expect(r.expired).toBe(1);
+    } finally {
+      server.resume();
+    }
+    await t.drain(); // the stalled transfer finishes (or times out) and frees its slot
+    const again = await t.fetch([key(1)], { deadlineMs: 10_000 });
+    expect(sameBytes(again.values[0], block(1, 100))).toBe(true);
     await t.close();
   });
 

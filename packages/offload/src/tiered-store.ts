@@ -85,6 +85,8 @@ export class TieredStore implements KvBlockStore {
   readonly tier = 'tiered';
   readonly namespace: string;
   readonly writeMode: WriteMode;
+  /** The smallest of the tiers' limits, so a block accepted can live in every tier. */
+  readonly maxValueBytes: number;
   private readonly tiers: readonly KvBlockStore[];
   private readonly queue: TransferQueue;
   private readonly now: () => number;
@@ -131,6 +133,7 @@ export class TieredStore implements KvBlockStore {
     };
     this.namespace = ns;
     this.tiers = tiers;
+    this.maxValueBytes = Math.min(...tiers.map((t) => t.maxValueBytes));
     this.writeMode = options.writeMode ?? 'write-through';
     if (this.writeMode !== 'write-through' && this.writeMode !== 'write-back') {
       throw new OffloadError('INVALID_OPTIONS', 'writeMode must be write-through or write-back', {
@@ -189,7 +192,8 @@ export class TieredStore implements KvBlockStore {
    */
   async putMany(entries: readonly KvBlockEntry[]): Promise<number> {
     checkOpen(this.closed, this.tier);
-    checkEntries(entries, Number.POSITIVE_INFINITY);
+    // Checked against every tier's limit up front, so no tier stores what another refuses.
+    checkEntries(entries, this.maxValueBytes);
     const targets = this.writeMode === 'write-through' ? this.tiers : this.tiers.slice(0, 1);
     const settled = await Promise.allSettled(targets.map((t) => t.putMany(entries)));
     let best = 0;

@@ -46,6 +46,8 @@ export interface KvBlockStore {
   readonly tier: string;
   /** The namespace fingerprint every key of this store lives in. */
   readonly namespace: string;
+  /** Largest value `putMany` accepts. */
+  readonly maxValueBytes: number;
   /**
    * Stores blocks. A value becomes visible to readers only once completely written.
    * @returns how many entries were stored.

@@ -11,6 +11,10 @@ export interface RedisServerHandle {
   readonly url: string;
   /** Stops the server with SIGKILL (no shutdown handshake), as a crash would. */
   kill(): Promise<void>;
+  /** Freezes the server (SIGSTOP): connections stay open but nothing is answered. */
+  pause(): void;
+  /** Unfreezes it (SIGCONT). */
+  resume(): void;
   /** Starts it again on the same port (after `kill`), empty. */
   restart(): Promise<void>;
   /** Stops the server and removes its directory. Idempotent. */
@@ -167,6 +171,12 @@ export async function startRedisServer(
     port,
     url: `redis://127.0.0.1:${port}`,
     kill: killChild,
+    pause: () => {
+      child?.kill('SIGSTOP');
+    },
+    resume: () => {
+      child?.kill('SIGCONT');
+    },
     restart: async () => {
       await killChild();
       await launch();
@@ -178,4 +188,96 @@ export async function startRedisServer(
       await rm(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** A Redis Cluster of private `redis-server` nodes (masters only). */
+export interface RedisClusterHandle {
+  /** The nodes, in the order given to `redis-cli --cluster create`. */
+  readonly nodes: readonly RedisServerHandle[];
+  /** Seed addresses for an ioredis `Cluster`. */
+  readonly startupNodes: readonly { host: string; port: number }[];
+  /** Stops every node and removes their directories. */
+  stop(): Promise<void>;
+}
+
+function run(binary: string, args: readonly string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    p.stderr?.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    p.once('error', (e) =>
+      reject(
+        new Error(
+          `${binary}: ${(e as NodeJS.ErrnoException).code ?? e.message}. redis-cli comes with redis-server (Debian: apt-get install redis-server)`,
+        ),
+      ),
+    );
+    p.once('exit', (code) =>
+      code === 0
+        ? resolve(out)
+        : reject(new Error(`${binary} ${args.join(' ')} exited ${code}: ${out.slice(-500)}`)),
+    );
+  });
+}
+
+/**
+ * Starts `nodes` (default 3) private cluster-enabled `redis-server`s on loopback, joins them
+ * with `redis-cli --cluster create` (all 16,384 slots spread over them) and resolves once every
+ * node reports `cluster_state:ok`. For tests of Redis Cluster compatibility.
+ * @throws Error naming how to install Redis when a binary is missing.
+ */
+export async function startRedisCluster(
+  options: StartRedisServerOptions & { readonly nodes?: number; readonly cli?: string } = {},
+): Promise<RedisClusterHandle> {
+  const count = options.nodes ?? 3;
+  const cli = options.cli ?? process.env.REDIS_CLI ?? 'redis-cli';
+  const nodes: RedisServerHandle[] = [];
+  const stop = async (): Promise<void> => {
+    await Promise.all(nodes.map((n) => n.stop()));
+  };
+  try {
+    for (let i = 0; i < count; i++) {
+      nodes.push(
+        await startRedisServer({
+          ...options,
+          args: [
+            '--cluster-enabled',
+            'yes',
+            '--cluster-config-file',
+            'nodes.conf',
+            '--cluster-node-timeout',
+            '5000',
+            ...(options.args ?? []),
+          ],
+        }),
+      );
+    }
+    await run(cli, [
+      '--cluster',
+      'create',
+      ...nodes.map((n) => `127.0.0.1:${n.port}`),
+      '--cluster-replicas',
+      '0',
+      '--cluster-yes',
+    ]);
+    const deadline = Date.now() + (options.startTimeoutMs ?? 20_000);
+    for (const n of nodes) {
+      for (;;) {
+        const info = await run(cli, ['-p', String(n.port), 'cluster', 'info']);
+        if (info.includes('cluster_state:ok')) break;
+        if (Date.now() > deadline)
+          throw new Error(`cluster node ${n.port} not ok: ${info.slice(0, 200)}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { nodes, startupNodes: nodes.map((n) => ({ host: '127.0.0.1', port: n.port })), stop };
 }
