@@ -1,6 +1,8 @@
+import { spawn } from 'node:child_process';
 import { mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DiskStore } from './disk-store';
@@ -219,5 +221,49 @@ describe('DiskStore', () => {
     }
     expect(reads).toBe(60);
     expect(a.stats().corrupt + b.stats().corrupt).toBe(0);
+  });
+});
+
+describe('DiskStore shared by two processes', () => {
+  it('never shows a torn or foreign value while another process rewrites the key', async () => {
+    const k = key('cross-process');
+    const v1 = block(1, 256 * 1024);
+    const v2 = block(2, 256 * 1024);
+    const reader = await DiskStore.open({ namespace: NS, dir, maxBytes: 64 << 20 });
+    const script = fileURLToPath(new URL('./testing/disk-writer.fixture.ts', import.meta.url));
+    const child = spawn(process.execPath, ['--import', 'tsx', script, dir, NS, k, '150'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    let running = true;
+    void exited.then(() => {
+      running = false;
+    });
+    let reads = 0;
+    let seen = 0;
+    do {
+      const [v] = await reader.getMany([k]);
+      reads++;
+      if (v !== undefined) {
+        seen++;
+        expect(sameBytes(v, v1) || sameBytes(v, v2)).toBe(true);
+      } else {
+        // Once a complete file is in place, a rename only ever swaps it for another one.
+        expect(seen).toBe(0);
+      }
+    } while (running);
+    expect(await exited).toBe(0);
+    expect(out).toContain('wrote 150');
+    expect(reads).toBeGreaterThan(0);
+    expect(reader.stats().corrupt + reader.stats().foreign).toBe(0);
+    const [last] = await reader.getMany([k]);
+    expect(sameBytes(last, v1)).toBe(true); // round 149 wrote v1
   });
 });

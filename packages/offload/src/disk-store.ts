@@ -193,7 +193,15 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       const path = this.pathOf(key);
       if (this.listeners.size > 0) {
         const value = await this.readVerified(key, path, false);
-        if (value !== undefined) for (const l of this.listeners) l(key, value);
+        if (value !== undefined) {
+          for (const l of this.listeners) {
+            try {
+              l(key, value);
+            } catch {
+              // A listener's failure must not stop the eviction.
+            }
+          }
+        }
       }
       try {
         await unlink(path);

@@ -115,7 +115,13 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
     this.policy.remove(key);
     this.usedBytes -= value.byteLength;
     this.counters.evictions++;
-    for (const l of this.listeners) l(key, value);
+    for (const l of this.listeners) {
+      try {
+        l(key, value);
+      } catch {
+        // A listener's failure must not leave a put half done.
+      }
+    }
   }
 
   /** @throws {OffloadError} INVALID_KEY, CLOSED. */

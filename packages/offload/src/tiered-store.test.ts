@@ -2,6 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BlockHash } from '@kvasir/kv-allocator';
+import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { DiskStore } from './disk-store';
 import { HostMemoryStore } from './host-memory-store';
@@ -265,6 +266,46 @@ describe('TieredStore', () => {
     const again = await t.fetch([key(1)], { deadlineMs: 10_000 });
     expect(sameBytes(again.values[0], block(1, 100))).toBe(true);
     await t.close();
+  });
+
+  it('only ever serves the bytes written for a key, within every budget (property)', async () => {
+    dir = await mkdtemp(join(tmpdir(), 'kvasir-tiered-prop-'));
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom('write-through' as const, 'write-back' as const),
+        fc.array(fc.tuple(fc.constantFrom('put', 'get', 'del'), fc.integer({ min: 0, max: 9 })), {
+          minLength: 1,
+          maxLength: 30,
+        }),
+        async (writeMode, ops) => {
+          // Content-addressed: a key's bytes are a function of the key (sizes differ per key).
+          const bytesOf = (k: number) => block(k, 200 + 37 * k);
+          const host = new HostMemoryStore({ namespace: NS, maxBytes: 700 });
+          const disk = await DiskStore.open({
+            namespace: NS,
+            dir: join(dir, String(run++)),
+            maxBytes: 1500,
+          });
+          const t = new TieredStore({ tiers: [host, disk], writeMode, maxConcurrentTransfers: 2 });
+          for (const [op, k] of ops) {
+            if (op === 'put') await t.putMany([{ key: key(k), value: bytesOf(k) }]);
+            else if (op === 'del') await t.delete([key(k)]);
+            else {
+              const [v] = await t.getMany([key(k)]);
+              if (v !== undefined && !sameBytes(v, bytesOf(k))) return false;
+            }
+            if ((host.stats().bytes ?? 0) > 700 || (disk.stats().bytes ?? 0) > 1500) return false;
+          }
+          await t.drain();
+          const all = await t.getMany([0, 1, 2, 3, 4, 5, 6, 7, 8, 9].map(key));
+          const ok = all.every((v, k) => v === undefined || sameBytes(v, bytesOf(k)));
+          await t.close();
+          return ok && (host.stats().bytes ?? 0) <= 700 && (disk.stats().bytes ?? 0) <= 1500;
+        },
+      ),
+      { numRuns: 30 },
+    );
   });
 
   it('refuses tiers of different namespaces and bad options', () => {
