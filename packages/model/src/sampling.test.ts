@@ -251,6 +251,11 @@ describe('logprobs', () => {
     const r = sample(logits, { temperature: 0, topLogprobs: 2 }, new SamplingState(0));
     expect(r.token).toBe(3);
     expect(r.topLogprobs.map((t) => t.token)).toEqual([3, 2]);
-    expect(r.logprob).toBeCloseTo(Math.log(softmax(logits)[3]!), 6);
+    expect(r.logprob!).toBeCloseTo(Math.log(softmax(logits)[3]!), 6);
+    const plain = sample(logits, { temperature: 0 }, new SamplingState(0));
+    expect(plain.logprob).toBeNull();
+    expect(
+      sample(logits, { temperature: 0, logprobs: true }, new SamplingState(0)).logprob!,
+    ).toBeCloseTo(r.logprob!, 12);
   });
 });

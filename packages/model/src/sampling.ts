@@ -29,6 +29,11 @@ export interface SamplingParams {
    * same tokens whatever else is batched with them. Default: a seed from `Math.random`.
    */
   readonly seed?: number;
+  /**
+   * Report the sampled token's log-probability ({@link SampleResult.logprob}). Off by default:
+   * it costs a pass over the vocabulary. Implied by `topLogprobs > 0`.
+   */
+  readonly logprobs?: boolean;
   /** How many most likely alternatives to report with their log-probabilities (0–20 typical). Default 0. */
   readonly topLogprobs?: number;
   /** Token ids that end the sequence; {@link SampleResult.stop} reports a hit. The caller acts on it. */
@@ -49,9 +54,10 @@ export interface SampleResult {
   readonly token: number;
   /**
    * Its log-probability under the model's unprocessed distribution (log-softmax of the raw
-   * logits, before penalties, temperature or truncation), as OpenAI-style APIs report it.
+   * logits, before penalties, temperature or truncation), as OpenAI-style APIs report it;
+   * `null` unless `logprobs` or `topLogprobs` was asked for.
    */
-  readonly logprob: number;
+  readonly logprob: number | null;
   /** The `topLogprobs` most likely tokens, most likely first (empty unless requested). */
   readonly topLogprobs: readonly TokenLogprob[];
   /** The token is one of `stopTokenIds`. */
@@ -132,11 +138,11 @@ export function validateSamplingParams(p: SamplingParams): void {
     throw invalid(`seed must be a safe integer, got ${p.seed}`);
 }
 
-/** Buckets of the logit gap to the maximum, 1/8 of an octave of probability each. */
+/** Buckets of the (temperature-scaled) logit gap to the maximum, a quarter octave of probability each. */
 const BUCKETS = 256;
-const BUCKET_SCALE = 8 / Math.LN2;
-/** Gaps at or beyond this land in the last bucket. */
-const BUCKET_LIMIT = (BUCKETS - 1) / BUCKET_SCALE;
+const BUCKET_SCALE = 4 / Math.LN2;
+/** Gap in nats beyond which a token's probability is taken as exactly 0 (e^-44 ≈ 8e-20 of the best). */
+const CUTOFF = (BUCKETS - 1) / BUCKET_SCALE;
 
 /**
  * Draws tokens from logit rows. One instance holds scratch buffers sized to the vocabulary and
@@ -154,6 +160,7 @@ export class Sampler {
   private work = new Float32Array(0);
   private prob = new Float64Array(0);
   private idx = new Uint32Array(0);
+  private edge = new Uint32Array(0);
   private readonly bucketSum = new Float64Array(BUCKETS);
   private readonly bucketCount = new Uint32Array(BUCKETS);
 
@@ -162,6 +169,7 @@ export class Sampler {
       this.work = new Float32Array(v);
       this.prob = new Float64Array(v);
       this.idx = new Uint32Array(v);
+      this.edge = new Uint32Array(v);
     }
   }
 
@@ -186,8 +194,11 @@ export class Sampler {
     else token = this.draw(work, v, temperature, params, state.rng);
 
     state.record(token);
-    const { logprob, top } = logprobs(logits, token, params.topLogprobs ?? 0);
+    const n = params.topLogprobs ?? 0;
     const stop = params.stopTokenIds?.includes(token) ?? false;
+    if (!params.logprobs && n === 0)
+      return { token, logprob: null, topLogprobs: NO_LOGPROBS, stop };
+    const { logprob, top } = logprobs(logits, token, n);
     return { token, logprob, topLogprobs: top, stop };
   }
 
@@ -207,33 +218,41 @@ export class Sampler {
     const invT = 1 / temperature;
     const idx = this.idx;
     const prob = this.prob;
-    // Unnormalized probabilities relative to the best token (which gets exactly 1); each token's
-    // bucket (its probability gap to the best, in eighths of an octave) is parked in idx.
+    // Unnormalized probabilities relative to the best token (which gets exactly 1). Tokens more
+    // than CUTOFF nats below it get exactly 0: even a million of them weigh under 1e-13 of the
+    // total, and skipping their exp() is most of the work on peaked distributions. Each token's
+    // bucket (its gap to the best, in quarter octaves) is parked in idx.
     let total = 0;
     for (let i = 0; i < v; i++) {
       const gap = (m - work[i]!) * invT;
-      const e = Math.exp(-gap);
-      prob[i] = e;
-      total += e;
-      idx[i] = gap < BUCKET_LIMIT ? Math.floor(gap * BUCKET_SCALE) : BUCKETS - 1;
+      if (gap < CUTOFF) {
+        const e = Math.exp(-gap);
+        prob[i] = e;
+        total += e;
+        idx[i] = Math.floor(gap * BUCKET_SCALE);
+      } else {
+        prob[i] = 0;
+        idx[i] = BUCKETS - 1;
+      }
     }
     if (k === 0 && topP >= 1) {
       // Only min-p (or nothing): a threshold on the relative probability, no ordering needed.
+      const floor = minP > 0 ? minP : Number.MIN_VALUE;
       let mass = 0;
-      for (let i = 0; i < v; i++) if (prob[i]! >= minP) mass += prob[i]!;
+      for (let i = 0; i < v; i++) if (prob[i]! >= floor) mass += prob[i]!;
       let u = rng.nextFloat() * mass;
       let last = 0;
       for (let i = 0; i < v; i++) {
         const w = prob[i]!;
-        if (w < minP) continue;
+        if (w < floor) continue;
         last = i;
         u -= w;
         if (u < 0) return i;
       }
       return last;
     }
-    // Only the few candidate tokens that top-k / top-p can keep are sorted, not the vocabulary:
-    // walk the buckets from the most likely until they hold k tokens or the top-p mass.
+    // Walk the buckets from the most likely until they hold k tokens or the top-p mass. Every
+    // token of an earlier bucket is kept; only the boundary bucket needs ordering.
     const bs = this.bucketSum;
     const bc = this.bucketCount;
     bs.fill(0);
@@ -244,44 +263,77 @@ export class Sampler {
       bc[b] = bc[b]! + 1;
     }
     let last = 0;
-    let count = 0;
-    let cum = 0;
+    let countBefore = 0;
+    let massBefore = 0;
     for (let b = 0; b < BUCKETS; b++) {
-      count += bc[b]!;
-      cum += bs[b]!;
       last = b;
-      if (k > 0 ? count >= k : cum >= topP * total) break;
+      if (k > 0 ? countBefore + bc[b]! >= k : massBefore + bs[b]! >= topP * total) break;
+      countBefore += bc[b]!;
+      massBefore += bs[b]!;
     }
+    const edge = this.edge;
     let n = 0;
+    let ne = 0;
     // Writes land at n <= i, after idx[i] was read, so the buckets are consumed safely in place.
-    for (let i = 0; i < v; i++) if (idx[i]! <= last) idx[n++] = i;
-    const cand = idx.subarray(0, n);
-    cand.sort((a, b) => work[b]! - work[a]! || a - b);
-    let keep = k > 0 ? Math.min(k, n) : n;
-    if (topP < 1) {
-      let kmass = 0;
-      for (let j = 0; j < keep; j++) kmass += prob[cand[j]!]!;
-      const target = topP * (k > 0 ? kmass : total);
-      let c = 0;
-      for (let j = 0; j < keep; j++) {
-        c += prob[cand[j]!]!;
+    for (let i = 0; i < v; i++) {
+      const b = idx[i]!;
+      if (b < last) idx[n++] = i;
+      else if (b === last) edge[ne++] = i;
+    }
+    const byLogit = (a: number, b: number) => work[b]! - work[a]! || a - b;
+    const boundary = edge.subarray(0, ne);
+    boundary.sort(byLogit);
+    let keepEdge: number;
+    if (k > 0) {
+      keepEdge = Math.min(ne, k - n);
+      for (let j = 0; j < keepEdge; j++) idx[n + j] = boundary[j]!;
+      n += keepEdge;
+      if (topP < 1) {
+        // Top-p over the top-k set needs that whole (small) set in order.
+        const cand = idx.subarray(0, n);
+        cand.sort(byLogit);
+        let kmass = 0;
+        for (let j = 0; j < n; j++) kmass += prob[cand[j]!]!;
+        const target = topP * kmass;
+        let c = 0;
+        for (let j = 0; j < n; j++) {
+          c += prob[cand[j]!]!;
+          if (c >= target) {
+            n = j + 1;
+            break;
+          }
+        }
+      }
+    } else {
+      const target = topP * total;
+      let c = massBefore;
+      keepEdge = ne;
+      for (let j = 0; j < ne; j++) {
+        c += prob[boundary[j]!]!;
         if (c >= target) {
-          keep = j + 1;
+          keepEdge = j + 1;
           break;
         }
       }
-    }
-    if (minP > 0) {
-      while (keep > 1 && prob[cand[keep - 1]!]! < minP) keep--;
+      for (let j = 0; j < keepEdge; j++) idx[n + j] = boundary[j]!;
+      n += keepEdge;
     }
     let mass = 0;
-    for (let j = 0; j < keep; j++) mass += prob[cand[j]!]!;
-    let u = rng.nextFloat() * mass;
-    for (let j = 0; j < keep; j++) {
-      u -= prob[cand[j]!]!;
-      if (u < 0) return cand[j]!;
+    for (let j = 0; j < n; j++) {
+      const w = prob[idx[j]!]!;
+      if (w >= minP && w > 0) mass += w;
     }
-    return cand[keep - 1]!;
+    let u = rng.nextFloat() * mass;
+    let fallback = idx[0]!;
+    for (let j = 0; j < n; j++) {
+      const t = idx[j]!;
+      const w = prob[t]!;
+      if (w < minP || w === 0) continue;
+      fallback = t;
+      u -= w;
+      if (u < 0) return t;
+    }
+    return fallback;
   }
 }
 
@@ -360,6 +412,8 @@ export function logprobs(
   }
   return { logprob: logits[token]! - logZ, top };
 }
+
+const NO_LOGPROBS: readonly TokenLogprob[] = Object.freeze([]);
 
 let shared: Sampler | undefined;
 
