@@ -1,7 +1,7 @@
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { priorityPolicy } from './policies';
+import { longestPrefixMatchPolicy, priorityPolicy } from './policies';
 import { Scheduler } from './scheduler';
 import { FakeExecutor, referenceOutput } from './testing/fake-executor';
 import type { PreemptionMode, RequestOutput } from './types';
@@ -45,7 +45,8 @@ const scenarioArb = fc.record({
   mode: fc.constantFrom<PreemptionMode>('recompute', 'swap'),
   hostSwapBlocks: fc.integer({ min: 0, max: 40 }),
   prefixCaching: fc.boolean(),
-  priority: fc.boolean(),
+  queue: fc.constantFrom('fcfs', 'priority', 'lpm'),
+  watermark: fc.constantFrom(0, 0.1),
 });
 
 const MAX_MODEL_LEN = 64;
@@ -79,7 +80,11 @@ function run(sc: Scenario, reqs: Req[]) {
     preemptionMode: sc.mode,
     hostSwapBlocks: sc.hostSwapBlocks,
     eosTokenId: EOS,
-    ...(sc.priority ? { queuePolicy: priorityPolicy({ agingRate: 0.1 }) } : {}),
+    admissionWatermark: sc.watermark,
+    ...(sc.queue === 'priority' ? { queuePolicy: priorityPolicy({ agingRate: 0.1 }) } : {}),
+    ...(sc.queue === 'lpm'
+      ? { queuePolicy: longestPrefixMatchPolicy({ maxWait: 20, fcfsQueueLength: 6 }) }
+      : {}),
   });
   const exec = new FakeExecutor(sc.blockSize, SEED, VOCAB);
   const ends = new Map<string, RequestOutput[]>();
@@ -91,6 +96,7 @@ function run(sc: Scenario, reqs: Req[]) {
   let step = 0;
   let maxRows = 0;
   let maxTokens = 0;
+  let swapIns = 0;
   while (step < 3000) {
     for (let i = 0; i < reqs.length; i++) {
       const r = reqs[i]!;
@@ -113,21 +119,26 @@ function run(sc: Scenario, reqs: Req[]) {
     maxTokens = Math.max(maxTokens, plan.numTokens);
     expect(plan.numTokens).toBeLessThanOrEqual(budget);
     expect(plan.rows.length).toBeLessThanOrEqual(sc.maxNumSeqs);
+    swapIns += plan.swapIn.length;
     const res = exec.run(plan);
     for (const o of sched.update(res)) record(o);
     step++;
     if (step > 60 && !sched.hasUnfinished()) break;
   }
-  return { sched, kv, ends, steps: step };
+  return { sched, kv, ends, steps: step, swapIns };
 }
 
 describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)', () => {
   it('respects limits, leaks nothing, ends every request once, and preemption never changes output', () => {
     let preemptions = { recompute: 0, swap: 0 };
+    let swapIns = 0;
+    let compared = 0;
+    let comparedPreempted = 0;
     fc.assert(
       fc.property(scenarioArb, (sc) => {
         const reqs = toReqs(sc.reqs);
-        const { sched, kv, ends, steps } = run(sc, reqs);
+        const { sched, kv, ends, steps, swapIns: sIn } = run(sc, reqs);
+        swapIns += sIn;
         expect(steps).toBeLessThan(3000); // no livelock
         expect(sched.hasUnfinished()).toBe(false);
         expect(kv.stats().usedBlocks).toBe(0);
@@ -157,6 +168,8 @@ describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)',
               MAX_MODEL_LEN,
             );
             expect(Array.from(out.tokenIds)).toEqual(ref);
+            compared++;
+            if (o.numPreemptions > 0) comparedPreempted++;
           }
         }
       }),
@@ -165,5 +178,8 @@ describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)',
     // The scenarios must actually exercise both preemption modes.
     expect(preemptions.recompute).toBeGreaterThan(0);
     expect(preemptions.swap).toBeGreaterThan(0);
+    expect(swapIns).toBeGreaterThan(0);
+    expect(compared).toBeGreaterThan(500);
+    expect(comparedPreempted).toBeGreaterThan(30);
   });
 });

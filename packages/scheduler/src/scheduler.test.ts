@@ -83,6 +83,12 @@ describe('add() validation', () => {
     });
   }
 
+  it('refuses n larger than the token budget (its decodes could never run together)', () => {
+    const { sched } = setup({ maxNumSeqs: 8, maxNumBatchedTokens: 4 });
+    expectError(() => sched.add({ ...base, n: 5 }), 'INVALID_REQUEST', /maxNumBatchedTokens 4/);
+    expect(sched.hasUnfinished()).toBe(false);
+  });
+
   it('refuses a duplicate live id', () => {
     const { sched } = setup();
     sched.add(base);

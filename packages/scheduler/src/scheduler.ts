@@ -54,6 +54,11 @@ export interface SchedulerOptions {
   readonly preemptionPolicy?: PreemptionPolicy;
   /** End-of-sequence token for requests that do not set their own. */
   readonly eosTokenId?: number;
+  /**
+   * Fraction of the cache kept free when admitting new requests, so running ones can grow a
+   * while before anything must be preempted (vLLM v0's watermark). Default 0.01.
+   */
+  readonly admissionWatermark?: number;
   /** Time source for arrival, aging and latency. Default: the step counter. */
   readonly clock?: () => number;
   /** Called synchronously for every event. */
@@ -208,6 +213,7 @@ export class Scheduler {
   private readonly clockFn: (() => number) | undefined;
   private readonly onEvent: ((event: SchedulerEvent) => void) | undefined;
   private readonly blockSize: number;
+  private readonly watermarkBlocks: number;
 
   private readonly groups = new Map<string, Group>();
   private readonly seqById = new Map<number, Seq>();
@@ -273,6 +279,11 @@ export class Scheduler {
       throw new SchedulerError('INVALID_CONFIG', `unknown preemptionMode ${String(mode)}`);
     }
     this.preemptionMode = mode;
+    const wm = o.admissionWatermark ?? 0.01;
+    if (!(wm >= 0 && wm < 1)) {
+      throw new SchedulerError('INVALID_CONFIG', `admissionWatermark must be in [0, 1), got ${wm}`);
+    }
+    this.watermarkBlocks = Math.floor(wm * kv.numBlocks);
     this.hostSlots = new HostSlotPool(o.hostSwapBlocks ?? 0);
     this.queuePolicy = o.queuePolicy ?? fcfsPolicy();
     if (typeof this.queuePolicy.rank !== 'function') {
@@ -303,7 +314,11 @@ export class Scheduler {
    *   DUPLICATE_REQUEST; nothing changes.
    */
   add(request: SchedulerRequest): void {
-    validateRequest(request, { maxModelLen: this.maxModelLen, maxNumSeqs: this.maxNumSeqs });
+    validateRequest(request, {
+      maxModelLen: this.maxModelLen,
+      maxNumSeqs: this.maxNumSeqs,
+      maxNumBatchedTokens: this.maxNumBatchedTokens,
+    });
     if (this.groups.has(request.id)) {
       throw new SchedulerError('DUPLICATE_REQUEST', `request ${request.id} is already queued`, {
         details: { requestId: request.id },
@@ -399,7 +414,7 @@ export class Scheduler {
 
   private scheduleRunning(g: Group, st: StepState, allowPreempt: boolean): void {
     for (;;) {
-      if (!this.planChunks(g, st, false)) return;
+      if (!this.planChunks(g, st)) return;
       const needed = this.blocksNeeded(g);
       if (needed <= this.kvCache.numAvailableBlocks()) {
         this.allocate(g, st);
@@ -441,18 +456,18 @@ export class Scheduler {
    * Sets each live sequence's `chunk` (and `prefix` for sequences not in the allocator) for
    * this step. False when the group cannot run now (budget, rows, or whole-prompt rule).
    */
-  private planChunks(g: Group, st: StepState, lookup: boolean): boolean {
+  private planChunks(g: Group, st: StepState): boolean {
     let rows = 0;
     let tokens = 0;
     for (const s of g.seqs) {
       s.chunk = 0;
       if (!s.live) continue;
-      if (!s.allocated && (lookup || s.prefix === EMPTY_PREFIX)) this.lookupPrefix(s);
+      if (!s.allocated) this.lookupPrefix(s);
       const start = s.allocated ? s.numComputed : s.prefix.numTokens;
       const need = s.numTokens - start;
       if (need <= 0) continue;
       const room = st.budget - tokens;
-      if (need === 1) {
+      if (need === 1 && s.allocated) {
         // Decodes of a group run together (beams are compared step by step).
         if (room < 1 || rows >= st.seqBudget) return false;
         s.chunk = 1;
@@ -712,10 +727,12 @@ export class Scheduler {
     for (const g of order) {
       if (st.budget <= 0 || st.seqBudget <= 0) return;
       if (g.state !== WAITING) continue;
-      if (!this.planChunks(g, st, true)) return;
+      if (!this.planChunks(g, st)) return;
       const needed = this.blocksNeeded(g);
-      if (needed > this.kvCache.numAvailableBlocks()) {
-        if (this.running.length === 0 && this.swapped.length === 0) {
+      const idle = this.running.length === 0 && this.swapped.length === 0;
+      const reserve = idle ? 0 : this.watermarkBlocks;
+      if (needed + reserve > this.kvCache.numAvailableBlocks()) {
+        if (idle) {
           // Nothing else holds blocks: this request alone exceeds the cache.
           let total = 0;
           for (const s of g.seqs) if (s.live) total += Math.ceil(s.numTokens / this.blockSize);

@@ -13,10 +13,22 @@ function isU32(t: unknown): boolean {
   return typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= MAX_TOKEN_ID;
 }
 
+function groupLimit(l: RequestLimits): number {
+  return Math.min(l.maxNumSeqs, l.maxNumBatchedTokens ?? Number.POSITIVE_INFINITY);
+}
+
+function groupLimitText(l: RequestLimits): string {
+  return l.maxNumBatchedTokens !== undefined && l.maxNumBatchedTokens < l.maxNumSeqs
+    ? `maxNumBatchedTokens ${l.maxNumBatchedTokens}`
+    : `maxNumSeqs ${l.maxNumSeqs}`;
+}
+
 /** Limits a request is checked against. */
 export interface RequestLimits {
   readonly maxModelLen: number;
   readonly maxNumSeqs: number;
+  /** The group's decodes run in one step, so n and beamWidth must fit the token budget too. */
+  readonly maxNumBatchedTokens?: number;
 }
 
 /**
@@ -52,8 +64,8 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
     if (typeof req.n !== 'number' || !Number.isInteger(req.n) || req.n < 1) {
       invalid('n', 'must be an integer ≥ 1', req.n);
     }
-    if (req.n > limits.maxNumSeqs) {
-      invalid('n', `exceeds maxNumSeqs ${limits.maxNumSeqs}, so it could never run`, req.n);
+    if (req.n > groupLimit(limits)) {
+      invalid('n', `exceeds ${groupLimitText(limits)}, so it could never run`, req.n);
     }
   }
   if (req.beamWidth !== undefined) {
@@ -64,8 +76,8 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
     ) {
       invalid('beamWidth', 'must be an integer ≥ 2', req.beamWidth);
     }
-    if (req.beamWidth > limits.maxNumSeqs) {
-      invalid('beamWidth', `exceeds maxNumSeqs ${limits.maxNumSeqs}`, req.beamWidth);
+    if (req.beamWidth > groupLimit(limits)) {
+      invalid('beamWidth', `exceeds ${groupLimitText(limits)}`, req.beamWidth);
     }
     if (req.n !== undefined && req.n > 1)
       invalid('beamWidth', 'cannot be combined with n > 1', req.n);

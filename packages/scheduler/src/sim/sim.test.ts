@@ -73,6 +73,17 @@ describe('workloads', () => {
     }
   });
 
+  it('draws arrivals for a duration: the count scales with the rate', () => {
+    const a = generateWorkload({ kind: 'alpaca', durationS: 100, seed: 2, rate: 2 });
+    const b = generateWorkload({ kind: 'alpaca', durationS: 100, seed: 2, rate: 8 });
+    for (const r of [...a, ...b]) expect(r.arrivalTime).toBeLessThanOrEqual(100);
+    expect(a.length).toBeGreaterThan(150);
+    expect(a.length).toBeLessThan(250);
+    expect(b.length / a.length).toBeGreaterThan(3.5);
+    expect(b.length / a.length).toBeLessThan(4.5);
+    expect(() => generateWorkload({ kind: 'alpaca', rate: 1 })).toThrow(SchedulerError);
+  });
+
   it('draws long-tailed chat lengths, short instructions, and a shared system prompt', () => {
     const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / xs.length;
     const chat = generateWorkload({ kind: 'sharegpt', numRequests: 2000, seed: 1, rate: 1 });

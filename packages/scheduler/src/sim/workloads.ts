@@ -20,7 +20,14 @@ export interface WorkloadSpec {
    *   tokens), then a short user turn; outputs as 'alpaca'.
    */
   readonly kind: 'sharegpt' | 'alpaca' | 'shared-prefix';
-  readonly numRequests: number;
+  /** Requests to draw. Give this, `durationS`, or both (then whichever ends first). */
+  readonly numRequests?: number;
+  /**
+   * Draw arrivals until this time (seconds). Use it for capacity questions: past the sustainable
+   * rate the queue then grows with the duration, as in steady-state serving, instead of a fixed
+   * batch of requests simply draining.
+   */
+  readonly durationS?: number;
   readonly seed?: number;
   /** Mean request rate (Poisson arrivals), requests per second. Infinity: all at t = 0. */
   readonly rate: number;
@@ -44,10 +51,24 @@ const clamp = (x: number, lo: number, hi: number) => Math.max(lo, Math.min(hi, M
  * @throws {SchedulerError} INVALID_CONFIG for a bad count or rate.
  */
 export function generateWorkload(spec: WorkloadSpec): SimRequest[] {
-  if (!Number.isInteger(spec.numRequests) || spec.numRequests < 1) {
+  if (spec.numRequests === undefined && spec.durationS === undefined) {
+    throw new SchedulerError('INVALID_CONFIG', 'give numRequests or durationS');
+  }
+  if (
+    spec.numRequests !== undefined &&
+    (!Number.isInteger(spec.numRequests) || spec.numRequests < 1)
+  ) {
     throw new SchedulerError('INVALID_CONFIG', 'numRequests must be an integer ≥ 1');
   }
+  if (spec.durationS !== undefined && !(spec.durationS > 0 && Number.isFinite(spec.durationS))) {
+    throw new SchedulerError('INVALID_CONFIG', 'durationS must be finite and > 0');
+  }
   if (!(spec.rate > 0)) throw new SchedulerError('INVALID_CONFIG', 'rate must be > 0');
+  if (spec.durationS !== undefined && !Number.isFinite(spec.rate)) {
+    throw new SchedulerError('INVALID_CONFIG', 'durationS needs a finite rate');
+  }
+  const limit = spec.numRequests ?? Number.POSITIVE_INFINITY;
+  const until = spec.durationS ?? Number.POSITIVE_INFINITY;
   const seed = spec.seed ?? 1;
   const lengths = new Rng(seed);
   const tokens = new Rng(seed ^ 0x5bd1e995);
@@ -59,7 +80,10 @@ export function generateWorkload(spec: WorkloadSpec): SimRequest[] {
   for (let i = 0; i < prefixLen; i++) shared[i] = 1 + tokens.int(vocab - 1);
   const out: SimRequest[] = [];
   let t = 0;
-  for (let i = 0; i < spec.numRequests; i++) {
+  for (let i = 0; i < limit; i++) {
+    const gap = gaps.exp();
+    if (Number.isFinite(spec.rate)) t += gap / spec.rate;
+    if (t > until) break;
     let promptLen: number;
     let outputLen: number;
     let prefix = 0;
@@ -79,8 +103,6 @@ export function generateWorkload(spec: WorkloadSpec): SimRequest[] {
     const prompt = new Int32Array(promptLen);
     prompt.set(shared.subarray(0, prefix));
     for (let j = prefix; j < promptLen; j++) prompt[j] = 1 + tokens.int(vocab - 1);
-    const gap = gaps.exp();
-    if (Number.isFinite(spec.rate)) t += gap / spec.rate;
     out.push({ arrivalTime: t, promptTokenIds: prompt, outputLen });
   }
   return out;
