@@ -27,11 +27,13 @@ export {
   int4Decode,
   int4Encode,
   int4ScaleFromRange,
+  int4ZeroPoint,
   int8Decode,
   int8Encode,
   int8ScaleFromAmax,
   inverseScale,
   isFiniteF32,
+  MIN_SCALE,
   roundHalfEven,
 } from './integer.js';
 export { compareTensors, type TensorComparison } from './metrics.js';
@@ -57,7 +59,6 @@ export {
 } from './minifloat.js';
 export {
   dequantize,
-  MIN_SCALE,
   type QuantizedTensor,
   quantize,
   scaleFromAmax,

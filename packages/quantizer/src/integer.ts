@@ -49,46 +49,31 @@ export function int8Decode(q: number, scale: number): number {
 }
 
 /**
- * Encodes `x` as an asymmetric int4 code 0..15: round-half-even of `(x − min) · invScale`,
- * clamped. `min` is the group's zero point (the value of code 0). NaN gives code 0.
+ * Encodes `x` as an asymmetric int4 code 0..15: `round(x · invScale) + zero`, clamped, where
+ * `zero` is the group's integer zero point (see {@link int4ZeroPoint}). Rounding before adding
+ * the integer keeps every step exact, so no fused multiply-add can change the result on a GPU.
+ * NaN gives code 0.
  */
-export function int4Encode(x: number, invScale: number, min: number): number {
+export function int4Encode(x: number, invScale: number, zero: number): number {
   const bits = f32ToBits(x);
   if ((bits & 0x7fffffff) > 0x7f800000) return 0;
-  const v = fround(fround(fround(x) - min) * invScale);
+  const v = fround(fround(x) * invScale);
   if (Number.isNaN(v)) return 0;
-  const q = roundHalfEven(v);
+  const q = fround(roundHalfEven(v) + zero);
   return q > INT4_MAX ? INT4_MAX : Math.max(q, 0);
 }
 
-const f64 = new Float64Array(1);
-const w64 = new Uint32Array(f64.buffer);
-
 /**
- * `q · scale + min` with a single rounding to f32 (a fused multiply-add), as WGSL's `fma`.
- * `q · scale` is exact in f64 (4-bit × 24-bit); the sum is made round-to-odd in f64 so that the
- * final rounding to f32 is correct even when the f64 sum was inexact.
+ * Decodes an int4 code: `(q − zero) · scale`. The difference of two small integers is exact,
+ * so this is one rounding on every GPU, with or without fused multiply-add.
  */
-export function int4Decode(q: number, scale: number, min: number): number {
-  const p = q * scale;
-  const s = p + min;
-  const bv = s - p;
-  const err = p - (s - bv) + (min - bv);
-  if (err === 0 || Number.isNaN(s)) return fround(s);
-  f64[0] = s;
-  // Little-endian: w64[0] is the low word of the f64 mantissa.
-  if ((w64[0]! & 1) === 0) {
-    // Step one f64 ulp towards the exact value: round-to-odd keeps the f32 rounding exact.
-    const towardLarger = err > 0 === s > 0;
-    if (towardLarger) {
-      w64[0] = (w64[0]! + 1) >>> 0;
-      if (w64[0] === 0) w64[1] = (w64[1]! + 1) >>> 0;
-    } else {
-      if (w64[0] === 0) w64[1] = (w64[1]! - 1) >>> 0;
-      w64[0] = (w64[0]! - 1) >>> 0;
-    }
-  }
-  return fround(f64[0]!);
+export function int4Decode(q: number, scale: number, zero: number): number {
+  return fround((q - zero) * scale);
+}
+
+/** The integer zero point of a group whose minimum is `lo`: `−round(lo · invScale)`. */
+export function int4ZeroPoint(lo: number, invScale: number): number {
+  return -roundHalfEven(fround(lo * invScale));
 }
 
 /** The int8 scale that maps `amax` to 127: `amax · f32(1/127)`. */
@@ -96,7 +81,17 @@ export function int8ScaleFromAmax(amax: number): number {
   return fround(amax * fround(1 / INT8_MAX));
 }
 
-/** The int4 scale of a group spanning [min, max]: `(max − min) · f32(1/15)`. */
-export function int4ScaleFromRange(min: number, max: number): number {
-  return fround(fround(max - min) * fround(1 / INT4_MAX));
+/** Scales below the smallest normal f32 have no usable reciprocal: such groups are all ~0. */
+export const MIN_SCALE = 2 ** -126;
+
+/**
+ * The int4 scale of a group spanning [lo, hi]: `(hi − lo) · f32(1/15)`, but at least
+ * `max(|lo|, |hi|) · 2^-20` so the zero point stays an exact f32 integer for a (nearly)
+ * constant group, and 0 when below {@link MIN_SCALE} (an all-zero group).
+ */
+export function int4ScaleFromRange(lo: number, hi: number): number {
+  const span = fround(fround(hi - lo) * fround(1 / INT4_MAX));
+  const floor = fround(Math.max(Math.abs(lo), Math.abs(hi)) * 2 ** -20);
+  const s = Math.max(span, floor);
+  return s < MIN_SCALE ? 0 : s;
 }

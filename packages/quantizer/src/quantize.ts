@@ -10,10 +10,12 @@ import {
   int4Decode,
   int4Encode,
   int4ScaleFromRange,
+  int4ZeroPoint,
   int8Decode,
   int8Encode,
   int8ScaleFromAmax,
   inverseScale,
+  MIN_SCALE,
 } from './integer.js';
 import {
   bitsToF32,
@@ -26,15 +28,12 @@ import {
 
 const fround = Math.fround;
 
-/** Scales below the smallest normal f32 have no usable reciprocal: such groups are all ~0. */
-export const MIN_SCALE = 2 ** -126;
-
 /**
  * A quantized K or V tensor of logical shape `[tokens][heads][headDim]`.
  *
  * `data` holds element codes in row-major element order: f16/bf16 as little-endian 16-bit
  * words, fp8 one byte each, int8 one two's-complement byte each, int4 two per byte with element
- * 2i in the low nibble. `scales[g]` (and for int4 `zeros[g]`, the value of code 0) belong to
+ * 2i in the low nibble. `scales[g]` (and for int4 `zeros[g]`, the integer zero point) belong to
  * scale group g, numbered as `numScaleGroups` describes.
  */
 export interface QuantizedTensor {
@@ -151,13 +150,13 @@ export function quantize(x: Float32Array, spec: QuantSpec, shape: KvShape): Quan
         lo = 0;
         hi = 0;
       }
-      let scale = int4ScaleFromRange(lo, hi);
-      if (scale < MIN_SCALE) scale = 0;
+      const scale = int4ScaleFromRange(lo, hi);
       const inv = inverseScale(scale);
+      const zero = int4ZeroPoint(lo, inv);
       scales[grp] = scale;
-      zeros[grp] = lo;
+      zeros[grp] = zero;
       for (let i = start; i < end; i += stride) {
-        const q = int4Encode(x[i]!, inv, lo);
+        const q = int4Encode(x[i]!, inv, zero);
         const byte = i >>> 1;
         data[byte] = (i & 1) === 0 ? (data[byte]! & 0xf0) | q : (data[byte]! & 0x0f) | (q << 4);
       }
@@ -190,7 +189,7 @@ export function quantize(x: Float32Array, spec: QuantSpec, shape: KvShape): Quan
 
 /**
  * Reconstructs f32 values from a {@link QuantizedTensor}: `decode(code) · scale` for fp8,
- * `q · scale` for int8, `fma(q, scale, zero)` for int4, exact decoding for f16/bf16.
+ * `q · scale` for int8, `(q − zero) · scale` for int4, exact decoding for f16/bf16.
  *
  * @throws QuantizerError `LENGTH_MISMATCH` when `data`, `scales` or `zeros` do not match the
  * spec and shape.

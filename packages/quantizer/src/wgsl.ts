@@ -172,30 +172,35 @@ fn int8_scale_from_amax(amax: f32) -> f32 {
 
 /**
  * WGSL source of the asymmetric int4 codec: `int4_encode(x, inv_scale, zero) -> u32` (0..15),
- * `int4_decode(q, scale, zero) -> f32` (`fma(q, scale, zero)`), `int4_unpack8(word, scale, zero,
- * half)` (nibble `4*half + j` of the word as element j of a vec4) and
- * `int4_scale_from_range(lo, hi)`. Includes {@link wgslScaleHelpers} unless `withHelpers` is false.
+ * `int4_decode(q, scale, zero) -> f32` (`(q − zero) · scale`), `int4_unpack8(word, scale, zero,
+ * half) -> vec4<f32>` (nibbles `4·half + j` of the word as element j), `int4_zero_point(lo,
+ * inv_scale)` and `int4_scale_from_range(lo, hi)`. Includes {@link wgslScaleHelpers} unless
+ * `withHelpers` is false.
  */
 export function wgslInt4(withHelpers = true): string {
   return `${withHelpers ? wgslScaleHelpers() : ''}
 fn int4_encode(x: f32, inv_scale: f32, zero: f32) -> u32 {
   if (kq_is_nan(x)) { return 0u; }
-  let v = (x - zero) * inv_scale;
+  let v = x * inv_scale;
   if (kq_is_nan(v)) { return 0u; }
-  return u32(clamp(round(v), 0.0, ${INT4_MAX}.0));
+  return u32(clamp(round(v) + zero, 0.0, ${INT4_MAX}.0));
 }
 
 fn int4_decode(q: u32, scale: f32, zero: f32) -> f32 {
-  return fma(f32(q), scale, zero);
+  return (f32(q) - zero) * scale;
 }
 
 fn int4_unpack8(w: u32, scale: f32, zero: f32, half: u32) -> vec4<f32> {
   let q = (vec4<u32>(w) >> (vec4<u32>(0u, 4u, 8u, 12u) + 16u * half)) & vec4<u32>(15u);
-  return fma(vec4<f32>(q), vec4<f32>(scale), vec4<f32>(zero));
+  return (vec4<f32>(q) - zero) * scale;
+}
+
+fn int4_zero_point(lo: f32, inv_scale: f32) -> f32 {
+  return -round(lo * inv_scale);
 }
 
 fn int4_scale_from_range(lo: f32, hi: f32) -> f32 {
-  let s = (hi - lo) * ${f32Const(1 / INT4_MAX)};
+  let s = max((hi - lo) * ${f32Const(1 / INT4_MAX)}, max(abs(lo), abs(hi)) * ${f32Const(2 ** -20)});
   return select(s, 0.0, s < ${f32Const(2 ** -126)});
 }
 `;
