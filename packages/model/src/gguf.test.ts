@@ -7,7 +7,13 @@ import { openCheckpoint } from './checkpoint.js';
 import { dequantizeQ8_0, f16BitsToF32, quantizeQ8_0 } from './checkpoint-dtype.js';
 import { makeModelConfig, ropeInvFrequencies } from './config.js';
 import { ModelError } from './errors.js';
-import { openGgufCheckpoint, permuteQkRows, readGgufHeader, writeGguf } from './gguf.js';
+import {
+  configFromGguf,
+  openGgufCheckpoint,
+  permuteQkRows,
+  readGgufHeader,
+  writeGguf,
+} from './gguf.js';
 import { convertToGguf } from './gguf-convert.js';
 import { writeRandomCheckpoint } from './random-checkpoint.js';
 import { ModelTokenizer } from './tokenizer.js';
@@ -320,5 +326,114 @@ describe('GGUF writer and header', () => {
       'UNSUPPORTED_ARCHITECTURE',
       'gpt2x',
     );
+  });
+});
+
+describe('GGUF variants', () => {
+  it('Qwen2 (no Q/K permutation, QKV bias, tied) and F16/BF16 files read back the HF weights', async () => {
+    const qdir = join(root, 'qwen');
+    await writeRandomCheckpoint(
+      qdir,
+      makeModelConfig({
+        architecture: 'qwen2',
+        hiddenSize: 64,
+        intermediateSize: 64,
+        numLayers: 1,
+        numHeads: 4,
+        numKvHeads: 1,
+        vocabSize: 300,
+        tieWordEmbeddings: true,
+        ropeTheta: 1e6,
+      }),
+      8,
+      { dtype: 'BF16' },
+    );
+    for (const dtype of ['F32', 'F16', 'BF16'] as const) {
+      const p = join(root, `qwen-${dtype}.gguf`);
+      await convertToGguf(qdir, p, { dtype });
+      const hf = await openCheckpoint(qdir);
+      const gg = await openCheckpoint(p);
+      try {
+        expect(gg.config).toMatchObject({
+          architecture: 'qwen2',
+          attentionBias: true,
+          attentionOutputBias: false,
+          tieWordEmbeddings: true,
+          numKvHeads: 1,
+          ropeScaling: null,
+        });
+        expect(gg.tensors.has('lm_head.weight')).toBe(false);
+        expect(gg.metadata.get('general.architecture')).toBe('qwen2');
+        for (const name of hf.tensors.keys()) {
+          // BF16 weights survive F32/BF16 exactly; F16 keeps them within its rounding.
+          const a = await hf.readTensorF32(name);
+          const b = await gg.readTensorF32(name);
+          if (dtype === 'F16' && hf.tensor(name).shape.length === 2) {
+            for (let i = 0; i < a.length; i++)
+              expect(Math.abs(b[i]! - a[i]!)).toBeLessThanOrEqual(
+                Math.abs(a[i]!) * 2 ** -11 + 2 ** -24,
+              );
+          } else expect(b).toEqual(a);
+        }
+        expect(gg.tensor('model.layers.0.self_attn.q_proj.bias').dtype).toBe('F32');
+      } finally {
+        await hf.close();
+        await gg.close();
+      }
+    }
+  });
+
+  it('reads a Llama 3.1 8B-style metadata block into the right config', () => {
+    const md = new Map<string, unknown>([
+      ['general.architecture', 'llama'],
+      ['llama.context_length', 131072],
+      ['llama.embedding_length', 4096],
+      ['llama.block_count', 32],
+      ['llama.feed_forward_length', 14336],
+      ['llama.attention.head_count', 32],
+      ['llama.attention.head_count_kv', 8],
+      ['llama.rope.freq_base', 500000],
+      ['llama.attention.layer_norm_rms_epsilon', 1e-5],
+      ['llama.rope.dimension_count', 128],
+      ['tokenizer.ggml.bos_token_id', 128000],
+      ['tokenizer.ggml.eos_token_id', 128009],
+      ['tokenizer.ggml.eot_token_id', 128009],
+    ]);
+    const tensors = [
+      {
+        name: 'token_embd.weight',
+        dtype: 'Q8_0' as const,
+        dims: [4096, 128256],
+        offset: 0,
+        byteLength: 0,
+      },
+      {
+        name: 'output.weight',
+        dtype: 'Q8_0' as const,
+        dims: [4096, 128256],
+        offset: 0,
+        byteLength: 0,
+      },
+    ];
+    const factors = new Float32Array(64).map((_, i) => (i < 20 ? 1 : 8));
+    const c = configFromGguf(md, tensors, 'x.gguf', factors);
+    expect(c).toMatchObject({
+      architecture: 'llama',
+      hiddenSize: 4096,
+      numLayers: 32,
+      numHeads: 32,
+      numKvHeads: 8,
+      headDim: 128,
+      vocabSize: 128256,
+      ropeTheta: 500000,
+      maxPositionEmbeddings: 131072,
+      tieWordEmbeddings: false,
+      bosTokenId: 128000,
+      eosTokenIds: [128009],
+    });
+    expect(c.ropeScaling).toEqual({ type: 'freq-factors', factors: Array.from(factors) });
+    expect(() =>
+      configFromGguf(new Map([...md, ['llama.rope.dimension_count', 64]]), tensors, 'x.gguf'),
+    ).toThrow(/partial RoPE/);
   });
 });
