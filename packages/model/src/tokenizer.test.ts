@@ -246,6 +246,18 @@ describe('GGUF SentencePiece tokenizer', () => {
     expect(t.eosTokenIds).toEqual([2]);
   });
 
+  it('streams SentencePiece text (leading space, byte fallback) without splitting characters', () => {
+    const t = ModelTokenizer.fromGguf(md);
+    const text = 'hello é world hello';
+    const ids = t.encode(text);
+    const d = t.createDetokenizer({ skipSpecialTokens: true });
+    const deltas = ids.map((i) => d.push(i));
+    expect(deltas.join('') + d.flush()).toBe(text);
+    expect(deltas.every((x) => !x.includes('\uFFFD'))).toBe(true);
+    // The first byte of 'é' alone is held back.
+    expect(deltas[ids.indexOf(id('<0xC3>'))]).toBe('');
+  });
+
   it('refuses tokenizer models it does not implement', () => {
     const bad = new Map(md);
     bad.set('tokenizer.ggml.model', 'bert');
