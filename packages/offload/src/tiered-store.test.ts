@@ -135,6 +135,18 @@ describe('TieredStore', () => {
     await t.close();
   });
 
+  it('flushes what only the host holds to disk, so a restart finds it', async () => {
+    const { host, disk, redis } = await threeTiers(1 << 20, 1 << 20, 'flush:');
+    const t = new TieredStore({ tiers: [host, disk, redis], writeMode: 'write-back' });
+    await t.putMany([0, 1, 2].map((i) => ({ key: key(i), value: block(i, 500) })));
+    expect(disk.stats().entries).toBe(0);
+    expect(await t.flush(2)).toBe(3);
+    await t.close();
+    const reopened = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    const got = await reopened.getMany([0, 1, 2].map(key));
+    for (let i = 0; i < 3; i++) expect(sameBytes(got[i], block(i, 500))).toBe(true);
+  });
+
   it('counts a prefix spread over several tiers', async () => {
     const { host, disk, redis } = await threeTiers(1 << 20, 1 << 20, 'cp:');
     const t = new TieredStore({ tiers: [host, disk, redis] });

@@ -371,6 +371,36 @@ export class TieredStore implements KvBlockStore {
     return best;
   }
 
+  /**
+   * Copies every block the first tier holds into the second (in batches of `batch` blocks),
+   * e.g. before a write-back engine shuts down so that a restart finds its host blocks on
+   * disk. Needs a first tier that can list its keys (`HostMemoryStore`, `DiskStore`).
+   * @returns how many blocks the second tier stored.
+   * @throws {OffloadError} CLOSED.
+   */
+  async flush(batch = 16): Promise<number> {
+    checkOpen(this.closed, this.tier);
+    const top = this.tiers[0] as KvBlockStore & { keys?: () => BlockHash[] };
+    const below = this.tiers[1];
+    if (below === undefined || typeof top.keys !== 'function') return 0;
+    const keys = top.keys();
+    let stored = 0;
+    for (let i = 0; i < keys.length; i += batch) {
+      const part = keys.slice(i, i + batch);
+      const values = await top.getMany(part);
+      const entries: KvBlockEntry[] = [];
+      values.forEach((value, j) => {
+        if (value !== undefined) entries.push({ key: part[j] as BlockHash, value });
+      });
+      try {
+        stored += await below.putMany(entries);
+      } catch {
+        this.failedTransfers++;
+      }
+    }
+    return stored;
+  }
+
   /** Resolves once no transfer is queued or running (background promotions and demotions done). */
   drain(): Promise<void> {
     return this.queue.drain();

@@ -48,6 +48,10 @@ export class TransferQueue {
     urgent: boolean,
   ): Promise<TransferOutcome<T>> {
     if (this.queued >= this.maxQueued) return Promise.resolve({ status: 'rejected' });
+    // Background moves may fill at most half the queue, so they never crowd out fetches.
+    if (!urgent && this.background.length >= Math.ceil(this.maxQueued / 2)) {
+      return Promise.resolve({ status: 'rejected' });
+    }
     return new Promise<TransferOutcome<T>>((resolve) => {
       (urgent ? this.urgent : this.background).push({
         run,
