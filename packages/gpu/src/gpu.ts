@@ -1,0 +1,704 @@
+import { BufferUsage, MapMode } from './constants.js';
+import { GpuError } from './errors.js';
+import { UniformArena } from './uniform-arena.js';
+
+/** The backend a {@link Gpu} runs on; `'browser'` when obtained from `navigator.gpu`. */
+export type GpuBackend = 'vulkan' | 'metal' | 'd3d12' | 'opengles' | 'browser';
+
+/** The device limits kernels plan with: the adapter's real values, requested at creation. */
+export interface GpuLimits {
+  maxComputeInvocationsPerWorkgroup: number;
+  maxComputeWorkgroupSizeX: number;
+  maxComputeWorkgroupSizeY: number;
+  maxComputeWorkgroupSizeZ: number;
+  maxComputeWorkgroupsPerDimension: number;
+  maxComputeWorkgroupStorageSize: number;
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+  maxStorageBuffersPerShaderStage: number;
+  maxUniformBufferBindingSize: number;
+  maxUniformBuffersPerShaderStage: number;
+  maxBindGroups: number;
+  minStorageBufferOffsetAlignment: number;
+  minUniformBufferOffsetAlignment: number;
+}
+
+/** Which adapter a {@link Gpu} got, from `GPUAdapter.info`. Empty strings where unreported. */
+export interface GpuAdapterReport {
+  vendor: string;
+  architecture: string;
+  device: string;
+  description: string;
+}
+
+/** Everything `createGpu` learned about the device it opened. */
+export interface GpuDeviceReport {
+  adapterInfo: GpuAdapterReport;
+  backend: GpuBackend;
+  /** `'core'` or `'compatibility'` (OpenGL ES: no f16, fewer limits). */
+  featureLevel: 'core' | 'compatibility';
+  /** True for CPU rasterizers (llvmpipe, lavapipe, SwiftShader, WARP): correct but slow. */
+  isSoftware: boolean;
+  limits: GpuLimits;
+  features: ReadonlySet<string>;
+}
+
+/** Named buffer kinds with the usage flags helpers need (copy in/out included). */
+export type BufferKind = 'storage' | 'uniform' | 'readback' | 'upload';
+
+/** Options of {@link Gpu.createBuffer}. */
+export interface BufferOptions {
+  /** Size in bytes (rounded up to a multiple of 4). Defaults to `data`'s size. */
+  size?: number;
+  /** Initial contents, written at creation. */
+  data?: ArrayBufferView | ArrayBuffer;
+  /** A kind, or raw `GPUBufferUsage` flags. Default `'storage'`. */
+  usage?: BufferKind | number;
+  /** Label shown in WebGPU error messages. */
+  label?: string;
+}
+
+/** A buffer bound whole, or a range of one. */
+export type GpuBinding = GPUBuffer | GPUBufferBinding;
+
+/** Workgroup counts: `x`, or `[x, y, z]`. */
+export type Workgroups = number | readonly [number, number?, number?];
+
+/** A compute pipeline request; also the pipeline cache key. */
+export interface PipelineDescriptor {
+  /** WGSL source. */
+  code: string;
+  /** Entry point (default `'main'`). */
+  entryPoint?: string;
+  /** Values of WGSL `override` constants. */
+  constants?: Readonly<Record<string, number>>;
+  /** Label shown in errors. */
+  label?: string;
+}
+
+/** A GPU time measurement and where it came from. */
+export interface GpuTiming {
+  /** Milliseconds. */
+  ms: number;
+  /**
+   * `'timestamp'`: GPU timestamp queries around the work. `'wall-clock'`: host time from
+   * submit to completion, which includes submission and synchronization overhead.
+   */
+  source: 'timestamp' | 'wall-clock';
+}
+
+/** `GPU` instances that made a device, never released: see the `Gpu` constructor. */
+const liveInstances = new Set<unknown>();
+
+const KIND_USAGE: Record<BufferKind, number> = {
+  storage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
+  uniform: BufferUsage.UNIFORM | BufferUsage.COPY_DST,
+  readback: BufferUsage.MAP_READ | BufferUsage.COPY_DST,
+  upload: BufferUsage.MAP_WRITE | BufferUsage.COPY_SRC,
+};
+
+function asBytes(data: ArrayBufferView | ArrayBuffer): Uint8Array {
+  return data instanceof ArrayBuffer
+    ? new Uint8Array(data)
+    : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
+
+function normalizeWorkgroups(w: Workgroups): [number, number, number] {
+  return typeof w === 'number' ? [w, 1, 1] : [w[0], w[1] ?? 1, w[2] ?? 1];
+}
+
+/**
+ * Split `count` workgroups into `[x, y]` with `x ≤ maxPerDimension`, for kernels that index
+ * past the 65 535-per-dimension limit (`id = wg.y * x + wg.x`, guarding `id < count`).
+ */
+export function splitWorkgroups(count: number, maxPerDimension = 65535): [number, number] {
+  if (count <= maxPerDimension) return [Math.max(1, count), 1];
+  const y = Math.ceil(count / maxPerDimension);
+  return [Math.ceil(count / y), y];
+}
+
+function formatCompileMessages(code: string, messages: readonly GPUCompilationMessage[]): string {
+  const lines = code.split('\n');
+  return messages
+    .map((m) => {
+      const src = m.lineNum > 0 ? lines[m.lineNum - 1] : undefined;
+      const where = m.lineNum > 0 ? `${m.lineNum}:${m.linePos}` : '?';
+      return `  ${m.type} at ${where}: ${m.message}${src === undefined ? '' : `\n    | ${src.trim()}`}`;
+    })
+    .join('\n');
+}
+
+/**
+ * A WebGPU device and the helpers kernel packages share. Obtain one with `createGpu()`.
+ *
+ * Kernels record into a caller's `GPUCommandEncoder` with {@link Gpu.dispatch} (so a model can
+ * encode a whole step into one submission), take per-dispatch parameters from
+ * {@link Gpu.uniforms}, and compile through the cached {@link Gpu.pipeline}. Call
+ * {@link Gpu.destroy} when done so Node can exit.
+ */
+export class Gpu implements GpuDeviceReport {
+  /** The underlying device, for anything the helpers do not cover. */
+  readonly device: GPUDevice;
+  readonly adapterInfo: GpuAdapterReport;
+  readonly backend: GpuBackend;
+  readonly featureLevel: 'core' | 'compatibility';
+  readonly isSoftware: boolean;
+  readonly limits: GpuLimits;
+  readonly features: ReadonlySet<string>;
+  /** Per-dispatch uniform parameters; reset by {@link Gpu.submit} and {@link Gpu.run}. */
+  readonly uniforms: UniformArena;
+  /** The message of the last WebGPU error raised outside any error scope, if any. */
+  lastUncapturedError: string | undefined;
+
+  readonly #buffers = new Set<GPUBuffer>();
+  readonly #pipelines = new Map<string, Promise<GPUComputePipeline>>();
+  readonly #modules = new Map<string, Promise<GPUShaderModule>>();
+  #pipelineHits = 0;
+  #pipelineMisses = 0;
+  #destroyed = false;
+  #lostMessage: string | undefined;
+  #timestamp: { querySet: GPUQuerySet; resolve: GPUBuffer } | undefined;
+
+  /**
+   * Wrap an existing device. `createGpu()` is the usual way to get one.
+   *
+   * @param instance the `GPU` object the device came from. Dawn in Node aborts the process when
+   *   an instance that made a device is garbage-collected, even after `device.destroy()` (at
+   *   exit too), so it is held in a module-level set for the life of the process.
+   */
+  constructor(device: GPUDevice, report: GpuDeviceReport, instance?: unknown) {
+    this.device = device;
+    if (instance !== undefined) liveInstances.add(instance);
+    this.adapterInfo = report.adapterInfo;
+    this.backend = report.backend;
+    this.featureLevel = report.featureLevel;
+    this.isSoftware = report.isSoftware;
+    this.limits = report.limits;
+    this.features = report.features;
+    this.uniforms = new UniformArena(
+      device,
+      report.limits.minUniformBufferOffsetAlignment ?? 256,
+      Math.min(65536, report.limits.maxUniformBufferBindingSize ?? 65536),
+    );
+    device.lost.then((info) => {
+      if (!this.#destroyed) this.#lostMessage = `${info.reason}: ${info.message}`;
+    });
+    device.onuncapturederror = (ev: GPUUncapturedErrorEvent) => {
+      this.lastUncapturedError = ev.error.message;
+    };
+  }
+
+  /** The device's queue. */
+  get queue(): GPUQueue {
+    return this.device.queue;
+  }
+
+  /** True when the device has timestamp queries, so {@link Gpu.time} measures on the GPU. */
+  get hasTimestamps(): boolean {
+    return this.features.has('timestamp-query');
+  }
+
+  /** True when WGSL may `enable f16;`. */
+  get hasShaderF16(): boolean {
+    return this.features.has('shader-f16');
+  }
+
+  /** Pipeline cache statistics (a hit returns a pipeline compiled earlier). */
+  get pipelineStats(): { hits: number; misses: number; size: number } {
+    return { hits: this.#pipelineHits, misses: this.#pipelineMisses, size: this.#pipelines.size };
+  }
+
+  /** True after {@link Gpu.destroy}. */
+  get destroyed(): boolean {
+    return this.#destroyed;
+  }
+
+  /** One line naming the adapter, backend and feature level, for logs and benchmarks. */
+  describe(): string {
+    const a = this.adapterInfo;
+    const name = [a.vendor, a.architecture, a.device].filter((s) => s !== '').join(' ');
+    return `${name || 'unknown adapter'}${a.description ? ` (${a.description})` : ''} via ${this.backend}, ${this.featureLevel}${this.isSoftware ? ', software' : ''}`;
+  }
+
+  #alive(): void {
+    if (this.#destroyed) throw new GpuError('DESTROYED', 'This Gpu has been destroyed.');
+    if (this.#lostMessage !== undefined) {
+      throw new GpuError('DEVICE_LOST', `The WebGPU device was lost (${this.#lostMessage}).`);
+    }
+  }
+
+  /**
+   * Create a buffer, tracked so {@link Gpu.destroy} releases it. Sizes are rounded up to a
+   * multiple of 4 (WebGPU copies need it).
+   *
+   * @throws {GpuError} `INVALID_ARGUMENT` for a size beyond `maxBufferSize` or neither size nor
+   *   data; `DESTROYED` / `DEVICE_LOST`.
+   */
+  createBuffer(options: BufferOptions): GPUBuffer {
+    this.#alive();
+    const data = options.data === undefined ? undefined : asBytes(options.data);
+    const requested = options.size ?? data?.byteLength;
+    if (requested === undefined || !Number.isFinite(requested) || requested < 0) {
+      throw new GpuError('INVALID_ARGUMENT', 'createBuffer needs a non-negative size or data.');
+    }
+    if (data !== undefined && data.byteLength > requested) {
+      throw new GpuError(
+        'INVALID_ARGUMENT',
+        `createBuffer: data of ${data.byteLength} bytes does not fit size ${requested}.`,
+      );
+    }
+    const size = Math.max(4, Math.ceil(requested / 4) * 4);
+    if (size > this.limits.maxBufferSize) {
+      throw new GpuError(
+        'INVALID_ARGUMENT',
+        `Buffer '${options.label ?? ''}' of ${size} bytes exceeds maxBufferSize ${this.limits.maxBufferSize}.`,
+        { details: { size, maxBufferSize: this.limits.maxBufferSize } },
+      );
+    }
+    const kind = options.usage ?? 'storage';
+    const usage = typeof kind === 'number' ? kind : KIND_USAGE[kind];
+    const mappable = (usage & (BufferUsage.MAP_READ | BufferUsage.MAP_WRITE)) !== 0;
+    const desc: GPUBufferDescriptor = {
+      size,
+      usage,
+      // Mapped creation avoids a queue write, but a MAP_READ buffer cannot be written that way.
+      mappedAtCreation: data !== undefined && (usage & BufferUsage.MAP_READ) === 0,
+    };
+    if (options.label !== undefined) desc.label = options.label;
+    const buffer = this.device.createBuffer(desc);
+    if (data !== undefined && desc.mappedAtCreation) {
+      new Uint8Array(buffer.getMappedRange()).set(data);
+      buffer.unmap();
+    } else if (data !== undefined && !mappable) {
+      this.upload(buffer, data);
+    }
+    this.#buffers.add(buffer);
+    return buffer;
+  }
+
+  /**
+   * A storage buffer (also copyable both ways) holding `dataOrSize`'s bytes, or zeros.
+   *
+   * @throws {GpuError} as {@link Gpu.createBuffer}.
+   */
+  storageBuffer(dataOrSize: ArrayBufferView | ArrayBuffer | number, label?: string): GPUBuffer {
+    const opts: BufferOptions =
+      typeof dataOrSize === 'number' ? { size: dataOrSize } : { data: dataOrSize };
+    if (label !== undefined) opts.label = label;
+    return this.createBuffer(opts);
+  }
+
+  /**
+   * A uniform buffer holding `data` (padded to 16 bytes). For parameters that change per
+   * dispatch within one submission, use {@link Gpu.uniforms} instead.
+   *
+   * @throws {GpuError} as {@link Gpu.createBuffer}.
+   */
+  uniformBuffer(data: ArrayBufferView | ArrayBuffer, label?: string): GPUBuffer {
+    const bytes = asBytes(data);
+    const opts: BufferOptions = {
+      size: Math.max(16, Math.ceil(bytes.byteLength / 16) * 16),
+      data: bytes,
+      usage: 'uniform',
+    };
+    if (label !== undefined) opts.label = label;
+    return this.createBuffer(opts);
+  }
+
+  /**
+   * Write a typed array into `buffer` at `byteOffset` through the queue. Data whose length is
+   * not a multiple of 4 bytes is padded with zeros (WebGPU requires 4-byte multiples), so up to
+   * 3 bytes after it are overwritten.
+   *
+   * @throws {GpuError} `INVALID_ARGUMENT` for an offset that is not a multiple of 4 or a write
+   *   past the end of the buffer.
+   */
+  upload(buffer: GPUBuffer, data: ArrayBufferView | ArrayBuffer, byteOffset = 0): void {
+    this.#alive();
+    if (byteOffset % 4 !== 0) {
+      throw new GpuError('INVALID_ARGUMENT', `upload offset ${byteOffset} is not a multiple of 4.`);
+    }
+    let bytes = asBytes(data);
+    if (bytes.byteLength % 4 !== 0) {
+      const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
+      padded.set(bytes);
+      bytes = padded;
+    }
+    if (byteOffset + bytes.byteLength > buffer.size) {
+      throw new GpuError(
+        'INVALID_ARGUMENT',
+        `upload of ${bytes.byteLength} bytes at ${byteOffset} overruns buffer '${buffer.label}' of ${buffer.size} bytes.`,
+      );
+    }
+    if (bytes.byteLength === 0) return;
+    this.device.queue.writeBuffer(buffer, byteOffset, bytes, 0, bytes.byteLength);
+  }
+
+  /**
+   * Copy `size` bytes of `buffer` from `offset` back to the host (waits for all work submitted
+   * before it). The buffer needs `COPY_SRC` usage, which `storageBuffer` gives.
+   *
+   * @throws {GpuError} `INVALID_ARGUMENT` for a range outside the buffer or a buffer without
+   *   COPY_SRC; `MAP_FAILED` when mapping fails; `VALIDATION` for other WebGPU errors.
+   */
+  async readBuffer(buffer: GPUBuffer, offset = 0, size?: number): Promise<ArrayBuffer> {
+    this.#alive();
+    const length = size ?? buffer.size - offset;
+    if (offset < 0 || length < 0 || offset + length > buffer.size) {
+      throw new GpuError(
+        'INVALID_ARGUMENT',
+        `readBuffer range [${offset}, ${offset + length}) is outside buffer '${buffer.label}' of ${buffer.size} bytes.`,
+      );
+    }
+    if ((buffer.usage & BufferUsage.COPY_SRC) === 0) {
+      throw new GpuError(
+        'INVALID_ARGUMENT',
+        `readBuffer: buffer '${buffer.label}' lacks COPY_SRC usage.`,
+      );
+    }
+    if (length === 0) return new ArrayBuffer(0);
+    // Copies must start and end on 4-byte boundaries; widen, then slice.
+    const start = Math.floor(offset / 4) * 4;
+    const end = Math.min(buffer.size, Math.ceil((offset + length) / 4) * 4);
+    const staging = this.device.createBuffer({
+      label: 'kvasir-readback',
+      size: end - start,
+      usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST,
+    });
+    try {
+      await this.withErrorScope(() => {
+        const encoder = this.device.createCommandEncoder({ label: 'kvasir-readback' });
+        encoder.copyBufferToBuffer(buffer, start, staging, 0, end - start);
+        this.device.queue.submit([encoder.finish()]);
+      });
+      try {
+        await staging.mapAsync(MapMode.READ);
+      } catch (cause) {
+        throw new GpuError('MAP_FAILED', `Mapping the read-back buffer failed: ${String(cause)}`, {
+          cause,
+        });
+      }
+      const out = staging.getMappedRange().slice(offset - start, offset - start + length);
+      staging.unmap();
+      return out;
+    } finally {
+      staging.destroy();
+    }
+  }
+
+  /** Destroy a buffer made by this `Gpu` now instead of at {@link Gpu.destroy}. */
+  releaseBuffer(buffer: GPUBuffer): void {
+    if (this.#buffers.delete(buffer)) buffer.destroy();
+  }
+
+  /**
+   * A compute pipeline for `desc`, compiled once: later calls with the same source, entry point
+   * and constants return the cached pipeline. The layout is `'auto'`, so bindings the shader
+   * does not use are absent from it.
+   *
+   * @throws {GpuError} `SHADER_COMPILE` with the WGSL compiler's messages and source lines;
+   *   `PIPELINE` when pipeline creation fails (bad entry point or constants).
+   */
+  pipeline(desc: PipelineDescriptor): Promise<GPUComputePipeline> {
+    this.#alive();
+    const entryPoint = desc.entryPoint ?? 'main';
+    const constants = desc.constants ?? {};
+    const constantKey = Object.keys(constants)
+      .sort()
+      .map((k) => `${k}=${constants[k]}`)
+      .join(',');
+    const key = `${entryPoint}\u0000${constantKey}\u0000${desc.code}`;
+    const cached = this.#pipelines.get(key);
+    if (cached !== undefined) {
+      this.#pipelineHits++;
+      return cached;
+    }
+    this.#pipelineMisses++;
+    const created = this.#createPipeline(desc, entryPoint, constants);
+    this.#pipelines.set(key, created);
+    // A failed compile is not cached: the caller may fix its environment and retry.
+    created.catch(() => this.#pipelines.delete(key));
+    return created;
+  }
+
+  #module(code: string, label: string): Promise<GPUShaderModule> {
+    let m = this.#modules.get(code);
+    if (m === undefined) {
+      m = (async () => {
+        this.device.pushErrorScope('validation');
+        const module = this.device.createShaderModule({ code, label });
+        const info = await module.getCompilationInfo();
+        const scopeError = await this.device.popErrorScope();
+        const errors = info.messages.filter((msg) => msg.type === 'error');
+        if (errors.length > 0 || scopeError !== null) {
+          const text =
+            errors.length > 0 ? formatCompileMessages(code, errors) : `  ${scopeError?.message}`;
+          throw new GpuError(
+            'SHADER_COMPILE',
+            `WGSL shader '${label}' failed to compile:\n${text}`,
+            {
+              details: {
+                messages: errors.map((e) => ({
+                  line: e.lineNum,
+                  column: e.linePos,
+                  message: e.message,
+                })),
+              },
+            },
+          );
+        }
+        return module;
+      })();
+      this.#modules.set(code, m);
+      m.catch(() => this.#modules.delete(code));
+    }
+    return m;
+  }
+
+  async #createPipeline(
+    desc: PipelineDescriptor,
+    entryPoint: string,
+    constants: Readonly<Record<string, number>>,
+  ): Promise<GPUComputePipeline> {
+    const label = desc.label ?? entryPoint;
+    const module = await this.#module(desc.code, label);
+    try {
+      return await this.withErrorScope(() =>
+        this.device.createComputePipelineAsync({
+          label,
+          layout: 'auto',
+          compute: { module, entryPoint, constants: { ...constants } },
+        }),
+      );
+    } catch (cause) {
+      if (GpuError.isInstance(cause) && cause.code !== 'VALIDATION') throw cause;
+      throw new GpuError(
+        'PIPELINE',
+        `Compute pipeline '${label}' (entry point '${entryPoint}') could not be created: ${cause instanceof Error ? cause.message : String(cause)}`,
+        { cause },
+      );
+    }
+  }
+
+  /**
+   * A bind group for `pipeline`'s group `group`, binding `bindings[i]` at `@binding(i)`. Pass an
+   * object instead of an array to give explicit binding numbers (e.g. when the shader skips some).
+   */
+  bindGroup(
+    pipeline: GPUComputePipeline,
+    bindings: readonly GpuBinding[] | Readonly<Record<number, GpuBinding>>,
+    group = 0,
+  ): GPUBindGroup {
+    this.#alive();
+    const entries: GPUBindGroupEntry[] = [];
+    const pairs: [number, GpuBinding][] = Array.isArray(bindings)
+      ? (bindings as readonly GpuBinding[]).map((b, i) => [i, b])
+      : Object.entries(bindings).map(([k, b]) => [Number(k), b as GpuBinding]);
+    for (const [binding, b] of pairs) {
+      entries.push({ binding, resource: 'buffer' in b ? b : { buffer: b } });
+    }
+    return this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(group), entries });
+  }
+
+  /**
+   * Record one compute dispatch into `encoder` (its own compute pass). `bindings` is a bind
+   * group for group 0 or the buffers to bind at 0..n-1.
+   */
+  dispatch(
+    encoder: GPUCommandEncoder,
+    pipeline: GPUComputePipeline,
+    bindings: GPUBindGroup | readonly GpuBinding[] | readonly GPUBindGroup[],
+    workgroups: Workgroups,
+    label?: string,
+  ): void {
+    this.#alive();
+    const [x, y, z] = normalizeWorkgroups(workgroups);
+    if (x === 0 || y === 0 || z === 0) return;
+    const max = this.limits.maxComputeWorkgroupsPerDimension;
+    if (x > max || y > max || z > max) {
+      throw new GpuError(
+        'INVALID_ARGUMENT',
+        `dispatch of [${x}, ${y}, ${z}] workgroups exceeds ${max} per dimension; use splitWorkgroups().`,
+      );
+    }
+    let groups: GPUBindGroup[];
+    if (Array.isArray(bindings)) {
+      const list = bindings as readonly (GpuBinding | GPUBindGroup)[];
+      const areGroups = list.length > 0 && list.every((b) => isBindGroup(b));
+      groups = areGroups
+        ? (list as GPUBindGroup[])
+        : [this.bindGroup(pipeline, list as readonly GpuBinding[])];
+    } else {
+      groups = [bindings as GPUBindGroup];
+    }
+    const pass = encoder.beginComputePass(label === undefined ? undefined : { label });
+    pass.setPipeline(pipeline);
+    groups.forEach((g, i) => {
+      pass.setBindGroup(i, g);
+    });
+    pass.dispatchWorkgroups(x, y, z);
+    pass.end();
+  }
+
+  /** A new command encoder. */
+  createEncoder(label?: string): GPUCommandEncoder {
+    this.#alive();
+    return this.device.createCommandEncoder(label === undefined ? undefined : { label });
+  }
+
+  /**
+   * Finish and submit encoders (or command buffers), then recycle {@link Gpu.uniforms}. Does not
+   * wait; `await gpu.idle()` for that.
+   */
+  submit(
+    work: GPUCommandEncoder | GPUCommandBuffer | readonly (GPUCommandEncoder | GPUCommandBuffer)[],
+  ): void {
+    this.#alive();
+    const list = Array.isArray(work) ? work : [work];
+    const buffers = list.map((w: GPUCommandEncoder | GPUCommandBuffer) =>
+      'finish' in w ? w.finish() : w,
+    );
+    this.device.queue.submit(buffers);
+    this.uniforms.reset();
+  }
+
+  /** Resolves when all work submitted so far has finished on the GPU. */
+  async idle(): Promise<void> {
+    this.#alive();
+    await this.device.queue.onSubmittedWorkDone();
+  }
+
+  /**
+   * Encode with `fn`, submit, and wait for completion, turning WebGPU errors raised meanwhile
+   * into a thrown {@link GpuError}.
+   *
+   * @throws {GpuError} `VALIDATION`, `OUT_OF_MEMORY` or `INTERNAL`; whatever `fn` throws.
+   */
+  async run<T>(fn: (encoder: GPUCommandEncoder) => T | Promise<T>): Promise<T> {
+    this.#alive();
+    const result = await this.withErrorScope(async () => {
+      const encoder = this.device.createCommandEncoder({ label: 'kvasir-run' });
+      const r = await fn(encoder);
+      this.submit(encoder);
+      return r;
+    });
+    await this.device.queue.onSubmittedWorkDone();
+    return result;
+  }
+
+  /**
+   * One dispatch, submitted and awaited: `run(e => dispatch(e, pipeline, bindings, workgroups))`.
+   *
+   * @throws {GpuError} as {@link Gpu.run}.
+   */
+  runDispatch(
+    pipeline: GPUComputePipeline,
+    bindings: GPUBindGroup | readonly GpuBinding[],
+    workgroups: Workgroups,
+  ): Promise<void> {
+    return this.run((encoder) => this.dispatch(encoder, pipeline, bindings, workgroups));
+  }
+
+  /**
+   * Run `fn` inside validation, out-of-memory and internal error scopes and throw the first
+   * error they caught. Scopes belong to the device: errors from other code running on the same
+   * device concurrently land in the innermost open scope, so do not overlap scoped work.
+   *
+   * @throws {GpuError} `VALIDATION`, `OUT_OF_MEMORY` or `INTERNAL`; whatever `fn` throws.
+   */
+  async withErrorScope<T>(fn: () => T | Promise<T>): Promise<T> {
+    this.#alive();
+    const device = this.device;
+    device.pushErrorScope('internal');
+    device.pushErrorScope('out-of-memory');
+    device.pushErrorScope('validation');
+    let result: T | undefined;
+    let thrown: { error: unknown } | undefined;
+    try {
+      result = await fn();
+    } catch (error) {
+      thrown = { error };
+    }
+    const validation = await device.popErrorScope();
+    const oom = await device.popErrorScope();
+    const internal = await device.popErrorScope();
+    if (thrown !== undefined) throw thrown.error;
+    if (validation !== null) {
+      throw new GpuError('VALIDATION', `WebGPU validation error: ${validation.message}`);
+    }
+    if (oom !== null) throw new GpuError('OUT_OF_MEMORY', `WebGPU out of memory: ${oom.message}`);
+    if (internal !== null) {
+      throw new GpuError('INTERNAL', `WebGPU internal error: ${internal.message}`);
+    }
+    return result as T;
+  }
+
+  /**
+   * Time the GPU work `fn` encodes: with timestamp queries around it when the device has
+   * `timestamp-query`, otherwise host time from submit to completion (labelled `'wall-clock'`).
+   *
+   * @throws {GpuError} as {@link Gpu.run}.
+   */
+  async time(fn: (encoder: GPUCommandEncoder) => void): Promise<GpuTiming> {
+    this.#alive();
+    if (!this.hasTimestamps) {
+      const encoder = this.device.createCommandEncoder({ label: 'kvasir-time' });
+      fn(encoder);
+      const commands = encoder.finish();
+      await this.idle();
+      const t0 = performance.now();
+      await this.withErrorScope(() => this.submit(commands));
+      await this.device.queue.onSubmittedWorkDone();
+      return { ms: performance.now() - t0, source: 'wall-clock' };
+    }
+    if (this.#timestamp === undefined) {
+      this.#timestamp = {
+        querySet: this.device.createQuerySet({ type: 'timestamp', count: 2 }),
+        resolve: this.createBuffer({
+          size: 16,
+          usage: BufferUsage.QUERY_RESOLVE | BufferUsage.COPY_SRC,
+          label: 'kvasir-timestamps',
+        }),
+      };
+    }
+    const { querySet, resolve } = this.#timestamp;
+    await this.run((encoder) => {
+      encoder
+        .beginComputePass({ timestampWrites: { querySet, beginningOfPassWriteIndex: 0 } })
+        .end();
+      fn(encoder);
+      encoder.beginComputePass({ timestampWrites: { querySet, endOfPassWriteIndex: 1 } }).end();
+      encoder.resolveQuerySet(querySet, 0, 2, resolve, 0);
+    });
+    const stamps = new BigUint64Array(await this.readBuffer(resolve));
+    const ns = Number((stamps[1] ?? 0n) - (stamps[0] ?? 0n));
+    return { ms: Math.max(0, ns) / 1e6, source: 'timestamp' };
+  }
+
+  /**
+   * Release every buffer, pipeline and query set this `Gpu` made, and the device, so Node can
+   * exit. Idempotent.
+   */
+  destroy(): void {
+    if (this.#destroyed) return;
+    this.#destroyed = true;
+    this.uniforms.destroy();
+    for (const b of this.#buffers) b.destroy();
+    this.#buffers.clear();
+    this.#timestamp?.querySet.destroy();
+    this.#timestamp = undefined;
+    this.#pipelines.clear();
+    this.#modules.clear();
+    this.device.destroy();
+  }
+}
+
+function isBindGroup(b: unknown): b is GPUBindGroup {
+  return (
+    typeof b === 'object' &&
+    b !== null &&
+    !('buffer' in b) &&
+    !('size' in b && 'usage' in b) &&
+    !('mapState' in b)
+  );
+}
