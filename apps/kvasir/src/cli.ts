@@ -76,6 +76,12 @@ program
   .option('--rate <r>', 'request rate to simulate (req/s); omit to search the maximum rate', num)
   .option('--requests <n>', 'requests in the workload', int, 1000)
   .option('--seed <seed>', 'workload seed', int, 1)
+  .option(
+    '--latency-bound <s>',
+    'mean normalized latency bound for the rate search (s/token)',
+    num,
+    0.4,
+  )
   .option('--json', 'print one JSON object', false)
   .action(async (opts) => {
     await simulateCommand(opts);

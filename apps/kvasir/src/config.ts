@@ -16,10 +16,10 @@ export const engineConfigSchema = z.object({
   kvDtype: z.enum(['f32', 'f16', 'int8', 'fp8-e4m3', 'fp8-e5m2', 'int4']).default('f32'),
   blockSize: z.union([z.literal(8), z.literal(16), z.literal(32)]).default(16),
   /**
-   * Device memory the engine plans with, in bytes (WebGPU cannot report it). Default 1 GiB,
+   * Device memory the engine plans with, in bytes (WebGPU cannot report it). Default 512 MiB,
    * which suits the software adapter; set it to your GPU's memory.
    */
-  gpuMemoryBytes: positiveInt.default(1024 * 1024 * 1024),
+  gpuMemoryBytes: positiveInt.default(512 * 1024 * 1024),
   /** Fraction of the device's memory budget the engine may use for weights plus KV cache. */
   gpuMemoryFraction: z.number().gt(0).max(1).default(0.9),
   /** Overrides the computed number of KV blocks (handy for tests that force preemption). */

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { type ModelConfig, makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
 
 /** Bump when the default model's shape changes, so old cache directories are not reused. */
-const DEFAULT_MODEL_VERSION = 1;
+const DEFAULT_MODEL_VERSION = 2;
 
 /**
  * The embedded default: a small Llama (GQA 4/2, 4 layers, width 128, 1,024-token context) with
@@ -21,7 +21,7 @@ export function defaultModelConfig(): ModelConfig {
     numKvHeads: 2,
     vocabSize: 512,
     maxPositionEmbeddings: 1024,
-    tieWordEmbeddings: true,
+    tieWordEmbeddings: false,
   });
 }
 

@@ -159,11 +159,25 @@ export class KvasirEngine implements InferenceEngine {
   }
 
   tokenize(_model: string, text: string): readonly number[] {
-    return this.runner.codec.encode(text);
+    try {
+      return this.runner.codec.encode(text);
+    } catch (error) {
+      throw new EngineError('INVALID_REQUEST', `prompt: ${(error as Error).message}`, {
+        cause: error,
+        details: { param: 'prompt' },
+      });
+    }
   }
 
   applyChatTemplate(_model: string, messages: readonly ChatMessage[]): readonly number[] {
-    return this.runner.codec.applyChatTemplate(messages);
+    try {
+      return this.runner.codec.applyChatTemplate(messages);
+    } catch (error) {
+      throw new EngineError('INVALID_REQUEST', `messages: ${(error as Error).message}`, {
+        cause: error,
+        details: { param: 'messages' },
+      });
+    }
   }
 
   health(): EngineHealth {
@@ -361,13 +375,14 @@ export class KvasirEngine implements InferenceEngine {
             presencePenalty: s.presencePenalty,
             frequencyPenalty: s.frequencyPenalty,
             repetitionPenalty: s.repetitionPenalty,
+            logprobs: live.request.logprobs !== undefined,
             topLogprobs: live.request.logprobs ?? 0,
           },
           choice.state,
         );
         tokenIds[i] = result.token;
-        logprobs[i] = result.logprob;
-        this.#emitToken(live, index, result.token, result.logprob, result.topLogprobs);
+        logprobs[i] = result.logprob ?? 0;
+        this.#emitToken(live, index, result.token, result.logprob ?? 0, result.topLogprobs);
       }
     } else {
       seqIds = new Int32Array(0);

@@ -1,5 +1,7 @@
+import { basename } from 'node:path';
 import type { KvLayout } from '@kvasir/kv-allocator';
 import type { EngineConfig } from './config.js';
+import { CpuModelRunner, loadCpuWeights, openModelFiles } from './cpu-runner.js';
 import { KvasirAppError } from './errors.js';
 import type { ModelRunner } from './runner.js';
 
@@ -23,12 +25,74 @@ export interface LoadedModel {
 }
 
 /**
- * Loads a checkpoint (HF directory or `.gguf`) through @kvasir/model on the configured backend.
- * @throws KvasirAppError `MODEL_LOAD` when the checkpoint cannot be loaded.
+ * Loads a checkpoint (HF directory or `.gguf`) on the configured backend.
+ * @throws KvasirAppError `MODEL_LOAD` when the checkpoint or backend cannot be used;
+ *   `INVALID_CONFIG` for a KV dtype the backend does not store.
  */
-export async function loadModelRunner(path: string, _config: EngineConfig): Promise<LoadedModel> {
-  throw new KvasirAppError(
-    'MODEL_LOAD',
-    `cannot load ${path}: @kvasir/model has no forward pass yet`,
+export async function loadModelRunner(path: string, config: EngineConfig): Promise<LoadedModel> {
+  if (config.backend === 'webgpu') {
+    throw new KvasirAppError(
+      'MODEL_LOAD',
+      'the WebGPU backend needs the batched forward pass of @kvasir/model, which is not available yet; use --backend cpu',
+    );
+  }
+  if (config.kvDtype !== 'f32') {
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `the CPU backend stores the KV cache in f32; --kv-dtype ${config.kvDtype} needs the WebGPU backend`,
+    );
+  }
+  let files: Awaited<ReturnType<typeof openModelFiles>>;
+  try {
+    files = await openModelFiles(path);
+  } catch (error) {
+    throw new KvasirAppError(
+      'MODEL_LOAD',
+      `cannot load model ${path}: ${(error as Error).message}`,
+      {
+        cause: error,
+      },
+    );
+  }
+  const { reader, tokenizer } = files;
+  const weights = await loadCpuWeights(reader).finally(() => reader.close());
+  const c = weights.config;
+  const maxModelLen = Math.min(
+    config.maxModelLen ?? c.maxPositionEmbeddings,
+    c.maxPositionEmbeddings,
   );
+  const modelId = basename(path).replace(/\.gguf$/i, '');
+  const qDim = c.numHeads * c.headDim;
+  const kvDim = c.numKvHeads * c.headDim;
+  return {
+    modelId,
+    weightDigest: `sha256:${weights.digest}`,
+    weightBytes: weights.bytes,
+    maxModelLen,
+    kvLayout: {
+      numLayers: c.numLayers,
+      numKvHeads: c.numKvHeads,
+      headDim: c.headDim,
+      blockSize: config.blockSize,
+      bytesPerElement: 4,
+    },
+    // One JS typed array per layer.
+    maxBindingBytes: 2 ** 31 - 1,
+    backend: 'cpu (plain TypeScript, f32)',
+    activationBytes(maxTokens, maxSeqs) {
+      const perToken = 4 * (4 * c.hiddenSize + 2 * qDim + 2 * kvDim + 2 * c.intermediateSize);
+      return maxTokens * perToken + maxSeqs * c.vocabSize * 4;
+    },
+    async allocate(numBlocks) {
+      return new CpuModelRunner(
+        weights,
+        tokenizer,
+        numBlocks,
+        config.blockSize,
+        modelId,
+        maxModelLen,
+      );
+    },
+    async dispose() {},
+  };
 }

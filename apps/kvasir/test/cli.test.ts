@@ -1,0 +1,120 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, readdir, readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { CACHE_DIR, CLI, startServer } from './harness.js';
+
+const run = promisify(execFile);
+const kvasir = (args: string[]) =>
+  run(process.execPath, [CLI, ...args], {
+    maxBuffer: 16 * 1024 * 1024,
+    env: { ...process.env, KVASIR_API_KEY: '' },
+  });
+
+describe('kvasir CLI commands (built CLI)', () => {
+  it('info reports the memory plan consistently', async () => {
+    const { stdout } = await kvasir([
+      'info',
+      '--json',
+      '--backend',
+      'cpu',
+      '--cache-dir',
+      CACHE_DIR,
+      '--gpu-memory-bytes',
+      '64MiB',
+    ]);
+    const info = JSON.parse(stdout);
+    const plan = info.memory_plan;
+    expect(info.model.embedded_default).toBe(true);
+    expect(info.kv_cache.bytes_per_token).toBe(
+      2 * info.model.layers * info.model.kv_heads * info.model.head_dim * 4,
+    );
+    expect(plan.num_tokens).toBe(plan.num_blocks * info.kv_cache.block_size);
+    expect(plan.kv_cache_bytes).toBe(plan.num_blocks * info.kv_cache.bytes_per_block);
+    expect(plan.weight_bytes + plan.activation_bytes + plan.kv_cache_bytes).toBeLessThanOrEqual(
+      plan.budget_bytes,
+    );
+  });
+
+  it('generate prints a continuation and its token accounting', async () => {
+    const { stdout, stderr } = await kvasir([
+      'generate',
+      'Hello',
+      '--backend',
+      'cpu',
+      '--cache-dir',
+      CACHE_DIR,
+      '-n',
+      '8',
+      '--seed',
+      '3',
+    ]);
+    expect(stderr).toMatch(/noise/);
+    expect(stderr).toMatch(/8 generated|finish: stop/);
+    const again = await kvasir([
+      'generate',
+      'Hello',
+      '--backend',
+      'cpu',
+      '--cache-dir',
+      CACHE_DIR,
+      '-n',
+      '8',
+      '--seed',
+      '3',
+    ]);
+    expect(again.stdout).toBe(stdout);
+  });
+
+  it('simulate compares Kvasir with Orca-like and static batching', async () => {
+    const { stdout } = await kvasir(['simulate', '--requests', '60', '--rate', '1', '--json']);
+    const sim = JSON.parse(stdout);
+    expect(sim.systems.map((s: { system: string }) => s.system)).toEqual([
+      'kvasir',
+      'orca',
+      'static',
+    ]);
+    for (const s of sim.systems) expect(s.completed).toBe(60);
+  });
+
+  it('bench loads a running server and writes JSON and an SVG chart', async () => {
+    const server = await startServer(['--backend', 'cpu']);
+    const out = await mkdtemp(join(tmpdir(), 'kvasir-bench-'));
+    const { stdout } = await kvasir([
+      'bench',
+      '--url',
+      server.url,
+      '--api-key',
+      'sk-kvasir-e2e',
+      '--concurrency',
+      '4',
+      '--max-requests',
+      '8',
+      '--duration',
+      '60',
+      '--max-tokens',
+      '6',
+      '--prompt-words',
+      '8',
+      '--json',
+      '--out',
+      out,
+    ]);
+    const report = JSON.parse(stdout);
+    expect(report.requests).toBe(8);
+    expect(report.failed_requests).toBe(0);
+    expect(report.ttft_ms.count).toBe(8);
+    expect(report.throughput_tok_s).toBeGreaterThan(0);
+    const files = await readdir(out);
+    const svg = files.find((f) => f.endsWith('.svg'))!;
+    expect(await readFile(join(out, svg), 'utf8')).toMatch(/^<svg/);
+    const full = JSON.parse(
+      await readFile(join(out, files.find((f) => f.endsWith('.json'))!), 'utf8'),
+    );
+    expect(full.records).toHaveLength(8);
+    expect(full.records.every((r: { outputTokens: number }) => r.outputTokens === 6)).toBe(true);
+    expect(await server.stop()).toBe(0);
+  });
+});

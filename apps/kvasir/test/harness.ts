@@ -1,0 +1,86 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+/** The built CLI the end-to-end tests run. */
+export const CLI = join(root, 'dist', 'cli.js');
+/** One cache directory per test run: the default model is created once in it. */
+export const CACHE_DIR = process.env.KVASIR_E2E_CACHE ?? mkdtempSync(join(tmpdir(), 'kvasir-e2e-'));
+export const API_KEY = 'sk-kvasir-e2e';
+
+/** A `kvasir serve` process on a free loopback port. */
+export interface ServerProcess {
+  readonly url: string;
+  readonly client: OpenAI;
+  readonly child: ChildProcess;
+  /** Everything the process printed so far. */
+  output(): string;
+  /** Parsed `/metrics`: `series{labels}` → value. */
+  metrics(): Promise<Map<string, number>>;
+  /** SIGTERM, then waits for the exit code. */
+  stop(): Promise<number | null>;
+}
+
+/** Starts `node dist/cli.js serve --port 0 ...args` and waits for its banner. */
+export async function startServer(args: readonly string[]): Promise<ServerProcess> {
+  const child = spawn(
+    process.execPath,
+    [CLI, 'serve', '--port', '0', '--cache-dir', CACHE_DIR, '--api-key', API_KEY, ...args],
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVASIR_API_KEY: '' } },
+  );
+  let out = '';
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      out += chunk.toString();
+      const m = /Kvasir is listening on (http:\/\/\S+)/.exec(out);
+      if (m) resolve(m[1]!);
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    void exited.then((code) =>
+      reject(new Error(`kvasir serve exited (${code}) before listening:\n${out}`)),
+    );
+  });
+  const client = new OpenAI({
+    baseURL: `${url}/v1`,
+    apiKey: API_KEY,
+    maxRetries: 0,
+    timeout: 120_000,
+  });
+  return {
+    url,
+    client,
+    child,
+    output: () => out,
+    async metrics() {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      const map = new Map<string, number>();
+      for (const line of text.split('\n')) {
+        if (line.startsWith('#') || line.trim() === '') continue;
+        const cut = line.lastIndexOf(' ');
+        map.set(line.slice(0, cut), Number(line.slice(cut + 1)));
+      }
+      return map;
+    },
+    async stop() {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      return exited;
+    },
+  };
+}
+
+/** Polls `probe` until it returns true (bounded number of tries, 50 ms apart). */
+export async function eventually(probe: () => Promise<boolean>, tries = 200): Promise<boolean> {
+  for (let i = 0; i < tries; i++) {
+    if (await probe()) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return false;
+}
