@@ -1,14 +1,21 @@
 import { Cluster } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { RedisStore } from './redis-store';
 import { block, key, NS, sameBytes } from './testing/fixtures';
 import { type RedisClusterHandle, startRedisCluster } from './testing/redis-server';
 
 let cluster: RedisClusterHandle;
 let client: Cluster;
+let starting: Promise<RedisClusterHandle> | undefined;
 
-beforeAll(async () => {
-  cluster = await startRedisCluster({ nodes: 3 });
+// beforeEach, not beforeAll: without redis-server every test fails with the install hint.
+beforeEach(async () => {
+  if (starting !== undefined) {
+    await starting;
+    return;
+  }
+  starting = startRedisCluster({ nodes: 3 });
+  cluster = await starting;
   client = new Cluster([...cluster.startupNodes], {
     enableOfflineQueue: false,
     enableAutoPipelining: true,
@@ -21,8 +28,8 @@ beforeAll(async () => {
   });
 });
 afterAll(async () => {
-  client.disconnect();
-  await cluster.stop();
+  client?.disconnect();
+  await (await starting?.catch(() => undefined))?.stop();
 });
 
 describe('RedisStore on Redis Cluster', () => {

@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { encodeFrame } from './frame';
 import { RedisStore, type RedisStoreOptions } from './redis-store';
 import { block, key, NS, OTHER_NS, sameBytes } from './testing/fixtures';
@@ -7,20 +7,26 @@ import { type RedisServerHandle, startRedisServer } from './testing/redis-server
 
 let server: RedisServerHandle;
 let raw: Redis;
+let starting: Promise<RedisServerHandle> | undefined;
 const open: RedisStore[] = [];
 
-beforeAll(async () => {
-  server = await startRedisServer();
-  raw = new Redis(server.url, { maxRetriesPerRequest: 1 });
-  raw.on('error', () => undefined); // the outage test kills the server under it
+// Started once, in beforeEach rather than beforeAll: without redis-server every test FAILS with
+// the install hint (a failed beforeAll would only mark them skipped).
+beforeEach(async () => {
+  starting ??= startRedisServer();
+  server = await starting;
+  if (raw === undefined) {
+    raw = new Redis(server.url, { maxRetriesPerRequest: 1 });
+    raw.on('error', () => undefined); // the outage test kills the server under it
+  }
 });
 afterAll(async () => {
-  raw.disconnect();
-  await server.stop();
+  raw?.disconnect();
+  await (await starting?.catch(() => undefined))?.stop();
 });
 afterEach(async () => {
   await Promise.all(open.splice(0).map((s) => s.close()));
-  if (raw.status === 'ready') await raw.flushall();
+  if (raw?.status === 'ready') await raw.flushall();
 });
 
 async function store(extra: Partial<RedisStoreOptions> = {}): Promise<RedisStore> {

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BlockHash } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DiskStore } from './disk-store';
 import { HostMemoryStore } from './host-memory-store';
 import { RedisStore } from './redis-store';
@@ -13,12 +13,15 @@ import { TieredStore } from './tiered-store';
 import type { KvBlockEntry, KvBlockStore, OffloadStats } from './types';
 
 let server: RedisServerHandle;
+let starting: Promise<RedisServerHandle> | undefined;
 let dir: string;
-beforeAll(async () => {
-  server = await startRedisServer();
+// beforeEach, not beforeAll: without redis-server every test fails with the install hint.
+beforeEach(async () => {
+  starting ??= startRedisServer();
+  server = await starting;
 });
 afterAll(async () => {
-  await server.stop();
+  await (await starting?.catch(() => undefined))?.stop();
 });
 afterEach(async () => {
   vi.useRealTimers();
