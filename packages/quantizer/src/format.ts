@@ -229,3 +229,22 @@ export function kiviSpecs(
     value: { format: 'int4', granularity: { kind: 'group', groupSize: valueGroup } },
   };
 }
+
+/**
+ * The two numbers `@kvasir/kv-allocator`'s `KvLayout` needs for a cache stored in `spec`:
+ * `bytesPerElement` (codes only) and `scaleBytesPerTokenHead` (per-token scales and zero
+ * points of K or V alone; a static per-tensor scale is not per token and counts 0).
+ *
+ * @example int8 per token-head, head dim 128: `{ bytesPerElement: 1, scaleBytesPerTokenHead: 4 }`.
+ * @throws QuantizerError `UNKNOWN_FORMAT`.
+ */
+export function kvLayoutBytes(
+  spec: QuantSpec,
+  headDim: number,
+): { readonly bytesPerElement: number; readonly scaleBytesPerTokenHead: number } {
+  const bytesPerElement = formatInfo(spec.format).bits / 8;
+  return {
+    bytesPerElement,
+    scaleBytesPerTokenHead: bytesPerTokenHead(spec, headDim) - headDim * bytesPerElement,
+  };
+}

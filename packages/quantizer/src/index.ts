@@ -14,6 +14,7 @@ export {
   type HeadDimGroupSize,
   type KvShape,
   kiviSpecs,
+  kvLayoutBytes,
   numScaleGroups,
   QUANT_FORMATS,
   type QuantFormat,

@@ -7,6 +7,7 @@ import {
   type Granularity,
   type KvShape,
   kiviSpecs,
+  kvLayoutBytes,
   numScaleGroups,
   type QuantFormat,
   type QuantSpec,
@@ -195,6 +196,22 @@ describe('memory accounting', () => {
     expect(i8).toBe(132);
     expect(i8 / f16).toBeLessThanOrEqual(0.53);
     expect(i4).toBe(64 + 4 * 8);
+    expect(kvLayoutBytes({ format: 'int8', granularity: { kind: 'per-token-head' } }, 128)).toEqual(
+      {
+        bytesPerElement: 1,
+        scaleBytesPerTokenHead: 4,
+      },
+    );
+    expect(
+      kvLayoutBytes({ format: 'int4', granularity: { kind: 'group', groupSize: 32 } }, 128),
+    ).toEqual({
+      bytesPerElement: 0.5,
+      scaleBytesPerTokenHead: 32,
+    });
+    expect(
+      kvLayoutBytes({ format: 'fp8-e4m3', granularity: { kind: 'per-tensor', scale: 0.1 } }, 128)
+        .scaleBytesPerTokenHead,
+    ).toBe(0);
   });
   it('storageBytes equals what quantize allocates', () => {
     for (const spec of [
