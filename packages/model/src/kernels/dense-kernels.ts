@@ -1,0 +1,201 @@
+/// <reference types="@webgpu/types" />
+import { addWgsl, biasAddWgsl, ELEMENTWISE_WORKGROUP, swigluWgsl } from './elementwise.wgsl';
+import { embeddingWgsl } from './embedding.wgsl';
+import {
+  GEMV_ROWS,
+  gemvWgsl,
+  type MatmulShaderOptions,
+  TILE,
+  tiledMatmulWgsl,
+} from './matmul.wgsl';
+import type { MatmulEpilogue } from './reference';
+import { rmsNormWgsl } from './rms-norm.wgsl';
+import type { WeightFormat } from './weight-format';
+
+/** A packed weight resident on the GPU (see {@link PackedWeight}). */
+export interface GpuWeight {
+  readonly format: WeightFormat;
+  readonly rows: number;
+  readonly cols: number;
+  readonly groupSize: number;
+  readonly data: GPUBuffer;
+  readonly scales: GPUBuffer | undefined;
+}
+
+/**
+ * One kernel launch whose buffers are bound once and whose size is chosen per step:
+ * `encode(pass, m)` picks the variant for `m` rows, reusing its bind group.
+ */
+export interface DenseOp {
+  encode(pass: GPUComputePassEncoder, m: number): void;
+}
+
+/** Rows up to which the decode matrix-vector kernel is used instead of the tiled one. */
+export const GEMV_MAX_ROWS = 8;
+
+/** Largest workgroup count per dimension (WebGPU's guaranteed minimum limit). */
+const MAX_DIM = 65535;
+
+/**
+ * Builds and caches the dense-kernel pipelines of one device and prepares their launches.
+ * Nothing here submits: every op encodes into the caller's compute pass, so a whole forward
+ * step is one submission.
+ */
+export class DenseKernels {
+  readonly #device: GPUDevice;
+  readonly #pipelines = new Map<string, GPUComputePipeline>();
+
+  constructor(device: GPUDevice) {
+    this.#device = device;
+  }
+
+  /** Pipeline for a WGSL module (cached by source text). */
+  pipeline(code: string): GPUComputePipeline {
+    let p = this.#pipelines.get(code);
+    if (!p) {
+      const module = this.#device.createShaderModule({ code });
+      p = this.#device.createComputePipeline({
+        layout: 'auto',
+        compute: { module, entryPoint: 'main' },
+      });
+      this.#pipelines.set(code, p);
+    }
+    return p;
+  }
+
+  #bind(p: GPUComputePipeline, entries: Array<[number, GPUBuffer | undefined]>): GPUBindGroup {
+    return this.#device.createBindGroup({
+      layout: p.getBindGroupLayout(0),
+      entries: entries
+        .filter((e): e is [number, GPUBuffer] => e[1] !== undefined)
+        .map(([binding, buffer]) => ({ binding, resource: { buffer } })),
+    });
+  }
+
+  /**
+   * `y = x · Wᵀ` (+ bias) with an epilogue, for `m` rows given at encode time; `params` is a
+   * uniform buffer whose first u32 holds the same `m` when the step runs.
+   */
+  matmul(args: {
+    x: GPUBuffer;
+    w: GpuWeight;
+    y: GPUBuffer;
+    params: GPUBuffer;
+    bias?: GPUBuffer | undefined;
+    epilogue?: MatmulEpilogue;
+  }): DenseOp {
+    const { w } = args;
+    const o: MatmulShaderOptions = {
+      format: w.format,
+      n: w.rows,
+      k: w.cols,
+      groupSize: w.groupSize,
+      epilogue: args.epilogue ?? 'store',
+      bias: args.bias !== undefined,
+    };
+    const entries: Array<[number, GPUBuffer | undefined]> = [
+      [0, args.x],
+      [1, w.data],
+      [2, args.y],
+      [3, args.params],
+      [4, w.scales],
+      [5, args.bias],
+    ];
+    const variants = new Map<number, { p: GPUComputePipeline; g: GPUBindGroup }>();
+    const variant = (mTile: number) => {
+      let v = variants.get(mTile);
+      if (!v) {
+        const p = this.pipeline(mTile === 0 ? tiledMatmulWgsl(o) : gemvWgsl(o, mTile));
+        v = { p, g: this.#bind(p, entries) };
+        variants.set(mTile, v);
+      }
+      return v;
+    };
+    return {
+      encode(pass, m) {
+        if (m === 0) return;
+        const mTile = m === 1 ? 1 : m <= 4 ? 4 : m <= GEMV_MAX_ROWS ? 8 : 0;
+        const v = variant(mTile);
+        pass.setPipeline(v.p);
+        pass.setBindGroup(0, v.g);
+        if (mTile === 0) pass.dispatchWorkgroups(Math.ceil(o.n / TILE), Math.ceil(m / TILE));
+        else pass.dispatchWorkgroups(Math.ceil(o.n / GEMV_ROWS), Math.ceil(m / mTile));
+      },
+    };
+  }
+
+  /** RMSNorm of `m` rows (optionally gathered through `rowIndex`). */
+  rmsNorm(args: {
+    x: GPUBuffer;
+    weight: GPUBuffer;
+    y: GPUBuffer;
+    h: number;
+    eps: number;
+    rowIndex?: GPUBuffer | undefined;
+  }): DenseOp {
+    const p = this.pipeline(rmsNormWgsl(args.h, args.eps, args.rowIndex !== undefined));
+    const g = this.#bind(p, [
+      [0, args.x],
+      [1, args.weight],
+      [2, args.y],
+      [4, args.rowIndex],
+    ]);
+    return {
+      encode(pass, m) {
+        if (m === 0) return;
+        pass.setPipeline(p);
+        pass.setBindGroup(0, g);
+        pass.dispatchWorkgroups(m);
+      },
+    };
+  }
+
+  /** Embedding gather of `m` token ids (i32) from a packed table. */
+  embedding(args: { ids: GPUBuffer; table: GpuWeight; y: GPUBuffer }): DenseOp {
+    const t = args.table;
+    const p = this.pipeline(embeddingWgsl(t.format, t.cols, t.groupSize));
+    const g = this.#bind(p, [
+      [0, args.ids],
+      [1, t.data],
+      [2, args.y],
+      [4, t.scales],
+    ]);
+    return {
+      encode(pass, m) {
+        if (m === 0) return;
+        pass.setPipeline(p);
+        pass.setBindGroup(0, g);
+        pass.dispatchWorkgroups(m);
+      },
+    };
+  }
+
+  /**
+   * Element-wise ops over `count` elements (`params` = {count, width} as two u32):
+   * `swiglu` (out = silu(a)·b), `add` (out += a), `biasAdd` (out[i] += a[i % width]).
+   * `encode(pass, count)` takes the element count.
+   */
+  elementwise(
+    kind: 'swiglu' | 'add' | 'biasAdd',
+    args: { a: GPUBuffer; b?: GPUBuffer; out: GPUBuffer; params: GPUBuffer },
+  ): DenseOp {
+    const code = kind === 'swiglu' ? swigluWgsl() : kind === 'add' ? addWgsl() : biasAddWgsl();
+    const p = this.pipeline(code);
+    const g = this.#bind(p, [
+      [0, args.a],
+      [1, kind === 'swiglu' ? args.b : undefined],
+      [2, args.out],
+      [3, args.params],
+    ]);
+    return {
+      encode(pass, count) {
+        if (count === 0) return;
+        const groups = Math.ceil(count / ELEMENTWISE_WORKGROUP);
+        pass.setPipeline(p);
+        pass.setBindGroup(0, g);
+        if (groups <= MAX_DIM) pass.dispatchWorkgroups(groups);
+        else pass.dispatchWorkgroups(MAX_DIM, Math.ceil(groups / MAX_DIM));
+      },
+    };
+  }
+}
