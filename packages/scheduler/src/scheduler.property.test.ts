@@ -14,6 +14,7 @@ interface Req {
   prompt: number[];
   maxTokens: number;
   n: number;
+  beamWidth: number;
   priority: number;
   arriveAt: number;
   abortAt: number; // -1: never
@@ -25,6 +26,7 @@ const reqArb = (shared: number[][]) =>
     tail: fc.array(fc.integer({ min: 1, max: VOCAB - 1 }), { minLength: 1, maxLength: 24 }),
     maxTokens: fc.integer({ min: 1, max: 14 }),
     n: fc.constantFrom(1, 1, 1, 2, 3),
+    beamWidth: fc.constantFrom(0, 0, 0, 0, 2, 3),
     priority: fc.integer({ min: 0, max: 2 }),
     arriveAt: fc.integer({ min: 0, max: 30 }),
     abortAt: fc.oneof(fc.constant(-1), fc.constant(-1), fc.integer({ min: 0, max: 60 })),
@@ -58,6 +60,7 @@ function toReqs(raw: Scenario['reqs']): Req[] {
     prompt: [...(r.prefixPick >= 0 ? SHARED[r.prefixPick]! : []), ...r.tail],
     maxTokens: r.maxTokens,
     n: r.n,
+    beamWidth: r.beamWidth,
     priority: r.priority,
     arriveAt: r.arriveAt,
     abortAt: r.abortAt,
@@ -105,7 +108,9 @@ function run(sc: Scenario, reqs: Req[]) {
           id: `r${i}`,
           promptTokenIds: r.prompt,
           maxTokens: r.maxTokens,
-          n: Math.min(r.n, sc.maxNumSeqs),
+          ...(r.beamWidth > 0 && r.beamWidth <= sc.maxNumSeqs
+            ? { beamWidth: r.beamWidth }
+            : { n: Math.min(r.n, sc.maxNumSeqs) }),
           priority: r.priority,
         });
       }
@@ -133,6 +138,7 @@ describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)',
     let preemptions = { recompute: 0, swap: 0 };
     let swapIns = 0;
     let compared = 0;
+    let beams = 0;
     let comparedPreempted = 0;
     fc.assert(
       fc.property(scenarioArb, (sc) => {
@@ -157,6 +163,20 @@ describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)',
           if (o.finishReason === 'abort' || o.finishReason === 'rejected') continue;
           if (o.reason !== undefined) continue; // cut short by cache capacity
           const r = reqs[i]!;
+          if (r.beamWidth > 0 && r.beamWidth <= sc.maxNumSeqs) {
+            // Beam search: outputs are ordered best first and no longer than maxTokens.
+            expect(o.outputs.length).toBeGreaterThan(0);
+            expect(o.outputs.length).toBeLessThanOrEqual(r.beamWidth);
+            for (let j = 1; j < o.outputs.length; j++) {
+              expect(o.outputs[j]!.cumulativeLogprob).toBeLessThanOrEqual(
+                o.outputs[j - 1]!.cumulativeLogprob,
+              );
+            }
+            for (const out of o.outputs)
+              expect(out.tokenIds.length).toBeLessThanOrEqual(r.maxTokens);
+            beams++;
+            continue;
+          }
           for (const out of o.outputs) {
             const ref = referenceOutput(
               SEED,
@@ -173,12 +193,13 @@ describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)',
           }
         }
       }),
-      { numRuns: 250, seed: 42 },
+      { numRuns: 300, seed: 42 },
     );
     // The scenarios must actually exercise both preemption modes.
     expect(preemptions.recompute).toBeGreaterThan(0);
     expect(preemptions.swap).toBeGreaterThan(0);
     expect(swapIns).toBeGreaterThan(0);
+    expect(beams).toBeGreaterThan(20);
     expect(compared).toBeGreaterThan(500);
     expect(comparedPreempted).toBeGreaterThan(30);
   });

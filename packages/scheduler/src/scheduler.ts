@@ -431,6 +431,15 @@ export class Scheduler {
         return;
       }
       const victim = this.chooseVictim(st.step);
+      if (victim === g && !this.running.some((r) => r !== g && r.state === RUNNING)) {
+        // Alone and still short of blocks: preempting itself would only repeat forever.
+        this.finishGroup(
+          g,
+          'length',
+          `KV cache full: the request alone needs more than the cache's ${this.kvCache.numBlocks} blocks`,
+        );
+        return;
+      }
       this.preempt(victim, st);
       if (victim === g) return;
     }
@@ -459,26 +468,28 @@ export class Scheduler {
   private planChunks(g: Group, st: StepState): boolean {
     let rows = 0;
     let tokens = 0;
+    // Decodes of a group run together (beams are compared step by step): all or none, and
+    // before the group's own prefill chunks take the budget.
     for (const s of g.seqs) {
       s.chunk = 0;
-      if (!s.live) continue;
+      if (!s.live || !s.allocated || s.numTokens - s.numComputed !== 1) continue;
+      if (tokens >= st.budget || rows >= st.seqBudget) return false;
+      s.chunk = 1;
+      tokens++;
+      rows++;
+    }
+    // Prefills of a group's sequences (after recompute) may spread over several steps.
+    for (const s of g.seqs) {
+      if (!s.live || s.chunk > 0) continue;
       if (!s.allocated) this.lookupPrefix(s);
       const start = s.allocated ? s.numComputed : s.prefix.numTokens;
       const need = s.numTokens - start;
-      if (need <= 0) continue;
-      const room = st.budget - tokens;
-      if (need === 1 && s.allocated) {
-        // Decodes of a group run together (beams are compared step by step).
-        if (room < 1 || rows >= st.seqBudget) return false;
-        s.chunk = 1;
-      } else {
-        // Prefills of a group's sequences (after recompute) may spread over several steps.
-        let chunk = Math.min(need, this.longPrefillTokenThreshold, room);
-        if (!this.enableChunkedPrefill && chunk < need) chunk = 0;
-        if (chunk <= 0 || rows >= st.seqBudget) continue;
-        s.chunk = chunk;
-      }
-      tokens += s.chunk;
+      if (need <= 0 || rows >= st.seqBudget) continue;
+      let chunk = Math.min(need, this.longPrefillTokenThreshold, st.budget - tokens);
+      if (!this.enableChunkedPrefill && chunk < need) chunk = 0;
+      if (chunk <= 0) continue;
+      s.chunk = chunk;
+      tokens += chunk;
       rows++;
     }
     return rows > 0;
@@ -977,7 +988,11 @@ export class Scheduler {
       }
     }
     cands.sort((a, b) => b.score - a.score || a.seq.id - b.seq.id || a.tok - b.tok);
-    const width = g.beamWidth;
+    // Beams not sampled in this result (after recompute, a group's prefills may land in
+    // different steps) keep their places in the width.
+    let waitingBeams = 0;
+    for (const s of g.seqs) if (s.live && s.updateStamp !== this.updateNo) waitingBeams++;
+    const width = g.beamWidth - waitingBeams;
     const chosen: { seq: Seq; tok: number; score: number }[] = [];
     for (const c of cands) {
       if (chosen.length + g.finishedBeams.length >= width) break;
@@ -1033,13 +1048,14 @@ export class Scheduler {
     }
     const anyLive = g.seqs.some((s) => s.live);
     const done =
-      g.finishedBeams.length >= width ||
+      g.finishedBeams.length >= g.beamWidth ||
       !anyLive ||
       g.seqs.some(
         (s) => s.live && (s.numOutputTokens >= g.req.maxTokens || s.numTokens >= this.maxModelLen),
       );
     if (done) {
-      for (const s of g.seqs) if (s.live) this.finishSeq(s, 'length');
+      if (!anyLive) this.finishGroup(g, 'stop', undefined);
+      else for (const s of g.seqs) if (s.live) this.finishSeq(s, 'length');
     }
   }
 
@@ -1092,6 +1108,9 @@ export class Scheduler {
       }
       all.sort((a, b) => b.cumulativeLogprob - a.cumulativeLogprob);
       outputs = all.slice(0, g.beamWidth).map((o, index) => ({ ...o, index }));
+      if ((reason === 'stop' || reason === 'length') && outputs[0]) {
+        reason = outputs[0].finishReason;
+      }
     } else {
       outputs = g.seqs
         .slice()

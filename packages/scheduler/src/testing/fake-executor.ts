@@ -50,6 +50,9 @@ export class FakeExecutor {
     const n = plan.logitsIndices.length;
     const tokenIds = new Int32Array(n);
     const logprobs = new Float64Array(n);
+    // Two candidates per sample, for beam-search requests: the sampled token and a runner-up.
+    const candTokens = new Int32Array(2 * n);
+    const candLogprobs = new Float64Array(2 * n);
     for (let k = 0; k < n; k++) {
       const row = plan.rows[plan.sampleRows[k]!]!;
       const ctxLen = plan.positions[plan.logitsIndices[k]!]! + 1;
@@ -60,8 +63,17 @@ export class FakeExecutor {
       }
       tokenIds[k] = FakeExecutor.nextToken(this.seed, plan.sampleIndices[k]!, ctx, this.vocab);
       logprobs[k] = -1 - (tokenIds[k]! % 3);
+      candTokens[2 * k] = tokenIds[k]!;
+      candTokens[2 * k + 1] = (tokenIds[k]! * 7 + 3) % this.vocab;
+      candLogprobs[2 * k] = logprobs[k]!;
+      candLogprobs[2 * k + 1] = logprobs[k]! - 0.5 - (ctxLen % 2);
     }
-    return { seqIds: plan.sampleSeqIds, tokenIds, logprobs };
+    return {
+      seqIds: plan.sampleSeqIds,
+      tokenIds,
+      logprobs,
+      beamCandidates: { k: 2, tokenIds: candTokens, logprobs: candLogprobs },
+    };
   }
 }
 
