@@ -1,1 +1,25 @@
-export {};
+export {
+  AttentionKernelError,
+  type AttentionKernelErrorCode,
+} from './errors.js';
+export {
+  f16BitsToF32,
+  f16Format,
+  f32Format,
+  f32ToF16Bits,
+  type KvFormat,
+  type KvWgslOptions,
+  kvFormat,
+  registerKvFormat,
+  roundToF16,
+} from './kv-format.js';
+export {
+  blocksInCache,
+  cacheBytes,
+  type KvCacheConfig,
+  type KvCacheLayout,
+  kRowOffset,
+  kvCacheLayout,
+  slabOffset,
+  vRowOffset,
+} from './layout.js';
