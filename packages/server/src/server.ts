@@ -520,6 +520,8 @@ export function createServer(options: ServerOptions): KvasirServer {
       // A reset connection surfaces through 'close', which aborts the request.
     });
     raw.writeHead(200, SSE_HEADERS);
+    // Send the headers now: a request still waiting for a slot is admitted, and the client knows.
+    raw.flushHeaders();
     const write = async (payload: unknown) => {
       if (raw.destroyed || raw.writableEnded) return;
       const ok = raw.write(

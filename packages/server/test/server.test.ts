@@ -508,6 +508,23 @@ describe('limits, authentication and shutdown', () => {
     expect(h.server.inFlight).toBe(0);
   });
 
+  it('sends stream headers as soon as a request is admitted, before its first token', async () => {
+    const h = await start();
+    let release!: () => void;
+    h.engine.gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const res = await fetch(`${h.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL_ID, prompt: 'x', max_tokens: 2, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    expect(h.engine.requests).toHaveLength(1);
+    release();
+    expect(await res.text()).toContain('data: [DONE]');
+  });
+
   it('aborts in-flight streams when the shutdown deadline passes', async () => {
     const h = await start();
     let release!: () => void;
