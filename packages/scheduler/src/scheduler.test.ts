@@ -56,6 +56,7 @@ describe('add() validation', () => {
     ['prompt over maxModelLen', { promptTokenIds: seqPrompt(257) }, /maxModelLen/],
     ['non-integer token', { promptTokenIds: [1, 2.5] }, /promptTokenIds\[1\]/],
     ['negative token', { promptTokenIds: [-1] }, /promptTokenIds\[0\]/],
+    ['token beyond i32', { promptTokenIds: [2 ** 31] }, /promptTokenIds\[0\]/],
     ['n < 1', { n: 0 }, /\bn\b/],
     ['n over maxNumSeqs', { n: 9 }, /maxNumSeqs/],
     ['string priority', { priority: 'high' }, /priority/],

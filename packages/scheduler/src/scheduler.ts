@@ -110,7 +110,9 @@ class Seq {
 
   append(token: number, maxModelLen: number): void {
     if (this.numTokens === this.tokens.length) {
-      const grown = new Int32Array(Math.min(maxModelLen + 1, this.tokens.length * 2));
+      const grown = new Int32Array(
+        Math.max(this.numTokens + 1, Math.min(maxModelLen + 1, this.tokens.length * 2)),
+      );
       grown.set(this.tokens);
       this.tokens = grown;
     }
@@ -194,8 +196,10 @@ interface StepState {
  * request is preempted (recompute or swap). `update()` appends the sampled tokens, applies
  * stop conditions and frees finished sequences.
  *
- * Contract with the engine: run plans in order, each one's swaps and copies before its forward
- * pass; call `update()` with a plan's samples before the next `schedule()` if that plan had any.
+ * Contract with the engine: run every plan, in order (even when a request in it was aborted
+ * meanwhile: its blocks may already be registered in the prefix cache), each one's swaps and
+ * copies before its forward pass; call `update()` with a plan's samples before the next
+ * `schedule()`.
  */
 export class Scheduler {
   readonly maxModelLen: number;
@@ -925,11 +929,11 @@ export class Scheduler {
         if (!beam) bad(`request ${s.group.req.id} uses beam search: beamCandidates required`);
         for (let j = 0; j < beam!.k; j++) {
           const tok = beam!.tokenIds[i * beam!.k + j]!;
-          if (!Number.isInteger(tok) || tok < 0 || tok > 0xffffffff) bad(`bad token id ${tok}`);
+          if (!Number.isInteger(tok) || tok < 0 || tok > 0x7fffffff) bad(`bad token id ${tok}`);
         }
       } else {
         const tok = result.tokenIds[i]!;
-        if (!Number.isInteger(tok) || tok < 0 || tok > 0xffffffff) bad(`bad token id ${tok}`);
+        if (!Number.isInteger(tok) || tok < 0 || tok > 0x7fffffff) bad(`bad token id ${tok}`);
       }
     }
 

@@ -10,7 +10,7 @@ export type PreemptionMode = 'recompute' | 'swap';
 export interface SchedulerRequest {
   /** Unique among live requests. */
   readonly id: string;
-  /** Prompt token ids (u32 integers), at least one, at most `maxModelLen`. */
+  /** Prompt token ids (integers in [0, 2^31)), at least one, at most `maxModelLen`. */
   readonly promptTokenIds: ArrayLike<number>;
   /** Tokens to generate at most, ≥ 1. */
   readonly maxTokens: number;

@@ -1,7 +1,8 @@
 import { SchedulerError } from './errors';
 import type { SchedulerRequest } from './types';
 
-const MAX_TOKEN_ID = 0xffffffff;
+// Plans carry token ids in Int32Arrays; no vocabulary comes near 2^31.
+const MAX_TOKEN_ID = 0x7fffffff;
 
 function invalid(field: string, message: string, value: unknown): never {
   throw new SchedulerError('INVALID_REQUEST', `${field}: ${message}`, {
@@ -9,7 +10,7 @@ function invalid(field: string, message: string, value: unknown): never {
   });
 }
 
-function isU32(t: unknown): boolean {
+function isTokenId(t: unknown): boolean {
   return typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= MAX_TOKEN_ID;
 }
 
@@ -53,8 +54,8 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
     );
   }
   for (let i = 0; i < prompt.length; i++) {
-    if (!isU32(prompt[i])) {
-      invalid(`promptTokenIds[${i}]`, 'is not a u32 integer token id', prompt[i]);
+    if (!isTokenId(prompt[i])) {
+      invalid(`promptTokenIds[${i}]`, 'is not an integer token id in [0, 2^31)', prompt[i]);
     }
   }
   if (typeof req.maxTokens !== 'number' || !Number.isInteger(req.maxTokens) || req.maxTokens < 1) {
@@ -87,13 +88,17 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
       invalid('stopTokenIds', 'must be an array of token ids', req.stopTokenIds);
     }
     for (let i = 0; i < req.stopTokenIds.length; i++) {
-      if (!isU32(req.stopTokenIds[i])) {
-        invalid(`stopTokenIds[${i}]`, 'is not a u32 integer token id', req.stopTokenIds[i]);
+      if (!isTokenId(req.stopTokenIds[i])) {
+        invalid(
+          `stopTokenIds[${i}]`,
+          'is not an integer token id in [0, 2^31)',
+          req.stopTokenIds[i],
+        );
       }
     }
   }
-  if (req.eosTokenId !== undefined && !isU32(req.eosTokenId)) {
-    invalid('eosTokenId', 'is not a u32 integer token id', req.eosTokenId);
+  if (req.eosTokenId !== undefined && !isTokenId(req.eosTokenId)) {
+    invalid('eosTokenId', 'is not an integer token id in [0, 2^31)', req.eosTokenId);
   }
   if (req.ignoreEos !== undefined && typeof req.ignoreEos !== 'boolean') {
     invalid('ignoreEos', 'must be a boolean', req.ignoreEos);
