@@ -23,3 +23,5 @@ export {
   slabOffset,
   vRowOffset,
 } from './layout.js';
+export { WriteKvCache, type WriteKvCacheArgs } from './write-kv-cache.js';
+export { writeKvCacheReference } from './write-kv-cache-reference.js';
