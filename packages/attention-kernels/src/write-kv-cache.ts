@@ -1,6 +1,6 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
 import { splitWorkgroups } from '@kvasir/gpu';
-import { bindingSize, requireBindable, requireBytes, requireCount } from './kernel-args.js';
+import { bindingSize, requireBindable, requireBytes, requireCount } from './layout-bindings.js';
 import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from './layout.js';
 import { writeKvCacheShader } from './write-kv-cache.wgsl.js';
 import { checkSlots } from './write-kv-cache-reference.js';
