@@ -142,6 +142,19 @@ describe('WGSL float codecs equal the CPU codecs bit for bit', () => {
           (i) => `f32 0x${xs[i]!.toString(16)}`,
         );
         expect(bad).toEqual([]);
+        // The f32-typed entry point gives the same codes (this adapter keeps subnormals).
+        const viaF32 = await evalWgsl(
+          wgslFloatCodec(format, { saturate }),
+          `${p}_encode(bitcast<f32>(a))`,
+          xs,
+        );
+        expect(
+          mismatches(
+            viaF32,
+            (i) => got[i]!,
+            (i) => `f32 0x${xs[i]!.toString(16)}`,
+          ),
+        ).toEqual([]);
       });
     }
   }
