@@ -1,0 +1,187 @@
+import type { ModelConfig } from './config.js';
+import type { NormalizedPlan } from './forward-plan.js';
+import { applyRopeRows, ropeTables } from './forward-rope.js';
+import { f16BitsToF32, f32ToF16Bits } from './kernels/f16.js';
+import { embeddingRef, matmulRef, rmsNormRef } from './kernels/reference.js';
+import type { PackedWeight } from './kernels/weight-format.js';
+import { type KvCacheSpec, kvRowWord } from './kv-cache.js';
+import type { ModelWeights } from './weights.js';
+
+/** Encodes one K or V row into the cache (f32 words or f16 pairs). */
+export function encodeKvRow(
+  spec: KvCacheSpec,
+  cache: Uint32Array,
+  word: number,
+  row: Float32Array,
+  off: number,
+): void {
+  const d = spec.headDim;
+  if (spec.format === 'f32') {
+    const f = new Float32Array(cache.buffer, cache.byteOffset + word * 4, d);
+    f.set(row.subarray(off, off + d));
+    return;
+  }
+  for (let i = 0; i < d; i += 2) {
+    cache[word + i / 2] =
+      (f32ToF16Bits(row[off + i] as number) | (f32ToF16Bits(row[off + i + 1] as number) << 16)) >>>
+      0;
+  }
+}
+
+/** Decodes one cached row into `out`. */
+export function decodeKvRow(
+  spec: KvCacheSpec,
+  cache: Uint32Array,
+  word: number,
+  out: Float32Array,
+): void {
+  const d = spec.headDim;
+  if (spec.format === 'f32') {
+    out.set(new Float32Array(cache.buffer, cache.byteOffset + word * 4, d));
+    return;
+  }
+  for (let i = 0; i < d; i += 2) {
+    const w = cache[word + i / 2] as number;
+    out[i] = f16BitsToF32(w & 0xffff);
+    out[i + 1] = f16BitsToF32(w >>> 16);
+  }
+}
+
+/**
+ * Causal paged attention on the CPU for every query row of the plan: token i of a sequence
+ * (of `queryLen` new tokens) attends to cache positions `[0, contextLen - queryLen + i]`.
+ * Scores and sums in f64. Output `[numTokens][numHeads * headDim]`.
+ */
+export function pagedAttentionCpu(
+  c: ModelConfig,
+  spec: KvCacheSpec,
+  cache: Uint32Array,
+  q: Float32Array,
+  plan: NormalizedPlan,
+  out: Float32Array,
+): void {
+  const d = c.headDim;
+  const hq = c.numHeads;
+  const group = hq / c.numKvHeads;
+  const scale = 1 / Math.sqrt(d);
+  const maxCtx = Math.max(...Array.from(plan.contextLens));
+  const scores = new Float64Array(maxCtx);
+  const krow = new Float32Array(d);
+  const acc = new Float64Array(d);
+  for (let s = 0; s < plan.numSeqs; s++) {
+    const qs = plan.queryStarts[s] as number;
+    const ql = plan.queryLens[s] as number;
+    const ctx = plan.contextLens[s] as number;
+    const table = plan.blockTables.subarray(
+      s * plan.maxBlocksPerSeq,
+      (s + 1) * plan.maxBlocksPerSeq,
+    );
+    const slotOf = (j: number) =>
+      (table[Math.floor(j / spec.blockSize)] as number) * spec.blockSize + (j % spec.blockSize);
+    for (let i = 0; i < ql; i++) {
+      const tok = qs + i;
+      const visible = ctx - ql + i + 1;
+      for (let h = 0; h < hq; h++) {
+        const kvh = Math.floor(h / group);
+        const qo = tok * hq * d + h * d;
+        let max = Number.NEGATIVE_INFINITY;
+        for (let j = 0; j < visible; j++) {
+          decodeKvRow(spec, cache, kvRowWord(spec, slotOf(j), kvh, 0), krow);
+          let dot = 0;
+          for (let e = 0; e < d; e++) dot += (q[qo + e] as number) * (krow[e] as number);
+          scores[j] = dot * scale;
+          if (dot * scale > max) max = dot * scale;
+        }
+        let sum = 0;
+        acc.fill(0);
+        for (let j = 0; j < visible; j++) {
+          const p = Math.exp((scores[j] as number) - max);
+          sum += p;
+          decodeKvRow(spec, cache, kvRowWord(spec, slotOf(j), kvh, 1), krow);
+          for (let e = 0; e < d; e++) acc[e] = (acc[e] as number) + p * (krow[e] as number);
+        }
+        for (let e = 0; e < d; e++) out[qo + e] = (acc[e] as number) / sum;
+      }
+    }
+  }
+}
+
+/**
+ * The forward pass on the CPU with the reference kernels, over a host-side paged cache in
+ * the same layout as the GPU's (one `Uint32Array` per layer).
+ */
+export class CpuForward {
+  readonly caches: Uint32Array[];
+  #rope: { cos: Float32Array; sin: Float32Array; positions: number } = {
+    cos: new Float32Array(0),
+    sin: new Float32Array(0),
+    positions: 0,
+  };
+
+  constructor(
+    readonly config: ModelConfig,
+    readonly weights: ModelWeights<PackedWeight>,
+    readonly spec: KvCacheSpec,
+  ) {
+    this.caches = Array.from({ length: config.numLayers }, () => new Uint32Array(spec.layerWords));
+  }
+
+  #ropeFor(maxPos: number) {
+    if (maxPos > this.#rope.positions) {
+      const positions = Math.max(maxPos, 2 * this.#rope.positions, 256);
+      this.#rope = { ...ropeTables(this.config, positions), positions };
+    }
+    return this.#rope;
+  }
+
+  /** Runs one step; returns logits `[logitsIndices.length][vocab]`. */
+  forward(plan: NormalizedPlan): Float32Array {
+    const c = this.config;
+    const spec = this.spec;
+    const w = this.weights;
+    const t = plan.numTokens;
+    const h = c.hiddenSize;
+    const d = c.headDim;
+    for (const cache of this.caches) {
+      for (const cp of plan.copies) {
+        cache.copyWithin(
+          cp.dst * spec.blockWords,
+          cp.src * spec.blockWords,
+          (cp.src + 1) * spec.blockWords,
+        );
+      }
+    }
+    const rope = this.#ropeFor(Math.max(...Array.from(plan.positions)) + 1);
+    const x = embeddingRef(plan.tokenIds, w.embed);
+    const attn = new Float32Array(t * c.numHeads * d);
+    for (let l = 0; l < c.numLayers; l++) {
+      const lw = w.layers[l] as ModelWeights<PackedWeight>['layers'][number];
+      const cache = this.caches[l] as Uint32Array;
+      const xn = rmsNormRef(x, t, h, lw.inputNorm, c.rmsNormEps);
+      const q = matmulRef(xn, t, lw.q, { bias: lw.qBias });
+      const k = matmulRef(xn, t, lw.k, { bias: lw.kBias });
+      const v = matmulRef(xn, t, lw.v, { bias: lw.vBias });
+      for (let i = 0; i < t; i++) {
+        const pos = plan.positions[i] as number;
+        applyRopeRows(q, i * c.numHeads * d, c.numHeads, d, rope.cos, rope.sin, pos);
+        applyRopeRows(k, i * c.numKvHeads * d, c.numKvHeads, d, rope.cos, rope.sin, pos);
+        const slot = plan.slotMapping[i] as number;
+        if (slot < 0) continue;
+        for (let kh = 0; kh < c.numKvHeads; kh++) {
+          const off = (i * c.numKvHeads + kh) * d;
+          encodeKvRow(spec, cache, kvRowWord(spec, slot, kh, 0), k, off);
+          encodeKvRow(spec, cache, kvRowWord(spec, slot, kh, 1), v, off);
+        }
+      }
+      pagedAttentionCpu(c, spec, cache, q, plan, attn);
+      matmulRef(attn, t, lw.o, { bias: lw.oBias, epilogue: 'residual', out: x });
+      const xn2 = rmsNormRef(x, t, h, lw.postNorm, c.rmsNormEps);
+      const act = matmulRef(xn2, t, lw.gateUp, { epilogue: 'swiglu' });
+      matmulRef(act, t, lw.down, { epilogue: 'residual', out: x });
+    }
+    const rows = plan.logitsIndices;
+    if (rows.length === 0) return new Float32Array(0);
+    const fin = rmsNormRef(x, rows.length, h, w.finalNorm, c.rmsNormEps, rows);
+    return matmulRef(fin, rows.length, w.lmHead);
+  }
+}

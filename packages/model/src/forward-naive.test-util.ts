@@ -1,0 +1,164 @@
+// Test-only: a plain dense transformer forward over a whole sequence, with no paging, no KV
+// cache, no packed weights and no shared code with the engine's kernels: the independent
+// "full recompute" the paged forward is checked against.
+import type { CheckpointReader } from './checkpoint.js';
+import { ropeInvFrequencies } from './config.js';
+
+/** Logits `[tokens.length][vocab]` of a causal forward over `tokens` from position 0. */
+export async function naiveForward(
+  reader: CheckpointReader,
+  tokens: readonly number[],
+): Promise<Float32Array> {
+  const c = reader.config;
+  const t = tokens.length;
+  const hs = c.hiddenSize;
+  const d = c.headDim;
+  const get = (n: string) => reader.readTensorF32(n);
+  const linear = (
+    x: Float64Array,
+    rows: number,
+    w: Float32Array,
+    out: number,
+    inn: number,
+    b?: Float32Array,
+  ) => {
+    const y = new Float64Array(rows * out);
+    for (let r = 0; r < rows; r++)
+      for (let o = 0; o < out; o++) {
+        let s = b ? (b[o] as number) : 0;
+        for (let i = 0; i < inn; i++) s += (x[r * inn + i] as number) * (w[o * inn + i] as number);
+        y[r * out + o] = s;
+      }
+    return y;
+  };
+  const norm = (x: Float64Array, w: Float32Array) => {
+    const y = new Float64Array(x.length);
+    for (let r = 0; r < x.length / hs; r++) {
+      let ss = 0;
+      for (let i = 0; i < hs; i++) ss += (x[r * hs + i] as number) ** 2;
+      const inv = 1 / Math.sqrt(ss / hs + c.rmsNormEps);
+      for (let i = 0; i < hs; i++)
+        y[r * hs + i] = (x[r * hs + i] as number) * inv * (w[i] as number);
+    }
+    return y;
+  };
+  const inv = ropeInvFrequencies(c);
+  const rope = (x: Float64Array, heads: number) => {
+    for (let p = 0; p < t; p++)
+      for (let h = 0; h < heads; h++)
+        for (let i = 0; i < d / 2; i++) {
+          const a = p * (inv[i] as number);
+          const o = (p * heads + h) * d;
+          const x0 = x[o + i] as number;
+          const x1 = x[o + i + d / 2] as number;
+          x[o + i] = x0 * Math.cos(a) - x1 * Math.sin(a);
+          x[o + i + d / 2] = x1 * Math.cos(a) + x0 * Math.sin(a);
+        }
+  };
+  const emb = await get('model.embed_tokens.weight');
+  let x = new Float64Array(t * hs);
+  for (let p = 0; p < t; p++)
+    for (let i = 0; i < hs; i++) x[p * hs + i] = emb[(tokens[p] as number) * hs + i] as number;
+  const opt = async (n: string) => (reader.tensors.has(n) ? get(n) : undefined);
+  for (let l = 0; l < c.numLayers; l++) {
+    const p = `model.layers.${l}.`;
+    const xn = norm(x, await get(`${p}input_layernorm.weight`));
+    const qd = c.numHeads * d;
+    const kd = c.numKvHeads * d;
+    const q = linear(
+      xn,
+      t,
+      await get(`${p}self_attn.q_proj.weight`),
+      qd,
+      hs,
+      await opt(`${p}self_attn.q_proj.bias`),
+    );
+    const k = linear(
+      xn,
+      t,
+      await get(`${p}self_attn.k_proj.weight`),
+      kd,
+      hs,
+      await opt(`${p}self_attn.k_proj.bias`),
+    );
+    const v = linear(
+      xn,
+      t,
+      await get(`${p}self_attn.v_proj.weight`),
+      kd,
+      hs,
+      await opt(`${p}self_attn.v_proj.bias`),
+    );
+    rope(q, c.numHeads);
+    rope(k, c.numKvHeads);
+    const att = new Float64Array(t * qd);
+    const group = c.numHeads / c.numKvHeads;
+    for (let i = 0; i < t; i++)
+      for (let h = 0; h < c.numHeads; h++) {
+        const kh = Math.floor(h / group);
+        const sc = new Float64Array(i + 1);
+        let mx = Number.NEGATIVE_INFINITY;
+        for (let j = 0; j <= i; j++) {
+          let s = 0;
+          for (let e = 0; e < d; e++)
+            s += (q[i * qd + h * d + e] as number) * (k[j * kd + kh * d + e] as number);
+          sc[j] = s / Math.sqrt(d);
+          mx = Math.max(mx, sc[j] as number);
+        }
+        let sum = 0;
+        for (let j = 0; j <= i; j++) {
+          sc[j] = Math.exp((sc[j] as number) - mx);
+          sum += sc[j] as number;
+        }
+        for (let j = 0; j <= i; j++)
+          for (let e = 0; e < d; e++)
+            att[i * qd + h * d + e] =
+              (att[i * qd + h * d + e] as number) +
+              ((sc[j] as number) / sum) * (v[j * kd + kh * d + e] as number);
+      }
+    const o = linear(
+      att,
+      t,
+      await get(`${p}self_attn.o_proj.weight`),
+      hs,
+      qd,
+      await opt(`${p}self_attn.o_proj.bias`),
+    );
+    for (let i = 0; i < x.length; i++) x[i] = (x[i] as number) + (o[i] as number);
+    const xn2 = norm(x, await get(`${p}post_attention_layernorm.weight`));
+    const im = c.intermediateSize;
+    const g = linear(xn2, t, await get(`${p}mlp.gate_proj.weight`), im, hs);
+    const u = linear(xn2, t, await get(`${p}mlp.up_proj.weight`), im, hs);
+    for (let i = 0; i < g.length; i++) {
+      const gv = g[i] as number;
+      g[i] = (gv / (1 + Math.exp(-gv))) * (u[i] as number);
+    }
+    const dn = linear(g, t, await get(`${p}mlp.down_proj.weight`), hs, im);
+    x = x.map((val, i) => val + (dn[i] as number));
+  }
+  const fin = norm(x, await get('model.norm.weight'));
+  const head = c.tieWordEmbeddings ? emb : await get('lm_head.weight');
+  return Float32Array.from(linear(fin, t, head, c.vocabSize, hs));
+}
+
+/** KL(p ‖ q) of the softmaxes of two logit rows. */
+export function klDivergence(p: Float32Array, q: Float32Array): number {
+  const soft = (x: Float32Array) => {
+    let m = Number.NEGATIVE_INFINITY;
+    for (const v of x) m = Math.max(m, v);
+    let s = 0;
+    const e = Array.from(x, (v) => {
+      const r = Math.exp(v - m);
+      s += r;
+      return r;
+    });
+    return e.map((v) => v / s);
+  };
+  const a = soft(p);
+  const b = soft(q);
+  let kl = 0;
+  for (let i = 0; i < a.length; i++)
+    if ((a[i] as number) > 0)
+      kl += (a[i] as number) * Math.log((a[i] as number) / (b[i] as number));
+  return kl;
+}

@@ -1,0 +1,151 @@
+import { ModelError } from './errors.js';
+
+/** One sequence of a {@link ForwardPlan}. */
+export interface ForwardSeq {
+  /** Index of the sequence's first token in the plan's flattened arrays. */
+  readonly queryStart: number;
+  /** Tokens of this sequence computed in this step (1 for a decode). */
+  readonly queryLen: number;
+  /** Tokens in the cache after this step (earlier tokens + this step's). */
+  readonly contextLen: number;
+  /** Physical block ids in logical order (at least `ceil(contextLen / blockSize)`). */
+  readonly blockTable: ArrayLike<number>;
+}
+
+/** A block copy (copy-on-write) performed on every layer before the step. */
+export interface ForwardBlockCopy {
+  readonly src: number;
+  readonly dst: number;
+}
+
+/**
+ * One forward step over a batch of prefill chunks and decodes. `@kvasir/scheduler`'s
+ * `BatchPlan` satisfies it (its `rows` and `copies` are read when `seqs` / `blockCopies` are
+ * absent).
+ */
+export interface ForwardPlan {
+  readonly tokenIds: Int32Array;
+  readonly positions: Int32Array;
+  /** Cache slot of each token (`block * blockSize + offset`), -1 to skip the write. */
+  readonly slotMapping: Int32Array;
+  readonly seqs?: readonly ForwardSeq[];
+  readonly rows?: readonly ForwardSeq[];
+  /** Token rows whose logits are returned, in this order (repeats allowed). */
+  readonly logitsIndices: Int32Array;
+  readonly blockCopies?: readonly ForwardBlockCopy[];
+  readonly copies?: readonly ForwardBlockCopy[];
+}
+
+/** A validated plan in the flat form kernels take. */
+export interface NormalizedPlan {
+  readonly numTokens: number;
+  readonly numSeqs: number;
+  readonly tokenIds: Int32Array;
+  readonly positions: Int32Array;
+  readonly slotMapping: Int32Array;
+  readonly queryStarts: Uint32Array;
+  readonly queryLens: Uint32Array;
+  readonly contextLens: Uint32Array;
+  readonly maxBlocksPerSeq: number;
+  /** `[numSeqs][maxBlocksPerSeq]`, padded with 0. */
+  readonly blockTables: Uint32Array;
+  readonly logitsIndices: Int32Array;
+  readonly copies: readonly ForwardBlockCopy[];
+}
+
+/** What a plan is checked against. */
+export interface PlanLimits {
+  readonly vocabSize: number;
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  readonly maxPosition: number;
+}
+
+function bad(message: string, details?: Record<string, unknown>): never {
+  throw new ModelError('INVALID_PLAN', message, details ? { details } : undefined);
+}
+
+/**
+ * Checks a plan and flattens it.
+ * @throws {ModelError} `INVALID_PLAN` naming the first inconsistency.
+ */
+export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): NormalizedPlan {
+  const { tokenIds, positions, slotMapping, logitsIndices } = plan;
+  const seqs = plan.seqs ?? plan.rows;
+  if (!seqs) bad('plan has no seqs');
+  const t = tokenIds.length;
+  if (t === 0) bad('plan has no tokens');
+  if (positions.length !== t || slotMapping.length !== t) {
+    bad(
+      `tokenIds (${t}), positions (${positions.length}) and slotMapping (${slotMapping.length}) differ in length`,
+    );
+  }
+  const maxSlot = limits.numBlocks * limits.blockSize;
+  for (let i = 0; i < t; i++) {
+    const id = tokenIds[i] as number;
+    if (!(id >= 0 && id < limits.vocabSize))
+      bad(`token ${i} has id ${id} outside the vocabulary`, { index: i });
+    const p = positions[i] as number;
+    if (!(p >= 0 && p < limits.maxPosition))
+      bad(`token ${i} has position ${p} outside [0, ${limits.maxPosition})`);
+    const s = slotMapping[i] as number;
+    if (s !== -1 && !(s >= 0 && s < maxSlot))
+      bad(`token ${i} has slot ${s} outside the cache (${maxSlot} slots)`);
+  }
+  const n = seqs.length;
+  const queryStarts = new Uint32Array(n);
+  const queryLens = new Uint32Array(n);
+  const contextLens = new Uint32Array(n);
+  let maxBlocks = 1;
+  for (let s = 0; s < n; s++) {
+    const q = seqs[s] as ForwardSeq;
+    if (!(q.queryLen >= 1 && q.queryStart >= 0 && q.queryStart + q.queryLen <= t)) {
+      bad(
+        `seq ${s}: query [${q.queryStart}, ${q.queryStart + q.queryLen}) outside the ${t} tokens`,
+      );
+    }
+    if (!(q.contextLen >= q.queryLen))
+      bad(`seq ${s}: contextLen ${q.contextLen} < queryLen ${q.queryLen}`);
+    const need = Math.ceil(q.contextLen / limits.blockSize);
+    if (q.blockTable.length < need)
+      bad(`seq ${s}: block table has ${q.blockTable.length} blocks, needs ${need}`);
+    for (let b = 0; b < need; b++) {
+      const id = q.blockTable[b] as number;
+      if (!(id >= 0 && id < limits.numBlocks)) bad(`seq ${s}: block ${id} outside the cache`);
+    }
+    queryStarts[s] = q.queryStart;
+    queryLens[s] = q.queryLen;
+    contextLens[s] = q.contextLen;
+    maxBlocks = Math.max(maxBlocks, need);
+  }
+  const blockTables = new Uint32Array(n * maxBlocks);
+  for (let s = 0; s < n; s++) {
+    const bt = (seqs[s] as ForwardSeq).blockTable;
+    const need = Math.ceil((contextLens[s] as number) / limits.blockSize);
+    for (let b = 0; b < need; b++) blockTables[s * maxBlocks + b] = bt[b] as number;
+  }
+  for (let i = 0; i < logitsIndices.length; i++) {
+    const r = logitsIndices[i] as number;
+    if (!(r >= 0 && r < t)) bad(`logitsIndices[${i}] = ${r} outside the ${t} tokens`);
+  }
+  const copies = plan.blockCopies ?? plan.copies ?? [];
+  for (const c of copies) {
+    if (!(c.src >= 0 && c.src < limits.numBlocks && c.dst >= 0 && c.dst < limits.numBlocks)) {
+      bad(`block copy ${c.src} -> ${c.dst} outside the cache`);
+    }
+  }
+  return {
+    numTokens: t,
+    numSeqs: n,
+    tokenIds,
+    positions,
+    slotMapping,
+    queryStarts,
+    queryLens,
+    contextLens,
+    maxBlocksPerSeq: maxBlocks,
+    blockTables,
+    logitsIndices,
+    copies,
+  };
+}

@@ -1,0 +1,87 @@
+// Test-only helpers shared by the model tests.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type ModelConfig, makeModelConfig } from './config.js';
+import type { ForwardPlan } from './forward-plan.js';
+import { writeRandomCheckpoint } from './random-checkpoint.js';
+
+/** A tiny GQA config the tests run on every backend (head dim 64: what GPU attention takes). */
+export function tinyConfig(over: Partial<ModelConfig> = {}): ModelConfig {
+  return makeModelConfig({
+    hiddenSize: 128,
+    intermediateSize: 192,
+    numLayers: 2,
+    numHeads: 2,
+    numKvHeads: 1,
+    headDim: 64,
+    vocabSize: 272,
+    ...over,
+  });
+}
+
+/** Writes a random HF checkpoint in a fresh temp dir; returns it and a cleanup. */
+export async function tempCheckpoint(
+  config: ModelConfig,
+  seed: number,
+): Promise<{ dir: string; root: string; cleanup: () => Promise<void> }> {
+  const root = await mkdtemp(join(tmpdir(), 'kvasir-model-'));
+  const dir = join(root, 'hf');
+  await writeRandomCheckpoint(dir, config, seed);
+  return { dir, root, cleanup: () => rm(root, { recursive: true, force: true }) };
+}
+
+/** A plan for one sequence computing tokens `[start, start + tokens.length)`. */
+export function seqPlan(
+  tokens: readonly number[],
+  start: number,
+  blockTable: readonly number[],
+  blockSize: number,
+  logitsRows: 'last' | 'all' = 'all',
+): ForwardPlan {
+  const n = tokens.length;
+  const slot = (p: number) =>
+    (blockTable[Math.floor(p / blockSize)] as number) * blockSize + (p % blockSize);
+  return {
+    tokenIds: Int32Array.from(tokens),
+    positions: Int32Array.from({ length: n }, (_, i) => start + i),
+    slotMapping: Int32Array.from({ length: n }, (_, i) => slot(start + i)),
+    seqs: [{ queryStart: 0, queryLen: n, contextLen: start + n, blockTable }],
+    logitsIndices:
+      logitsRows === 'last' ? Int32Array.of(n - 1) : Int32Array.from({ length: n }, (_, i) => i),
+  };
+}
+
+/** Concatenates single-sequence plans into one batch plan. */
+export function mergePlans(plans: readonly ForwardPlan[]): ForwardPlan {
+  const cat = (f: (p: ForwardPlan) => Int32Array) => {
+    const parts = plans.map(f);
+    const out = new Int32Array(parts.reduce((a, p) => a + p.length, 0));
+    let o = 0;
+    for (const p of parts) {
+      out.set(p, o);
+      o += p.length;
+    }
+    return out;
+  };
+  let offset = 0;
+  const seqs = [];
+  const logits: number[] = [];
+  for (const p of plans) {
+    for (const s of p.seqs ?? []) seqs.push({ ...s, queryStart: s.queryStart + offset });
+    for (const r of p.logitsIndices) logits.push(r + offset);
+    offset += p.tokenIds.length;
+  }
+  return {
+    tokenIds: cat((p) => p.tokenIds),
+    positions: cat((p) => p.positions),
+    slotMapping: cat((p) => p.slotMapping),
+    seqs,
+    logitsIndices: Int32Array.from(logits),
+  };
+}
+
+/** Row `i` of a `[rows][vocab]` logits array. */
+export function row(logits: Float32Array, i: number, vocab: number): Float32Array {
+  return logits.subarray(i * vocab, (i + 1) * vocab);
+}

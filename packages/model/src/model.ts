@@ -1,0 +1,193 @@
+import { type CheckpointReader, openCheckpoint } from './checkpoint.js';
+import { createLoadProgress, type LoadProgress } from './checkpoint-progress.js';
+import type { ModelConfig } from './config.js';
+import { ModelError } from './errors.js';
+import { CpuForward } from './forward-cpu.js';
+import { type ForwardPlan, normalizePlan } from './forward-plan.js';
+import { type PackedWeight, wordsPerRow } from './kernels/weight-format.js';
+import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from './kv-cache.js';
+import { checkExecutable, loadWeights, type WeightAllocator } from './weights.js';
+
+/** Options of {@link loadModel}. */
+export interface LoadModelOptions {
+  /**
+   * `'auto'` (default): WebGPU when an adapter exists (a GPU, or the llvmpipe software
+   * adapter), else the CPU. `'webgpu'` fails without an adapter; `'cpu'` runs the reference
+   * kernels.
+   */
+  readonly backend?: 'auto' | 'webgpu' | 'cpu';
+  /** KV cache element format (default `'f16'`). */
+  readonly kvFormat?: KvFormatName;
+  /** Physical KV blocks per layer. */
+  readonly numBlocks: number;
+  /** Tokens per block (default 16). */
+  readonly blockSize?: number;
+  /** Quantize weight matrices to int8 with group scales at load. */
+  readonly weightQuant?: 'int8';
+  /** int8 group size (default 32). */
+  readonly groupSize?: number;
+  /** Storage of unquantized matrices (default `'auto'`: f32 stays f32, the rest f16). */
+  readonly weightDtype?: 'auto' | 'f32' | 'f16';
+  /** Show a progress bar on stderr (`true`), or report through a {@link LoadProgress}. */
+  readonly progress?: boolean | LoadProgress;
+  /**
+   * An already-created `@kvasir/gpu` `Gpu` to run on (the app shares one device between the
+   * model and other packages). Implies the WebGPU backend.
+   */
+  readonly gpu?: unknown;
+  /** Close the reader after loading when the model opened it (default true for paths). */
+  readonly closeReader?: boolean;
+}
+
+/** A loaded model ready to run batch plans over its paged KV cache. */
+export interface Model {
+  readonly config: ModelConfig;
+  /** Which backend runs it. */
+  readonly backend: 'webgpu' | 'cpu';
+  /** The KV cache layout (one buffer per layer). */
+  readonly kvCache: KvCacheSpec;
+  /**
+   * Runs one step over a batch plan: block copies, then every layer for all the plan's tokens
+   * (writing their K/V into the cache slots), then logits for `logitsIndices` only.
+   * @returns logits `[logitsIndices.length][vocabSize]`, row-major.
+   * @throws {ModelError} `INVALID_PLAN` (before any state changes), `BACKEND` on a device failure.
+   */
+  forward(plan: ForwardPlan): Promise<Float32Array>;
+  /** Frees the weights and the cache (and the device when the model created it). */
+  destroy(): Promise<void>;
+}
+
+/** A step executor behind {@link Model}. @internal */
+export interface Executor {
+  forward(plan: ReturnType<typeof normalizePlan>): Promise<Float32Array>;
+  destroy(): Promise<void>;
+}
+
+function cpuAllocator(): WeightAllocator<PackedWeight> {
+  return (_name, rows, cols, format, groupSize) => {
+    const wpr = wordsPerRow(format, cols);
+    const data = new Uint32Array(rows * wpr);
+    const gpr = format === 'int8' ? cols / groupSize : 0;
+    const scales = format === 'int8' ? new Float32Array(rows * gpr) : undefined;
+    return {
+      write(rowStart, d, s) {
+        data.set(d, rowStart * wpr);
+        if (s && scales) scales.set(s, rowStart * gpr);
+      },
+      finish: () => ({
+        format,
+        rows,
+        cols,
+        data,
+        scales,
+        groupSize: format === 'int8' ? groupSize : 0,
+      }),
+    };
+  };
+}
+
+/**
+ * Loads a Llama-family checkpoint (an open {@link CheckpointReader}, an HF directory or a GGUF
+ * file path) onto the chosen backend, streaming weights in chunks, and allocates its paged KV
+ * cache of `numBlocks` blocks per layer.
+ *
+ * @example
+ * ```ts
+ * const model = await loadModel('/models/SmolLM2-135M', { numBlocks: 256 });
+ * const logits = await model.forward({
+ *   tokenIds: Int32Array.of(1, 2, 3), positions: Int32Array.of(0, 1, 2),
+ *   slotMapping: Int32Array.of(0, 1, 2), logitsIndices: Int32Array.of(2),
+ *   seqs: [{ queryStart: 0, queryLen: 3, contextLen: 3, blockTable: [0] }],
+ * });
+ * await model.destroy();
+ * ```
+ * @throws {ModelError} `INVALID_ARGUMENT` for bad options; `INVALID_CONFIG` for shapes the
+ *   kernels cannot run; `BACKEND` when `backend: 'webgpu'` finds no adapter; reader errors.
+ */
+export async function loadModel(
+  source: CheckpointReader | string,
+  options: LoadModelOptions,
+): Promise<Model> {
+  const spec0 = options.backend ?? 'auto';
+  if (!['auto', 'webgpu', 'cpu'].includes(spec0)) {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `backend must be 'auto', 'webgpu' or 'cpu', got '${String(spec0)}'`,
+    );
+  }
+  if (options.weightQuant !== undefined && options.weightQuant !== 'int8') {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `weightQuant must be 'int8', got '${String(options.weightQuant)}'`,
+    );
+  }
+  const ownsReader = typeof source === 'string';
+  const reader = typeof source === 'string' ? await openCheckpoint(source) : source;
+  try {
+    const config = reader.config;
+    checkExecutable(config);
+    const kv = kvCacheSpec(config, {
+      kvFormat: options.kvFormat ?? 'f16',
+      blockSize: options.blockSize ?? 16,
+      numBlocks: options.numBlocks,
+    });
+    const progress =
+      options.progress === true
+        ? createLoadProgress({ bar: true, label: 'loading weights' })
+        : options.progress === false
+          ? undefined
+          : options.progress;
+    const weightOpts = {
+      weightQuant: options.weightQuant,
+      groupSize: options.groupSize,
+      weightDtype: options.weightDtype,
+      progress,
+    };
+    let executor: Executor | undefined;
+    let backend: 'webgpu' | 'cpu' = 'cpu';
+    if (spec0 !== 'cpu' || options.gpu !== undefined) {
+      const { createGpuExecutor } = await import('./backend-gpu.js');
+      executor = await createGpuExecutor(reader, kv, weightOpts, {
+        gpu: options.gpu,
+        required: spec0 === 'webgpu' || options.gpu !== undefined,
+      });
+      if (executor) backend = 'webgpu';
+    }
+    if (!executor) {
+      const weights = await loadWeights(reader, cpuAllocator(), weightOpts);
+      const cpu = new CpuForward(config, weights, kv);
+      executor = {
+        forward: async (plan) => cpu.forward(plan),
+        destroy: async () => {},
+      };
+    }
+    const exec = executor;
+    const limits = {
+      vocabSize: config.vocabSize,
+      numBlocks: kv.numBlocks,
+      blockSize: kv.blockSize,
+      maxPosition: config.maxPositionEmbeddings,
+    };
+    let destroyed = false;
+    return {
+      config,
+      backend,
+      kvCache: kv,
+      forward(plan) {
+        if (destroyed) return Promise.reject(new ModelError('BACKEND', 'model was destroyed'));
+        try {
+          return exec.forward(normalizePlan(plan, limits));
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      },
+      async destroy() {
+        if (destroyed) return;
+        destroyed = true;
+        await exec.destroy();
+      },
+    };
+  } finally {
+    if (ownsReader && options.closeReader !== false) await reader.close();
+  }
+}

@@ -1,0 +1,273 @@
+import type { CheckpointReader } from './checkpoint.js';
+import { decodeToF32 } from './checkpoint-dtype.js';
+import type { LoadProgress } from './checkpoint-progress.js';
+import type { ModelConfig } from './config.js';
+import { ModelError } from './errors.js';
+import {
+  DEFAULT_INT8_GROUP_SIZE,
+  packable,
+  packRows,
+  type WeightFormat,
+} from './kernels/weight-format.js';
+
+/** Where packed rows of one matrix go (a host array or a GPU buffer). */
+export interface WeightSink<W> {
+  /** Stores packed rows starting at row `rowStart` (with their int8 scales). */
+  write(rowStart: number, data: Uint32Array, scales: Float32Array | undefined): void;
+  /** The finished weight. */
+  finish(): W;
+}
+
+/** Allocates the storage of one packed matrix. */
+export type WeightAllocator<W> = (
+  name: string,
+  rows: number,
+  cols: number,
+  format: WeightFormat,
+  groupSize: number,
+) => WeightSink<W>;
+
+/** One transformer layer's weights: matrices as `W`, norms and biases on the host. */
+export interface LayerWeights<W> {
+  readonly inputNorm: Float32Array;
+  readonly q: W;
+  readonly k: W;
+  readonly v: W;
+  readonly qBias: Float32Array | undefined;
+  readonly kBias: Float32Array | undefined;
+  readonly vBias: Float32Array | undefined;
+  readonly o: W;
+  readonly oBias: Float32Array | undefined;
+  readonly postNorm: Float32Array;
+  /** gate and up projections interleaved by row (row 2j = gate_j, 2j+1 = up_j). */
+  readonly gateUp: W;
+  readonly down: W;
+}
+
+/** All weights of a model. `lmHead` is the embedding object itself when tied. */
+export interface ModelWeights<W> {
+  readonly embed: W;
+  readonly layers: readonly LayerWeights<W>[];
+  readonly finalNorm: Float32Array;
+  readonly lmHead: W;
+}
+
+/** Options of {@link loadWeights}. */
+export interface LoadWeightsOptions {
+  /** Quantize matrices to int8 with group scales at load. */
+  readonly weightQuant?: 'int8' | undefined;
+  /** int8 group size along the input dimension (default 32). */
+  readonly groupSize?: number;
+  /**
+   * Storage of unquantized matrices: `'auto'` (default) keeps f32 tensors in f32 and stores
+   * every other dtype (f16, bf16, Q8_0) as f16.
+   */
+  readonly weightDtype?: 'auto' | 'f32' | 'f16';
+  readonly progress?: LoadProgress | undefined;
+  /** Upper bound on one read chunk (bytes). */
+  readonly maxChunkBytes?: number;
+}
+
+// Rows decoded per pack-and-write batch: bounded host memory whatever the matrix size.
+const TARGET_BATCH_ELEMENTS = 1 << 20;
+
+/**
+ * Streams a checkpoint's weights into packed storage, chunk by chunk: no tensor is ever held
+ * whole (beyond one batch of rows), so multi-gigabyte files load in bounded memory.
+ *
+ * @throws {ModelError} `INVALID_CONFIG` when a matrix cannot be packed in the asked format
+ *   (columns not a multiple of 4, or of the int8 group size); reader errors as they come.
+ */
+export async function loadWeights<W>(
+  reader: CheckpointReader,
+  allocate: WeightAllocator<W>,
+  options: LoadWeightsOptions = {},
+): Promise<ModelWeights<W>> {
+  const c = reader.config;
+  const groupSize = options.groupSize ?? DEFAULT_INT8_GROUP_SIZE;
+  const progress = options.progress;
+  const names = [...reader.tensors.keys()].filter(
+    (n) => n !== 'lm_head.weight' || !c.tieWordEmbeddings,
+  );
+  progress?.start(
+    names.reduce((a, n) => a + reader.tensor(n).byteLength, 0),
+    names.length,
+  );
+  const formatOf = (name: string, cols: number): WeightFormat => {
+    let f: WeightFormat;
+    if (options.weightQuant === 'int8') f = 'int8';
+    else if (options.weightDtype === 'f32' || options.weightDtype === 'f16')
+      f = options.weightDtype;
+    else f = reader.tensor(name).dtype === 'F32' ? 'f32' : 'f16';
+    if (!packable(f, cols, groupSize)) {
+      throw new ModelError(
+        'INVALID_CONFIG',
+        `tensor ${name}: ${cols} columns cannot be stored as ${f}${f === 'int8' ? ` with group size ${groupSize}` : ''} (need a multiple of ${f === 'int8' ? groupSize : 4})`,
+        { details: { tensor: name, cols, format: f } },
+      );
+    }
+    return f;
+  };
+  const readOpts =
+    options.maxChunkBytes === undefined ? undefined : { maxChunkBytes: options.maxChunkBytes };
+
+  async function matrix(name: string): Promise<W> {
+    const [rows, cols] = reader.tensor(name).shape as [number, number];
+    const format = formatOf(name, cols);
+    const sink = allocate(name, rows, cols, format, groupSize);
+    for await (const { rowStart, values, rowCount } of rowBatches(
+      reader,
+      name,
+      cols,
+      readOpts,
+      progress,
+    )) {
+      const { data, scales } = packRows(values, rowCount, cols, format, groupSize);
+      sink.write(rowStart, data, scales);
+    }
+    return sink.finish();
+  }
+
+  // gate and up stream side by side and are interleaved row by row, one batch at a time.
+  async function gateUp(gateName: string, upName: string): Promise<W> {
+    const [rows, cols] = reader.tensor(gateName).shape as [number, number];
+    const format = formatOf(gateName, cols);
+    formatOf(upName, cols);
+    const sink = allocate(`${gateName}+up`, 2 * rows, cols, format, groupSize);
+    const gate = rowBatches(reader, gateName, cols, readOpts, progress)[Symbol.asyncIterator]();
+    const up = rowBatches(reader, upName, cols, readOpts, progress)[Symbol.asyncIterator]();
+    const pending: [Float32Array[], Float32Array[]] = [[], []];
+    let next = 0;
+    let doneG = false;
+    let doneU = false;
+    while (next < rows) {
+      if (pending[0].length === 0 && !doneG) {
+        const r = await gate.next();
+        if (r.done) doneG = true;
+        else
+          for (let i = 0; i < r.value.rowCount; i++)
+            pending[0].push(r.value.values.subarray(i * cols, (i + 1) * cols));
+      }
+      if (pending[1].length === 0 && !doneU) {
+        const r = await up.next();
+        if (r.done) doneU = true;
+        else
+          for (let i = 0; i < r.value.rowCount; i++)
+            pending[1].push(r.value.values.subarray(i * cols, (i + 1) * cols));
+      }
+      const n = Math.min(pending[0].length, pending[1].length);
+      if (n === 0) {
+        if (doneG || doneU)
+          throw new ModelError('TRUNCATED_FILE', `tensor ${gateName} or ${upName} ended early`);
+        continue;
+      }
+      const inter = new Float32Array(2 * n * cols);
+      for (let i = 0; i < n; i++) {
+        inter.set(pending[0][i] as Float32Array, 2 * i * cols);
+        inter.set(pending[1][i] as Float32Array, (2 * i + 1) * cols);
+      }
+      pending[0].splice(0, n);
+      pending[1].splice(0, n);
+      const { data, scales } = packRows(inter, 2 * n, cols, format, groupSize);
+      sink.write(2 * next, data, scales);
+      next += n;
+    }
+    return sink.finish();
+  }
+
+  const vector = async (name: string): Promise<Float32Array> => {
+    const v = await reader.readTensorF32(name);
+    progress?.advance(name, reader.tensor(name).byteLength, true);
+    return v;
+  };
+  const optVector = (name: string) =>
+    reader.tensors.has(name) ? vector(name) : Promise.resolve(undefined);
+
+  try {
+    const embed = await matrix('model.embed_tokens.weight');
+    const layers: LayerWeights<W>[] = [];
+    for (let l = 0; l < c.numLayers; l++) {
+      const p = `model.layers.${l}.`;
+      layers.push({
+        inputNorm: await vector(`${p}input_layernorm.weight`),
+        q: await matrix(`${p}self_attn.q_proj.weight`),
+        k: await matrix(`${p}self_attn.k_proj.weight`),
+        v: await matrix(`${p}self_attn.v_proj.weight`),
+        qBias: await optVector(`${p}self_attn.q_proj.bias`),
+        kBias: await optVector(`${p}self_attn.k_proj.bias`),
+        vBias: await optVector(`${p}self_attn.v_proj.bias`),
+        o: await matrix(`${p}self_attn.o_proj.weight`),
+        oBias: await optVector(`${p}self_attn.o_proj.bias`),
+        postNorm: await vector(`${p}post_attention_layernorm.weight`),
+        gateUp: await gateUp(`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`),
+        down: await matrix(`${p}mlp.down_proj.weight`),
+      });
+    }
+    const finalNorm = await vector('model.norm.weight');
+    const lmHead = c.tieWordEmbeddings ? embed : await matrix('lm_head.weight');
+    return { embed, layers, finalNorm, lmHead };
+  } finally {
+    progress?.stop();
+  }
+}
+
+/** Decoded rows of one tensor in bounded batches. */
+async function* rowBatches(
+  reader: CheckpointReader,
+  name: string,
+  cols: number,
+  readOpts: { maxChunkBytes: number } | undefined,
+  progress: LoadProgress | undefined,
+): AsyncGenerator<{ rowStart: number; rowCount: number; values: Float32Array }> {
+  const info = reader.tensor(name);
+  const totalRows = info.shape[0] as number;
+  const batchRows = Math.max(1, Math.min(totalRows, Math.floor(TARGET_BATCH_ELEMENTS / cols)));
+  const buf = new Float32Array(batchRows * cols);
+  let filled = 0;
+  let rowStart = 0;
+  let read = 0;
+  for await (const chunk of reader.readChunks(name, readOpts)) {
+    read += chunk.byteLength;
+    progress?.advance(name, chunk.byteLength, read >= info.byteLength);
+    const vals = decodeToF32(info.dtype, chunk);
+    let off = 0;
+    while (off < vals.length) {
+      const take = Math.min(vals.length - off, buf.length - filled);
+      buf.set(vals.subarray(off, off + take), filled);
+      filled += take;
+      off += take;
+      if (filled === buf.length) {
+        yield { rowStart, rowCount: batchRows, values: buf.slice() };
+        rowStart += batchRows;
+        filled = 0;
+      }
+    }
+  }
+  if (filled % cols !== 0 || rowStart + filled / cols !== totalRows) {
+    throw new ModelError(
+      'TRUNCATED_FILE',
+      `tensor ${name}: got ${rowStart + filled / cols} of ${totalRows} rows`,
+      {
+        details: { tensor: name },
+      },
+    );
+  }
+  if (filled > 0) yield { rowStart, rowCount: filled / cols, values: buf.slice(0, filled) };
+}
+
+/** The {@link ModelConfig} fields the forward pass needs, checked for what kernels support. */
+export function checkExecutable(c: ModelConfig): void {
+  if (c.hiddenSize % 4 !== 0 || c.intermediateSize % 4 !== 0 || c.headDim % 8 !== 0) {
+    throw new ModelError(
+      'INVALID_CONFIG',
+      'hidden size and intermediate size must be multiples of 4, head dim of 8',
+      {
+        details: {
+          hiddenSize: c.hiddenSize,
+          intermediateSize: c.intermediateSize,
+          headDim: c.headDim,
+        },
+      },
+    );
+  }
+}
