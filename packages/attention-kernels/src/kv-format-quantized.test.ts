@@ -9,7 +9,9 @@ import {
 } from './kv-format-quantized.js';
 import { kvCacheLayout, slabOffset } from './layout.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { seededRng } from './testing/random.js';
+import { randomCache, randomSlotMapping, seededRng } from './testing/random.js';
+import { WriteKvCache } from './write-kv-cache.js';
+import { writeKvCacheReference } from './write-kv-cache-reference.js';
 
 afterAll(releaseTestGpu);
 
@@ -195,4 +197,35 @@ describe('fp8 static scales', () => {
   it('rejects a scale that is not finite and positive', () => {
     expect(() => fp8StaticKvFormat('fp8-e5m2', { keyScale: 0, valueScale: 1 })).toThrow(/keyScale/);
   });
+});
+
+describe('writeKvCache quantizes on write', () => {
+  for (const format of FORMATS) {
+    it(`GPU writer equals the CPU reference word for word: ${format.name}`, async () => {
+      const gpu = await testGpu();
+      const rng = seededRng(17);
+      const c = { numKvHeads: 2, headDim: 64, blockSize: 8, format };
+      const numBlocks = 4;
+      const numTokens = 20;
+      const layout = kvCacheLayout(c);
+      const cache = randomCache(rng, layout, numBlocks);
+      const key = rowsWithOutliers(numTokens * c.numKvHeads, c.headDim, 21);
+      const value = rowsWithOutliers(numTokens * c.numKvHeads, c.headDim, 22);
+      const slots = randomSlotMapping(rng, numTokens, numBlocks, c.blockSize, 0.2);
+      const writer = await WriteKvCache.create(gpu, c);
+      const kvCache = gpu.storageBuffer(cache);
+      await writer.run({
+        key: gpu.storageBuffer(key),
+        value: gpu.storageBuffer(value),
+        slotMapping: gpu.storageBuffer(slots),
+        kvCache,
+        numTokens,
+        slotMappingHost: slots,
+      });
+      const want = cache.slice();
+      writeKvCacheReference(layout, want, key, value, slots);
+      // Scales included: the dynamic scale, its reciprocal and every code are computed alike.
+      expect(new Uint32Array(await gpu.readBuffer(kvCache))).toEqual(want);
+    });
+  }
 });
