@@ -23,5 +23,15 @@ export {
   slabOffset,
   vRowOffset,
 } from './layout.js';
+export { ApplyRope, type ApplyRopeArgs } from './rope.js';
+export {
+  applyRopeReference,
+  type Llama3RopeScaling,
+  type RopeConfig,
+  type RopeStyle,
+  type RopeTables,
+  ropeInvFrequencies,
+  ropeTables,
+} from './rope-reference.js';
 export { WriteKvCache, type WriteKvCacheArgs } from './write-kv-cache.js';
 export { writeKvCacheReference } from './write-kv-cache-reference.js';
