@@ -2,7 +2,17 @@
 // mean normalized latency bound, for OPT-13B on one A100-40GB with a ShareGPT-like workload
 // (the PagedAttention paper's setting). All figures come from one deterministic run.
 // `pnpm --filter @kvasir/scheduler bench --json` prints one JSON object.
-import { findMaxRate, kvCapacity, type SystemKind, simulate } from '../src/sim/index';
+import { KvCacheManager } from '@kvasir/kv-allocator';
+import { Scheduler } from '../src/index';
+import {
+  findMaxRate,
+  HARDWARE,
+  kvCapacity,
+  MODELS,
+  StepCostModel,
+  type SystemKind,
+  simulate,
+} from '../src/sim/index';
 
 const json = process.argv.includes('--json');
 const LATENCY_BOUND = 0.1; // s per output token, mean over requests
@@ -39,6 +49,53 @@ const noCache = simulate({
   enablePrefixCaching: false,
 });
 
+// Host cost of one schedule() + update() with 256 running decodes (context ~512), against the
+// roofline time of that same step for Llama-3-8B on an H100: the scheduler's share of a step.
+function schedulerStepMicros(): { medianUs: number; gpuStepUs: number } {
+  const kv = new KvCacheManager({ numBlocks: 256 * 40, blockSize: 16 });
+  const sched = new Scheduler({
+    kvCache: kv,
+    maxModelLen: 4096,
+    maxNumSeqs: 256,
+    maxNumBatchedTokens: 8192,
+  });
+  let x = 12345;
+  for (let r = 0; r < 256; r++) {
+    const prompt = new Int32Array(512);
+    for (let i = 0; i < 512; i++) {
+      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+      prompt[i] = x % 32000;
+    }
+    sched.add({ id: `r${r}`, promptTokenIds: prompt, maxTokens: 3000, ignoreEos: true });
+  }
+  const stepOnce = () => {
+    const plan = sched.schedule();
+    sched.update({
+      seqIds: plan.sampleSeqIds,
+      tokenIds: new Int32Array(plan.sampleSeqIds.length).fill(5),
+    });
+    return plan;
+  };
+  for (let i = 0; i < 100; i++) stepOnce(); // prefill and warm-up
+  const times: number[] = [];
+  let last = stepOnce();
+  for (let i = 0; i < 300; i++) {
+    const t = performance.now();
+    last = stepOnce();
+    times.push((performance.now() - t) * 1000);
+  }
+  times.sort((a, b) => a - b);
+  const cm = new StepCostModel(MODELS['Llama-3-8B'], HARDWARE['H100-80GB']);
+  const gpu = cm.cost({
+    numRows: last.rows.length,
+    queryLen: (r) => last.rows[r]!.queryLen,
+    contextLen: (r) => last.contextLens[r]!,
+    swapBlocks: 0,
+  });
+  return { medianUs: times[times.length >> 1]!, gpuStepUs: gpu.seconds * 1e6 };
+}
+const overhead = schedulerStepMicros();
+
 const cap = kvCapacity('OPT-13B', 'A100-40GB');
 const round = (x: number, d = 3) => Math.round(x * 10 ** d) / 10 ** d;
 const out = {
@@ -60,6 +117,8 @@ const out = {
     noCache.meanNormalizedLatencyS / withCache.meanNormalizedLatencyS,
     2,
   ),
+  scheduler_step_us_256_decodes: round(overhead.medianUs, 0),
+  scheduler_vs_h100_step: round(overhead.medianUs / overhead.gpuStepUs, 3),
   wall_s: round((performance.now() - t0) / 1000, 1),
 };
 if (json) console.log(JSON.stringify(out));
