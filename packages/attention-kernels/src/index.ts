@@ -1,3 +1,5 @@
+export { CopyBlocks, type CopyBlocksArgs } from './copy-blocks.js';
+export { type BlockPairs, copyBlocksReference } from './copy-blocks-reference.js';
 export {
   AttentionKernelError,
   type AttentionKernelErrorCode,
