@@ -5,6 +5,7 @@ import { SchedulerError } from './errors';
  * indices onto its host tier (@kvasir/offload `HostMemoryStore`, or a pinned buffer).
  */
 export class HostSlotPool {
+  /** Slots in all (`hostSwapBlocks`). */
   readonly capacity: number;
   private readonly freeList: Int32Array;
   private numFreeSlots: number;
@@ -24,10 +25,12 @@ export class HostSlotPool {
     this.numFreeSlots = capacity;
   }
 
+  /** Slots free now. */
   get numFree(): number {
     return this.numFreeSlots;
   }
 
+  /** Slots holding a swapped-out block. */
   get numUsed(): number {
     return this.capacity - this.numFreeSlots;
   }
@@ -39,6 +42,7 @@ export class HostSlotPool {
     return this.freeList[this.numFreeSlots]!;
   }
 
+  /** Returns a slot from `allocate` (once). */
   release(slot: number): void {
     this.freeList[this.numFreeSlots] = slot;
     this.numFreeSlots++;

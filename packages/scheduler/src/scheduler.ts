@@ -1150,7 +1150,7 @@ export class Scheduler {
     this.onEvent?.(e);
   }
 
-  /** Gauges and counters; cheap enough to call every step. */
+  /** Gauges and counters; cheap enough to call every step (O(live requests)). */
   metrics(): SchedulerMetrics {
     let numRunning = 0;
     let numWaiting = 0;

@@ -37,11 +37,16 @@ export interface StepCost {
  * it once per KV head group), and the new tokens' K/V written.
  */
 export class StepCostModel {
+  /** Achievable FLOP/s: peak × efficiency × devices. */
   readonly flopsPerSecond: number;
+  /** Achievable HBM bytes/s: bandwidth × efficiency × devices. */
   readonly bytesPerSecond: number;
+  /** Weights read every step. */
   readonly weightBytes: number;
   readonly kvBytesPerToken: number;
+  /** Fixed seconds added to every non-empty step. */
   readonly overheadS: number;
+  /** Host-link bytes/s for swaps. */
   readonly swapBytesPerSecond: number;
   readonly blockSize: number;
   private readonly attnFlopsPerPair: number;
