@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
+import { CopyBlocks } from './copy-blocks.js';
 import type { KvFormat } from './kv-format.js';
 import {
   fp8E4m3KvFormat,
@@ -226,6 +227,36 @@ describe('writeKvCache quantizes on write', () => {
       writeKvCacheReference(layout, want, key, value, slots);
       // Scales included: the dynamic scale, its reciprocal and every code are computed alike.
       expect(new Uint32Array(await gpu.readBuffer(kvCache))).toEqual(want);
+    });
+  }
+});
+
+describe('copy-on-write moves the scales with the block', () => {
+  for (const format of [int8KvFormat, int4KvFormat]) {
+    it(`a copied ${format.name} block decodes to the same rows as its source`, async () => {
+      const gpu = await testGpu();
+      const c = { numKvHeads: 2, headDim: 64, blockSize: 8, format };
+      const layout = kvCacheLayout(c);
+      // Rows of different magnitude per block, so a block decoded with another's scales differs.
+      const cache = randomCache(seededRng(3), layout, 3, 1);
+      const big = randomCache(seededRng(4), layout, 3, 50);
+      cache.set(big.subarray(2 * layout.blockWords), 2 * layout.blockWords);
+      const buf = gpu.storageBuffer(cache);
+      const copier = await CopyBlocks.create(gpu, c);
+      await copier.run({ kvCache: buf, pairs: [[2, 0]] });
+      const got = new Uint32Array(await gpu.readBuffer(buf));
+      const a = new Float32Array(64);
+      const b = new Float32Array(64);
+      for (let h = 0; h < 2; h++) {
+        for (const kind of [0, 1] as const) {
+          for (let t = 0; t < 8; t++) {
+            format.decodeRow(got, slabOffset(layout, 0, h, kind), t, a, 8);
+            format.decodeRow(cache, slabOffset(layout, 2, h, kind), t, b, 8);
+            expect(Array.from(a)).toEqual(Array.from(b));
+          }
+        }
+      }
+      expect(Math.max(...Array.from(a).map(Math.abs))).toBeGreaterThan(2);
     });
   }
 });
