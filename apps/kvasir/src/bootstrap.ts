@@ -88,7 +88,16 @@ async function buildOffload(
       }),
     );
   }
-  if (o.redisUrl) tiers.push(new RedisStore({ namespace, url: o.redisUrl }));
+  if (o.redisUrl) {
+    const redis = new RedisStore({ namespace, url: o.redisUrl });
+    // Writes before the connection is up would be dropped (the store never queues offline).
+    if (!(await redis.ready(5_000))) {
+      process.stderr.write(
+        `[kvasir] Redis at ${o.redisUrl} is not reachable yet: that tier reports misses until it is\n`,
+      );
+    }
+    tiers.push(redis);
+  }
   // Write-through: a swapped-out block is in every tier before the step goes on, so a block the
   // host tier evicts is still found below it.
   const store = new TieredStore({ tiers, writeMode: 'write-through' });

@@ -343,7 +343,9 @@ export class CpuModelRunner implements ModelRunner {
           `block ${b}: ${bytes.byteLength} bytes, expected ${bf * 4 * this.#cache.length}`,
         );
       }
-      const copy = new Float32Array(bytes.slice().buffer);
+      // Copy into an aligned array: stores may hand back Node Buffers, whose slice() is a view.
+      const copy = new Float32Array(bytes.byteLength / 4);
+      new Uint8Array(copy.buffer).set(bytes);
       this.#cache.forEach((cache, l) => {
         cache.set(copy.subarray(l * bf, (l + 1) * bf), b * bf);
       });

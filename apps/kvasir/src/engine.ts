@@ -67,8 +67,11 @@ function choiceSeed(seed: number | undefined, index: number): number | undefined
   return (Math.abs(seed) + index * 0x9e3779b1) % 2 ** 32;
 }
 
-function swapKey(engineId: string, slot: number): string {
-  return createHash('sha256').update(`swap:${engineId}:${slot}`).digest('hex').slice(0, 32);
+function swapKey(engineId: string, slot: number, generation: number): string {
+  return createHash('sha256')
+    .update(`swap:${engineId}:${slot}:${generation}`)
+    .digest('hex')
+    .slice(0, 32);
 }
 
 /**
@@ -93,6 +96,10 @@ export class KvasirEngine implements InferenceEngine {
   #loop: Promise<void> | undefined;
   #stopping = false;
   #failure: unknown;
+  /** Host slot → key of the block swapped into it (a fresh key per swap-out, so a late
+   * promotion or demotion of an old copy can never be read back for a reused slot). */
+  readonly #swapKeys = new Map<number, string>();
+  #swapGeneration = 0;
   #swapHits = 0;
   #swapMisses = 0;
   /** Steps run so far (for tests and benchmarks). */
@@ -342,7 +349,7 @@ export class KvasirEngine implements InferenceEngine {
     const plan = this.scheduler.schedule();
     this.steps++;
     if (plan.swapOut.length > 0) await this.#swapOut(plan);
-    if (plan.swapIn.length > 0) await this.#swapIn(plan);
+    const lost = plan.swapIn.length > 0 ? await this.#swapIn(plan) : undefined;
     if (plan.copies.length > 0) await this.runner.copyBlocks(plan.copies);
     let seqIds: Int32Array = plan.sampleSeqIds;
     let tokenIds = new Int32Array(0);
@@ -391,6 +398,17 @@ export class KvasirEngine implements InferenceEngine {
     for (const output of outputs) {
       const live = this.#live.get(output.requestId);
       if (live) this.#finish(live, output);
+    }
+    // Requests whose swapped-out KV could not be read back end with an error (never wrong text).
+    for (const requestId of lost ?? []) {
+      this.scheduler.abort(requestId);
+      const live = this.#live.get(requestId);
+      if (!live) continue;
+      live.finished = true;
+      this.#live.delete(requestId);
+      live.queue.fail(
+        new EngineError('INTERNAL', 'the KV cache of this request was lost from the offload tier'),
+      );
     }
   }
 
@@ -496,31 +514,55 @@ export class KvasirEngine implements InferenceEngine {
     const store = this.#offload?.store;
     if (!store) throw new KvasirAppError('SWAP_LOST', 'swap preemption needs an offload store');
     const data = await this.runner.readBlocks(plan.swapOut.map((t) => t.gpuBlock));
-    await store.putMany(
-      plan.swapOut.map((t, i) => ({ key: swapKey(this.#engineId, t.hostSlot), value: data[i]! })),
-    );
-  }
-
-  async #swapIn(plan: BatchPlan): Promise<void> {
-    const store = this.#offload?.store;
-    if (!store) throw new KvasirAppError('SWAP_LOST', 'swap preemption needs an offload store');
-    const keys = plan.swapIn.map((t) => swapKey(this.#engineId, t.hostSlot));
-    // A swapped-out block has no other copy: wait for it rather than let a deadline drop it.
-    const { values } = await store.fetch(keys, { deadlineMs: 60_000 });
-    const missing = values.indexOf(undefined);
-    if (missing >= 0) {
-      this.#swapMisses++;
+    const entries = plan.swapOut.map((t, i) => {
+      const key = swapKey(this.#engineId, t.hostSlot, ++this.#swapGeneration);
+      this.#swapKeys.set(t.hostSlot, key);
+      return { key, value: data[i]! };
+    });
+    const stored = await store.putMany(entries);
+    if (stored !== entries.length) {
       throw new KvasirAppError(
         'SWAP_LOST',
-        `swapped-out KV block (host slot ${plan.swapIn[missing]!.hostSlot}) is gone from the offload store`,
+        `the offload store kept ${stored} of ${entries.length} swapped-out blocks`,
       );
     }
-    this.#swapHits += values.length;
-    await this.runner.writeBlocks(
-      plan.swapIn.map((t) => t.gpuBlock),
-      values as Uint8Array[],
-    );
+  }
+
+  /** Copies swapped blocks back; returns the requests whose blocks the store no longer had. */
+  async #swapIn(plan: BatchPlan): Promise<Set<string> | undefined> {
+    const store = this.#offload?.store;
+    if (!store) throw new KvasirAppError('SWAP_LOST', 'swap preemption needs an offload store');
+    const keys = plan.swapIn.map((t) => {
+      const key = this.#swapKeys.get(t.hostSlot);
+      if (key === undefined) {
+        throw new KvasirAppError('SWAP_LOST', `host slot ${t.hostSlot} was never swapped out`);
+      }
+      this.#swapKeys.delete(t.hostSlot);
+      return key;
+    });
+    // A swapped-out block has no other copy: wait for it rather than let a deadline drop it.
+    const { values } = await store.fetch(keys, { deadlineMs: 60_000 });
+    const blocks: number[] = [];
+    const data: Uint8Array[] = [];
+    const lostBlocks = new Set<number>();
+    values.forEach((value, i) => {
+      const gpuBlock = plan.swapIn[i]!.gpuBlock;
+      if (value === undefined) lostBlocks.add(gpuBlock);
+      else {
+        blocks.push(gpuBlock);
+        data.push(value);
+      }
+    });
+    this.#swapHits += data.length;
+    this.#swapMisses += lostBlocks.size;
+    await this.runner.writeBlocks(blocks, data);
     // The slot will be reused; drop the copy so it does not take the tier's budget.
     await store.delete(keys);
+    if (lostBlocks.size === 0) return undefined;
+    const lost = new Set<string>();
+    for (const row of plan.rows) {
+      if (row.blockTable.some((b) => lostBlocks.has(b))) lost.add(row.requestId);
+    }
+    return lost;
   }
 }

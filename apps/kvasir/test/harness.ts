@@ -21,7 +21,9 @@ export interface ServerProcess {
   output(): string;
   /** Parsed `/metrics`: `series{labels}` → value. */
   metrics(): Promise<Map<string, number>>;
-  /** SIGTERM, then waits for the exit code. */
+  /** Sends SIGTERM once (graceful drain); a second one would exit at once. */
+  terminate(): void;
+  /** SIGTERM (unless already sent), then waits for the exit code. */
   stop(): Promise<number | null>;
 }
 
@@ -33,6 +35,7 @@ export async function startServer(args: readonly string[]): Promise<ServerProces
     { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVASIR_API_KEY: '' } },
   );
   let out = '';
+  let signalled = false;
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const url = await new Promise<string>((resolve, reject) => {
     const onData = (chunk: Buffer) => {
@@ -48,6 +51,10 @@ export async function startServer(args: readonly string[]): Promise<ServerProces
       reject(new Error(`kvasir serve exited (${code}) before listening:\n${out}`)),
     );
   });
+  const terminate = () => {
+    if (!signalled && child.exitCode === null) child.kill('SIGTERM');
+    signalled = true;
+  };
   const client = new OpenAI({
     baseURL: `${url}/v1`,
     apiKey: API_KEY,
@@ -69,8 +76,9 @@ export async function startServer(args: readonly string[]): Promise<ServerProces
       }
       return map;
     },
+    terminate,
     async stop() {
-      if (child.exitCode === null) child.kill('SIGTERM');
+      terminate();
       return exited;
     },
   };

@@ -43,7 +43,7 @@ describe('admission limits and graceful shutdown (built CLI)', () => {
     expect(Number(refused.headers?.get('retry-after'))).toBeGreaterThan(0);
 
     // SIGTERM: the server drains (A and B keep going), new work gets 503, health says draining.
-    server.child.kill('SIGTERM');
+    server.terminate();
     expect(await eventually(async () => (await fetch(`${server.url}/health`)).status === 503)).toBe(
       true,
     );
