@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AttentionKernelError } from './errors.js';
-import { f16Format, f32Format, type KvFormat } from './kv-format.js';
+import { f16Format, f32Format, type KvFormat, type KvWgslOptions } from './kv-format.js';
 import { kRowOffset, kvCacheLayout, vRowOffset } from './layout.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
 import { randomCache, randomFloats, randomSlotMapping, seededRng } from './testing/random.js';
@@ -235,6 +235,64 @@ describe('WriteKvCache on the GPU', () => {
       kvCache,
       numTokens: 2,
     });
+    expect(new Uint32Array(await gpu.readBuffer(kvCache))).toEqual(cache);
+  });
+});
+
+/**
+ * A test-only scaled format: rows stay f32, and each row's absmax is stored at the end of the
+ * slab, exercising the writer's reduction and scale path the way int8 / fp8 formats use it.
+ */
+const absmaxFormat: KvFormat = {
+  ...f32Format,
+  name: 'test-absmax',
+  rowScaled: true,
+  scaleWordsPerSlab: (blockSize) => Math.ceil(blockSize / 4) * 4,
+  wgslStore(o: KvWgslOptions) {
+    const v = o.cacheVar ?? 'kv';
+    return `
+const KV_STORE_CHUNK: u32 = 4u;
+fn kv_row_scale(absmax: f32) -> f32 { return absmax; }
+fn kv_store_scale(slab: u32, t: u32, scale: f32) { ${v}[slab + ${o.blockSize * o.headDim}u + t] = bitcast<u32>(scale); }
+fn kv_store_chunk(slab: u32, t: u32, c: u32, scale: f32) {
+  for (var j = 0u; j < 4u; j++) { ${v}[slab + t * ${o.headDim}u + 4u * c + j] = bitcast<u32>(kv_src(4u * c + j)); }
+}`;
+  },
+  encodeRow(cache, slabStart, t, row, blockSize) {
+    f32Format.encodeRow(cache, slabStart, t, row, blockSize);
+    let m = 0;
+    for (const x of row) if (Math.abs(x) < 3e38) m = Math.max(m, Math.abs(x));
+    new Float32Array(cache.buffer, cache.byteOffset, cache.length)[
+      slabStart + blockSize * row.length + t
+    ] = m;
+  },
+};
+
+describe('WriteKvCache with a row-scaled format', () => {
+  it('reduces each row absmax and stores it with the row', async () => {
+    const gpu = await testGpu();
+    const config = { numKvHeads: 2, headDim: 128, blockSize: 8, format: absmaxFormat };
+    const layout = kvCacheLayout(config);
+    expect(layout.slabWords).toBe(8 * 128 + 8);
+    const rng = seededRng(21);
+    const numBlocks = 3;
+    const cache = randomCache(rng, layout, numBlocks);
+    const numTokens = 11;
+    const key = randomFloats(rng, numTokens * 2 * 128, 5);
+    const value = randomFloats(rng, numTokens * 2 * 128, 5);
+    key[77] = 40; // an outlier channel sets its row's scale
+    value[300] = Number.POSITIVE_INFINITY; // an infinity does not
+    const slots = randomSlotMapping(rng, numTokens, numBlocks, 8, 0.1);
+    const writer = await WriteKvCache.create(gpu, config);
+    const kvCache = gpu.storageBuffer(cache);
+    await writer.run({
+      key: gpu.storageBuffer(key),
+      value: gpu.storageBuffer(value),
+      slotMapping: gpu.storageBuffer(slots),
+      kvCache,
+      numTokens,
+    });
+    writeKvCacheReference(layout, cache, key, value, slots);
     expect(new Uint32Array(await gpu.readBuffer(kvCache))).toEqual(cache);
   });
 });
