@@ -1,19 +1,455 @@
+/// <reference types="@webgpu/types" />
+import { createGpu, type Gpu } from '@kvasir/gpu';
 import type { CheckpointReader } from './checkpoint.js';
+import type { ModelConfig } from './config.js';
 import { ModelError } from './errors.js';
+import type { NormalizedPlan } from './forward-plan.js';
+import { ropeTables } from './forward-rope.js';
+import { DenseKernels, type GpuWeight } from './kernels/dense-kernels.js';
+import { pagedAttentionWgsl } from './kernels/paged-attention.wgsl.js';
+import { ropeKvWriteWgsl } from './kernels/rope-kv-write.wgsl.js';
+import { wordsPerRow } from './kernels/weight-format.js';
 import type { KvCacheSpec } from './kv-cache.js';
 import type { Executor } from './model.js';
-import type { LoadWeightsOptions } from './weights.js';
+import {
+  type LoadWeightsOptions,
+  loadWeights,
+  type ModelWeights,
+  type WeightAllocator,
+} from './weights.js';
+
+const STORAGE = 0x80 | 0x8 | 0x4; // STORAGE | COPY_DST | COPY_SRC
+const UNIFORM = 0x40 | 0x8; // UNIFORM | COPY_DST
 
 /**
- * The WebGPU executor (not wired yet): returns undefined so `'auto'` falls back to the CPU.
- * @throws {ModelError} `BACKEND` when WebGPU is required.
+ * Creates the WebGPU executor: acquires a device (or uses the given `Gpu`), streams the weights
+ * onto it and allocates the per-layer caches. Returns undefined when no adapter exists and
+ * WebGPU is not required (the caller falls back to the CPU).
+ * @throws {ModelError} `BACKEND` when WebGPU is required but unavailable, or a cache layer
+ *   exceeds the device's binding size.
  */
 export async function createGpuExecutor(
-  _reader: CheckpointReader,
-  _kv: KvCacheSpec,
-  _weights: LoadWeightsOptions,
+  reader: CheckpointReader,
+  kv: KvCacheSpec,
+  weightOpts: LoadWeightsOptions,
   options: { gpu: unknown; required: boolean },
 ): Promise<Executor | undefined> {
-  if (options.required) throw new ModelError('BACKEND', 'the WebGPU backend is not available yet');
-  return undefined;
+  let gpu: Gpu;
+  const owned = options.gpu === undefined;
+  if (options.gpu !== undefined) gpu = options.gpu as Gpu;
+  else {
+    try {
+      gpu = await createGpu({ label: 'kvasir-model' });
+    } catch (cause) {
+      if (options.required) {
+        throw new ModelError(
+          'BACKEND',
+          `no WebGPU device: ${cause instanceof Error ? cause.message : String(cause)}`,
+          {
+            cause,
+          },
+        );
+      }
+      return undefined;
+    }
+  }
+  try {
+    const device = gpu.device;
+    const maxBinding = device.limits.maxStorageBufferBindingSize;
+    if (kv.layerWords * 4 > maxBinding) {
+      throw new ModelError(
+        'BACKEND',
+        `one layer's KV cache (${kv.layerWords * 4} bytes for ${kv.numBlocks} blocks) exceeds the device's storage binding limit of ${maxBinding} bytes; use fewer blocks`,
+        { details: { numBlocks: kv.numBlocks, bytes: kv.layerWords * 4, maxBinding } },
+      );
+    }
+    const weights = await loadWeights(reader, gpuAllocator(device, maxBinding), weightOpts);
+    return new GpuForward(gpu, owned, reader.config, weights, kv);
+  } catch (e) {
+    if (owned) gpu.destroy();
+    throw e;
+  }
+}
+
+function gpuAllocator(device: GPUDevice, maxBinding: number): WeightAllocator<GpuWeight> {
+  return (name, rows, cols, format, groupSize) => {
+    const wpr = wordsPerRow(format, cols);
+    const bytes = rows * wpr * 4;
+    if (bytes > maxBinding) {
+      throw new ModelError(
+        'BACKEND',
+        `tensor ${name} (${bytes} bytes as ${format}) exceeds the device's storage binding limit of ${maxBinding} bytes`,
+        { details: { tensor: name, bytes, maxBinding } },
+      );
+    }
+    const data = device.createBuffer({ label: name, size: Math.max(16, bytes), usage: STORAGE });
+    const gpr = format === 'int8' ? cols / groupSize : 0;
+    const scales =
+      format === 'int8'
+        ? device.createBuffer({
+            label: `${name}.scales`,
+            size: Math.max(16, rows * gpr * 4),
+            usage: STORAGE,
+          })
+        : undefined;
+    return {
+      write(rowStart, d, s) {
+        device.queue.writeBuffer(data, rowStart * wpr * 4, d.buffer, d.byteOffset, d.byteLength);
+        if (s && scales)
+          device.queue.writeBuffer(
+            scales,
+            rowStart * gpr * 4,
+            s.buffer,
+            s.byteOffset,
+            s.byteLength,
+          );
+      },
+      finish: () => ({
+        format,
+        rows,
+        cols,
+        groupSize: format === 'int8' ? groupSize : 0,
+        data,
+        scales,
+      }),
+    };
+  };
+}
+
+type StepOps = (pass: GPUComputePassEncoder, plan: NormalizedPlan) => void;
+
+interface Scratch {
+  tokens: number;
+  logits: number;
+  seqBlocks: number;
+  ropePositions: number;
+  copies: number;
+  ids: GPUBuffer;
+  positions: GPUBuffer;
+  slots: GPUBuffer;
+  tokInfo: GPUBuffer;
+  blockTables: GPUBuffer;
+  logitRows: GPUBuffer;
+  x: GPUBuffer;
+  xn: GPUBuffer;
+  q: GPUBuffer;
+  k: GPUBuffer;
+  v: GPUBuffer;
+  attn: GPUBuffer;
+  act: GPUBuffer;
+  fin: GPUBuffer;
+  logitsBuf: GPUBuffer;
+  readback: GPUBuffer;
+  cos: GPUBuffer;
+  sin: GPUBuffer;
+  blockTmp: GPUBuffer;
+}
+
+/**
+ * The forward pass on WebGPU: one command encoder and one compute pass per step, buffers
+ * grown (never shrunk) to the largest step seen, launches and bind groups built once per
+ * growth and reused, and only the asked logits rows read back.
+ */
+class GpuForward implements Executor {
+  readonly #kernels: DenseKernels;
+  readonly #device: GPUDevice;
+  readonly #caches: GPUBuffer[];
+  readonly #small = new Map<Float32Array, GPUBuffer>();
+  readonly #tokParams: GPUBuffer;
+  readonly #logitParams: GPUBuffer;
+  readonly #attnParams: GPUBuffer;
+  #scratch: Scratch | undefined;
+  #ops: StepOps | undefined;
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    readonly gpu: Gpu,
+    readonly ownsGpu: boolean,
+    readonly config: ModelConfig,
+    readonly weights: ModelWeights<GpuWeight>,
+    readonly kv: KvCacheSpec,
+  ) {
+    this.#device = gpu.device;
+    this.#kernels = new DenseKernels(this.#device);
+    this.#caches = Array.from({ length: config.numLayers }, (_, l) =>
+      this.#device.createBuffer({
+        label: `kv-cache.${l}`,
+        size: kv.layerWords * 4,
+        usage: STORAGE,
+      }),
+    );
+    const u = () => this.#device.createBuffer({ size: 16, usage: UNIFORM });
+    this.#tokParams = u();
+    this.#logitParams = u();
+    this.#attnParams = u();
+  }
+
+  #vec(v: Float32Array): GPUBuffer {
+    let b = this.#small.get(v);
+    if (!b) {
+      b = this.#device.createBuffer({ size: Math.max(16, v.byteLength), usage: STORAGE });
+      this.#device.queue.writeBuffer(b, 0, v.buffer, v.byteOffset, v.byteLength);
+      this.#small.set(v, b);
+    }
+    return b;
+  }
+
+  #ensure(plan: NormalizedPlan): Scratch {
+    const c = this.config;
+    const need = {
+      tokens: plan.numTokens,
+      logits: Math.max(1, plan.logitsIndices.length),
+      seqBlocks: plan.numSeqs * plan.maxBlocksPerSeq,
+      ropePositions: Math.max(...Array.from(plan.positions)) + 1,
+      copies: Math.max(1, plan.copies.length),
+    };
+    const s = this.#scratch;
+    if (
+      s &&
+      s.tokens >= need.tokens &&
+      s.logits >= need.logits &&
+      s.seqBlocks >= need.seqBlocks &&
+      s.ropePositions >= need.ropePositions &&
+      s.copies >= need.copies
+    ) {
+      return s;
+    }
+    const grow = (cur: number | undefined, n: number) =>
+      Math.max(n, cur === undefined ? n : cur * 2);
+    const tokens = s && s.tokens >= need.tokens ? s.tokens : grow(s?.tokens, need.tokens);
+    const logits = s && s.logits >= need.logits ? s.logits : grow(s?.logits, need.logits);
+    const seqBlocks =
+      s && s.seqBlocks >= need.seqBlocks ? s.seqBlocks : grow(s?.seqBlocks, need.seqBlocks);
+    const ropePositions =
+      s && s.ropePositions >= need.ropePositions
+        ? s.ropePositions
+        : Math.min(
+            c.maxPositionEmbeddings,
+            grow(s?.ropePositions, Math.max(256, need.ropePositions)),
+          );
+    const copies = s && s.copies >= need.copies ? s.copies : grow(s?.copies, need.copies);
+    if (s)
+      for (const [k, b] of Object.entries(s))
+        if (typeof b === 'object' && k !== 'readback') (b as GPUBuffer).destroy();
+    s?.readback.destroy();
+    const dev = this.#device;
+    const buf = (label: string, bytes: number) =>
+      dev.createBuffer({ label, size: Math.max(16, bytes), usage: STORAGE });
+    const d = c.headDim;
+    const rope = ropeTables(c, ropePositions);
+    const next: Scratch = {
+      tokens,
+      logits,
+      seqBlocks,
+      ropePositions,
+      copies,
+      ids: buf('ids', tokens * 4),
+      positions: buf('positions', tokens * 4),
+      slots: buf('slots', tokens * 4),
+      tokInfo: buf('tokInfo', tokens * 8),
+      blockTables: buf('blockTables', seqBlocks * 4),
+      logitRows: buf('logitRows', logits * 4),
+      x: buf('x', tokens * c.hiddenSize * 4),
+      xn: buf('xn', tokens * c.hiddenSize * 4),
+      q: buf('q', tokens * c.numHeads * d * 4),
+      k: buf('k', tokens * c.numKvHeads * d * 4),
+      v: buf('v', tokens * c.numKvHeads * d * 4),
+      attn: buf('attn', tokens * c.numHeads * d * 4),
+      act: buf('act', tokens * c.intermediateSize * 4),
+      fin: buf('fin', logits * c.hiddenSize * 4),
+      logitsBuf: buf('logits', logits * c.vocabSize * 4),
+      readback: dev.createBuffer({
+        label: 'readback',
+        size: logits * c.vocabSize * 4,
+        usage: 0x1 | 0x8,
+      }),
+      cos: buf('cos', rope.cos.byteLength),
+      sin: buf('sin', rope.sin.byteLength),
+      blockTmp: buf('blockTmp', copies * this.kv.blockWords * 4),
+    };
+    dev.queue.writeBuffer(next.cos, 0, rope.cos);
+    dev.queue.writeBuffer(next.sin, 0, rope.sin);
+    this.#scratch = next;
+    this.#ops = this.#buildOps(next);
+    return next;
+  }
+
+  #buildOps(s: Scratch): StepOps {
+    const c = this.config;
+    const k = this.#kernels;
+    const w = this.weights;
+    const kvShape = {
+      numHeads: c.numHeads,
+      numKvHeads: c.numKvHeads,
+      headDim: c.headDim,
+      blockSize: this.kv.blockSize,
+      f16: this.kv.format === 'f16',
+      rowWords: this.kv.rowWords,
+      slabWords: this.kv.slabWords,
+      blockWords: this.kv.blockWords,
+    };
+    const ropePipe = k.pipeline(ropeKvWriteWgsl(kvShape));
+    const attnPipe = k.pipeline(pagedAttentionWgsl(kvShape));
+    const bind = (p: GPUComputePipeline, bufs: GPUBuffer[]) =>
+      this.#device.createBindGroup({
+        layout: p.getBindGroupLayout(0),
+        entries: bufs.map((buffer, binding) => ({ binding, resource: { buffer } })),
+      });
+    const tp = this.#tokParams;
+    const embed = k.embedding({ ids: s.ids, table: w.embed, y: s.x });
+    const layers = w.layers.map((lw, l) => {
+      const cache = this.#caches[l] as GPUBuffer;
+      const opt = (v: Float32Array | undefined) => (v ? this.#vec(v) : undefined);
+      return {
+        norm1: k.rmsNorm({
+          x: s.x,
+          weight: this.#vec(lw.inputNorm),
+          y: s.xn,
+          h: c.hiddenSize,
+          eps: c.rmsNormEps,
+        }),
+        q: k.matmul({ x: s.xn, w: lw.q, y: s.q, params: tp, bias: opt(lw.qBias) }),
+        k: k.matmul({ x: s.xn, w: lw.k, y: s.k, params: tp, bias: opt(lw.kBias) }),
+        v: k.matmul({ x: s.xn, w: lw.v, y: s.v, params: tp, bias: opt(lw.vBias) }),
+        rope: bind(ropePipe, [s.q, s.k, s.v, cache, s.cos, s.sin, s.positions, s.slots]),
+        attn: bind(attnPipe, [s.q, cache, s.attn, this.#attnParams, s.tokInfo, s.blockTables]),
+        o: k.matmul({
+          x: s.attn,
+          w: lw.o,
+          y: s.x,
+          params: tp,
+          bias: opt(lw.oBias),
+          epilogue: 'residual',
+        }),
+        norm2: k.rmsNorm({
+          x: s.x,
+          weight: this.#vec(lw.postNorm),
+          y: s.xn,
+          h: c.hiddenSize,
+          eps: c.rmsNormEps,
+        }),
+        gateUp: k.matmul({ x: s.xn, w: lw.gateUp, y: s.act, params: tp, epilogue: 'swiglu' }),
+        down: k.matmul({ x: s.act, w: lw.down, y: s.x, params: tp, epilogue: 'residual' }),
+      };
+    });
+    const finalNorm = k.rmsNorm({
+      x: s.x,
+      weight: this.#vec(w.finalNorm),
+      y: s.fin,
+      h: c.hiddenSize,
+      eps: c.rmsNormEps,
+      rowIndex: s.logitRows,
+    });
+    const head = k.matmul({ x: s.fin, w: w.lmHead, y: s.logitsBuf, params: this.#logitParams });
+    return (pass, plan) => {
+      const t = plan.numTokens;
+      embed.encode(pass, t);
+      for (const L of layers) {
+        L.norm1.encode(pass, t);
+        L.q.encode(pass, t);
+        L.k.encode(pass, t);
+        L.v.encode(pass, t);
+        pass.setPipeline(ropePipe);
+        pass.setBindGroup(0, L.rope);
+        pass.dispatchWorkgroups(t);
+        pass.setPipeline(attnPipe);
+        pass.setBindGroup(0, L.attn);
+        pass.dispatchWorkgroups(c.numHeads, t);
+        L.o.encode(pass, t);
+        L.norm2.encode(pass, t);
+        L.gateUp.encode(pass, t);
+        L.down.encode(pass, t);
+      }
+      const n = plan.logitsIndices.length;
+      finalNorm.encode(pass, n);
+      head.encode(pass, n);
+    };
+  }
+
+  forward(plan: NormalizedPlan): Promise<Float32Array> {
+    // Steps share scratch and read-back buffers: run them one at a time.
+    const run = this.#queue.then(() => this.#step(plan));
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  async #step(plan: NormalizedPlan): Promise<Float32Array> {
+    const s = this.#ensure(plan);
+    const ops = this.#ops as StepOps;
+    const dev = this.#device;
+    const qw = dev.queue;
+    const t = plan.numTokens;
+    const n = plan.logitsIndices.length;
+    qw.writeBuffer(s.ids, 0, plan.tokenIds);
+    qw.writeBuffer(s.positions, 0, plan.positions);
+    qw.writeBuffer(s.slots, 0, plan.slotMapping);
+    const info = new Uint32Array(2 * t);
+    for (let r = 0; r < plan.numSeqs; r++) {
+      const qs = plan.queryStarts[r] as number;
+      const ql = plan.queryLens[r] as number;
+      const ctx = plan.contextLens[r] as number;
+      for (let i = 0; i < ql; i++) {
+        info[2 * (qs + i)] = r;
+        info[2 * (qs + i) + 1] = ctx - ql + i + 1;
+      }
+    }
+    qw.writeBuffer(s.tokInfo, 0, info);
+    qw.writeBuffer(s.blockTables, 0, plan.blockTables);
+    if (n > 0) qw.writeBuffer(s.logitRows, 0, plan.logitsIndices);
+    qw.writeBuffer(this.#tokParams, 0, Uint32Array.of(t, 0, 0, 0));
+    qw.writeBuffer(this.#logitParams, 0, Uint32Array.of(n, 0, 0, 0));
+    qw.writeBuffer(this.#attnParams, 0, Uint32Array.of(plan.maxBlocksPerSeq, 0, 0, 0));
+    dev.pushErrorScope('validation');
+    dev.pushErrorScope('out-of-memory');
+    const enc = dev.createCommandEncoder({ label: 'kvasir-forward' });
+    if (plan.copies.length > 0) {
+      // A buffer cannot be copied onto itself: stage the source blocks, then place them.
+      const bw = this.kv.blockWords * 4;
+      for (const cache of this.#caches) {
+        for (const [i, cp] of plan.copies.entries()) {
+          enc.copyBufferToBuffer(cache, cp.src * bw, s.blockTmp, i * bw, bw);
+        }
+        for (const [i, cp] of plan.copies.entries()) {
+          enc.copyBufferToBuffer(s.blockTmp, i * bw, cache, cp.dst * bw, bw);
+        }
+      }
+    }
+    const pass = enc.beginComputePass({ label: 'kvasir-forward' });
+    ops(pass, plan);
+    pass.end();
+    const bytes = n * this.config.vocabSize * 4;
+    if (n > 0) enc.copyBufferToBuffer(s.logitsBuf, 0, s.readback, 0, bytes);
+    qw.submit([enc.finish()]);
+    const oom = await dev.popErrorScope();
+    const invalid = await dev.popErrorScope();
+    const err = oom ?? invalid;
+    if (err) throw new ModelError('BACKEND', `WebGPU error in forward: ${err.message}`);
+    if (n === 0) return new Float32Array(0);
+    await s.readback.mapAsync(0x1, 0, bytes);
+    const out = new Float32Array(s.readback.getMappedRange(0, bytes).slice(0));
+    s.readback.unmap();
+    return out;
+  }
+
+  async destroy(): Promise<void> {
+    await this.#queue;
+    if (this.ownsGpu) {
+      this.gpu.destroy();
+      return;
+    }
+    for (const b of this.#caches) b.destroy();
+    for (const b of this.#small.values()) b.destroy();
+    const s = this.#scratch;
+    if (s) for (const b of Object.values(s)) if (typeof b === 'object') (b as GPUBuffer).destroy();
+    const ws = this.weights;
+    const mats = [
+      ws.embed,
+      ws.lmHead,
+      ...ws.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gateUp, l.down]),
+    ];
+    for (const m of new Set(mats)) {
+      m.data.destroy();
+      m.scales?.destroy();
+    }
+  }
 }

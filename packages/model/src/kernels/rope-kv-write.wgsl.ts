@@ -1,0 +1,86 @@
+/** Shape of the fused RoPE + cache-write kernel. */
+export interface RopeKvWriteOptions {
+  readonly numHeads: number;
+  readonly numKvHeads: number;
+  readonly headDim: number;
+  readonly blockSize: number;
+  readonly f16: boolean;
+  readonly rowWords: number;
+  readonly slabWords: number;
+  readonly blockWords: number;
+}
+
+/**
+ * Rotates Q in place (rotate-half RoPE from f32 cos/sin tables) and writes rotated K and V of
+ * each token into its cache slot (f32 words, or f16 pairs with element 2i in the low half);
+ * slot -1 skips the write. A workgroup per token. Bindings: 0 q (rw), 1 k, 2 v, 3 cache (rw),
+ * 4 cos, 5 sin, 6 positions, 7 slots. Dispatch `(T)`.
+ */
+export function ropeKvWriteWgsl(o: RopeKvWriteOptions): string {
+  const half = o.headDim / 2;
+  const d = o.headDim;
+  const store = o.f16
+    ? /* wgsl */ `
+    let e = 2u * c;
+    let k0 = kRot(base, e, pos);
+    let k1 = kRot(base, e + 1u, pos);
+    cache[kWord + c] = pack2x16float(vec2<f32>(k0, k1));
+    cache[vWord + c] = pack2x16float(vec2<f32>(v[base + e], v[base + e + 1u]));`
+    : /* wgsl */ `
+    cache[kWord + c] = bitcast<u32>(kRot(base, c, pos));
+    cache[vWord + c] = bitcast<u32>(v[base + c]);`;
+  return /* wgsl */ `
+const D: u32 = ${d}u;
+const HALF: u32 = ${half}u;
+const HQ: u32 = ${o.numHeads}u;
+const HKV: u32 = ${o.numKvHeads}u;
+const BS: u32 = ${o.blockSize}u;
+const ROW_WORDS: u32 = ${o.rowWords}u;
+const SLAB_WORDS: u32 = ${o.slabWords}u;
+const BLOCK_WORDS: u32 = ${o.blockWords}u;
+@group(0) @binding(0) var<storage, read_write> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read_write> cache: array<u32>;
+@group(0) @binding(4) var<storage, read> cosT: array<f32>;
+@group(0) @binding(5) var<storage, read> sinT: array<f32>;
+@group(0) @binding(6) var<storage, read> positions: array<i32>;
+@group(0) @binding(7) var<storage, read> slots: array<i32>;
+
+fn kRot(base: u32, e: u32, pos: u32) -> f32 {
+  let i = e % HALF;
+  let c = cosT[pos * HALF + i];
+  let s = sinT[pos * HALF + i];
+  if (e < HALF) { return k[base + e] * c - k[base + e + HALF] * s; }
+  return k[base + e] * c + k[base + e - HALF] * s;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let t = wid.x;
+  let pos = u32(positions[t]);
+  for (var w = lid; w < HQ * HALF; w += 64u) {
+    let h = w / HALF;
+    let i = w % HALF;
+    let b = t * HQ * D + h * D;
+    let c = cosT[pos * HALF + i];
+    let s = sinT[pos * HALF + i];
+    let x0 = q[b + i];
+    let x1 = q[b + i + HALF];
+    q[b + i] = x0 * c - x1 * s;
+    q[b + i + HALF] = x1 * c + x0 * s;
+  }
+  let slot = slots[t];
+  if (slot < 0) { return; }
+  let blk = u32(slot) / BS;
+  let off = u32(slot) % BS;
+  for (var w = lid; w < HKV * ROW_WORDS; w += 64u) {
+    let kh = w / ROW_WORDS;
+    let c = w % ROW_WORDS;
+    let base = t * HKV * D + kh * D;
+    let kWord = blk * BLOCK_WORDS + (2u * kh) * SLAB_WORDS + off * ROW_WORDS;
+    let vWord = kWord + SLAB_WORDS;${store}
+  }
+}
+`;
+}

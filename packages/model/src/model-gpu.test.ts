@@ -1,0 +1,81 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseHfConfig } from './config.js';
+import golden from './fixtures/golden-logits.json' with { type: 'json' };
+import { maxRelDiff } from './kernels/test-util.js';
+import { loadModel } from './model.js';
+import { modelSuite } from './model.test-suite.js';
+import { mergePlans, seqPlan, tempCheckpoint, tinyConfig } from './model.test-util.js';
+import { writeRandomCheckpoint } from './random-checkpoint.js';
+
+modelSuite('webgpu');
+
+describe('WebGPU forward vs CPU forward', () => {
+  const config = tinyConfig({
+    architecture: 'qwen2',
+    attentionBias: true,
+    tieWordEmbeddings: true,
+  });
+  let ckpt: Awaited<ReturnType<typeof tempCheckpoint>>;
+  beforeAll(async () => {
+    ckpt = await tempCheckpoint(config, 7);
+  });
+  afterAll(() => ckpt?.cleanup());
+
+  it.each([
+    ['f16', undefined],
+    ['f32', 'int8'],
+  ] as const)(
+    'agree on a mixed batch (KV %s, weights %s), QKV bias and tied embeddings',
+    async (kvFormat, weightQuant) => {
+      const opts = {
+        numBlocks: 16,
+        blockSize: 16,
+        kvFormat,
+        weightQuant,
+        weightDtype: 'f16' as const,
+      };
+      const cpu = await loadModel(ckpt.dir, { ...opts, backend: 'cpu' });
+      const gpu = await loadModel(ckpt.dir, { ...opts, backend: 'webgpu' });
+      const toks = Array.from({ length: 40 }, (_, i) => (i * 13 + 5) % config.vocabSize);
+      const warm = seqPlan(toks.slice(0, 20), 0, [3, 4], 16);
+      const step = mergePlans([
+        seqPlan(toks.slice(20, 30), 20, [3, 4], 16),
+        seqPlan([toks[0] as number], 0, [9], 16),
+        seqPlan(toks.slice(5, 40), 0, [10, 11, 12], 16, 'last'),
+      ]);
+      for (const plan of [warm, step]) {
+        const a = await cpu.forward(plan);
+        const b = await gpu.forward(plan);
+        expect(maxRelDiff(b, a)).toBeLessThan(2e-4);
+      }
+      await cpu.destroy();
+      await gpu.destroy();
+    },
+  );
+});
+
+describe('golden PyTorch fixture (WebGPU backend)', () => {
+  it.each(golden.cases.map((c) => [c.name, c] as const))(
+    '%s matches transformers within 1e-4',
+    async (_n, c) => {
+      const root = await mkdtemp(join(tmpdir(), 'kvasir-golden-'));
+      try {
+        await writeRandomCheckpoint(root, parseHfConfig(c.config), c.seed);
+        const m = await loadModel(root, {
+          backend: 'webgpu',
+          numBlocks: 4,
+          blockSize: 16,
+          kvFormat: 'f32',
+        });
+        const logits = await m.forward(seqPlan(c.tokenIds, 0, [3], 16));
+        expect(maxRelDiff(logits, Float32Array.from(c.logits.flat()))).toBeLessThan(1e-4);
+        await m.destroy();
+      } finally {
+        await rm(root, { recursive: true, force: true });
+      }
+    },
+  );
+});
