@@ -1,3 +1,4 @@
+import type { KvLayout } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { OffloadError } from './errors';
@@ -42,9 +43,31 @@ describe('kvNamespace', () => {
       { ...base, headDim: 64 },
       { ...base, formatVersion: 2 },
       { ...base, extra: { tpRank: 1 } },
+      { ...base, bytesPerElement: 2 },
+      { ...base, bytesPerElement: 2, scaleBytesPerTokenHead: 4 },
     ];
     const all = new Set([kvNamespace(base), ...variants.map(kvNamespace)]);
     expect(all.size).toBe(variants.length + 1);
+  });
+
+  it('accepts a spread KvLayout from the allocator', () => {
+    const layout: KvLayout = {
+      numLayers: 32,
+      numKvHeads: 8,
+      headDim: 128,
+      blockSize: 16,
+      bytesPerElement: 1,
+    };
+    const a = kvNamespace({ ...layout, modelId: 'm', weightDigest: 'w', kvDtype: 'int8' });
+    const b = kvNamespace({
+      ...layout,
+      bytesPerElement: 2,
+      modelId: 'm',
+      weightDigest: 'w',
+      kvDtype: 'int8',
+    });
+    expect(isBlockHash(a)).toBe(true);
+    expect(a).not.toBe(b);
   });
 
   it('never collides for distinct numeric layouts (property)', () => {

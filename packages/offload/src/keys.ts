@@ -24,6 +24,12 @@ export interface KvNamespaceSpec {
   readonly numLayers: number;
   readonly numKvHeads: number;
   readonly headDim: number;
+  /**
+   * Optional, from a spread `KvLayout`: bytes per stored element and scale bytes per token and
+   * head. Implied by `kvDtype`/`scaleLayout`; when given they are fingerprinted too.
+   */
+  readonly bytesPerElement?: number;
+  readonly scaleBytesPerTokenHead?: number;
   /** Layout revision of the engine's cache; defaults to {@link KV_FORMAT_VERSION}. */
   readonly formatVersion?: number;
   /** Anything else that changes the bytes (tensor-parallel rank, LoRA merged into K/V, ...). */
@@ -56,6 +62,20 @@ function nonEmpty(name: string, v: unknown): string {
   return v;
 }
 
+function optionalNumber(name: string, v: unknown): [string, number][] {
+  if (v === undefined) return [];
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
+    throw new OffloadError(
+      'INVALID_OPTIONS',
+      `namespace field ${name} must be a finite number ≥ 0`,
+      {
+        details: { [name]: v },
+      },
+    );
+  }
+  return [[name, v]];
+}
+
 /**
  * The namespace fingerprint of a KV layout: 32 lowercase hex characters (SHA-256 of a canonical
  * encoding of every field, truncated to 128 bits). Stores put it in every key and every frame
@@ -65,6 +85,8 @@ function nonEmpty(name: string, v: unknown): string {
  * ```ts
  * const ns = kvNamespace({ modelId: 'tiny', weightDigest: 'sha256:ab12', kvDtype: 'f16',
  *   blockSize: 16, numLayers: 2, numKvHeads: 2, headDim: 64 });
+ * // or from the allocator's layout:
+ * const ns2 = kvNamespace({ ...layout, modelId, weightDigest, kvDtype: 'int8', scaleLayout: 'per-slab-f32' });
  * ```
  * @throws {OffloadError} INVALID_OPTIONS when a field is missing or out of range.
  */
@@ -93,6 +115,9 @@ export function kvNamespace(spec: KvNamespaceSpec): string {
     positiveInt('headDim', spec.headDim),
     positiveInt('formatVersion', spec.formatVersion ?? KV_FORMAT_VERSION),
     extraPairs,
+    // Appended only when present, so specs without them keep their fingerprints.
+    ...optionalNumber('bytesPerElement', spec.bytesPerElement),
+    ...optionalNumber('scaleBytesPerTokenHead', spec.scaleBytesPerTokenHead),
   ]);
   return createHash('sha256').update(canonical).digest('hex').slice(0, 32);
 }
