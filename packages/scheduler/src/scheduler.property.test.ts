@@ -139,11 +139,16 @@ describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)',
     let swapIns = 0;
     let compared = 0;
     let beams = 0;
+    let beamsPreempted = 0;
     let comparedPreempted = 0;
     fc.assert(
       fc.property(scenarioArb, (sc) => {
         const reqs = toReqs(sc.reqs);
         const { sched, kv, ends, steps, swapIns: sIn } = run(sc, reqs);
+        // Beam search has no closed-form reference: compare with the same requests on a cache
+        // large enough that nothing is ever preempted.
+        const hasBeams = reqs.some((r) => r.beamWidth > 0 && r.beamWidth <= sc.maxNumSeqs);
+        const roomy = hasBeams ? run({ ...sc, numBlocks: 4000 }, reqs).ends : undefined;
         swapIns += sIn;
         expect(steps).toBeLessThan(3000); // no livelock
         expect(sched.hasUnfinished()).toBe(false);
@@ -174,7 +179,14 @@ describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)',
             }
             for (const out of o.outputs)
               expect(out.tokenIds.length).toBeLessThanOrEqual(r.maxTokens);
-            beams++;
+            const alone = roomy?.get(`r${i}`)?.[0];
+            if (alone && alone.finishReason !== 'abort' && alone.reason === undefined) {
+              expect(o.outputs.map((x) => Array.from(x.tokenIds))).toEqual(
+                alone.outputs.map((x) => Array.from(x.tokenIds)),
+              );
+              beams++;
+              if (o.numPreemptions > 0) beamsPreempted++;
+            }
             continue;
           }
           for (const out of o.outputs) {
@@ -200,6 +212,7 @@ describe('Scheduler properties (random arrivals, lengths, aborts, tiny caches)',
     expect(preemptions.swap).toBeGreaterThan(0);
     expect(swapIns).toBeGreaterThan(0);
     expect(beams).toBeGreaterThan(20);
+    expect(beamsPreempted).toBeGreaterThan(0);
     expect(compared).toBeGreaterThan(500);
     expect(comparedPreempted).toBeGreaterThan(30);
   });

@@ -472,11 +472,21 @@ export class Scheduler {
   private planChunks(g: Group, st: StepState): boolean {
     let rows = 0;
     let tokens = 0;
-    // Decodes of a group run together (beams are compared step by step): all or none, and
-    // before the group's own prefill chunks take the budget.
+    // Beams are compared with each other every step, so after a recompute their prefills hold
+    // back the last token until every beam can compute it in the same step.
+    const lockstep = g.beamWidth > 1 && g.numSeqs > 1;
+    let synced = true;
+    if (lockstep) {
+      for (const s of g.seqs) {
+        if (s.live && !(s.allocated && s.numTokens - s.numComputed === 1)) synced = false;
+      }
+    }
+    // Decodes of a group run together: all or none, and before the group's own prefill chunks
+    // take the budget.
     for (const s of g.seqs) {
       s.chunk = 0;
       if (!s.live || !s.allocated || s.numTokens - s.numComputed !== 1) continue;
+      if (lockstep && !synced) continue;
       if (tokens >= st.budget || rows >= st.seqBudget) return false;
       s.chunk = 1;
       tokens++;
@@ -485,12 +495,13 @@ export class Scheduler {
     // Prefills of a group's sequences (after recompute) may spread over several steps.
     for (const s of g.seqs) {
       if (!s.live || s.chunk > 0) continue;
-      if (!s.allocated) this.lookupPrefix(s);
+      if (!s.allocated) this.lookupPrefix(s, lockstep ? 2 : 1);
       const start = s.allocated ? s.numComputed : s.prefix.numTokens;
       const need = s.numTokens - start;
-      if (need <= 0 || rows >= st.seqBudget) continue;
+      if (need <= 0 || rows >= st.seqBudget || (lockstep && need === 1)) continue;
       let chunk = Math.min(need, this.longPrefillTokenThreshold, st.budget - tokens);
-      if (!this.enableChunkedPrefill && chunk < need) chunk = 0;
+      if (lockstep) chunk = Math.min(chunk, need - 1);
+      if (!this.enableChunkedPrefill && chunk < need && !lockstep) chunk = 0;
       if (chunk <= 0) continue;
       s.chunk = chunk;
       tokens += chunk;
@@ -499,15 +510,15 @@ export class Scheduler {
     return rows > 0;
   }
 
-  private lookupPrefix(s: Seq): void {
+  /** `keep`: tokens at the end that must be computed (1: the last, whose logits are needed). */
+  private lookupPrefix(s: Seq, keep: number): void {
     s.prefix = EMPTY_PREFIX;
     if (!this.enablePrefixCaching) return;
     const p = this.kvCache.findCachedPrefix(
       s.tokens.subarray(0, s.numTokens),
       s.group.req.extraKeys,
     );
-    // The last token is always computed: its logits are needed.
-    const maxBlocks = Math.floor((s.numTokens - 1) / this.blockSize);
+    const maxBlocks = Math.max(0, Math.floor((s.numTokens - keep) / this.blockSize));
     if (p.blocks.length <= maxBlocks) {
       s.prefix = p;
     } else {
@@ -991,7 +1002,8 @@ export class Scheduler {
         });
       }
     }
-    cands.sort((a, b) => b.score - a.score || a.seq.id - b.seq.id || a.tok - b.tok);
+    // Ties break by beam index, not global ids, so results do not depend on scheduling.
+    cands.sort((a, b) => b.score - a.score || a.seq.index - b.seq.index || a.tok - b.tok);
     // Beams not sampled in this result (after recompute, a group's prefills may land in
     // different steps) keep their places in the width.
     let waitingBeams = 0;
