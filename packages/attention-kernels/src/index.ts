@@ -1,5 +1,6 @@
 export { CopyBlocks, type CopyBlocksArgs } from './copy-blocks.js';
 export { type BlockPairs, copyBlocksReference } from './copy-blocks-reference.js';
+export { type DenseAttentionArgs, denseAttention } from './dense-reference.js';
 export {
   AttentionKernelError,
   type AttentionKernelErrorCode,
@@ -25,6 +26,29 @@ export {
   slabOffset,
   vRowOffset,
 } from './layout.js';
+export {
+  chooseDecodeSplits,
+  type PagedDecodeArgs,
+  PagedDecodeAttention,
+  type PagedDecodeBatch,
+  type PagedDecodeOptions,
+  PagedDecodePlan,
+  type PagedDecodeRunArgs,
+} from './paged-decode.js';
+export { type PagedDecodeCpuArgs, pagedDecodeAttentionCpu } from './paged-decode-reference.js';
+export {
+  MAX_ROWS_PER_WORKGROUP,
+  PAGED_ATTENTION_HEAD_DIMS,
+  type PagedAttentionConfig,
+} from './paged-decode-validation.js';
+export {
+  type PagedPrefillArgs,
+  PagedPrefillAttention,
+  type PagedPrefillBatch,
+  PagedPrefillPlan,
+  type PagedPrefillRunArgs,
+} from './paged-prefill.js';
+export { type PagedPrefillCpuArgs, pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
 export { ApplyRope, type ApplyRopeArgs } from './rope.js';
 export {
   applyRopeReference,

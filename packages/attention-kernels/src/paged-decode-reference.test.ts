@@ -1,0 +1,286 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { denseAttention } from './dense-reference.js';
+import { AttentionKernelError } from './errors.js';
+import { f16Format, f32Format, type KvFormat } from './kv-format.js';
+import { pagedFixture, randomQuery } from './paged-decode-fixtures.js';
+import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
+import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
+import { maxAbsDiff, seededRng } from './testing/random.js';
+
+/** CPU references accumulate in f64 like the dense one; only the f32 output rounding differs. */
+const CPU_TOL = 1e-6;
+
+interface Shape {
+  numQHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  blockSize: number;
+  format: KvFormat;
+  softCap?: number;
+  scale?: number;
+}
+
+/** Decode through the paged CPU reference and through dense attention per sequence. */
+function decodeBoth(seed: number, shape: Shape, contextLens: number[]) {
+  const rng = seededRng(seed);
+  const fx = pagedFixture(rng, { ...shape, contextLens });
+  const q = randomQuery(rng, fx.config, contextLens.length);
+  const got = pagedDecodeAttentionCpu(fx.config, {
+    query: q,
+    kvCache: fx.cache,
+    blockTables: fx.blockTables,
+    contextLens: fx.contextLens,
+    numSeqs: contextLens.length,
+    maxBlocksPerSeq: fx.maxBlocksPerSeq,
+  });
+  const row = shape.numQHeads * shape.headDim;
+  const want = new Float32Array(got.length);
+  contextLens.forEach((len, s) => {
+    const o = denseAttention({
+      q: q.subarray(s * row, (s + 1) * row),
+      k: fx.denseK[s]!,
+      v: fx.denseV[s]!,
+      numQueries: 1,
+      numKeys: len,
+      numQHeads: shape.numQHeads,
+      numKvHeads: shape.numKvHeads,
+      headDim: shape.headDim,
+      ...(shape.scale === undefined ? {} : { scale: shape.scale }),
+      ...(shape.softCap === undefined ? {} : { softCap: shape.softCap }),
+    });
+    if (len > 0) want.set(o, s * row);
+  });
+  return { got, want };
+}
+
+/** Prefill through the paged CPU reference and through dense causal attention per sequence. */
+function prefillBoth(seed: number, shape: Shape, pasts: number[], queryLens: number[]) {
+  const rng = seededRng(seed);
+  const contextLens = pasts.map((p, i) => p + queryLens[i]!);
+  const fx = pagedFixture(rng, { ...shape, contextLens });
+  const numTokens = queryLens.reduce((a, b) => a + b, 0);
+  const q = randomQuery(rng, fx.config, numTokens);
+  const queryStarts = new Uint32Array(queryLens.length);
+  for (let s = 1; s < queryLens.length; s++)
+    queryStarts[s] = queryStarts[s - 1]! + queryLens[s - 1]!;
+  const got = pagedPrefillAttentionCpu(fx.config, {
+    query: q,
+    kvCache: fx.cache,
+    blockTables: fx.blockTables,
+    queryStarts,
+    queryLens: Uint32Array.from(queryLens),
+    contextLens: fx.contextLens,
+    numSeqs: queryLens.length,
+    maxBlocksPerSeq: fx.maxBlocksPerSeq,
+  });
+  const row = shape.numQHeads * shape.headDim;
+  const want = new Float32Array(got.length);
+  queryLens.forEach((n, s) => {
+    const start = queryStarts[s]!;
+    const o = denseAttention({
+      q: q.subarray(start * row, (start + n) * row),
+      k: fx.denseK[s]!,
+      v: fx.denseV[s]!,
+      numQueries: n,
+      numKeys: contextLens[s]!,
+      numQHeads: shape.numQHeads,
+      numKvHeads: shape.numKvHeads,
+      headDim: shape.headDim,
+      ...(shape.softCap === undefined ? {} : { softCap: shape.softCap }),
+    });
+    want.set(o, start * row);
+  });
+  return { got, want };
+}
+
+describe('pagedDecodeAttentionCpu vs dense attention', () => {
+  const cases: [string, Shape, number[]][] = [
+    [
+      'MHA f32, block 8, partial blocks',
+      { numQHeads: 4, numKvHeads: 4, headDim: 64, blockSize: 8, format: f32Format },
+      [1, 7, 8, 9, 41],
+    ],
+    [
+      'GQA f16, block 16',
+      { numQHeads: 8, numKvHeads: 2, headDim: 128, blockSize: 16, format: f16Format },
+      [3, 16, 100],
+    ],
+    [
+      'MQA f16, block 32, soft-cap',
+      { numQHeads: 6, numKvHeads: 1, headDim: 80, blockSize: 32, format: f16Format, softCap: 4 },
+      [33, 64],
+    ],
+    [
+      'GQA f32, custom scale',
+      { numQHeads: 6, numKvHeads: 2, headDim: 96, blockSize: 16, format: f32Format, scale: 0.3 },
+      [1, 50],
+    ],
+  ];
+  for (const [name, shape, lens] of cases) {
+    it(name, () => {
+      const { got, want } = decodeBoth(7, shape, lens);
+      expect(maxAbsDiff(got, want)).toBeLessThan(CPU_TOL);
+    });
+  }
+
+  it('outputs zeros for a padding sequence of context 0', () => {
+    const shape = { numQHeads: 2, numKvHeads: 1, headDim: 64, blockSize: 8, format: f32Format };
+    const { got } = decodeBoth(3, shape, [5, 0]);
+    expect(got.subarray(2 * 64).every((x) => x === 0)).toBe(true);
+    expect(got.subarray(0, 2 * 64).some((x) => x !== 0)).toBe(true);
+  });
+});
+
+describe('pagedPrefillAttentionCpu vs dense causal attention', () => {
+  it('mixes fresh prompts, chunked prefill and a prefix-cache hit in one batch', () => {
+    const shape = { numQHeads: 8, numKvHeads: 2, headDim: 64, blockSize: 16, format: f16Format };
+    const { got, want } = prefillBoth(11, shape, [0, 37, 64], [20, 9, 1]);
+    expect(maxAbsDiff(got, want)).toBeLessThan(CPU_TOL);
+  });
+
+  it('MHA f32 with block 8 and a soft-cap', () => {
+    const shape = {
+      numQHeads: 3,
+      numKvHeads: 3,
+      headDim: 96,
+      blockSize: 8,
+      format: f32Format,
+      softCap: 2,
+    };
+    const { got, want } = prefillBoth(12, shape, [5, 0], [11, 3]);
+    expect(maxAbsDiff(got, want)).toBeLessThan(CPU_TOL);
+  });
+
+  it('equals decode when every query length is 1', () => {
+    const shape = { numQHeads: 4, numKvHeads: 1, headDim: 128, blockSize: 32, format: f16Format };
+    const rng = seededRng(5);
+    const fx = pagedFixture(rng, { ...shape, contextLens: [9, 70] });
+    const q = randomQuery(rng, fx.config, 2);
+    const common = {
+      query: q,
+      kvCache: fx.cache,
+      blockTables: fx.blockTables,
+      contextLens: fx.contextLens,
+      numSeqs: 2,
+      maxBlocksPerSeq: fx.maxBlocksPerSeq,
+    };
+    const decode = pagedDecodeAttentionCpu(fx.config, common);
+    const prefill = pagedPrefillAttentionCpu(fx.config, {
+      ...common,
+      queryStarts: Uint32Array.of(0, 1),
+      queryLens: Uint32Array.of(1, 1),
+    });
+    expect(Array.from(prefill)).toEqual(Array.from(decode));
+  });
+
+  it('matches dense attention on random small shapes (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          seed: fc.integer({ min: 0, max: 1e9 }),
+          numKvHeads: fc.integer({ min: 1, max: 3 }),
+          group: fc.integer({ min: 1, max: 4 }),
+          headDim: fc.constantFrom(64, 80, 96, 128),
+          blockSize: fc.constantFrom(1, 3, 8, 16, 32),
+          f16: fc.boolean(),
+          seqs: fc.array(
+            fc.record({
+              past: fc.integer({ min: 0, max: 40 }),
+              queryLen: fc.integer({ min: 1, max: 6 }),
+            }),
+            { minLength: 1, maxLength: 3 },
+          ),
+        }),
+        (p) => {
+          const shape = {
+            numQHeads: p.numKvHeads * p.group,
+            numKvHeads: p.numKvHeads,
+            headDim: p.headDim,
+            blockSize: p.blockSize,
+            format: p.f16 ? f16Format : f32Format,
+          };
+          const { got, want } = prefillBoth(
+            p.seed,
+            shape,
+            p.seqs.map((s) => s.past),
+            p.seqs.map((s) => s.queryLen),
+          );
+          expect(maxAbsDiff(got, want)).toBeLessThan(CPU_TOL);
+        },
+      ),
+      { numRuns: 40, seed: 20261130 },
+    );
+  });
+});
+
+describe('CPU reference input checks', () => {
+  const config = { numQHeads: 4, numKvHeads: 2, headDim: 64, blockSize: 8, format: f32Format };
+  const fx = pagedFixture(seededRng(1), { ...config, contextLens: [10, 20] });
+  const base = {
+    query: new Float32Array(2 * 4 * 64),
+    kvCache: fx.cache,
+    blockTables: fx.blockTables,
+    contextLens: fx.contextLens,
+    numSeqs: 2,
+    maxBlocksPerSeq: fx.maxBlocksPerSeq,
+  };
+  const code = (f: () => unknown): string | undefined => {
+    try {
+      f();
+    } catch (e) {
+      if (AttentionKernelError.isInstance(e)) return e.code;
+      throw e;
+    }
+    return undefined;
+  };
+
+  it('accepts the valid batch', () => {
+    expect(code(() => pagedDecodeAttentionCpu(config, base))).toBeUndefined();
+  });
+  it('rejects a query of the wrong length', () => {
+    expect(
+      code(() => pagedDecodeAttentionCpu(config, { ...base, query: new Float32Array(5) })),
+    ).toBe('SHAPE_MISMATCH');
+  });
+  it('rejects block tables of the wrong length', () => {
+    expect(
+      code(() => pagedDecodeAttentionCpu(config, { ...base, blockTables: new Uint32Array(1) })),
+    ).toBe('SHAPE_MISMATCH');
+  });
+  it('rejects a block id outside the cache', () => {
+    const blockTables = fx.blockTables.slice();
+    blockTables[0] = fx.numBlocks;
+    expect(code(() => pagedDecodeAttentionCpu(config, { ...base, blockTables }))).toBe(
+      'BLOCK_OUT_OF_RANGE',
+    );
+  });
+  it('rejects a context longer than its block table', () => {
+    const contextLens = Uint32Array.of(10, fx.maxBlocksPerSeq * 8 + 1);
+    expect(code(() => pagedDecodeAttentionCpu(config, { ...base, contextLens }))).toBe(
+      'CONTEXT_TOO_LONG',
+    );
+  });
+  it('rejects a head dim with no kernel', () => {
+    expect(code(() => pagedDecodeAttentionCpu({ ...config, headDim: 72 }, base))).toBe(
+      'UNSUPPORTED_HEAD_DIM',
+    );
+  });
+  it('rejects query heads that are not a multiple of KV heads', () => {
+    expect(code(() => pagedDecodeAttentionCpu({ ...config, numQHeads: 3 }, base))).toBe(
+      'INVALID_ARGUMENT',
+    );
+  });
+  it('rejects a prefill query longer than its context', () => {
+    expect(
+      code(() =>
+        pagedPrefillAttentionCpu(config, {
+          ...base,
+          query: new Float32Array(30 * 4 * 64),
+          queryStarts: Uint32Array.of(0, 11),
+          queryLens: Uint32Array.of(11, 19),
+        }),
+      ),
+    ).toBe('INVALID_ARGUMENT');
+  });
+});

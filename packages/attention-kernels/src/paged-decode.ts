@@ -1,0 +1,410 @@
+import type { Gpu, GpuBinding } from '@kvasir/gpu';
+import { AttentionKernelError } from './errors.js';
+import type { KvCacheLayout } from './layout.js';
+import { bindingSize, requireBindable, requireBytes } from './layout-bindings.js';
+import { DECODE_TILE, pagedAttentionShader, pagedDecodeReduceShader } from './paged-decode.wgsl.js';
+import {
+  headsPerWorkgroup,
+  type PagedAttentionConfig,
+  requireBlocks,
+  resolveScale,
+  validateConfig,
+  validateSequences,
+} from './paged-decode-validation.js';
+
+/** Smallest KV split (tokens) auto split-K picks: shorter splits cost more in pass 2 than they gain. */
+const MIN_SPLIT_TOKENS = 256;
+
+/** Options of {@link PagedDecodeAttention.create}. */
+export interface PagedDecodeOptions {
+  /**
+   * Workgroups that fill the device; automatic split-K splits long contexts until a batch
+   * reaches this many. Default 1024 on hardware adapters, 16 on software ones (a few CPU
+   * threads).
+   */
+  readonly targetWorkgroups?: number;
+}
+
+/** Host-side description of one decode step, turned into a {@link PagedDecodePlan}. */
+export interface PagedDecodeBatch {
+  /** Physical block ids, u32 `[numSeqs][maxBlocksPerSeq]`. */
+  readonly blockTables: Uint32Array;
+  /** Cached tokens per sequence, the current one included (its K/V already written). */
+  readonly contextLens: Uint32Array;
+  readonly numSeqs: number;
+  readonly maxBlocksPerSeq: number;
+  /**
+   * KV splits for the longest sequence (flash-decoding): `'auto'` (default) picks them from
+   * `targetWorkgroups`; a number forces it (1 disables split-K, no second pass).
+   */
+  readonly numSplits?: number | 'auto';
+}
+
+/**
+ * A decode batch checked and uploaded once, reusable by every layer of a step: block tables and
+ * context lengths in one metadata buffer, the split-K choice and its scratch buffers.
+ * Release it with {@link PagedDecodePlan.release} (or let `Gpu.destroy()` do it).
+ */
+export class PagedDecodePlan {
+  readonly numSeqs: number;
+  /** Keys per split (a multiple of the kernel's tile); `2^30` without split-K. */
+  readonly chunkTokens: number;
+  /** Splits of the longest sequence; 1 means one pass. */
+  readonly numSplits: number;
+  /** Largest block id used, checked against each cache at encode time. */
+  readonly maxBlockId: number;
+  /** @internal */
+  readonly owner: PagedDecodeAttention;
+  /** @internal */
+  readonly params: Uint32Array;
+  /** @internal */
+  readonly meta: GPUBuffer;
+  /** @internal */
+  readonly partial: GPUBuffer | undefined;
+  /** @internal */
+  readonly ml: GPUBuffer | undefined;
+  readonly #gpu: Gpu;
+  #released = false;
+
+  /** @internal */
+  constructor(
+    gpu: Gpu,
+    owner: PagedDecodeAttention,
+    fields: {
+      numSeqs: number;
+      chunkTokens: number;
+      numSplits: number;
+      maxBlockId: number;
+      params: Uint32Array;
+      meta: GPUBuffer;
+      partial: GPUBuffer | undefined;
+      ml: GPUBuffer | undefined;
+    },
+  ) {
+    this.#gpu = gpu;
+    this.owner = owner;
+    this.numSeqs = fields.numSeqs;
+    this.chunkTokens = fields.chunkTokens;
+    this.numSplits = fields.numSplits;
+    this.maxBlockId = fields.maxBlockId;
+    this.params = fields.params;
+    this.meta = fields.meta;
+    this.partial = fields.partial;
+    this.ml = fields.ml;
+  }
+
+  /** True after {@link PagedDecodePlan.release}. */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /** Free the plan's GPU buffers. Idempotent; the plan cannot be encoded afterwards. */
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.#gpu.releaseBuffer(this.meta);
+    if (this.partial !== undefined) this.#gpu.releaseBuffer(this.partial);
+    if (this.ml !== undefined) this.#gpu.releaseBuffer(this.ml);
+  }
+}
+
+/** Buffers of one {@link PagedDecodeAttention.encode}. */
+export interface PagedDecodeArgs {
+  readonly plan: PagedDecodePlan;
+  /** f32 `[numSeqs][numQHeads][headDim]`. */
+  readonly query: GpuBinding;
+  /** One layer's cache buffer (README layout); its size fixes the number of blocks. */
+  readonly kvCache: GpuBinding;
+  /** f32 `[numSeqs][numQHeads][headDim]`, written. */
+  readonly output: GpuBinding;
+}
+
+/** Arguments of {@link PagedDecodeAttention.run}: host arrays in, host array out. */
+export interface PagedDecodeRunArgs extends PagedDecodeBatch {
+  readonly query: Float32Array;
+  readonly kvCache: GpuBinding;
+}
+
+/** Splits for a batch: keys per split and the longest sequence's split count. */
+export function chooseDecodeSplits(
+  contextLens: Uint32Array,
+  workgroupsPerSeq: number,
+  targetWorkgroups: number,
+  numSplits: number | 'auto',
+): { chunkTokens: number; numSplits: number } {
+  let maxCtx = 0;
+  for (const c of contextLens) maxCtx = Math.max(maxCtx, c);
+  const roundUp = (x: number): number =>
+    Math.max(DECODE_TILE, Math.ceil(x / DECODE_TILE) * DECODE_TILE);
+  const whole = { chunkTokens: 2 ** 30, numSplits: 1 };
+  if (numSplits !== 'auto') {
+    if (numSplits <= 1 || maxCtx <= DECODE_TILE) return whole;
+    const chunkTokens = roundUp(Math.ceil(maxCtx / numSplits));
+    const n = Math.ceil(maxCtx / chunkTokens);
+    return n <= 1 ? whole : { chunkTokens, numSplits: n };
+  }
+  if (contextLens.length * workgroupsPerSeq >= targetWorkgroups || maxCtx <= MIN_SPLIT_TOKENS) {
+    return whole;
+  }
+  let best = whole;
+  for (let n = 2; n <= 256; n++) {
+    const chunkTokens = Math.max(MIN_SPLIT_TOKENS, roundUp(Math.ceil(maxCtx / n)));
+    let total = 0;
+    for (const c of contextLens)
+      total += Math.max(1, Math.ceil(c / chunkTokens)) * workgroupsPerSeq;
+    best = { chunkTokens, numSplits: Math.ceil(maxCtx / chunkTokens) };
+    if (total >= targetWorkgroups || chunkTokens === MIN_SPLIT_TOKENS) break;
+  }
+  return best.numSplits <= 1 ? whole : best;
+}
+
+/**
+ * Paged decode attention on WebGPU: one query token per sequence attends to its cached context
+ * through its block table. MHA, MQA and GQA (the query heads of a KV head's group share one
+ * workgroup, so each K/V row is read once for the group; groups larger than 8 heads are
+ * handled in chunks of up to 8), head dims 64/80/96/128, any {@link KvFormat}, optional
+ * soft-cap, and split-K (flash-decoding) with a second pass when one split per sequence would
+ * leave the device idle.
+ *
+ * Build once per configuration with {@link PagedDecodeAttention.create}; per step, make a
+ * {@link PagedDecodePlan} from the host batch, then `encode` each layer into your encoder.
+ *
+ * @example
+ * ```ts
+ * const decode = await PagedDecodeAttention.create(gpu, {
+ *   numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16, format: f16Format,
+ * });
+ * const plan = decode.plan({ blockTables, contextLens, numSeqs: 4, maxBlocksPerSeq: 64 });
+ * for (const layer of layers) decode.encode(encoder, { plan, query, kvCache: layer.cache, output });
+ * gpu.submit(encoder);
+ * ```
+ */
+export class PagedDecodeAttention {
+  /** The configuration, with its cache layout. */
+  readonly config: PagedAttentionConfig;
+  readonly layout: KvCacheLayout;
+  /** Query heads per workgroup. */
+  readonly headsPerWorkgroup: number;
+  readonly targetWorkgroups: number;
+  readonly #gpu: Gpu;
+  readonly #single: GPUComputePipeline;
+  readonly #split: GPUComputePipeline;
+  readonly #reduce: GPUComputePipeline;
+
+  private constructor(
+    gpu: Gpu,
+    config: PagedAttentionConfig,
+    layout: KvCacheLayout,
+    hpw: number,
+    target: number,
+    pipelines: [GPUComputePipeline, GPUComputePipeline, GPUComputePipeline],
+  ) {
+    this.#gpu = gpu;
+    this.config = config;
+    this.layout = layout;
+    this.headsPerWorkgroup = hpw;
+    this.targetWorkgroups = target;
+    [this.#single, this.#split, this.#reduce] = pipelines;
+  }
+
+  /**
+   * Check `config` and compile its pipelines (through the `Gpu` pipeline cache).
+   *
+   * @throws {AttentionKernelError} `INVALID_ARGUMENT`, `UNSUPPORTED_HEAD_DIM` or
+   *   `UNSUPPORTED_FORMAT` for a bad configuration.
+   * @throws {GpuError} `SHADER_COMPILE` / `PIPELINE` if the generated WGSL is rejected.
+   */
+  static async create(
+    gpu: Gpu,
+    config: PagedAttentionConfig,
+    options: PagedDecodeOptions = {},
+  ): Promise<PagedDecodeAttention> {
+    const layout = validateConfig(config);
+    const target = options.targetWorkgroups ?? (gpu.isSoftware ? 16 : 1024);
+    if (!Number.isInteger(target) || target <= 0) {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        `targetWorkgroups must be a positive integer, got ${target}`,
+      );
+    }
+    const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
+    const scale = resolveScale(config);
+    const common = {
+      headDim: config.headDim,
+      numQHeads: config.numQHeads,
+      numKvHeads: config.numKvHeads,
+      headsPerWorkgroup: hpw,
+      tokensPerWorkgroup: 1,
+      blockSize: config.blockSize,
+      slabWords: layout.slabWords,
+      blockWords: layout.blockWords,
+      qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
+      softCap: config.softCap,
+      kvLoad: config.format.wgslLoad({ headDim: config.headDim, blockSize: config.blockSize }),
+    };
+    const label = `paged-decode-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}`;
+    const pipelines = await Promise.all([
+      gpu.pipeline({ code: pagedAttentionShader({ ...common, mode: 'decode' }), label }),
+      gpu.pipeline({
+        code: pagedAttentionShader({ ...common, mode: 'decode-split' }),
+        label: `${label}-split`,
+      }),
+      gpu.pipeline({
+        code: pagedDecodeReduceShader({ headDim: config.headDim, numQHeads: config.numQHeads }),
+        label: `${label}-reduce`,
+      }),
+    ]);
+    return new PagedDecodeAttention(gpu, config, layout, hpw, target, pipelines);
+  }
+
+  /** Workgroups per sequence and split: KV heads × head chunks. */
+  get workgroupsPerSeq(): number {
+    return (this.config.numQHeads / this.headsPerWorkgroup) | 0;
+  }
+
+  /**
+   * Check a batch on the host, choose split-K, and upload its metadata.
+   *
+   * @throws {AttentionKernelError} `SHAPE_MISMATCH`, `CONTEXT_TOO_LONG`, `INVALID_ARGUMENT`.
+   */
+  plan(batch: PagedDecodeBatch): PagedDecodePlan {
+    const { numSeqs, maxBlocksPerSeq, blockTables, contextLens } = batch;
+    const facts = validateSequences(this.config, this.layout, {
+      numSeqs,
+      maxBlocksPerSeq,
+      blockTables,
+      contextLens,
+      queryStarts: Uint32Array.from({ length: contextLens.length }, (_, s) => s),
+      queryLens: contextLens.map((c) => (c > 0 ? 1 : 0)),
+      numQueryTokens: numSeqs,
+    });
+    const requested = batch.numSplits ?? 'auto';
+    if (requested !== 'auto' && (!Number.isInteger(requested) || requested < 1)) {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        `numSplits must be 'auto' or a positive integer, got ${requested}`,
+      );
+    }
+    const { chunkTokens, numSplits } = chooseDecodeSplits(
+      contextLens,
+      this.workgroupsPerSeq,
+      this.targetWorkgroups,
+      requested,
+    );
+    const meta = new Uint32Array(numSeqs * maxBlocksPerSeq + numSeqs);
+    meta.set(blockTables);
+    meta.set(contextLens, numSeqs * maxBlocksPerSeq);
+    const params = new Uint32Array([
+      numSeqs,
+      maxBlocksPerSeq,
+      numSeqs * maxBlocksPerSeq,
+      chunkTokens,
+      numSplits,
+      0,
+      0,
+      0,
+    ]);
+    const rows = numSeqs * this.config.numQHeads * numSplits;
+    const split = numSplits > 1;
+    return new PagedDecodePlan(this.#gpu, this, {
+      numSeqs,
+      chunkTokens,
+      numSplits,
+      maxBlockId: facts.maxBlockId,
+      params,
+      meta: this.#gpu.storageBuffer(meta, 'paged-decode-meta'),
+      partial: split
+        ? this.#gpu.storageBuffer(rows * this.config.headDim * 4, 'paged-decode-partial')
+        : undefined,
+      ml: split ? this.#gpu.storageBuffer(rows * 8, 'paged-decode-ml') : undefined,
+    });
+  }
+
+  /**
+   * Record the attention of `args.plan`'s batch over one layer's cache into `encoder` (one
+   * compute pass, or two with split-K). All checks run before anything is recorded.
+   *
+   * @throws {AttentionKernelError} `INVALID_ARGUMENT` (a plan of another kernel, or released),
+   *   `SHAPE_MISMATCH` (buffers too small), `BLOCK_OUT_OF_RANGE` (the cache is smaller than the
+   *   block tables need), `DEVICE_LIMIT` (a cache larger than one storage binding).
+   */
+  encode(encoder: GPUCommandEncoder, args: PagedDecodeArgs): void {
+    const { plan } = args;
+    if (plan.owner !== this || plan.released) {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        plan.released
+          ? 'the decode plan was released'
+          : 'the decode plan belongs to another kernel',
+      );
+    }
+    const { numQHeads, headDim, numKvHeads } = this.config;
+    const bytes = plan.numSeqs * numQHeads * headDim * 4;
+    const shape = `[${plan.numSeqs}][${numQHeads}][${headDim}] f32`;
+    requireBytes(args.query, bytes, 'query', shape);
+    requireBytes(args.output, bytes, 'output', shape);
+    requireBytes(args.kvCache, this.layout.bytesPerBlock, 'kvCache', 'one block');
+    requireBindable(args.kvCache, this.#gpu.limits.maxStorageBufferBindingSize, 'kvCache');
+    requireBlocks(
+      plan.maxBlockId,
+      Math.floor(bindingSize(args.kvCache) / this.layout.bytesPerBlock),
+    );
+    const params = this.#gpu.uniforms.alloc(plan.params);
+    const chunksY = numKvHeads * (numQHeads / numKvHeads / this.headsPerWorkgroup);
+    if (plan.numSplits === 1) {
+      this.#gpu.dispatch(
+        encoder,
+        this.#single,
+        [params, args.query, args.kvCache, plan.meta, args.output],
+        [1, chunksY, plan.numSeqs],
+        'paged-decode',
+      );
+      return;
+    }
+    this.#gpu.dispatch(
+      encoder,
+      this.#split,
+      [params, args.query, args.kvCache, plan.meta, plan.partial!, plan.ml!],
+      [plan.numSplits, chunksY, plan.numSeqs],
+      'paged-decode-split',
+    );
+    this.#gpu.dispatch(
+      encoder,
+      this.#reduce,
+      [params, plan.partial!, plan.ml!, plan.meta, args.output],
+      [numQHeads, plan.numSeqs],
+      'paged-decode-reduce',
+    );
+  }
+
+  /**
+   * Plan, upload `query`, encode, submit, and read the output back: for tests and one-off use.
+   *
+   * @returns f32 `[numSeqs][numQHeads][headDim]`.
+   * @throws as {@link PagedDecodeAttention.plan} and {@link PagedDecodeAttention.encode}
+   *   (`SHAPE_MISMATCH` also for a query of the wrong length), and `GpuError` for WebGPU errors.
+   */
+  async run(args: PagedDecodeRunArgs): Promise<Float32Array> {
+    const want = args.numSeqs * this.config.numQHeads * this.config.headDim;
+    if (args.query.length !== want) {
+      throw new AttentionKernelError(
+        'SHAPE_MISMATCH',
+        `query has length ${args.query.length}, expected ${want}`,
+        { details: { got: args.query.length, want } },
+      );
+    }
+    const plan = this.plan(args);
+    const query = this.#gpu.storageBuffer(args.query, 'paged-decode-query');
+    const output = this.#gpu.storageBuffer(want * 4, 'paged-decode-output');
+    try {
+      await this.#gpu.run((encoder) =>
+        this.encode(encoder, { plan, query, kvCache: args.kvCache, output }),
+      );
+      return new Float32Array(await this.#gpu.readBuffer(output));
+    } finally {
+      plan.release();
+      this.#gpu.releaseBuffer(query);
+      this.#gpu.releaseBuffer(output);
+    }
+  }
+}

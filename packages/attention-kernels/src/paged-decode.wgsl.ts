@@ -1,0 +1,352 @@
+/**
+ * WGSL of paged attention over the KV cache, generated per configuration; decode and prefill
+ * share the pass-1 kernel, which differs only in how a workgroup finds its rows and key range.
+ *
+ * Pass 1: a workgroup per (work item, KV head × head chunk), where a work item is one KV split
+ * of one sequence (decode) or a few consecutive new tokens of one sequence (prefill). Its rows
+ * are (token, query head) pairs sharing one KV head, so every K/V row is read once for all of
+ * them. It stages the rows' queries (pre-scaled) and each tile's block ids in workgroup memory,
+ * then per tile of {@link DECODE_TILE} keys:
+ *   S: invocation j scores key j against every row (one K row read), masking keys past a row's
+ *      causal bound;
+ *   M: every invocation derives the same new running max per row; invocation j turns its
+ *      scores into probabilities (exp2, log2(e) folded into the query scale);
+ *   V: invocations split as (key subset × 8-element chunk of the head dim) accumulate p·V
+ *      (one V row read per key for all rows).
+ * Two barriers per tile: after S and after M. The next tile's S writes other arrays than V
+ * reads, and the next M starts only after every invocation passed the next S barrier.
+ * The key subsets are merged once at the end. Decode with one split and prefill write the
+ * normalized output; decode with several splits writes the unnormalized partial output and its
+ * (max, sum) to scratch for pass 2, a workgroup per (sequence, query head), which merges them.
+ */
+
+/** Keys per tile and invocations per pass-1 workgroup. */
+export const DECODE_TILE = 64;
+
+/** Finite mask value: exp2(MASK - m) underflows to 0 without producing NaN from -inf - -inf. */
+const MASK = '-1.0e30';
+
+/** How pass-1 workgroups find their rows and keys. */
+export type AttentionShaderMode = 'decode' | 'decode-split' | 'prefill';
+
+/** What a pass-1 kernel is generated from. */
+export interface AttentionShaderOptions {
+  readonly mode: AttentionShaderMode;
+  readonly headDim: number;
+  readonly numQHeads: number;
+  readonly numKvHeads: number;
+  /** Query heads of one group per workgroup (a divisor of the group size). */
+  readonly headsPerWorkgroup: number;
+  /** Consecutive tokens per workgroup (1 for decode). */
+  readonly tokensPerWorkgroup: number;
+  readonly blockSize: number;
+  readonly slabWords: number;
+  readonly blockWords: number;
+  /** f32 multiplier applied to q once (scale, times log2(e) when there is no soft-cap). */
+  readonly qScale: number;
+  /** Soft-cap, when set: s = tanh(s / cap) * cap, then times log2(e). */
+  readonly softCap: number | undefined;
+  /**
+   * WGSL defining `fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2>` over a
+   * binding `kv: array<vec4<u32>>` (a {@link KvFormat}'s `wgslLoad`).
+   */
+  readonly kvLoad: string;
+}
+
+function f32Literal(x: number): string {
+  const s = Math.fround(x).toPrecision(9);
+  return s.includes('.') || s.includes('e') ? s : `${s}.0`;
+}
+
+/** Repeats `f(i)` for i in 0..n-1, one line each (the generator unrolls instead of indexing). */
+function rep(n: number, f: (i: number) => string, sep = '\n'): string {
+  return Array.from({ length: n }, (_, i) => f(i)).join(sep);
+}
+
+/** Uniform parameters shared by all paged attention passes (8 u32). */
+const PARAMS_STRUCT = `struct Params {
+  num_seqs: u32,
+  max_blocks: u32,
+  ctx_offset: u32,
+  chunk_tokens: u32,
+  max_splits: u32,
+  bt_offset: u32,
+  qstart_offset: u32,
+  qlen_offset: u32,
+}`;
+
+/**
+ * Pass-1 shader source. Loops over rows are unrolled into named scalars (dynamically indexed
+ * private arrays become memory with an if-ladder or clamp per access on software adapters);
+ * the loop over head-dim chunks stays a loop, since unrolling it too makes llvmpipe's JIT take
+ * tens of seconds per pipeline.
+ */
+export function pagedAttentionShader(o: AttentionShaderOptions): string {
+  const W = DECODE_TILE;
+  const D4 = o.headDim / 4;
+  const HG = o.headsPerWorkgroup;
+  const TOK = o.tokensPerWorkgroup;
+  const GW = HG * TOK;
+  const group = o.numQHeads / o.numKvHeads;
+  const chunks = o.headDim / 8;
+  const keySubsets = Math.floor(W / chunks);
+  const btSlots = Math.floor((W - 1) / o.blockSize) + 2;
+  const prefill = o.mode === 'prefill';
+  const score = (g: number): string =>
+    o.softCap !== undefined
+      ? `tanh(clamp(d${g} * ${f32Literal(1 / o.softCap)}, -15.0, 15.0)) * ${f32Literal(o.softCap * Math.LOG2E)}`
+      : `d${g}`;
+  // Row g = token (g / HG) of the work item, head (g % HG) of the workgroup's head chunk.
+  const tokOf = (g: number): number => Math.floor(g / HG);
+  const masked = (g: number): string => (prefill ? ` || key >= lim${tokOf(g)}` : '');
+
+  const locate = prefill
+    ? `  let seq = meta_[2u * wid.x];
+  let tok0 = meta_[2u * wid.x + 1u];
+  let q_start = meta_[params.qstart_offset + seq];
+  let q_len = meta_[params.qlen_offset + seq];
+  let ctx = meta_[params.ctx_offset + seq];
+  let past = ctx - q_len;
+  let n_tok = min(TOK, q_len - tok0);
+  let key_begin = 0u;
+  // Keys up to the causal bound of the item's last token.
+  let key_end = past + tok0 + n_tok;
+${rep(TOK, (t) => `  let lim${t} = past + tok0 + ${t + 1}u;`)}
+  let q_row0 = q_start + tok0;`
+    : `  let split = wid.x;
+  let seq = wid.z;
+  let ctx = meta_[params.ctx_offset + seq];
+  let key_begin = split * params.chunk_tokens;
+  // Whole workgroups past a short sequence's last split leave before any barrier.
+  if (key_begin >= ctx && split > 0u) {
+    return;
+  }
+  let key_end = min(ctx, key_begin + params.chunk_tokens);
+  let n_tok = 1u;
+  let q_row0 = seq;`;
+
+  const finalWrite = `let denom = l_sh[g];
+      var inv = 0.0;
+      if (denom > 0.0) {
+        inv = 1.0 / denom;
+      }
+      out[((q_row0 + t) * NUM_Q_HEADS + head0 + h) * D4 + k] = q_sh[i] * inv;`;
+  const splitWrite = `let row = (seq * NUM_Q_HEADS + head0 + h) * params.max_splits + split;
+      out[row * D4 + k] = q_sh[i];
+      if (k == 0u) {
+        ml[row] = vec2<f32>(m_sh[g], l_sh[g]);
+      }`;
+
+  return /* wgsl */ `
+${PARAMS_STRUCT}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> query: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> kv: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> meta_: array<u32>;
+@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+${o.mode === 'decode-split' ? '@group(0) @binding(5) var<storage, read_write> ml: array<vec2<f32>>;' : ''}
+
+const D4: u32 = ${D4}u;
+const CHUNKS: u32 = ${chunks}u;
+const HG: u32 = ${HG}u;
+const TOK: u32 = ${TOK}u;
+const GW: u32 = ${GW}u;
+const HEAD_CHUNKS: u32 = ${group / HG}u;
+const NUM_Q_HEADS: u32 = ${o.numQHeads}u;
+const W: u32 = ${W}u;
+const KEY_SUBSETS: u32 = ${keySubsets}u;
+const BLOCK_SIZE: u32 = ${o.blockSize}u;
+const SLAB_WORDS: u32 = ${o.slabWords}u;
+const BLOCK_WORDS: u32 = ${o.blockWords}u;
+const BT_SLOTS: u32 = ${btSlots}u;
+const MASK: f32 = ${MASK};
+
+var<workgroup> q_sh: array<vec4<f32>, ${GW * D4}>;
+var<workgroup> s_sh: array<f32, ${GW * W}>;
+var<workgroup> p_sh: array<f32, ${GW * W}>;
+var<workgroup> bt_sh: array<u32, ${2 * btSlots}>;
+var<workgroup> l_sh: array<f32, ${GW}>;
+var<workgroup> m_sh: array<f32, ${GW}>;
+
+${o.kvLoad}
+
+fn load_block_ids(buf: u32, tile_start: u32, seq: u32, num_blocks: u32, lane: u32) {
+  if (lane < BT_SLOTS) {
+    let b = tile_start / BLOCK_SIZE + lane;
+    var id = 0u;
+    if (b < num_blocks) {
+      id = meta_[params.bt_offset + seq * params.max_blocks + b];
+    }
+    bt_sh[buf * BT_SLOTS + lane] = id;
+  }
+}
+
+@compute @workgroup_size(${W})
+fn main(
+  @builtin(workgroup_id) wid: vec3<u32>,
+  @builtin(local_invocation_index) lane: u32,
+) {
+  let kvh = wid.y / HEAD_CHUNKS;
+  let head0 = wid.y * HG;
+${locate}
+  let num_blocks = (key_end + BLOCK_SIZE - 1u) / BLOCK_SIZE;
+
+  for (var i = lane; i < GW * D4; i += W) {
+    let t = i / (HG * D4);
+    var qv = vec4<f32>(0.0);
+    if (t < n_tok) {
+      qv = query[((q_row0 + t) * NUM_Q_HEADS + head0) * D4 + i % (HG * D4)];
+    }
+    q_sh[i] = qv * ${f32Literal(o.qScale)};
+  }
+  load_block_ids(0u, key_begin, seq, num_blocks, lane);
+
+  // V-phase role: dims [8c, 8c+8) over keys ks, ks + KEY_SUBSETS, ...
+  let ks = lane / CHUNKS;
+  let c = lane % CHUNKS;
+  let v_active = ks < KEY_SUBSETS;
+
+${rep(GW, (g) => `  var m${g} = MASK;\n  var l${g} = 0.0;\n  var a${g}x = vec4<f32>(0.0);\n  var a${g}y = vec4<f32>(0.0);`)}
+  workgroupBarrier();
+
+  var buf = 0u;
+  for (var tile_start = key_begin; tile_start < key_end; tile_start += W) {
+    let tile_len = min(W, key_end - tile_start);
+    let first_block = tile_start / BLOCK_SIZE;
+
+    // S: invocation \`lane\` scores its key against every row.
+${rep(GW, (g) => `    var s${g} = MASK;`)}
+    if (lane < tile_len) {
+      let key = tile_start + lane;
+      let block = bt_sh[buf * BT_SLOTS + key / BLOCK_SIZE - first_block];
+      let slab = block * BLOCK_WORDS + 2u * kvh * SLAB_WORDS;
+      let t = key % BLOCK_SIZE;
+${rep(GW, (g) => `      var d${g} = 0.0;`)}
+      for (var cc = 0u; cc < CHUNKS; cc++) {
+        let k8 = kv_load8(slab, t, cc);
+${rep(GW, (g) => `        d${g} += dot(q_sh[${g * D4}u + 2u * cc], k8[0]) + dot(q_sh[${g * D4 + 1}u + 2u * cc], k8[1]);`)}
+      }
+${rep(GW, (g) => `      s${g} = select(${score(g)}, MASK, false${masked(g)});\n      s_sh[${g * W}u + lane] = s${g};`)}
+    }
+    workgroupBarrier();
+
+    // M: every invocation derives the same running max; invocation \`lane\` makes its key's p.
+${rep(GW, (g) => `    var t${g} = MASK;`)}
+    for (var j = 0u; j < tile_len; j++) {
+${rep(GW, (g) => `      t${g} = max(t${g}, s_sh[${g * W}u + j]);`)}
+    }
+${rep(
+  GW,
+  (g) => `    let n${g} = max(m${g}, t${g});
+    let alpha${g} = exp2(m${g} - n${g});
+    m${g} = n${g};`,
+)}
+    if (lane < tile_len) {
+${rep(GW, (g) => `      p_sh[${g * W}u + lane] = select(0.0, exp2(s${g} - m${g}), s${g} > -1.0e29);`)}
+    }
+    // The next tile's block ids go to the buffer that nobody reads during this tile.
+    load_block_ids(buf ^ 1u, tile_start + W, seq, num_blocks, lane);
+    workgroupBarrier();
+
+    // V: this invocation's 8 dims over its key subset.
+    if (v_active) {
+${rep(GW, (g) => `      l${g} *= alpha${g};\n      a${g}x *= alpha${g};\n      a${g}y *= alpha${g};`)}
+      for (var j = ks; j < tile_len; j += KEY_SUBSETS) {
+        let key = tile_start + j;
+        let block = bt_sh[buf * BT_SLOTS + key / BLOCK_SIZE - first_block];
+        let slab = block * BLOCK_WORDS + (2u * kvh + 1u) * SLAB_WORDS;
+        let v8 = kv_load8(slab, key % BLOCK_SIZE, c);
+${rep(
+  GW,
+  (g) => `        let p${g} = p_sh[${g * W}u + j];
+        l${g} += p${g};
+        a${g}x += p${g} * v8[0];
+        a${g}y += p${g} * v8[1];`,
+)}
+      }
+    }
+    buf ^= 1u;
+  }
+  workgroupBarrier();
+
+  // Merge the key subsets; q_sh is free now and accumulates the output.
+  for (var r = 0u; r < KEY_SUBSETS; r++) {
+    if (v_active && ks == r) {
+      if (r == 0u) {
+${rep(GW, (g) => `        q_sh[${g * D4}u + 2u * c] = a${g}x;\n        q_sh[${g * D4}u + 2u * c + 1u] = a${g}y;`)}
+      } else {
+${rep(GW, (g) => `        q_sh[${g * D4}u + 2u * c] += a${g}x;\n        q_sh[${g * D4}u + 2u * c + 1u] += a${g}y;`)}
+      }
+      if (c == 0u) {
+        if (r == 0u) {
+${rep(GW, (g) => `          l_sh[${g}] = l${g};`)}
+        } else {
+${rep(GW, (g) => `          l_sh[${g}] += l${g};`)}
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  if (lane == 0u) {
+${rep(GW, (g) => `    m_sh[${g}] = m${g};`)}
+  }
+  workgroupBarrier();
+
+  for (var i = lane; i < GW * D4; i += W) {
+    let g = i / D4;
+    let t = g / HG;
+    let h = g % HG;
+    let k = i % D4;
+    if (t < n_tok) {
+      ${o.mode === 'decode-split' ? splitWrite : finalWrite}
+    }
+  }
+}
+`;
+}
+
+/** Pass-2 shader: merges the splits of each (sequence, query head). */
+export function pagedDecodeReduceShader(o: {
+  readonly headDim: number;
+  readonly numQHeads: number;
+}): string {
+  const D4 = o.headDim / 4;
+  return /* wgsl */ `
+${PARAMS_STRUCT}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> partial: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> ml: array<vec2<f32>>;
+@group(0) @binding(3) var<storage, read> meta_: array<u32>;
+@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+
+const D4: u32 = ${D4}u;
+const NUM_Q_HEADS: u32 = ${o.numQHeads}u;
+
+@compute @workgroup_size(${D4})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
+  let h = wid.x;
+  let seq = wid.y;
+  let ctx = meta_[params.ctx_offset + seq];
+  let splits = (ctx + params.chunk_tokens - 1u) / params.chunk_tokens;
+  let row = (seq * NUM_Q_HEADS + h) * params.max_splits;
+  var m = ${MASK};
+  for (var i = 0u; i < splits; i++) {
+    m = max(m, ml[row + i].x);
+  }
+  var denom = 0.0;
+  var acc = vec4<f32>(0.0);
+  for (var i = 0u; i < splits; i++) {
+    let f = exp2(ml[row + i].x - m);
+    denom += ml[row + i].y * f;
+    acc += partial[(row + i) * D4 + lane] * f;
+  }
+  var inv = 0.0;
+  if (denom > 0.0) {
+    inv = 1.0 / denom;
+  }
+  out[(seq * NUM_Q_HEADS + h) * D4 + lane] = acc * inv;
+}
+`;
+}

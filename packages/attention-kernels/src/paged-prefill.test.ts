@@ -1,0 +1,145 @@
+import type { Gpu } from '@kvasir/gpu';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AttentionKernelError } from './errors.js';
+import { f16Format, f32Format, type KvFormat } from './kv-format.js';
+import { pagedFixture, randomQuery } from './paged-decode-fixtures.js';
+import { PagedPrefillAttention } from './paged-prefill.js';
+import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
+import { releaseTestGpu, testGpu } from './testing/gpu.js';
+import { maxAbsDiff, seededRng } from './testing/random.js';
+
+/** GPU (f32 accumulation, exp2) vs CPU reference (f64); measured errors are below 1e-6. */
+const GPU_TOL = 2e-5;
+
+afterAll(releaseTestGpu);
+
+interface Shape {
+  numQHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  blockSize: number;
+  format: KvFormat;
+  softCap?: number;
+}
+
+describe('PagedPrefillAttention vs CPU reference', () => {
+  let gpu: Gpu;
+  beforeAll(async () => {
+    gpu = await testGpu();
+  });
+
+  const cases: [string, Shape, number[], number[]][] = [
+    [
+      'GQA 8/2, f16, head dim 128: fresh prompt, chunked prefill and a prefix hit in one batch',
+      { numQHeads: 8, numKvHeads: 2, headDim: 128, blockSize: 16, format: f16Format },
+      [0, 37, 100],
+      [20, 9, 1],
+    ],
+    [
+      'MHA, f32, block 8, head dim 64: odd chunk sizes over partial blocks',
+      { numQHeads: 3, numKvHeads: 3, headDim: 64, blockSize: 8, format: f32Format },
+      [13, 0],
+      [70, 5],
+    ],
+    [
+      'MQA, f16, block 32, head dim 80, soft-cap',
+      { numQHeads: 4, numKvHeads: 1, headDim: 80, blockSize: 32, format: f16Format, softCap: 3 },
+      [31, 2],
+      [33, 1],
+    ],
+    [
+      'GQA group 3, f32, block 16, head dim 96: a chunk after a 2,000-token prefix',
+      { numQHeads: 6, numKvHeads: 2, headDim: 96, blockSize: 16, format: f32Format },
+      [2000],
+      [24],
+    ],
+  ];
+  for (const [name, shape, pasts, queryLens] of cases) {
+    it(name, async () => {
+      const rng = seededRng(pasts.length * 17 + shape.headDim);
+      const contextLens = pasts.map((p, i) => p + queryLens[i]!);
+      const fx = pagedFixture(rng, { ...shape, contextLens, spareBlocks: 5 });
+      const numTokens = queryLens.reduce((a, b) => a + b, 0);
+      const query = randomQuery(rng, fx.config, numTokens);
+      const queryStarts = new Uint32Array(queryLens.length);
+      for (let s = 1; s < queryLens.length; s++) {
+        queryStarts[s] = queryStarts[s - 1]! + queryLens[s - 1]!;
+      }
+      const args = {
+        query,
+        blockTables: fx.blockTables,
+        queryStarts,
+        queryLens: Uint32Array.from(queryLens),
+        contextLens: fx.contextLens,
+        numSeqs: queryLens.length,
+        maxBlocksPerSeq: fx.maxBlocksPerSeq,
+      };
+      const kernel = await PagedPrefillAttention.create(gpu, fx.config);
+      const kvCache = gpu.storageBuffer(fx.cache);
+      const got = await kernel.run({ ...args, kvCache });
+      gpu.releaseBuffer(kvCache);
+      const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
+      expect(maxAbsDiff(got, want)).toBeLessThan(GPU_TOL);
+    });
+  }
+});
+
+describe('PagedPrefillAttention input checks', () => {
+  const config = { numQHeads: 4, numKvHeads: 2, headDim: 64, blockSize: 8, format: f32Format };
+  const code = async (f: () => unknown): Promise<string | undefined> => {
+    try {
+      await f();
+    } catch (e) {
+      if (AttentionKernelError.isInstance(e)) return e.code;
+      throw e;
+    }
+    return undefined;
+  };
+
+  it('refuses bad batches and buffers before dispatching', async () => {
+    const gpu = await testGpu();
+    expect(await code(() => PagedPrefillAttention.create(gpu, { ...config, headDim: 256 }))).toBe(
+      'UNSUPPORTED_HEAD_DIM',
+    );
+    const kernel = await PagedPrefillAttention.create(gpu, config);
+    const fx = pagedFixture(seededRng(8), { ...config, contextLens: [10, 20] });
+    const batch = {
+      blockTables: fx.blockTables,
+      queryStarts: Uint32Array.of(0, 4),
+      queryLens: Uint32Array.of(4, 6),
+      contextLens: fx.contextLens,
+      numSeqs: 2,
+      maxBlocksPerSeq: fx.maxBlocksPerSeq,
+      numTokens: 10,
+    };
+    expect(await code(() => kernel.plan({ ...batch, queryLens: Uint32Array.of(4, 21) }))).toBe(
+      'INVALID_ARGUMENT',
+    );
+    expect(await code(() => kernel.plan({ ...batch, queryStarts: Uint32Array.of(0, 5) }))).toBe(
+      'SHAPE_MISMATCH',
+    );
+    const blockTables = fx.blockTables.slice();
+    blockTables[1] = 1_000_000;
+    const plan = kernel.plan({ ...batch, blockTables });
+    const kvCache = gpu.storageBuffer(fx.cache);
+    const rows = gpu.storageBuffer(10 * 4 * 64 * 4);
+    expect(
+      await code(() =>
+        kernel.encode(gpu.createEncoder(), { plan, query: rows, output: rows, kvCache }),
+      ),
+    ).toBe('BLOCK_OUT_OF_RANGE');
+    plan.release();
+    const good = kernel.plan(batch);
+    expect(
+      await code(() =>
+        kernel.encode(gpu.createEncoder(), {
+          plan: good,
+          query: gpu.storageBuffer(64),
+          output: rows,
+          kvCache,
+        }),
+      ),
+    ).toBe('SHAPE_MISMATCH');
+    good.release();
+  });
+});

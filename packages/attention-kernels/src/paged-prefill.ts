@@ -1,0 +1,304 @@
+import type { Gpu, GpuBinding } from '@kvasir/gpu';
+import { AttentionKernelError } from './errors.js';
+import type { KvCacheLayout } from './layout.js';
+import { bindingSize, requireBindable, requireBytes } from './layout-bindings.js';
+import {
+  headsPerWorkgroup,
+  MAX_ROWS_PER_WORKGROUP,
+  type PagedAttentionConfig,
+  requireBlocks,
+  resolveScale,
+  validateConfig,
+  validateSequences,
+} from './paged-decode-validation.js';
+import { pagedPrefillShader } from './paged-prefill.wgsl.js';
+
+/** Host-side description of one prefill chunk, turned into a {@link PagedPrefillPlan}. */
+export interface PagedPrefillBatch {
+  /** Physical block ids, u32 `[numSeqs][maxBlocksPerSeq]`. */
+  readonly blockTables: Uint32Array;
+  /** Index of each sequence's first new token in the query rows (cumulative query lengths). */
+  readonly queryStarts: Uint32Array;
+  /** New tokens per sequence (at least 1). */
+  readonly queryLens: Uint32Array;
+  /** Cached tokens per sequence after writing the new ones: past + query length. */
+  readonly contextLens: Uint32Array;
+  readonly numSeqs: number;
+  readonly maxBlocksPerSeq: number;
+  /** Rows of the query and output buffers (tokens of all sequences). */
+  readonly numTokens: number;
+}
+
+/**
+ * A prefill batch checked and uploaded once, reusable by every layer of a step (work items,
+ * per-sequence arrays and block tables in one metadata buffer). Release it with
+ * {@link PagedPrefillPlan.release} (or let `Gpu.destroy()` do it).
+ */
+export class PagedPrefillPlan {
+  readonly numTokens: number;
+  /** Workgroups along x: (sequence, first token) work items. */
+  readonly numItems: number;
+  /** Largest block id used, checked against each cache at encode time. */
+  readonly maxBlockId: number;
+  /** @internal */
+  readonly owner: PagedPrefillAttention;
+  /** @internal */
+  readonly params: Uint32Array;
+  /** @internal */
+  readonly meta: GPUBuffer;
+  readonly #gpu: Gpu;
+  #released = false;
+
+  /** @internal */
+  constructor(
+    gpu: Gpu,
+    owner: PagedPrefillAttention,
+    fields: {
+      numTokens: number;
+      numItems: number;
+      maxBlockId: number;
+      params: Uint32Array;
+      meta: GPUBuffer;
+    },
+  ) {
+    this.#gpu = gpu;
+    this.owner = owner;
+    this.numTokens = fields.numTokens;
+    this.numItems = fields.numItems;
+    this.maxBlockId = fields.maxBlockId;
+    this.params = fields.params;
+    this.meta = fields.meta;
+  }
+
+  /** True after {@link PagedPrefillPlan.release}. */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /** Free the plan's GPU buffer. Idempotent; the plan cannot be encoded afterwards. */
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.#gpu.releaseBuffer(this.meta);
+  }
+}
+
+/** Buffers of one {@link PagedPrefillAttention.encode}. */
+export interface PagedPrefillArgs {
+  readonly plan: PagedPrefillPlan;
+  /** f32 `[numTokens][numQHeads][headDim]`. */
+  readonly query: GpuBinding;
+  /** One layer's cache buffer, the new tokens' K/V already written. */
+  readonly kvCache: GpuBinding;
+  /** f32 `[numTokens][numQHeads][headDim]`; rows of no sequence are left untouched. */
+  readonly output: GpuBinding;
+}
+
+/** Arguments of {@link PagedPrefillAttention.run}: host arrays in, host array out. */
+export interface PagedPrefillRunArgs extends Omit<PagedPrefillBatch, 'numTokens'> {
+  /** f32 `[numTokens][numQHeads][headDim]`; its length fixes `numTokens`. */
+  readonly query: Float32Array;
+  readonly kvCache: GpuBinding;
+}
+
+/**
+ * Paged causal prefill attention on WebGPU: a chunk of new tokens of several sequences at once,
+ * each attending causally to its earlier cached tokens (chunked prefill, prefix-cache hits) and
+ * to the chunk's own earlier tokens, all read from the paged cache (write the chunk's K/V with
+ * `WriteKvCache` first). Row `i` of a sequence sees keys `0 .. past + i`. A workgroup packs a
+ * few consecutive tokens with the query heads of one KV head's group, so every K/V row read
+ * serves all of them; online softmax over 64-key tiles staged in workgroup memory.
+ *
+ * @example
+ * ```ts
+ * const prefill = await PagedPrefillAttention.create(gpu, {
+ *   numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16, format: f16Format,
+ * });
+ * const plan = prefill.plan({ blockTables, queryStarts, queryLens, contextLens, numSeqs: 2, maxBlocksPerSeq: 64, numTokens });
+ * prefill.encode(encoder, { plan, query, kvCache, output });
+ * ```
+ */
+export class PagedPrefillAttention {
+  readonly config: PagedAttentionConfig;
+  readonly layout: KvCacheLayout;
+  /** Query heads per workgroup. */
+  readonly headsPerWorkgroup: number;
+  /** Consecutive tokens per workgroup. */
+  readonly tokensPerWorkgroup: number;
+  readonly #gpu: Gpu;
+  readonly #pipeline: GPUComputePipeline;
+
+  private constructor(
+    gpu: Gpu,
+    config: PagedAttentionConfig,
+    layout: KvCacheLayout,
+    hpw: number,
+    tpw: number,
+    pipeline: GPUComputePipeline,
+  ) {
+    this.#gpu = gpu;
+    this.config = config;
+    this.layout = layout;
+    this.headsPerWorkgroup = hpw;
+    this.tokensPerWorkgroup = tpw;
+    this.#pipeline = pipeline;
+  }
+
+  /**
+   * Check `config` and compile its pipeline (through the `Gpu` pipeline cache).
+   *
+   * @throws {AttentionKernelError} `INVALID_ARGUMENT`, `UNSUPPORTED_HEAD_DIM` or
+   *   `UNSUPPORTED_FORMAT` for a bad configuration.
+   * @throws {GpuError} `SHADER_COMPILE` / `PIPELINE` if the generated WGSL is rejected.
+   */
+  static async create(gpu: Gpu, config: PagedAttentionConfig): Promise<PagedPrefillAttention> {
+    const layout = validateConfig(config);
+    const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
+    const tpw = Math.max(1, Math.floor(MAX_ROWS_PER_WORKGROUP / hpw));
+    const scale = resolveScale(config);
+    const pipeline = await gpu.pipeline({
+      code: pagedPrefillShader({
+        headDim: config.headDim,
+        numQHeads: config.numQHeads,
+        numKvHeads: config.numKvHeads,
+        headsPerWorkgroup: hpw,
+        tokensPerWorkgroup: tpw,
+        blockSize: config.blockSize,
+        slabWords: layout.slabWords,
+        blockWords: layout.blockWords,
+        qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
+        softCap: config.softCap,
+        kvLoad: config.format.wgslLoad({ headDim: config.headDim, blockSize: config.blockSize }),
+      }),
+      label: `paged-prefill-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}`,
+    });
+    return new PagedPrefillAttention(gpu, config, layout, hpw, tpw, pipeline);
+  }
+
+  /**
+   * Check a batch on the host and upload its metadata.
+   *
+   * @throws {AttentionKernelError} `SHAPE_MISMATCH`, `CONTEXT_TOO_LONG`, `INVALID_ARGUMENT`.
+   */
+  plan(batch: PagedPrefillBatch): PagedPrefillPlan {
+    const { numSeqs, maxBlocksPerSeq, queryStarts, queryLens, contextLens } = batch;
+    const facts = validateSequences(this.config, this.layout, {
+      numSeqs,
+      maxBlocksPerSeq,
+      blockTables: batch.blockTables,
+      contextLens,
+      queryStarts,
+      queryLens,
+      numQueryTokens: batch.numTokens,
+    });
+    const items: number[] = [];
+    for (let s = 0; s < numSeqs; s++) {
+      for (let t = 0; t < queryLens[s]!; t += this.tokensPerWorkgroup) items.push(s, t);
+    }
+    const numItems = items.length / 2;
+    if (numItems > this.#gpu.limits.maxComputeWorkgroupsPerDimension) {
+      throw new AttentionKernelError(
+        'DEVICE_LIMIT',
+        `${batch.numTokens} tokens need ${numItems} workgroups along x, over the device's ${this.#gpu.limits.maxComputeWorkgroupsPerDimension}; split the chunk`,
+      );
+    }
+    const n = items.length;
+    const meta = new Uint32Array(n + 3 * numSeqs + numSeqs * maxBlocksPerSeq);
+    meta.set(items);
+    meta.set(queryStarts, n);
+    meta.set(queryLens, n + numSeqs);
+    meta.set(contextLens, n + 2 * numSeqs);
+    meta.set(batch.blockTables, n + 3 * numSeqs);
+    const params = new Uint32Array([
+      numSeqs,
+      maxBlocksPerSeq,
+      n + 2 * numSeqs,
+      0,
+      1,
+      n + 3 * numSeqs,
+      n,
+      n + numSeqs,
+    ]);
+    return new PagedPrefillPlan(this.#gpu, this, {
+      numTokens: batch.numTokens,
+      numItems,
+      maxBlockId: facts.maxBlockId,
+      params,
+      meta: this.#gpu.storageBuffer(meta, 'paged-prefill-meta'),
+    });
+  }
+
+  /**
+   * Record the prefill attention of `args.plan`'s batch over one layer's cache into `encoder`.
+   * All checks run before anything is recorded.
+   *
+   * @throws {AttentionKernelError} `INVALID_ARGUMENT` (a plan of another kernel, or released),
+   *   `SHAPE_MISMATCH`, `BLOCK_OUT_OF_RANGE`, `DEVICE_LIMIT`.
+   */
+  encode(encoder: GPUCommandEncoder, args: PagedPrefillArgs): void {
+    const { plan } = args;
+    if (plan.owner !== this || plan.released) {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        plan.released
+          ? 'the prefill plan was released'
+          : 'the prefill plan belongs to another kernel',
+      );
+    }
+    const { numQHeads, headDim } = this.config;
+    const bytes = plan.numTokens * numQHeads * headDim * 4;
+    const shape = `[${plan.numTokens}][${numQHeads}][${headDim}] f32`;
+    requireBytes(args.query, bytes, 'query', shape);
+    requireBytes(args.output, bytes, 'output', shape);
+    requireBytes(args.kvCache, this.layout.bytesPerBlock, 'kvCache', 'one block');
+    requireBindable(args.kvCache, this.#gpu.limits.maxStorageBufferBindingSize, 'kvCache');
+    requireBlocks(
+      plan.maxBlockId,
+      Math.floor(bindingSize(args.kvCache) / this.layout.bytesPerBlock),
+    );
+    if (plan.numItems === 0) return;
+    const params = this.#gpu.uniforms.alloc(plan.params);
+    this.#gpu.dispatch(
+      encoder,
+      this.#pipeline,
+      [params, args.query, args.kvCache, plan.meta, args.output],
+      [plan.numItems, numQHeads / this.headsPerWorkgroup],
+      'paged-prefill',
+    );
+  }
+
+  /**
+   * Plan, upload `query`, encode, submit, and read the output back: for tests and one-off use.
+   * Output rows of no sequence are zero.
+   *
+   * @returns f32 `[numTokens][numQHeads][headDim]`.
+   * @throws as {@link PagedPrefillAttention.plan} and {@link PagedPrefillAttention.encode}, and
+   *   `GpuError` for WebGPU errors.
+   */
+  async run(args: PagedPrefillRunArgs): Promise<Float32Array> {
+    const rowFloats = this.config.numQHeads * this.config.headDim;
+    if (args.query.length % rowFloats !== 0) {
+      throw new AttentionKernelError(
+        'SHAPE_MISMATCH',
+        `query has length ${args.query.length}, not a multiple of numQHeads × headDim = ${rowFloats}`,
+      );
+    }
+    const numTokens = args.query.length / rowFloats;
+    const plan = this.plan({ ...args, numTokens });
+    const query = this.#gpu.storageBuffer(args.query, 'paged-prefill-query');
+    const output = this.#gpu.storageBuffer(
+      Math.max(4, args.query.length * 4),
+      'paged-prefill-output',
+    );
+    try {
+      await this.#gpu.run((encoder) =>
+        this.encode(encoder, { plan, query, kvCache: args.kvCache, output }),
+      );
+      return new Float32Array(await this.#gpu.readBuffer(output), 0, args.query.length);
+    } finally {
+      plan.release();
+      this.#gpu.releaseBuffer(query);
+      this.#gpu.releaseBuffer(output);
+    }
+  }
+}
