@@ -130,6 +130,8 @@ class Group implements QueuedRequest, RunningRequest {
   numCachedPromptTokens = 0;
   firstTokenTime: number | undefined = undefined;
   scheduledStep = 0;
+  /** Queue-policy rank, refreshed each step. */
+  rank = 0;
   /** Every host slot the group holds while swapped (shared blocks share a slot). */
   hostSlotList: number[] = [];
   /** Beam search: finished hypotheses. */
@@ -780,15 +782,17 @@ export class Scheduler {
     }
   }
 
+  /** Sorts the waiting queue in place by policy rank (nearly sorted between steps: cheap). */
   private orderWaiting(): Group[] {
-    const list = this.waiting.filter((g) => g.state === WAITING);
+    const list = this.waiting;
     if (list.length <= 1) return list;
-    const cache = new Map<Group, number>();
+    let cache: Map<Group, number> | undefined;
     const ctx: QueueContext = {
       now: this.now(),
       queueLength: list.length,
       cachedPrefixTokens: (req) => {
         const g = req as Group;
+        cache ??= new Map();
         let v = cache.get(g);
         if (v === undefined) {
           const s = g.seqs[0]!;
@@ -801,9 +805,8 @@ export class Scheduler {
         return v;
       },
     };
-    const ranks = new Map<Group, number>();
-    for (const g of list) ranks.set(g, this.queuePolicy.rank(g, ctx));
-    list.sort((a, b) => ranks.get(a)! - ranks.get(b)! || a.arrivalIndex - b.arrivalIndex);
+    for (const g of list) g.rank = g.state === WAITING ? this.queuePolicy.rank(g, ctx) : 0;
+    list.sort((a, b) => a.rank - b.rank || a.arrivalIndex - b.arrivalIndex);
     return list;
   }
 
