@@ -449,6 +449,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     return this.pathOf(key);
   }
 
+  /** Counters since construction and current occupancy (see {@link OffloadStats}). */
   stats(): OffloadStats {
     return this.counters.snapshot(this.tier, this.index.size, this.usedBytes, this.maxBytes);
   }

@@ -199,6 +199,7 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
     return [...this.entries.keys()];
   }
 
+  /** Counters since construction and current occupancy (see {@link OffloadStats}). */
   stats(): OffloadStats {
     return this.counters.snapshot(this.tier, this.entries.size, this.usedBytes, this.maxBytes);
   }

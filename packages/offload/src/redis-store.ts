@@ -354,6 +354,7 @@ export class RedisStore implements KvBlockStore {
     return n;
   }
 
+  /** Counters since construction and the connection state. */
   stats(): RedisStoreStats {
     return {
       ...this.counters.snapshot(this.tier, undefined, undefined, Number.POSITIVE_INFINITY),

@@ -406,6 +406,7 @@ export class TieredStore implements KvBlockStore {
     return this.queue.drain();
   }
 
+  /** This store's counters, queue state and every tier's own stats. */
   stats(): TieredStoreStats {
     const tiers = this.tiers.map((t) => t.stats());
     let corrupt = 0;
