@@ -81,7 +81,11 @@ export async function loadCpuWeights(reader: CheckpointReader): Promise<CpuWeigh
   return { config: c, embed, layers, finalNorm, lmHead, digest: hash.digest('hex'), bytes };
 }
 
-/** y[t, o] = Σ_i W[o, i] · x[t, i] (+ b[o]) for `rows` rows. */
+/**
+ * y[t, o] = Σ_i W[o, i] · x[t, i] (+ b[o]) for `rows` rows. Four rows share each weight load
+ * (decode is bound by reading weights); every row sums in the same order whatever the batch, so
+ * a sequence's logits do not depend on what it is batched with.
+ */
 function matmul(
   x: Float32Array,
   rows: number,
@@ -91,14 +95,41 @@ function matmul(
   bias: Float32Array | undefined,
   y: Float32Array,
 ): void {
-  for (let t = 0; t < rows; t++) {
+  let t = 0;
+  for (; t + 4 <= rows; t += 4) {
+    const x0 = t * inDim;
+    const x1 = x0 + inDim;
+    const x2 = x1 + inDim;
+    const x3 = x2 + inDim;
+    const y0 = t * outDim;
+    for (let o = 0; o < outDim; o++) {
+      const wo = o * inDim;
+      let a0 = 0;
+      let a1 = 0;
+      let a2 = 0;
+      let a3 = 0;
+      for (let i = 0; i < inDim; i++) {
+        const wv = w[wo + i]!;
+        a0 += wv * x[x0 + i]!;
+        a1 += wv * x[x1 + i]!;
+        a2 += wv * x[x2 + i]!;
+        a3 += wv * x[x3 + i]!;
+      }
+      const b = bias ? bias[o]! : 0;
+      y[y0 + o] = a0 + b;
+      y[y0 + outDim + o] = a1 + b;
+      y[y0 + 2 * outDim + o] = a2 + b;
+      y[y0 + 3 * outDim + o] = a3 + b;
+    }
+  }
+  for (; t < rows; t++) {
     const xo = t * inDim;
     const yo = t * outDim;
     for (let o = 0; o < outDim; o++) {
       const wo = o * inDim;
       let acc = 0;
       for (let i = 0; i < inDim; i++) acc += w[wo + i]! * x[xo + i]!;
-      y[yo + o] = bias ? acc + bias[o]! : acc;
+      y[yo + o] = acc + (bias ? bias[o]! : 0);
     }
   }
 }
