@@ -162,6 +162,22 @@ describe('simulate', () => {
     expect(on.meanTtftS).toBeLessThan(off.meanTtftS);
   });
 
+  it('simulates a GQA 70B model sharded over two H200s, with more KV room than its MHA twin', () => {
+    const gqa = MODELS['Llama-2-70B'];
+    const mha = { ...gqa, name: 'Llama-2-70B-MHA', numKvHeads: gqa.numHeads };
+    const opts = { tensorParallel: 2 } as const;
+    expect(kvCapacity(gqa, 'H200', opts).kvTokens).toBeGreaterThan(
+      7 * kvCapacity(mha, 'H200', opts).kvTokens,
+    );
+    const r = simulate({
+      model: 'Llama-2-70B',
+      hardware: 'H200',
+      tensorParallel: 2,
+      workload: { kind: 'alpaca', numRequests: 30, seed: 3, rate: 4 },
+    });
+    expect(r.completed).toBe(30);
+  });
+
   it('runs swap preemption through the host link', () => {
     const r = simulate({
       model: 'OPT-13B',
