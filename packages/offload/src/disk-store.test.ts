@@ -51,6 +51,12 @@ describe('DiskStore', () => {
     expect(await s.countPrefix([0, 1, 2].map(key))).toBe(1);
   });
 
+  it('round-trips with fsync on', async () => {
+    const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20, fsync: true });
+    expect(await s.putMany([{ key: key(1), value: block(1, 4000) }])).toBe(1);
+    expect(sameBytes((await s.getMany([key(1)]))[0], block(1, 4000))).toBe(true);
+  });
+
   it('keeps the cache across a restart, oldest first in the rebuilt policy', async () => {
     const a = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
     for (let i = 0; i < 4; i++) await a.putMany([{ key: key(i), value: block(i, 1000) }]);

@@ -29,6 +29,15 @@ describe('HostMemoryStore', () => {
     expect(s.stats()).toMatchObject({ hits: 2, misses: 1, entries: 1, bytes: 4096, puts: 1 });
   });
 
+  it('hands out views of the stored bytes with copyOnGet: false', async () => {
+    const s = new HostMemoryStore({ namespace: NS, maxBytes: 1 << 20, copyOnGet: false });
+    await s.putMany([{ key: key(1), value: block(1, 64) }]);
+    const [a] = await s.getMany([key(1)]);
+    const [b] = await s.getMany([key(1)]);
+    expect(a).toBe(b);
+    expect(sameBytes(a, block(1, 64))).toBe(true);
+  });
+
   it('counts a present prefix and stops at the first gap', async () => {
     const s = new HostMemoryStore({ namespace: NS, maxBytes: 1 << 20 });
     await s.putMany([0, 1, 2, 4].map((i) => ({ key: key(i), value: block(i, 16) })));
