@@ -12,6 +12,7 @@ import {
   quantize,
 } from '../src/index.js';
 import { gaussian, keysWithOutliers } from '../src/synthetic.test-util.js';
+import { kernelFigures } from './kernels.js';
 
 const json = process.argv.includes('--json');
 const W = { qHeads: 32, kvHeads: 8, headDim: 128, context: 2048, queries: 4 };
@@ -142,6 +143,14 @@ function run(o: { outlierEvery: number; outlierScale: number }): Record<string, 
 }
 
 const results = { typical: run(WORKLOADS.typical), harsh: run(WORKLOADS.harsh) };
+const kernels = await kernelFigures({
+  qHeads: W.qHeads,
+  kvHeads: W.kvHeads,
+  headDim: W.headDim,
+  contexts: [2048, 16384],
+  reps: 5,
+  ...WORKLOADS.typical,
+});
 const report = {
   workload: {
     ...W,
@@ -150,8 +159,8 @@ const report = {
   },
   formats: results.typical,
   formats_harsh_outliers: results.harsh,
-  // Decode-time ratios need the quantized paged kernels of @kvasir/attention-kernels.
-  decode_time_vs_f16: null,
+  // The paged decode kernels of @kvasir/attention-kernels on this machine's WebGPU adapter.
+  kernels,
 };
 if (json) console.log(JSON.stringify(report));
 else {
@@ -166,3 +175,4 @@ else {
     }
   }
 }
+if (!json) console.log('paged decode kernels:', JSON.stringify(kernels, null, 2));
