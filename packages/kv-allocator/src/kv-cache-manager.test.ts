@@ -60,6 +60,16 @@ describe('KvCacheManager', () => {
     expect(m.stats().usedBlocks).toBe(3);
   });
 
+  it('can look up a prefix without counting it in the hit statistics', () => {
+    const m = new KvCacheManager({ numBlocks: 8, blockSize: 4 });
+    m.allocateSlots('a', range(0, 8));
+    expect(m.findCachedPrefix(range(0, 8), undefined, { record: false }).numTokens).toBe(8);
+    expect(m.stats().prefixQueries).toBe(0);
+    expect(m.stats().prefixHitTokens).toBe(0);
+    m.findCachedPrefix(range(0, 8));
+    expect(m.stats()).toMatchObject({ prefixQueries: 1, prefixQueryTokens: 8, prefixHitTokens: 8 });
+  });
+
   it('keeps extra keys (model, adapter, salt) apart', () => {
     const m = new KvCacheManager({ numBlocks: 16, blockSize: 4 });
     m.allocateSlots('a', range(0, 8), { extraKeys: { cacheSalt: 'tenant-a' } });
@@ -177,7 +187,9 @@ describe('KvCacheManager', () => {
     m.allocateSlots('a', [1, 2]);
     m.free('a');
     const prefix = m.findCachedPrefix([1, 2, 3]);
+    expect(m.isPrefixValid(prefix)).toBe(true);
     m.allocateSlots('b', [7, 8, 9, 10]); // takes both blocks, evicting [1, 2]
+    expect(m.isPrefixValid(prefix)).toBe(false);
     expect(() => m.allocateSlots('c', [3], { prefix })).toThrow(/no longer holds/);
     expect(m.has('c')).toBe(false);
   });

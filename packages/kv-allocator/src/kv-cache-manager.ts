@@ -103,12 +103,21 @@ export class KvCacheManager {
 
   /**
    * The longest run of cached full blocks that starts `tokens`. Changes no block state; counts
-   * one prefix query in `stats()`. A prefix shorter than one block never hits.
+   * one prefix query in `stats()` unless `options.record` is false (for lookups that only rank
+   * or re-check requests, so they do not inflate the hit rate). A prefix shorter than one block
+   * never hits.
    * @throws {KvAllocatorError} INVALID_TOKEN for a token id that is not a u32 integer.
    */
-  findCachedPrefix(tokens: ArrayLike<number>, extraKeys?: ExtraKeys): CachedPrefix {
-    this.queries++;
-    this.queryTokens += tokens.length;
+  findCachedPrefix(
+    tokens: ArrayLike<number>,
+    extraKeys?: ExtraKeys,
+    options: { readonly record?: boolean } = {},
+  ): CachedPrefix {
+    const record = options.record ?? true;
+    if (record) {
+      this.queries++;
+      this.queryTokens += tokens.length;
+    }
     if (!this.enablePrefixCaching) return EMPTY_PREFIX;
     const blocks: BlockId[] = [];
     const hashes: BlockHash[] = [];
@@ -123,8 +132,23 @@ export class KvCacheManager {
       parent = hash;
     }
     const numTokens = blocks.length * this.blockSize;
-    this.hitTokens += numTokens;
+    if (record) this.hitTokens += numTokens;
     return { numTokens, blocks, hashes };
+  }
+
+  /**
+   * Whether every block of `prefix` still holds the content it was found with (it may have been
+   * reclaimed by allocations since `findCachedPrefix`). `allocateSlots` throws `STALE_PREFIX`
+   * for a prefix for which this is false.
+   */
+  isPrefixValid(prefix: CachedPrefix): boolean {
+    if (prefix.blocks.length !== prefix.hashes.length) return false;
+    for (let i = 0; i < prefix.blocks.length; i++) {
+      const b = prefix.blocks[i]!;
+      if (!Number.isInteger(b) || b < 0 || b >= this.numBlocks) return false;
+      if (this.pool.hashOf(b) !== prefix.hashes[i]) return false;
+    }
+    return true;
   }
 
   /** Blocks that can be handed out now: free plus reclaimable cached ones. */
