@@ -104,4 +104,59 @@ export {
   GPT2_SPLIT_PATTERN,
   trainByteLevelBpe,
 } from './tokenizer-train.js';
+
 // --- end model-files ---
+
+export { CpuForward, pagedAttentionCpu } from './forward-cpu.js';
+export type {
+  ForwardBlockCopy,
+  ForwardPlan,
+  ForwardSeq,
+  NormalizedPlan,
+  PlanLimits,
+} from './forward-plan.js';
+export { normalizePlan } from './forward-plan.js';
+export { applyRopeRows, ropeTables } from './forward-rope.js';
+// --- execution (model-exec) ---
+export type { GpuWeight } from './kernels/dense-kernels.js';
+export { DenseKernels, GEMV_MAX_ROWS } from './kernels/dense-kernels.js';
+export { addWgsl, biasAddWgsl, swigluWgsl } from './kernels/elementwise.wgsl.js';
+export { embeddingWgsl } from './kernels/embedding.wgsl.js';
+export { gemvWgsl, tiledMatmulWgsl } from './kernels/matmul.wgsl.js';
+export { pagedAttentionWgsl } from './kernels/paged-attention.wgsl.js';
+export type { MatmulEpilogue } from './kernels/reference.js';
+export {
+  addRef,
+  biasAddRef,
+  embeddingRef,
+  matmulRef,
+  rmsNormRef,
+  silu,
+  swigluRef,
+} from './kernels/reference.js';
+export { rmsNormWgsl } from './kernels/rms-norm.wgsl.js';
+export { ropeKvWriteWgsl } from './kernels/rope-kv-write.wgsl.js';
+export type { PackedWeight, WeightFormat } from './kernels/weight-format.js';
+export {
+  DEFAULT_INT8_GROUP_SIZE,
+  packRows,
+  packWeight,
+  unpackRow,
+  unpackWeight,
+  wordsPerRow,
+} from './kernels/weight-format.js';
+export type { KvCacheSpec, KvFormatName } from './kv-cache.js';
+export { kvCacheSpec, kvRowWord } from './kv-cache.js';
+export type { LoadModelOptions, Model } from './model.js';
+export { loadModel } from './model.js';
+export type { GenerateOptions } from './model-generate.js';
+export { generate } from './model-generate.js';
+export type {
+  LayerWeights,
+  LoadWeightsOptions,
+  ModelWeights,
+  WeightAllocator,
+  WeightSink,
+} from './weights.js';
+export { loadWeights } from './weights.js';
+// --- end model-exec ---
