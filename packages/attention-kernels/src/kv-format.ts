@@ -44,6 +44,11 @@ export interface KvFormat {
   readonly name: string;
   /** True when the writer must compute a per-(token, head) scale from the row's absmax. */
   readonly rowScaled: boolean;
+  /**
+   * The WGSL `KV_STORE_CHUNK` value, so writers can size their dispatch to one invocation per
+   * chunk. Optional: writers assume 1 (and over-dispatch) when a format leaves it out.
+   */
+  readonly storeChunk?: number;
   /** Words of one row of `headDim` elements. */
   rowWords(headDim: number): number;
   /** Scale / zero-point words at the end of each slab (0 for f32 and f16). */
@@ -155,6 +160,7 @@ const multipleOf8 = (d: number): boolean => Number.isInteger(d) && d > 0 && d % 
 export const f32Format: KvFormat = {
   name: 'f32',
   rowScaled: false,
+  storeChunk: 4,
   rowWords: (headDim) => headDim,
   scaleWordsPerSlab: () => 0,
   supportsHeadDim: multipleOf8,
@@ -210,6 +216,7 @@ fn kv_store_chunk(slab: u32, t: u32, c: u32, scale: f32) {
 export const f16Format: KvFormat = {
   name: 'f16',
   rowScaled: false,
+  storeChunk: 4,
   rowWords: (headDim) => headDim / 2,
   scaleWordsPerSlab: () => 0,
   supportsHeadDim: multipleOf8,

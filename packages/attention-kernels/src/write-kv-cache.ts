@@ -1,8 +1,12 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
 import { splitWorkgroups } from '@kvasir/gpu';
-import { bindingSize, requireBindable, requireBytes, requireCount } from './layout-bindings.js';
 import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from './layout.js';
-import { writeKvCacheShader } from './write-kv-cache.wgsl.js';
+import { bindingSize, requireBindable, requireBytes, requireCount } from './layout-bindings.js';
+import {
+  WRITE_KV_WORKGROUP,
+  writeKvCacheInvocations,
+  writeKvCacheShader,
+} from './write-kv-cache.wgsl.js';
 import { checkSlots } from './write-kv-cache-reference.js';
 
 /** Inputs of one {@link WriteKvCache} dispatch. */
@@ -97,7 +101,12 @@ export class WriteKvCache {
       encoder,
       this.#pipeline,
       [args.key, args.value, args.slotMapping, args.kvCache, params],
-      splitWorkgroups(args.numTokens * H, this.#gpu.limits.maxComputeWorkgroupsPerDimension),
+      splitWorkgroups(
+        this.layout.format.rowScaled
+          ? args.numTokens * H
+          : Math.ceil(writeKvCacheInvocations(this.layout, args.numTokens) / WRITE_KV_WORKGROUP),
+        this.#gpu.limits.maxComputeWorkgroupsPerDimension,
+      ),
       'write-kv-cache',
     );
   }
