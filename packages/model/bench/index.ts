@@ -1,6 +1,6 @@
 // Decode/prefill benchmark of the forward pass on the adapter present (llvmpipe in CI).
 // `pnpm --filter @kvasir/model bench --json` prints one JSON object.
-import { BufferUsage, createGpu } from "@kvasir/gpu";
+import { BufferUsage, createGpu } from '@kvasir/gpu';
 import type { CheckpointReader, TensorInfo } from '../src/checkpoint.js';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
 import type { ForwardPlan } from '../src/forward-plan.js';
@@ -30,7 +30,8 @@ function syntheticReader(config: ModelConfig): CheckpointReader {
     }
     return out;
   };
-  const bytes = (name: string, start: number, count: number) => new Uint8Array(values(name, start, count).buffer);
+  const bytes = (name: string, start: number, count: number) =>
+    new Uint8Array(values(name, start, count).buffer);
   return {
     format: 'safetensors',
     path: '<synthetic>',
@@ -47,8 +48,10 @@ function syntheticReader(config: ModelConfig): CheckpointReader {
     async readInto(name, target, off = 0) {
       target.set(bytes(name, 0, (tensors.get(name) as TensorInfo).byteLength / 4), off);
     },
-    readTensorBytes: async (name) => bytes(name, 0, (tensors.get(name) as TensorInfo).byteLength / 4),
-    readTensorF32: async (name) => values(name, 0, (tensors.get(name) as TensorInfo).byteLength / 4),
+    readTensorBytes: async (name) =>
+      bytes(name, 0, (tensors.get(name) as TensorInfo).byteLength / 4),
+    readTensorF32: async (name) =>
+      values(name, 0, (tensors.get(name) as TensorInfo).byteLength / 4),
     close: async () => {},
   };
 }
@@ -104,14 +107,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   return (bytes * reps) / secs;
 }
 
-function decodePlan(batch: number, prefixLen: number, blockSize: number, step: number): ForwardPlan {
+function decodePlan(
+  batch: number,
+  prefixLen: number,
+  blockSize: number,
+  step: number,
+): ForwardPlan {
   // Every sequence shares the prefilled prefix block(s) and owns block (1 + s) for its own tokens.
   const prefixBlocks = Math.ceil(prefixLen / blockSize);
   const pos = prefixLen + step;
   return {
     tokenIds: Int32Array.from({ length: batch }, (_, s) => (s * 31 + step) % 1000),
     positions: new Int32Array(batch).fill(pos),
-    slotMapping: Int32Array.from({ length: batch }, (_, s) => (prefixBlocks + s) * blockSize + step),
+    slotMapping: Int32Array.from(
+      { length: batch },
+      (_, s) => (prefixBlocks + s) * blockSize + step,
+    ),
     seqs: Array.from({ length: batch }, (_, s) => ({
       queryStart: s,
       queryLen: 1,
@@ -133,14 +144,22 @@ async function benchConfig(name: string, config: ModelConfig, bandwidth: number)
   const prefixLen = 16;
   const numBlocks = 1 + 32 + 1;
   const t0 = performance.now();
-  const model = await loadModel(syntheticReader(config), { backend: 'webgpu', numBlocks, blockSize, kvFormat: 'f16' });
+  const model = await loadModel(syntheticReader(config), {
+    backend: 'webgpu',
+    numBlocks,
+    blockSize,
+    kvFormat: 'f16',
+  });
   const loadSecs = (performance.now() - t0) / 1000;
   log(`${name}: loaded in ${loadSecs.toFixed(1)} s on ${model.backend}`);
   // Prefill: warm up (pipeline compilation), then time one 128-token prompt (blocks 1..8).
   const prefill = (len: number, blocks: number[]): ForwardPlan => ({
     tokenIds: Int32Array.from({ length: len }, (_, i) => (i * 7) % 1000),
     positions: Int32Array.from({ length: len }, (_, i) => i),
-    slotMapping: Int32Array.from({ length: len }, (_, i) => (blocks[Math.floor(i / blockSize)] as number) * blockSize + (i % blockSize)),
+    slotMapping: Int32Array.from(
+      { length: len },
+      (_, i) => (blocks[Math.floor(i / blockSize)] as number) * blockSize + (i % blockSize),
+    ),
     seqs: [{ queryStart: 0, queryLen: len, contextLen: len, blockTable: blocks }],
     logitsIndices: Int32Array.of(len - 1),
   });
@@ -160,7 +179,9 @@ async function benchConfig(name: string, config: ModelConfig, bandwidth: number)
     [32, 1],
   ] as const) {
     await model.forward(decodePlan(batch, prefixLen, blockSize, 0));
-    const plans = Array.from({ length: steps }, (_, i) => decodePlan(batch, prefixLen, blockSize, 1 + i));
+    const plans = Array.from({ length: steps }, (_, i) =>
+      decodePlan(batch, prefixLen, blockSize, 1 + i),
+    );
     const secs = await timeSteps(model, plans);
     tps[batch] = batch / secs;
     result[`decode_tok_s_b${batch}`] = batch / secs;
@@ -170,12 +191,16 @@ async function benchConfig(name: string, config: ModelConfig, bandwidth: number)
       result.decode_achieved_bytes_s_b1 = (weightBytes + kvBytes) / secs;
       result.decode_vs_roofline = (weightBytes + kvBytes) / secs / bandwidth;
     }
-    log(`  decode batch ${batch}: ${(batch / secs).toFixed(2)} tok/s (${(secs * 1000).toFixed(0)} ms/step)`);
+    log(
+      `  decode batch ${batch}: ${(batch / secs).toFixed(2)} tok/s (${(secs * 1000).toFixed(0)} ms/step)`,
+    );
   }
   result.batch32_vs_batch1 = (tps[32] as number) / (tps[1] as number);
   result.prefill_tok_s = prefillLen / prefillSecs;
   result.load_s = loadSecs;
-  log(`  prefill: ${(prefillLen / prefillSecs).toFixed(1)} tok/s; roofline ${result.decode_vs_roofline?.toFixed(3)}`);
+  log(
+    `  prefill: ${(prefillLen / prefillSecs).toFixed(1)} tok/s; roofline ${result.decode_vs_roofline?.toFixed(3)}`,
+  );
   await model.destroy();
   return result;
 }
@@ -183,7 +208,9 @@ async function benchConfig(name: string, config: ModelConfig, bandwidth: number)
 /** Bytes of the matrices a decode step streams (f16 storage), embeddings counted once (tied). */
 function bytesOfWeights(c: ModelConfig): number {
   let n = 0;
-  for (const t of expectedTensors(c)) if (t.shape.length === 2 && t.name !== 'model.embed_tokens.weight') n += t.shape[0]! * t.shape[1]!;
+  for (const t of expectedTensors(c))
+    if (t.shape.length === 2 && t.name !== 'model.embed_tokens.weight')
+      n += t.shape[0]! * t.shape[1]!;
   // Tied: the embedding matrix is the LM head, read whole once per step; the gather reads B rows.
   if (c.tieWordEmbeddings) n += c.vocabSize * c.hiddenSize;
   return n * 2;
@@ -201,7 +228,11 @@ const base = {
 const bandwidth = await readBandwidth();
 log(`adapter streaming-read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s`);
 const mha = await benchConfig('110M MHA', makeModelConfig(base), bandwidth);
-const gqa = await benchConfig('110M GQA (4 kv heads)', makeModelConfig({ ...base, numKvHeads: 4 }), bandwidth);
+const gqa = await benchConfig(
+  '110M GQA (4 kv heads)',
+  makeModelConfig({ ...base, numKvHeads: 4 }),
+  bandwidth,
+);
 const out = {
   adapter_read_bytes_s: bandwidth,
   mha_110m: mha,
