@@ -200,6 +200,7 @@ export class CpuModelRunner implements ModelRunner {
       weightBytes: weights.bytes,
       weightDigest: weights.digest,
       backend: 'cpu (plain TypeScript, f32)',
+      canMoveBlocks: true,
     };
     this.codec = codecFor(tokenizer);
   }

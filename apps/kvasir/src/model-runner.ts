@@ -3,6 +3,7 @@ import type { KvLayout } from '@kvasir/kv-allocator';
 import type { EngineConfig } from './config.js';
 import { CpuModelRunner, loadCpuWeights, openModelFiles } from './cpu-runner.js';
 import { KvasirAppError } from './errors.js';
+import { loadGpuModel, openGpu } from './gpu-runner.js';
 import type { ModelRunner } from './runner.js';
 
 /** A model whose weights are loaded, before its KV cache is allocated. */
@@ -16,6 +17,8 @@ export interface LoadedModel {
   readonly maxBindingBytes: number;
   /** Backend and adapter, in words. */
   readonly backend: string;
+  /** Whether runners can read and write KV blocks (swap preemption needs it). */
+  readonly canMoveBlocks: boolean;
   /** Scratch memory one step needs at this batch size. */
   activationBytes(maxTokens: number, maxSeqs: number): number;
   /** Allocates the paged KV cache and returns the runner the engine drives. */
@@ -30,11 +33,13 @@ export interface LoadedModel {
  *   `INVALID_CONFIG` for a KV dtype the backend does not store.
  */
 export async function loadModelRunner(path: string, config: EngineConfig): Promise<LoadedModel> {
-  if (config.backend === 'webgpu') {
-    throw new KvasirAppError(
-      'MODEL_LOAD',
-      'the WebGPU backend needs the batched forward pass of @kvasir/model, which is not available yet; use --backend cpu',
-    );
+  // `auto` takes a hardware GPU when there is one; on a software adapter the CPU runner is faster.
+  if (config.backend === 'webgpu' || config.backend === 'auto') {
+    const gpu = await (config.backend === 'webgpu' ? openGpu() : openGpu().catch(() => undefined));
+    if (gpu && (config.backend === 'webgpu' || !gpu.isSoftware)) {
+      return loadGpuModel(path, config, gpu);
+    }
+    gpu?.destroy();
   }
   if (config.kvDtype !== 'f32') {
     throw new KvasirAppError(
@@ -79,6 +84,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     // One JS typed array per layer.
     maxBindingBytes: 2 ** 31 - 1,
     backend: 'cpu (plain TypeScript, f32)',
+    canMoveBlocks: true,
     activationBytes(maxTokens, maxSeqs) {
       const perToken = 4 * (4 * c.hiddenSize + 2 * qDim + 2 * kvDim + 2 * c.intermediateSize);
       return maxTokens * perToken + maxSeqs * c.vocabSize * 4;

@@ -40,6 +40,8 @@ export interface ModelFacts {
   readonly weightDigest: string;
   /** Backend description for banners and `kvasir info`. */
   readonly backend: string;
+  /** Whether `readBlocks`/`writeBlocks` work (swap preemption needs them). */
+  readonly canMoveBlocks: boolean;
 }
 
 /**
