@@ -99,6 +99,7 @@ fn kv_fp8_unpack4(w: u32, s: f32) -> vec4<f32> {
   const fmt: KvFormat = {
     name,
     rowScaled: true,
+    storeChunk: 4,
     rowWords: (headDim) => headDim / 4,
     scaleWordsPerSlab: (blockSize) => roundUp4(blockSize),
     supportsHeadDim: multipleOf(8),
@@ -200,6 +201,7 @@ export const INT4_KV_GROUP = 32;
 export const int4KvFormat: KvFormat = {
   name: 'int4-g32',
   rowScaled: false,
+  storeChunk: INT4_KV_GROUP,
   rowWords: (headDim) => headDim / 8,
   scaleWordsPerSlab: (blockSize, headDim) => roundUp4((blockSize * 2 * headDim) / INT4_KV_GROUP),
   supportsHeadDim: multipleOf(INT4_KV_GROUP),
@@ -347,6 +349,7 @@ export function fp8StaticKvFormat(format: Fp8, scales: StaticKvScales): KvFormat
   const fmt: KvFormat = {
     name: `${format}-static(k=${ks},v=${vs})`,
     rowScaled: false,
+    storeChunk: 4,
     rowWords: (headDim) => headDim / 4,
     scaleWordsPerSlab: () => 0,
     supportsHeadDim: multipleOf(8),
