@@ -7,16 +7,17 @@
  * are (token, query head) pairs sharing one KV head, so every K/V row is read once for all of
  * them. It stages the rows' queries (pre-scaled) and each tile's block ids in workgroup memory,
  * then per tile of {@link DECODE_TILE} keys:
- *   S: invocation j scores key j against every row (one K row read), masking keys past a row's
- *      causal bound;
- *   M: every invocation derives the same new running max per row; invocation j turns its
- *      scores into probabilities (exp2, log2(e) folded into the query scale);
- *   V: invocations split as (key subset × 8-element chunk of the head dim) accumulate p·V
- *      (one V row read per key for all rows).
- * Two barriers per tile: after S and after M. The next tile's S writes other arrays than V
- * reads, and the next M starts only after every invocation passed the next S barrier.
- * The key subsets are merged once at the end. Decode with one split and prefill write the
- * normalized output; decode with several splits writes the unnormalized partial output and its
+ *   S: invocation j scores key j against every row (one K row read for all of them, queries
+ *      in registers), masking keys past a row's causal bound;
+ *   V: invocations split as (key subset × 8-element chunk of the head dim) run an online
+ *      softmax (exp2, log2(e) folded into the query scale) over their keys, reading one V
+ *      chunk per key for all rows.
+ * One barrier per tile (after S): scores are double-buffered and block ids triple-buffered, so
+ * the next tile's S never overwrites what a slower invocation still reads in V. Software
+ * adapters turn every workgroup-memory and storage load into a per-lane scalar loop, so the
+ * kernel is shaped to load each K/V word once and little else.
+ * The key subsets (each with its own running max) are merged once at the end. Decode with one
+ * split and prefill write the normalized output; decode with several splits writes the unnormalized partial output and its
  * (max, sum) to scratch for pass 2, a workgroup per (sequence, query head), which merges them.
  */
 
@@ -76,10 +77,10 @@ const PARAMS_STRUCT = `struct Params {
 }`;
 
 /**
- * Pass-1 shader source. Loops over rows are unrolled into named scalars (dynamically indexed
- * private arrays become memory with an if-ladder or clamp per access on software adapters);
- * the loop over head-dim chunks stays a loop, since unrolling it too makes llvmpipe's JIT take
- * tens of seconds per pipeline.
+ * Pass-1 shader source. Loops over rows and head-dim chunks are unrolled into named scalars
+ * (dynamically indexed private arrays become memory with a per-lane loop on software
+ * adapters); rows per workgroup stay at most {@link MAX_ROWS_PER_WORKGROUP} so that the
+ * unrolled code stays small enough for their JIT.
  */
 export function pagedAttentionShader(o: AttentionShaderOptions): string {
   const W = DECODE_TILE;
@@ -134,7 +135,11 @@ ${rep(TOK, (t) => `  let lim${t} = past + tok0 + ${t + 1}u;`)}
   const splitWrite = `let row = (seq * NUM_Q_HEADS + head0 + h) * params.max_splits + split;
       out[row * D4 + k] = q_sh[i];
       if (k == 0u) {
-        ml[row] = vec2<f32>(m_sh[g], l_sh[g]);
+        var mx = MASK;
+        for (var r = 0u; r < KEY_SUBSETS; r++) {
+          mx = max(mx, m_sh[g * KEY_SUBSETS + r]);
+        }
+        ml[row] = vec2<f32>(mx, l_sh[g]);
       }`;
 
   return /* wgsl */ `
@@ -163,11 +168,14 @@ const BT_SLOTS: u32 = ${btSlots}u;
 const MASK: f32 = ${MASK};
 
 var<workgroup> q_sh: array<vec4<f32>, ${GW * D4}>;
-var<workgroup> s_sh: array<f32, ${GW * W}>;
-var<workgroup> p_sh: array<f32, ${GW * W}>;
-var<workgroup> bt_sh: array<u32, ${2 * btSlots}>;
+// Scores, double-buffered by tile parity: the next tile's S writes the other half while
+// slower invocations may still read this one in V.
+var<workgroup> s_sh: array<f32, ${2 * GW * W}>;
+// Block ids, triple-buffered: tile t reads buffer t % 3 while S of tile t loads t + 1 into
+// (t + 1) % 3, which no invocation still in V of tile t - 1 reads.
+var<workgroup> bt_sh: array<u32, ${3 * btSlots}>;
 var<workgroup> l_sh: array<f32, ${GW}>;
-var<workgroup> m_sh: array<f32, ${GW}>;
+var<workgroup> m_sh: array<f32, ${GW * keySubsets}>;
 
 ${o.kvLoad}
 
@@ -201,57 +209,46 @@ ${locate}
     q_sh[i] = qv * ${f32Literal(o.qScale)};
   }
   load_block_ids(0u, key_begin, seq, num_blocks, lane);
+  workgroupBarrier();
 
-  // V-phase role: dims [8c, 8c+8) over keys ks, ks + KEY_SUBSETS, ...
+  // The rows' queries live in registers: on software adapters every workgroup-memory load is
+  // a per-lane scalar loop, so reading q per key would cost more than the K row itself.
+${rep(GW * D4, (i) => `  let q${i} = q_sh[${i}];`)}
+
+  // V-phase role: dims [8c, 8c+8) over keys ks, ks + KEY_SUBSETS, ... with its own running
+  // max per row (merged across key subsets once at the end).
   let ks = lane / CHUNKS;
   let c = lane % CHUNKS;
   let v_active = ks < KEY_SUBSETS;
-
 ${rep(GW, (g) => `  var m${g} = MASK;\n  var l${g} = 0.0;\n  var a${g}x = vec4<f32>(0.0);\n  var a${g}y = vec4<f32>(0.0);`)}
-  workgroupBarrier();
 
   var buf = 0u;
+  var sb = 0u;
   for (var tile_start = key_begin; tile_start < key_end; tile_start += W) {
     let tile_len = min(W, key_end - tile_start);
     let first_block = tile_start / BLOCK_SIZE;
 
-    // S: invocation \`lane\` scores its key against every row.
-${rep(GW, (g) => `    var s${g} = MASK;`)}
+    // S: invocation \`lane\` scores its key against every row (one K row read for all).
     if (lane < tile_len) {
       let key = tile_start + lane;
       let block = bt_sh[buf * BT_SLOTS + key / BLOCK_SIZE - first_block];
       let slab = block * BLOCK_WORDS + 2u * kvh * SLAB_WORDS;
       let t = key % BLOCK_SIZE;
 ${rep(GW, (g) => `      var d${g} = 0.0;`)}
-      for (var cc = 0u; cc < CHUNKS; cc++) {
-        let k8 = kv_load8(slab, t, cc);
-${rep(GW, (g) => `        d${g} += dot(q_sh[${g * D4}u + 2u * cc], k8[0]) + dot(q_sh[${g * D4 + 1}u + 2u * cc], k8[1]);`)}
-      }
-${rep(GW, (g) => `      s${g} = select(${score(g)}, MASK, false${masked(g)});\n      s_sh[${g * W}u + lane] = s${g};`)}
-    }
-    workgroupBarrier();
-
-    // M: every invocation derives the same running max; invocation \`lane\` makes its key's p.
-${rep(GW, (g) => `    var t${g} = MASK;`)}
-    for (var j = 0u; j < tile_len; j++) {
-${rep(GW, (g) => `      t${g} = max(t${g}, s_sh[${g * W}u + j]);`)}
-    }
 ${rep(
-  GW,
-  (g) => `    let n${g} = max(m${g}, t${g});
-    let alpha${g} = exp2(m${g} - n${g});
-    m${g} = n${g};`,
+  chunks,
+  (cc) => `      {
+        let k8 = kv_load8(slab, t, ${cc}u);
+${rep(GW, (g) => `        d${g} += dot(q${g * D4 + 2 * cc}, k8[0]) + dot(q${g * D4 + 2 * cc + 1}, k8[1]);`)}
+      }`,
 )}
-    if (lane < tile_len) {
-${rep(GW, (g) => `      p_sh[${g * W}u + lane] = select(0.0, exp2(s${g} - m${g}), s${g} > -1.0e29);`)}
+${rep(GW, (g) => `      s_sh[${g * W}u + sb * ${GW * W}u + lane] = select(${score(g)}, MASK, false${masked(g)});`)}
     }
-    // The next tile's block ids go to the buffer that nobody reads during this tile.
-    load_block_ids(buf ^ 1u, tile_start + W, seq, num_blocks, lane);
+    load_block_ids((buf + 1u) % 3u, tile_start + W, seq, num_blocks, lane);
     workgroupBarrier();
 
-    // V: this invocation's 8 dims over its key subset.
+    // V: online softmax over this invocation's key subset, one V chunk read per key.
     if (v_active) {
-${rep(GW, (g) => `      l${g} *= alpha${g};\n      a${g}x *= alpha${g};\n      a${g}y *= alpha${g};`)}
       for (var j = ks; j < tile_len; j += KEY_SUBSETS) {
         let key = tile_start + j;
         let block = bt_sh[buf * BT_SLOTS + key / BLOCK_SIZE - first_block];
@@ -259,39 +256,53 @@ ${rep(GW, (g) => `      l${g} *= alpha${g};\n      a${g}x *= alpha${g};\n      a
         let v8 = kv_load8(slab, key % BLOCK_SIZE, c);
 ${rep(
   GW,
-  (g) => `        let p${g} = p_sh[${g * W}u + j];
-        l${g} += p${g};
-        a${g}x += p${g} * v8[0];
-        a${g}y += p${g} * v8[1];`,
+  (g) => `        {
+          let s = s_sh[${g * W}u + sb * ${GW * W}u + j];
+          let m_new = max(m${g}, s);
+          let alpha = exp2(m${g} - m_new);
+          let p = select(0.0, exp2(s - m_new), s > -1.0e29);
+          m${g} = m_new;
+          l${g} = l${g} * alpha + p;
+          a${g}x = a${g}x * alpha + p * v8[0];
+          a${g}y = a${g}y * alpha + p * v8[1];
+        }`,
 )}
       }
     }
-    buf ^= 1u;
+    buf = (buf + 1u) % 3u;
+    sb ^= 1u;
+  }
+
+  // Merge the key subsets: the common max per row, then rescaled sums into q_sh.
+  if (v_active && c == 0u) {
+${rep(GW, (g) => `    m_sh[${g * keySubsets}u + ks] = m${g};`)}
   }
   workgroupBarrier();
-
-  // Merge the key subsets; q_sh is free now and accumulates the output.
+${rep(
+  GW,
+  (g) => `  var mm${g} = MASK;
+  for (var r = 0u; r < KEY_SUBSETS; r++) {
+    mm${g} = max(mm${g}, m_sh[${g * keySubsets}u + r]);
+  }
+  let f${g} = exp2(m${g} - mm${g});`,
+)}
   for (var r = 0u; r < KEY_SUBSETS; r++) {
     if (v_active && ks == r) {
       if (r == 0u) {
-${rep(GW, (g) => `        q_sh[${g * D4}u + 2u * c] = a${g}x;\n        q_sh[${g * D4}u + 2u * c + 1u] = a${g}y;`)}
+${rep(GW, (g) => `        q_sh[${g * D4}u + 2u * c] = a${g}x * f${g};\n        q_sh[${g * D4}u + 2u * c + 1u] = a${g}y * f${g};`)}
       } else {
-${rep(GW, (g) => `        q_sh[${g * D4}u + 2u * c] += a${g}x;\n        q_sh[${g * D4}u + 2u * c + 1u] += a${g}y;`)}
+${rep(GW, (g) => `        q_sh[${g * D4}u + 2u * c] += a${g}x * f${g};\n        q_sh[${g * D4}u + 2u * c + 1u] += a${g}y * f${g};`)}
       }
       if (c == 0u) {
         if (r == 0u) {
-${rep(GW, (g) => `          l_sh[${g}] = l${g};`)}
+${rep(GW, (g) => `          l_sh[${g}] = l${g} * f${g};`)}
         } else {
-${rep(GW, (g) => `          l_sh[${g}] += l${g};`)}
+${rep(GW, (g) => `          l_sh[${g}] += l${g} * f${g};`)}
         }
       }
     }
     workgroupBarrier();
   }
-  if (lane == 0u) {
-${rep(GW, (g) => `    m_sh[${g}] = m${g};`)}
-  }
-  workgroupBarrier();
 
   for (var i = lane; i < GW * D4; i += W) {
     let g = i / D4;
