@@ -1,4 +1,11 @@
 /// <reference types="@webgpu/types" />
+import {
+  f16Format,
+  f32Format,
+  PAGED_ATTENTION_HEAD_DIMS,
+  PagedDecodeAttention,
+  PagedPrefillAttention,
+} from '@kvasir/attention-kernels';
 import { createGpu, type Gpu } from '@kvasir/gpu';
 import type { CheckpointReader } from './checkpoint.js';
 import type { ModelConfig } from './config.js';
@@ -32,7 +39,7 @@ export async function createGpuExecutor(
   reader: CheckpointReader,
   kv: KvCacheSpec,
   weightOpts: LoadWeightsOptions,
-  options: { gpu: unknown; required: boolean },
+  options: { gpu: unknown; required: boolean; attention?: 'auto' | 'builtin' | undefined },
 ): Promise<Executor | undefined> {
   let gpu: Gpu;
   const owned = options.gpu === undefined;
@@ -63,8 +70,23 @@ export async function createGpuExecutor(
         { details: { numBlocks: kv.numBlocks, bytes: kv.layerWords * 4, maxBinding } },
       );
     }
+    const c = reader.config;
+    let attention: AttentionKernels | undefined;
+    if (options.attention !== 'builtin' && PAGED_ATTENTION_HEAD_DIMS.includes(c.headDim)) {
+      const config = {
+        numQHeads: c.numHeads,
+        numKvHeads: c.numKvHeads,
+        headDim: c.headDim,
+        blockSize: kv.blockSize,
+        format: kv.format === 'f16' ? f16Format : f32Format,
+      };
+      attention = {
+        decode: await PagedDecodeAttention.create(gpu, config),
+        prefill: await PagedPrefillAttention.create(gpu, config),
+      };
+    }
     const weights = await loadWeights(reader, gpuAllocator(device, maxBinding), weightOpts);
-    return new GpuForward(gpu, owned, reader.config, weights, kv);
+    return new GpuForward(gpu, owned, c, weights, kv, attention);
   } catch (e) {
     if (owned) gpu.destroy();
     throw e;
@@ -116,7 +138,19 @@ function gpuAllocator(device: GPUDevice, maxBinding: number): WeightAllocator<Gp
   };
 }
 
-type StepOps = (pass: GPUComputePassEncoder, plan: NormalizedPlan) => void;
+/** `@kvasir/attention-kernels`' paged attention, used for the head dims it supports. */
+interface AttentionKernels {
+  readonly decode: PagedDecodeAttention;
+  readonly prefill: PagedPrefillAttention;
+}
+
+/** A step's attention plan from `@kvasir/attention-kernels` (shared by every layer). */
+type AttentionStep =
+  | { kind: 'decode'; plan: ReturnType<PagedDecodeAttention['plan']> }
+  | { kind: 'prefill'; plan: ReturnType<PagedPrefillAttention['plan']> }
+  | undefined;
+
+type StepOps = (enc: GPUCommandEncoder, plan: NormalizedPlan, attn: AttentionStep) => void;
 
 interface Scratch {
   tokens: number;
@@ -168,6 +202,7 @@ class GpuForward implements Executor {
     readonly config: ModelConfig,
     readonly weights: ModelWeights<GpuWeight>,
     readonly kv: KvCacheSpec,
+    readonly attention: AttentionKernels | undefined,
   ) {
     this.#device = gpu.device;
     this.#kernels = new DenseKernels(this.#device);
@@ -341,10 +376,11 @@ class GpuForward implements Executor {
       rowIndex: s.logitRows,
     });
     const head = k.matmul({ x: s.fin, w: w.lmHead, y: s.logitsBuf, params: this.#logitParams });
-    return (pass, plan) => {
+    return (enc, plan, attnStep) => {
       const t = plan.numTokens;
+      let pass = enc.beginComputePass({ label: 'kvasir-forward' });
       embed.encode(pass, t);
-      for (const L of layers) {
+      for (const [l, L] of layers.entries()) {
         L.norm1.encode(pass, t);
         L.q.encode(pass, t);
         L.k.encode(pass, t);
@@ -352,9 +388,20 @@ class GpuForward implements Executor {
         pass.setPipeline(ropePipe);
         pass.setBindGroup(0, L.rope);
         pass.dispatchWorkgroups(t);
-        pass.setPipeline(attnPipe);
-        pass.setBindGroup(0, L.attn);
-        pass.dispatchWorkgroups(c.numHeads, t);
+        if (attnStep && this.attention) {
+          // The attention kernels record their own passes into the same encoder.
+          pass.end();
+          const cache = this.#caches[l] as GPUBuffer;
+          const io = { query: s.q, kvCache: cache, output: s.attn };
+          if (attnStep.kind === 'decode')
+            this.attention.decode.encode(enc, { ...io, plan: attnStep.plan });
+          else this.attention.prefill.encode(enc, { ...io, plan: attnStep.plan });
+          pass = enc.beginComputePass({ label: 'kvasir-forward' });
+        } else {
+          pass.setPipeline(attnPipe);
+          pass.setBindGroup(0, L.attn);
+          pass.dispatchWorkgroups(c.numHeads, t);
+        }
         L.o.encode(pass, t);
         L.norm2.encode(pass, t);
         L.gateUp.encode(pass, t);
@@ -363,6 +410,33 @@ class GpuForward implements Executor {
       const n = plan.logitsIndices.length;
       finalNorm.encode(pass, n);
       head.encode(pass, n);
+      pass.end();
+    };
+  }
+
+  /** Plans the step's attention once for all layers (decode kernel for pure-decode steps). */
+  #attentionStep(plan: NormalizedPlan): AttentionStep {
+    const a = this.attention;
+    if (!a) return undefined;
+    let pureDecode = plan.numTokens === plan.numSeqs;
+    for (let r = 0; pureDecode && r < plan.numSeqs; r++) {
+      pureDecode = plan.queryLens[r] === 1 && plan.queryStarts[r] === r;
+    }
+    const batch = {
+      blockTables: plan.blockTables,
+      contextLens: plan.contextLens,
+      numSeqs: plan.numSeqs,
+      maxBlocksPerSeq: plan.maxBlocksPerSeq,
+    };
+    if (pureDecode) return { kind: 'decode', plan: a.decode.plan(batch) };
+    return {
+      kind: 'prefill',
+      plan: a.prefill.plan({
+        ...batch,
+        queryStarts: plan.queryStarts,
+        queryLens: plan.queryLens,
+        numTokens: plan.numTokens,
+      }),
     };
   }
 
@@ -414,21 +488,38 @@ class GpuForward implements Executor {
         }
       }
     }
-    const pass = enc.beginComputePass({ label: 'kvasir-forward' });
-    ops(pass, plan);
-    pass.end();
+    const attnStep = this.#attentionStep(plan);
+    try {
+      ops(enc, plan, attnStep);
+    } catch (e) {
+      attnStep?.plan.release();
+      throw new ModelError(
+        'BACKEND',
+        `encoding the forward step failed: ${e instanceof Error ? e.message : String(e)}`,
+        {
+          cause: e,
+        },
+      );
+    }
     const bytes = n * this.config.vocabSize * 4;
     if (n > 0) enc.copyBufferToBuffer(s.logitsBuf, 0, s.readback, 0, bytes);
-    qw.submit([enc.finish()]);
+    this.gpu.submit(enc);
     const oom = await dev.popErrorScope();
     const invalid = await dev.popErrorScope();
     const err = oom ?? invalid;
-    if (err) throw new ModelError('BACKEND', `WebGPU error in forward: ${err.message}`);
-    if (n === 0) return new Float32Array(0);
-    await s.readback.mapAsync(0x1, 0, bytes);
-    const out = new Float32Array(s.readback.getMappedRange(0, bytes).slice(0));
-    s.readback.unmap();
-    return out;
+    try {
+      if (err) throw new ModelError('BACKEND', `WebGPU error in forward: ${err.message}`);
+      if (n === 0) {
+        await qw.onSubmittedWorkDone();
+        return new Float32Array(0);
+      }
+      await s.readback.mapAsync(0x1, 0, bytes);
+      const out = new Float32Array(s.readback.getMappedRange(0, bytes).slice(0));
+      s.readback.unmap();
+      return out;
+    } finally {
+      attnStep?.plan.release();
+    }
   }
 
   async destroy(): Promise<void> {

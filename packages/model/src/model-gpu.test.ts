@@ -11,6 +11,7 @@ import { mergePlans, seqPlan, tempCheckpoint, tinyConfig } from './model.test-ut
 import { writeRandomCheckpoint } from './random-checkpoint.js';
 
 modelSuite('webgpu');
+modelSuite('webgpu', { attention: 'builtin' }, ' (built-in paged attention kernel)');
 
 describe('WebGPU forward vs CPU forward', () => {
   const config = tinyConfig({

@@ -16,7 +16,11 @@ function argmax(x: Float32Array): number {
   return b;
 }
 
-export function modelSuite(backend: 'cpu' | 'webgpu', extra: Partial<LoadModelOptions> = {}): void {
+export function modelSuite(
+  backend: 'cpu' | 'webgpu',
+  extra: Partial<LoadModelOptions> = {},
+  label = '',
+): void {
   const config = tinyConfig();
   const vocab = config.vocabSize;
   const blockSize = 8;
@@ -44,7 +48,7 @@ export function modelSuite(backend: 'cpu' | 'webgpu', extra: Partial<LoadModelOp
     await ckpt?.cleanup();
   });
 
-  describe(`${backend} forward`, () => {
+  describe(`${backend} forward${label}`, () => {
     it('runs on the asked backend', async () => {
       const m = await load();
       expect(m.backend).toBe(backend);
