@@ -17,6 +17,16 @@ export {
   roundToF16,
 } from './kv-format.js';
 export {
+  fp8E4m3KvFormat,
+  fp8E5m2KvFormat,
+  fp8StaticKvFormat,
+  INT4_KV_GROUP,
+  int4KvFormat,
+  int8KvFormat,
+  QUANTIZED_KV_FORMATS,
+  type StaticKvScales,
+} from './kv-format-quantized.js';
+export {
   blocksInCache,
   cacheBytes,
   type KvCacheConfig,

@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { CopyBlocks } from './copy-blocks.js';
-import type { KvFormat } from './kv-format.js';
+import { type KvFormat, kvFormat } from './kv-format.js';
 import {
   fp8E4m3KvFormat,
   fp8E5m2KvFormat,
@@ -259,4 +259,13 @@ describe('copy-on-write moves the scales with the block', () => {
       expect(Math.max(...Array.from(a).map(Math.abs))).toBeGreaterThan(2);
     });
   }
+});
+
+describe('registration', () => {
+  it('finds the dynamic-scale formats by name', () => {
+    expect(kvFormat('int8')).toBe(int8KvFormat);
+    expect(kvFormat('fp8-e4m3')).toBe(fp8E4m3KvFormat);
+    expect(kvFormat('fp8-e5m2')).toBe(fp8E5m2KvFormat);
+    expect(kvFormat('int4-g32')).toBe(int4KvFormat);
+  });
 });

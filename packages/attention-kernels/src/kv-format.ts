@@ -1,4 +1,5 @@
 import { AttentionKernelError } from './errors.js';
+import { QUANTIZED_KV_FORMATS } from './kv-format-quantized.js';
 
 /**
  * How a kernel declared the cache binding its format functions read or write: the binding's
@@ -278,6 +279,7 @@ fn kv_store_chunk(slab: u32, t: u32, c: u32, scale: f32) {
 const FORMATS = new Map<string, KvFormat>([
   ['f32', f32Format],
   ['f16', f16Format],
+  ...QUANTIZED_KV_FORMATS.map((f): [string, KvFormat] => [f.name, f]),
 ]);
 
 /**
