@@ -150,7 +150,9 @@ async function findNodeAdapter(
 ): Promise<FoundAdapter> {
   let webgpu: { create: (opts: string[]) => GPU };
   try {
-    webgpu = (await import('webgpu')) as unknown as { create: (opts: string[]) => GPU };
+    // A variable specifier keeps browser bundlers from trying to bundle Dawn's native addon.
+    const specifier = 'webgpu';
+    webgpu = (await import(/* @vite-ignore */ specifier)) as { create: (opts: string[]) => GPU };
   } catch (cause) {
     throw new GpuError(
       'NO_ADAPTER',
