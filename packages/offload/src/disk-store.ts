@@ -58,7 +58,7 @@ async function writeFully(fh: FileHandle, header: Uint8Array, payload: Uint8Arra
 
 /**
  * KV blocks as files: `<dir>/<namespace>/<first two hex>/<hash>.kvb`, each a framed value
- * (header with namespace, key, length and CRC-32, then the payload). A block is written to a
+ * (header with namespace, key, length and XXH64, then the payload). A block is written to a
  * unique temporary name and renamed into place, so readers see the old file, the new file or
  * nothing, never part of one. The index is rebuilt from the directory on open, so a restart
  * keeps the cache. Several processes may share the directory: files that vanish are misses,

@@ -1,10 +1,15 @@
-import { crc32 } from 'node:zlib';
 import { Packr } from 'msgpackr';
+import { xxh64 } from './xxh64';
 
 /** Magic string in every frame header. */
 export const FRAME_MAGIC = 'KVSR';
 /** Version of the frame layout (header fields and their meaning). */
 export const FRAME_VERSION = 1;
+
+/** The payload checksum stored in a header: XXH64 (seed 0) as 16 lowercase hex characters. */
+export function payloadChecksum(payload: Uint8Array): string {
+  return xxh64(payload).toString(16).padStart(16, '0');
+}
 
 // Plain msgpack maps (no msgpackr records/extensions) so any msgpack reader can parse a header.
 const packr = new Packr({ useRecords: false, moreTypes: false });
@@ -19,8 +24,8 @@ export interface FrameHeader {
   readonly key: string;
   /** Payload length in bytes. */
   readonly len: number;
-  /** CRC-32 (zlib polynomial) of the payload. */
-  readonly crc: number;
+  /** XXH64 (seed 0) of the payload, 16 lowercase hex characters. */
+  readonly xxh64: string;
 }
 
 /** Why a stored value was refused. */
@@ -43,7 +48,7 @@ export function encodeFrameHeader(ns: string, key: string, payload: Uint8Array):
     ns,
     key,
     len: payload.byteLength,
-    crc: crc32(payload),
+    xxh64: payloadChecksum(payload),
   };
   const body = packr.pack(header);
   const out = Buffer.allocUnsafe(2 + body.length);
@@ -76,12 +81,12 @@ export function decodeFrame(frame: Uint8Array, ns: string, key: string): Decoded
   if (h.magic !== FRAME_MAGIC) return { ok: false, fault: 'magic' };
   if (h.v !== FRAME_VERSION) return { ok: false, fault: 'version' };
   if (h.ns !== ns || h.key !== key) return { ok: false, fault: 'foreign' };
-  if (typeof h.len !== 'number' || typeof h.crc !== 'number')
+  if (typeof h.len !== 'number' || typeof h.xxh64 !== 'string')
     return { ok: false, fault: 'malformed' };
   const start = 2 + headerLen;
   if (frame.byteLength - start < h.len) return { ok: false, fault: 'truncated' };
   if (frame.byteLength - start > h.len) return { ok: false, fault: 'malformed' };
   const payload = frame.subarray(start);
-  if (crc32(payload) !== h.crc) return { ok: false, fault: 'checksum' };
+  if (payloadChecksum(payload) !== h.xxh64) return { ok: false, fault: 'checksum' };
   return { ok: true, payload };
 }

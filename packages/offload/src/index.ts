@@ -9,6 +9,7 @@ export {
   FRAME_VERSION,
   type FrameFault,
   type FrameHeader,
+  payloadChecksum,
 } from './frame';
 export { HostMemoryStore, type HostMemoryStoreOptions } from './host-memory-store';
 export { isBlockHash, KV_FORMAT_VERSION, type KvNamespaceSpec, kvNamespace } from './keys';
@@ -29,3 +30,4 @@ export type {
   KvBlockStore,
   OffloadStats,
 } from './types';
+export { xxh64 } from './xxh64';

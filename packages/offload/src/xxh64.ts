@@ -1,0 +1,210 @@
+// XXH64 (Yann Collet's xxHash, 64-bit), written here: the stripe loop, which touches every byte,
+// runs as a tiny hand-assembled WebAssembly function with native 64-bit multiplies; the few
+// per-value steps (seeding, merge, tail, avalanche) run in JavaScript with BigInt.
+
+const M64 = (1n << 64n) - 1n;
+const P1 = 0x9e3779b185ebca87n;
+const P2 = 0xc2b2ae3d27d4eb4fn;
+const P3 = 0x165667b19e3779f9n;
+const P4 = 0x85ebca77c2b2ae63n;
+const P5 = 0x27d4eb2f165667c5n;
+
+/** Signed LEB128 of a 64-bit two's-complement value. */
+function sleb64(v: bigint): number[] {
+  let x = BigInt.asIntN(64, v);
+  const out: number[] = [];
+  for (;;) {
+    const byte = Number(x & 0x7fn);
+    x >>= 7n;
+    const done = (x === 0n && (byte & 0x40) === 0) || (x === -1n && (byte & 0x40) !== 0);
+    out.push(done ? byte : byte | 0x80);
+    if (done) return out;
+  }
+}
+
+function section(id: number, body: number[]): number[] {
+  return [id, ...uleb(body.length), ...body];
+}
+
+function uleb(n: number): number[] {
+  const out: number[] = [];
+  do {
+    let b = n & 0x7f;
+    n >>>= 7;
+    if (n !== 0) b |= 0x80;
+    out.push(b);
+  } while (n !== 0);
+  return out;
+}
+
+/**
+ * `stripes(p, end)`: v1..v4 (u64 at memory offsets 0, 8, 16, 24) absorb the 32-byte stripes in
+ * [p, end): v = rotl(v + lane * P2, 31) * P1 for each of the four lanes.
+ */
+function buildModule(): Uint8Array {
+  const I64_LOAD = 0x29;
+  const I64_STORE = 0x37;
+  const lane = (local: number, offset: number): number[] => [
+    0x20,
+    local, // local.get v
+    0x20,
+    0, // local.get p
+    I64_LOAD,
+    3,
+    ...uleb(offset),
+    0x42,
+    ...sleb64(P2),
+    0x7e, // i64.const P2; i64.mul
+    0x7c, // i64.add
+    0x42,
+    31,
+    0x89, // i64.const 31; i64.rotl
+    0x42,
+    ...sleb64(P1),
+    0x7e, // i64.const P1; i64.mul
+    0x21,
+    local, // local.set v
+  ];
+  const code = [
+    1,
+    4,
+    0x7e, // locals: 4 × i64 (v1..v4 = locals 2..5)
+    ...[0, 8, 16, 24].flatMap((off, i) => [0x41, 0, I64_LOAD, 3, ...uleb(off), 0x21, 2 + i]),
+    0x02,
+    0x40, // block
+    0x03,
+    0x40, // loop
+    0x20,
+    0,
+    0x20,
+    1,
+    0x4f,
+    0x0d,
+    1, // if p >= end: break
+    ...lane(2, 0),
+    ...lane(3, 8),
+    ...lane(4, 16),
+    ...lane(5, 24),
+    0x20,
+    0,
+    0x41,
+    32,
+    0x6a,
+    0x21,
+    0, // p += 32
+    0x0c,
+    0, // continue
+    0x0b, // end loop
+    0x0b, // end block
+    ...[0, 8, 16, 24].flatMap((off, i) => [0x41, 0, 0x20, 2 + i, I64_STORE, 3, ...uleb(off)]),
+    0x0b, // end function
+  ];
+  const name = (s: string) => [s.length, ...Array.from(s, (c) => c.charCodeAt(0))];
+  return new Uint8Array([
+    0x00,
+    0x61,
+    0x73,
+    0x6d,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    ...section(1, [1, 0x60, 2, 0x7f, 0x7f, 0]), // type: (i32, i32) -> ()
+    ...section(3, [1, 0]), // one function of type 0
+    ...section(5, [1, 0x00, CHUNK_PAGES + 1]), // memory, min pages
+    ...section(7, [2, ...name('mem'), 0x02, 0, ...name('stripes'), 0x00, 0]),
+    ...section(10, [1, ...uleb(code.length), ...code]),
+  ]);
+}
+
+/** Bytes hashed per call into the module: a multiple of 32, one 64 KiB page short of the memory. */
+const CHUNK_PAGES = 16;
+const CHUNK = CHUNK_PAGES * 65536;
+const DATA = 65536; // data starts after the first page (state at 0..31)
+
+let instance:
+  | { mem: Uint8Array; state: BigUint64Array; stripes: (p: number, end: number) => void }
+  | undefined;
+
+// The few WebAssembly names used here (this package compiles without the DOM library).
+interface WasmApi {
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (
+    module: object,
+    imports: object,
+  ) => {
+    exports: { mem: { buffer: ArrayBuffer }; stripes: (p: number, end: number) => void };
+  };
+}
+
+function wasm(): NonNullable<typeof instance> {
+  if (instance !== undefined) return instance;
+  const api = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
+  const exports = new api.Instance(new api.Module(buildModule()), {}).exports;
+  instance = {
+    mem: new Uint8Array(exports.mem.buffer),
+    state: new BigUint64Array(exports.mem.buffer, 0, 4),
+    stripes: exports.stripes,
+  };
+  return instance;
+}
+
+const rotl = (x: bigint, r: bigint): bigint => ((x << r) | (x >> (64n - r))) & M64;
+const mul = (a: bigint, b: bigint): bigint => (a * b) & M64;
+const round = (acc: bigint, lane: bigint): bigint =>
+  mul(rotl((acc + mul(lane, P2)) & M64, 31n), P1);
+const merge = (h: bigint, v: bigint): bigint => (mul(h ^ round(0n, v), P1) + P4) & M64;
+
+/** XXH64 of `data` with `seed` (default 0), as a BigInt. */
+export function xxh64(data: Uint8Array, seed = 0n): bigint {
+  const len = data.byteLength;
+  const s = BigInt.asUintN(64, seed);
+  let h: bigint;
+  let p = 0;
+  if (len >= 32) {
+    const w = wasm();
+    w.state[0] = (s + P1 + P2) & M64;
+    w.state[1] = (s + P2) & M64;
+    w.state[2] = s;
+    w.state[3] = (s - P1) & M64;
+    const body = len - (len % 32);
+    // The module sees only its own memory: copy in a chunk at a time (a copy runs at memory speed).
+    while (p < body) {
+      const n = Math.min(CHUNK, body - p);
+      w.mem.set(data.subarray(p, p + n), DATA);
+      w.stripes(DATA, DATA + n);
+      p += n;
+    }
+    const [v1, v2, v3, v4] = [w.state[0]!, w.state[1]!, w.state[2]!, w.state[3]!];
+    h = (rotl(v1, 1n) + rotl(v2, 7n) + rotl(v3, 12n) + rotl(v4, 18n)) & M64;
+    h = merge(h, v1);
+    h = merge(h, v2);
+    h = merge(h, v3);
+    h = merge(h, v4);
+  } else {
+    h = (s + P5) & M64;
+  }
+  h = (h + BigInt(len)) & M64;
+  const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+  while (p + 8 <= len) {
+    h ^= round(0n, view.getBigUint64(p, true));
+    h = (mul(rotl(h, 27n), P1) + P4) & M64;
+    p += 8;
+  }
+  if (p + 4 <= len) {
+    h ^= mul(BigInt(view.getUint32(p, true)), P1);
+    h = (mul(rotl(h, 23n), P2) + P3) & M64;
+    p += 4;
+  }
+  while (p < len) {
+    h ^= mul(BigInt(data[p]!), P5);
+    h = mul(rotl(h, 11n), P1);
+    p++;
+  }
+  h ^= h >> 33n;
+  h = mul(h, P2);
+  h ^= h >> 29n;
+  h = mul(h, P3);
+  h ^= h >> 32n;
+  return h;
+}
