@@ -196,9 +196,14 @@ async function findNodeAdapter(
     }
     return { adapter, instance, backend: b, requestedLevel: level };
   }
+  const egl = process.env.EGL_PLATFORM;
+  const eglHint =
+    order.includes('opengles') && egl !== undefined && egl !== 'surfaceless'
+      ? ` EGL_PLATFORM is '${egl}': without a display, unset it or set it to 'surfaceless'.`
+      : '';
   throw new GpuError(
     'NO_ADAPTER',
-    `No WebGPU adapter found (tried ${tried.join('; ')}). ${NO_ADAPTER_HELP}`,
+    `No WebGPU adapter found (tried ${tried.join('; ')}). ${NO_ADAPTER_HELP}${eglHint}`,
     {
       details: { tried },
     },

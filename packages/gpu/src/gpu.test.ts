@@ -90,6 +90,30 @@ describe('createGpu', () => {
     expect((err as GpuError).message).toContain('apt-get install libegl1 libgles2');
   });
 
+  it('fails with NO_ADAPTER and advice when no backend works', async () => {
+    const fixture = fileURLToPath(new URL('../test/fixtures/no-adapter.ts', import.meta.url));
+    const stdout = await new Promise<string>((resolve) => {
+      execFile(
+        process.execPath,
+        ['--import', 'tsx', fixture],
+        {
+          timeout: 50_000,
+          cwd: fileURLToPath(new URL('..', import.meta.url)),
+          // No Vulkan here is assumed by this test only when the suite itself runs on OpenGL ES.
+          env: { ...process.env, EGL_PLATFORM: 'x11', DISPLAY: '' },
+        },
+        (_error, out) => resolve(out),
+      );
+    });
+    if (gpu.backend !== 'opengles') return; // a machine with a real GPU finds it regardless
+    const line = stdout.split('\n').find((l) => l.startsWith('{'));
+    expect(line).toBeDefined();
+    const result = JSON.parse(line!) as { code: string; message: string };
+    expect(result.code).toBe('NO_ADAPTER');
+    expect(result.message).toContain('libegl1 libgles2 libegl-mesa0 libgl1-mesa-dri');
+    expect(result.message).toContain("EGL_PLATFORM is 'x11'");
+  });
+
   it('rejects an adapter that does not match adapterName', async () => {
     const err = await createGpu({ adapterName: 'no-such-adapter-xyz' }).catch((e: unknown) => e);
     expect((err as GpuError).code).toBe('NO_ADAPTER');
