@@ -139,6 +139,19 @@ describe('buffers', () => {
     );
   });
 
+  it('reads back concurrently without mixing results', async () => {
+    const buffers = Array.from({ length: 6 }, (_, k) =>
+      gpu.storageBuffer(Float32Array.from({ length: 100 + 50 * k }, (_, i) => k * 1000 + i)),
+    );
+    const all = await Promise.all(buffers.map((b) => gpu.readBuffer(b)));
+    all.forEach((bytes, k) => {
+      const f = new Float32Array(bytes);
+      expect(f.length).toBe(100 + 50 * k);
+      expect(f[0]).toBe(k * 1000);
+      expect(f[f.length - 1]).toBe(k * 1000 + f.length - 1);
+    });
+  });
+
   it('reads back an unaligned sub-range', async () => {
     const data = new Uint8Array(64).map((_, i) => i * 3 + 1);
     const buffer = gpu.storageBuffer(data);

@@ -151,6 +151,7 @@ export class Gpu implements GpuDeviceReport {
   lastUncapturedError: string | undefined;
 
   readonly #buffers = new Set<GPUBuffer>();
+  readonly #staging: GPUBuffer[] = [];
   readonly #pipelines = new Map<string, Promise<GPUComputePipeline>>();
   readonly #modules = new Map<string, Promise<GPUShaderModule>>();
   #pipelineHits = 0;
@@ -360,30 +361,51 @@ export class Gpu implements GpuDeviceReport {
     // Copies must start and end on 4-byte boundaries; widen, then slice.
     const start = Math.floor(offset / 4) * 4;
     const end = Math.min(buffer.size, Math.ceil((offset + length) / 4) * 4);
-    const staging = this.device.createBuffer({
-      label: 'kvasir-readback',
-      size: end - start,
-      usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST,
-    });
+    const span = end - start;
+    const staging = this.#takeStaging(span);
+    let reusable = false;
     try {
       await this.withErrorScope(() => {
         const encoder = this.device.createCommandEncoder({ label: 'kvasir-readback' });
-        encoder.copyBufferToBuffer(buffer, start, staging, 0, end - start);
+        encoder.copyBufferToBuffer(buffer, start, staging, 0, span);
         this.device.queue.submit([encoder.finish()]);
       });
       try {
-        await staging.mapAsync(MapMode.READ);
+        await staging.mapAsync(MapMode.READ, 0, span);
       } catch (cause) {
         throw new GpuError('MAP_FAILED', `Mapping the read-back buffer failed: ${String(cause)}`, {
           cause,
         });
       }
-      const out = staging.getMappedRange().slice(offset - start, offset - start + length);
+      const out = staging.getMappedRange(0, span).slice(offset - start, offset - start + length);
       staging.unmap();
+      reusable = true;
       return out;
     } finally {
-      staging.destroy();
+      if (reusable && !this.#destroyed && this.#staging.length < 4) this.#staging.push(staging);
+      else staging.destroy();
     }
+  }
+
+  /**
+   * A MAP_READ buffer of at least `size` bytes: a pooled one when free (read-backs happen every
+   * decode step), else a new one rounded up to a power of two. Taken out of the pool while in
+   * use, so concurrent read-backs never share one.
+   */
+  #takeStaging(size: number): GPUBuffer {
+    let best = -1;
+    this.#staging.forEach((b, i) => {
+      if (b.size >= size && (best < 0 || b.size < this.#staging[best]!.size)) best = i;
+    });
+    if (best >= 0) return this.#staging.splice(best, 1)[0]!;
+    return this.device.createBuffer({
+      label: 'kvasir-readback',
+      size: Math.max(
+        size,
+        Math.min(this.limits.maxBufferSize, Math.max(4096, 2 ** Math.ceil(Math.log2(size)))),
+      ),
+      usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST,
+    });
   }
 
   /** Destroy a buffer made by this `Gpu` now instead of at {@link Gpu.destroy}. */
@@ -685,6 +707,8 @@ export class Gpu implements GpuDeviceReport {
     this.uniforms.destroy();
     for (const b of this.#buffers) b.destroy();
     this.#buffers.clear();
+    for (const b of this.#staging) b.destroy();
+    this.#staging.length = 0;
     this.#timestamp?.querySet.destroy();
     this.#timestamp = undefined;
     this.#pipelines.clear();
