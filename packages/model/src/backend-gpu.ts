@@ -1,10 +1,9 @@
 /// <reference types="@webgpu/types" />
 import {
-  f16Format,
-  f32Format,
   PAGED_ATTENTION_HEAD_DIMS,
   PagedDecodeAttention,
   PagedPrefillAttention,
+  WriteKvCache,
 } from '@kvasir/attention-kernels';
 import { createGpu, type Gpu } from '@kvasir/gpu';
 import type { CheckpointReader } from './checkpoint.js';
@@ -72,17 +71,26 @@ export async function createGpuExecutor(
     }
     const c = reader.config;
     let attention: AttentionKernels | undefined;
-    if (options.attention !== 'builtin' && PAGED_ATTENTION_HEAD_DIMS.includes(c.headDim)) {
+    const builtinFormat = kv.format === 'f32' || kv.format === 'f16';
+    const supported = PAGED_ATTENTION_HEAD_DIMS.includes(c.headDim);
+    if (!builtinFormat && (!supported || options.attention === 'builtin')) {
+      throw new ModelError(
+        'INVALID_CONFIG',
+        `KV format ${kv.format} needs @kvasir/attention-kernels' paged attention (head dims ${PAGED_ATTENTION_HEAD_DIMS.join(', ')}), head dim is ${c.headDim}${options.attention === 'builtin' ? " and attention: 'builtin' was asked" : ''}`,
+      );
+    }
+    if (options.attention !== 'builtin' && supported) {
       const config = {
         numQHeads: c.numHeads,
         numKvHeads: c.numKvHeads,
         headDim: c.headDim,
         blockSize: kv.blockSize,
-        format: kv.format === 'f16' ? f16Format : f32Format,
+        format: kv.kvFormat,
       };
       attention = {
         decode: await PagedDecodeAttention.create(gpu, config),
         prefill: await PagedPrefillAttention.create(gpu, config),
+        write: builtinFormat ? undefined : await WriteKvCache.create(gpu, config),
       };
     }
     const weights = await loadWeights(reader, gpuAllocator(device, maxBinding), weightOpts);
@@ -142,6 +150,8 @@ function gpuAllocator(device: GPUDevice, maxBinding: number): WeightAllocator<Gp
 interface AttentionKernels {
   readonly decode: PagedDecodeAttention;
   readonly prefill: PagedPrefillAttention;
+  /** The quantizing cache writer, for formats the fused RoPE + write kernel does not encode. */
+  readonly write: WriteKvCache | undefined;
 }
 
 /** A step's attention plan from `@kvasir/attention-kernels` (shared by every layer). */
@@ -323,8 +333,9 @@ class GpuForward implements Executor {
       slabWords: this.kv.slabWords,
       blockWords: this.kv.blockWords,
     };
-    const ropePipe = k.pipeline(ropeKvWriteWgsl(kvShape));
-    const attnPipe = k.pipeline(pagedAttentionWgsl(kvShape));
+    const writer = this.attention?.write;
+    const ropePipe = k.pipeline(ropeKvWriteWgsl({ ...kvShape, write: writer === undefined }));
+    const attnPipe = writer ? undefined : k.pipeline(pagedAttentionWgsl(kvShape));
     const bind = (p: GPUComputePipeline, bufs: GPUBuffer[]) =>
       this.#device.createBindGroup({
         layout: p.getBindGroupLayout(0),
@@ -346,8 +357,23 @@ class GpuForward implements Executor {
         q: k.matmul({ x: s.xn, w: lw.q, y: s.q, params: tp, bias: opt(lw.qBias) }),
         k: k.matmul({ x: s.xn, w: lw.k, y: s.k, params: tp, bias: opt(lw.kBias) }),
         v: k.matmul({ x: s.xn, w: lw.v, y: s.v, params: tp, bias: opt(lw.vBias) }),
-        rope: bind(ropePipe, [s.q, s.k, s.v, cache, s.cos, s.sin, s.positions, s.slots]),
-        attn: bind(attnPipe, [s.q, cache, s.attn, this.#attnParams, s.tokInfo, s.blockTables]),
+        rope: writer
+          ? this.#device.createBindGroup({
+              layout: ropePipe.getBindGroupLayout(0),
+              entries: (
+                [
+                  [0, s.q],
+                  [1, s.k],
+                  [4, s.cos],
+                  [5, s.sin],
+                  [6, s.positions],
+                ] as const
+              ).map(([binding, buffer]) => ({ binding, resource: { buffer } })),
+            })
+          : bind(ropePipe, [s.q, s.k, s.v, cache, s.cos, s.sin, s.positions, s.slots]),
+        attn: attnPipe
+          ? bind(attnPipe, [s.q, cache, s.attn, this.#attnParams, s.tokInfo, s.blockTables])
+          : undefined,
         o: k.matmul({
           x: s.attn,
           w: lw.o,
@@ -392,12 +418,19 @@ class GpuForward implements Executor {
           // The attention kernels record their own passes into the same encoder.
           pass.end();
           const cache = this.#caches[l] as GPUBuffer;
+          writer?.encode(enc, {
+            key: s.k,
+            value: s.v,
+            slotMapping: s.slots,
+            kvCache: cache,
+            numTokens: t,
+          });
           const io = { query: s.q, kvCache: cache, output: s.attn };
           if (attnStep.kind === 'decode')
             this.attention.decode.encode(enc, { ...io, plan: attnStep.plan });
           else this.attention.prefill.encode(enc, { ...io, plan: attnStep.plan });
           pass = enc.beginComputePass({ label: 'kvasir-forward' });
-        } else {
+        } else if (attnPipe && L.attn) {
           pass.setPipeline(attnPipe);
           pass.setBindGroup(0, L.attn);
           pass.dispatchWorkgroups(c.numHeads, t);

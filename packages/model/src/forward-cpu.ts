@@ -16,6 +16,17 @@ export function encodeKvRow(
   off: number,
 ): void {
   const d = spec.headDim;
+  if (spec.format !== 'f32' && spec.format !== 'f16') {
+    const slab = Math.floor(word / spec.slabWords) * spec.slabWords;
+    spec.kvFormat.encodeRow(
+      cache,
+      slab,
+      (word - slab) / spec.rowWords,
+      row.subarray(off, off + d),
+      spec.blockSize,
+    );
+    return;
+  }
   if (spec.format === 'f32') {
     const f = new Float32Array(cache.buffer, cache.byteOffset + word * 4, d);
     f.set(row.subarray(off, off + d));
@@ -36,6 +47,11 @@ export function decodeKvRow(
   out: Float32Array,
 ): void {
   const d = spec.headDim;
+  if (spec.format !== 'f32' && spec.format !== 'f16') {
+    const slab = Math.floor(word / spec.slabWords) * spec.slabWords;
+    spec.kvFormat.decodeRow(cache, slab, (word - slab) / spec.rowWords, out, spec.blockSize);
+    return;
+  }
   if (spec.format === 'f32') {
     out.set(new Float32Array(cache.buffer, cache.byteOffset + word * 4, d));
     return;

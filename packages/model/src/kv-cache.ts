@@ -1,8 +1,24 @@
+import {
+  f16Format,
+  f32Format,
+  type KvFormat,
+  kvCacheLayout,
+  QUANTIZED_KV_FORMATS,
+} from '@kvasir/attention-kernels';
 import type { ModelConfig } from './config.js';
 import { ModelError } from './errors.js';
 
-/** KV element formats the model can allocate. */
-export type KvFormatName = 'f32' | 'f16';
+/**
+ * KV element formats the model can allocate: `f32`, `f16`, and `@kvasir/attention-kernels`'
+ * quantized formats (`int8`, `fp8-e4m3`, `fp8-e5m2`, `int4-g32`, with per-row scales in
+ * each slab).
+ */
+export type KvFormatName = 'f32' | 'f16' | 'int8' | 'fp8-e4m3' | 'fp8-e5m2' | 'int4-g32';
+
+/** The `@kvasir/attention-kernels` format object of a name, or undefined. */
+export function resolveKvFormat(name: string): KvFormat | undefined {
+  return [f32Format, f16Format, ...QUANTIZED_KV_FORMATS].find((f) => f.name === name);
+}
 
 /**
  * Word arithmetic of one layer's paged KV buffer (the contract in `@kvasir/attention-kernels`):
@@ -11,6 +27,8 @@ export type KvFormatName = 'f32' | 'f16';
  */
 export interface KvCacheSpec {
   readonly format: KvFormatName;
+  /** The format's codec (CPU encode/decode rows, WGSL load/store). */
+  readonly kvFormat: KvFormat;
   readonly numLayers: number;
   readonly numKvHeads: number;
   readonly headDim: number;
@@ -32,10 +50,11 @@ export function kvCacheSpec(
   options: { kvFormat: KvFormatName; blockSize: number; numBlocks: number },
 ): KvCacheSpec {
   const { kvFormat, blockSize, numBlocks } = options;
-  if (kvFormat !== 'f32' && kvFormat !== 'f16') {
+  const format = resolveKvFormat(kvFormat);
+  if (!format) {
     throw new ModelError(
       'INVALID_ARGUMENT',
-      `kvFormat '${String(kvFormat)}' is not supported (f32, f16)`,
+      `kvFormat '${String(kvFormat)}' is not supported (f32, f16, ${QUANTIZED_KV_FORMATS.map((f) => f.name).join(', ')})`,
     );
   }
   if (!(Number.isInteger(blockSize) && blockSize >= 1)) {
@@ -50,11 +69,20 @@ export function kvCacheSpec(
       `numBlocks must be a positive integer, got ${numBlocks}`,
     );
   }
-  const rowWords = kvFormat === 'f32' ? c.headDim : c.headDim / 2;
-  const slabWords = blockSize * rowWords;
-  const blockWords = c.numKvHeads * 2 * slabWords;
+  let layout: ReturnType<typeof kvCacheLayout>;
+  try {
+    layout = kvCacheLayout({ numKvHeads: c.numKvHeads, headDim: c.headDim, blockSize, format });
+  } catch (cause) {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `kvFormat '${kvFormat}': ${(cause as Error).message}`,
+      { cause },
+    );
+  }
+  const { rowWords, slabWords, blockWords } = layout;
   return {
     format: kvFormat,
+    kvFormat: format,
     numLayers: c.numLayers,
     numKvHeads: c.numKvHeads,
     headDim: c.headDim,

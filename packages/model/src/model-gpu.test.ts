@@ -28,6 +28,7 @@ describe('WebGPU forward vs CPU forward', () => {
   it.each([
     ['f16', undefined],
     ['f32', 'int8'],
+    ['int8', undefined],
   ] as const)(
     'agree on a mixed batch (KV %s, weights %s), QKV bias and tied embeddings',
     async (kvFormat, weightQuant) => {

@@ -8,6 +8,11 @@ export interface RopeKvWriteOptions {
   readonly rowWords: number;
   readonly slabWords: number;
   readonly blockWords: number;
+  /**
+   * `false`: only rotate Q and K in place (K/V are then written by a format-specific writer,
+   * e.g. a quantized one); bindings 2, 3 and 7 are absent.
+   */
+  readonly write?: boolean;
 }
 
 /**
@@ -17,6 +22,7 @@ export interface RopeKvWriteOptions {
  * 4 cos, 5 sin, 6 positions, 7 slots. Dispatch `(T)`.
  */
 export function ropeKvWriteWgsl(o: RopeKvWriteOptions): string {
+  if (o.write === false) return ropeOnlyWgsl(o);
   const half = o.headDim / 2;
   const d = o.headDim;
   const store = o.f16
@@ -80,6 +86,46 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base = t * HKV * D + kh * D;
     let kWord = blk * BLOCK_WORDS + (2u * kh) * SLAB_WORDS + off * ROW_WORDS;
     let vWord = kWord + SLAB_WORDS;${store}
+  }
+}
+`;
+}
+
+function ropeOnlyWgsl(o: RopeKvWriteOptions): string {
+  const half = o.headDim / 2;
+  return /* wgsl */ `
+const D: u32 = ${o.headDim}u;
+const HALF: u32 = ${half}u;
+const HQ: u32 = ${o.numHeads}u;
+const HKV: u32 = ${o.numKvHeads}u;
+@group(0) @binding(0) var<storage, read_write> q: array<f32>;
+@group(0) @binding(1) var<storage, read_write> k: array<f32>;
+@group(0) @binding(4) var<storage, read> cosT: array<f32>;
+@group(0) @binding(5) var<storage, read> sinT: array<f32>;
+@group(0) @binding(6) var<storage, read> positions: array<i32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let t = wid.x;
+  let pos = u32(positions[t]);
+  for (var w = lid; w < (HQ + HKV) * HALF; w += 64u) {
+    let h = w / HALF;
+    let i = w % HALF;
+    let c = cosT[pos * HALF + i];
+    let s = sinT[pos * HALF + i];
+    if (h < HQ) {
+      let b = t * HQ * D + h * D;
+      let x0 = q[b + i];
+      let x1 = q[b + i + HALF];
+      q[b + i] = x0 * c - x1 * s;
+      q[b + i + HALF] = x1 * c + x0 * s;
+    } else {
+      let b = t * HKV * D + (h - HQ) * D;
+      let x0 = k[b + i];
+      let x1 = k[b + i + HALF];
+      k[b + i] = x0 * c - x1 * s;
+      k[b + i + HALF] = x1 * c + x0 * s;
+    }
   }
 }
 `;
