@@ -148,7 +148,7 @@ const kernels = await kernelFigures({
   kvHeads: W.kvHeads,
   headDim: W.headDim,
   contexts: [2048, 16384],
-  reps: 5,
+  reps: 7,
   ...WORKLOADS.typical,
 });
 const report = {
