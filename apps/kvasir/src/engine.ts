@@ -338,14 +338,19 @@ export class KvasirEngine implements InferenceEngine {
         this.#wake = undefined;
         continue;
       }
-      await this.step();
-      // Let HTTP handlers, aborts and new requests in between steps.
-      await yieldToEventLoop();
+      const worked = await this.step();
+      // Let HTTP handlers, aborts and new requests in between steps. A step with nothing to run
+      // (everything waits on blocks held elsewhere) must not spin the CPU.
+      if (worked) await yieldToEventLoop();
+      else await new Promise<void>((resolve) => setTimeout(resolve, 1));
     }
   }
 
-  /** Runs one engine step. Exposed for `kvasir generate` and tests; the loop calls it. */
-  async step(): Promise<void> {
+  /**
+   * Runs one engine step; false when the plan was empty. Exposed for embedding; the loop calls
+   * it.
+   */
+  async step(): Promise<boolean> {
     const plan = this.scheduler.schedule();
     this.steps++;
     if (plan.swapOut.length > 0) await this.#swapOut(plan);
@@ -410,6 +415,9 @@ export class KvasirEngine implements InferenceEngine {
         new EngineError('INTERNAL', 'the KV cache of this request was lost from the offload tier'),
       );
     }
+    return (
+      plan.numTokens > 0 || plan.swapIn.length > 0 || plan.swapOut.length > 0 || outputs.length > 0
+    );
   }
 
   #emitToken(
