@@ -9,7 +9,7 @@
  * then per tile of {@link DECODE_TILE} keys:
  *   S: invocation j scores key j against every row (one K row read for all of them, queries
  *      in registers), masking keys past a row's causal bound;
- *   V: invocations split as (key subset × 8-element chunk of the head dim) run an online
+ *   V: invocations split as (key subset × 16- or 32-element slice of the head dim) run an online
  *      softmax (exp2, log2(e) folded into the query scale) over their keys, reading one V
  *      chunk per key for all rows.
  * One barrier per tile (after S): scores are double-buffered and block ids triple-buffered, so
@@ -90,7 +90,12 @@ export function pagedAttentionShader(o: AttentionShaderOptions): string {
   const GW = HG * TOK;
   const group = o.numQHeads / o.numKvHeads;
   const chunks = o.headDim / 8;
-  const keySubsets = Math.floor(W / chunks);
+  // Each V-phase invocation owns VCH consecutive 8-element chunks: fewer invocations per key
+  // means fewer redundant score loads and exp2 per key.
+  const VCH = chunks % 4 === 0 ? 4 : 2;
+  const vLanes = chunks / VCH;
+  const keySubsets = Math.floor(W / vLanes);
+  const accs = (g: number): string[] => Array.from({ length: 2 * VCH }, (_, i) => `a${g}_${i}`);
   const btSlots = Math.floor((W - 1) / o.blockSize) + 2;
   const prefill = o.mode === 'prefill';
   const score = (g: number): string =>
@@ -161,6 +166,7 @@ const HEAD_CHUNKS: u32 = ${group / HG}u;
 const NUM_Q_HEADS: u32 = ${o.numQHeads}u;
 const W: u32 = ${W}u;
 const KEY_SUBSETS: u32 = ${keySubsets}u;
+const V_LANES: u32 = ${vLanes}u;
 const BLOCK_SIZE: u32 = ${o.blockSize}u;
 const SLAB_WORDS: u32 = ${o.slabWords}u;
 const BLOCK_WORDS: u32 = ${o.blockWords}u;
@@ -217,10 +223,16 @@ ${rep(GW * D4, (i) => `  let q${i} = q_sh[${i}];`)}
 
   // V-phase role: dims [8c, 8c+8) over keys ks, ks + KEY_SUBSETS, ... with its own running
   // max per row (merged across key subsets once at the end).
-  let ks = lane / CHUNKS;
-  let c = lane % CHUNKS;
+  let ks = lane / V_LANES;
+  let c = lane % V_LANES;
   let v_active = ks < KEY_SUBSETS;
-${rep(GW, (g) => `  var m${g} = MASK;\n  var l${g} = 0.0;\n  var a${g}x = vec4<f32>(0.0);\n  var a${g}y = vec4<f32>(0.0);`)}
+${rep(
+  GW,
+  (g) =>
+    `  var m${g} = MASK;\n  var l${g} = 0.0;\n${accs(g)
+      .map((a) => `  var ${a} = vec4<f32>(0.0);`)
+      .join('\n')}`,
+)}
 
   var buf = 0u;
   var sb = 0u;
@@ -253,7 +265,7 @@ ${rep(GW, (g) => `      s_sh[${g * W}u + sb * ${GW * W}u + lane] = select(${scor
         let key = tile_start + j;
         let block = bt_sh[buf * BT_SLOTS + key / BLOCK_SIZE - first_block];
         let slab = block * BLOCK_WORDS + (2u * kvh + 1u) * SLAB_WORDS;
-        let v8 = kv_load8(slab, key % BLOCK_SIZE, c);
+${rep(VCH, (v) => `        let v${v} = kv_load8(slab, key % BLOCK_SIZE, ${VCH}u * c + ${v}u);`)}
 ${rep(
   GW,
   (g) => `        {
@@ -263,8 +275,9 @@ ${rep(
           let p = select(0.0, exp2(s - m_new), s > -1.0e29);
           m${g} = m_new;
           l${g} = l${g} * alpha + p;
-          a${g}x = a${g}x * alpha + p * v8[0];
-          a${g}y = a${g}y * alpha + p * v8[1];
+${accs(g)
+  .map((a, i) => `          ${a} = ${a} * alpha + p * v${i >> 1}[${i & 1}];`)
+  .join('\n')}
         }`,
 )}
       }
@@ -289,9 +302,17 @@ ${rep(
   for (var r = 0u; r < KEY_SUBSETS; r++) {
     if (v_active && ks == r) {
       if (r == 0u) {
-${rep(GW, (g) => `        q_sh[${g * D4}u + 2u * c] = a${g}x * f${g};\n        q_sh[${g * D4}u + 2u * c + 1u] = a${g}y * f${g};`)}
+${rep(GW, (g) =>
+  accs(g)
+    .map((a, i) => `        q_sh[${g * D4 + i}u + ${2 * VCH}u * c] = ${a} * f${g};`)
+    .join('\n'),
+)}
       } else {
-${rep(GW, (g) => `        q_sh[${g * D4}u + 2u * c] += a${g}x * f${g};\n        q_sh[${g * D4}u + 2u * c + 1u] += a${g}y * f${g};`)}
+${rep(GW, (g) =>
+  accs(g)
+    .map((a, i) => `        q_sh[${g * D4 + i}u + ${2 * VCH}u * c] += ${a} * f${g};`)
+    .join('\n'),
+)}
       }
       if (c == 0u) {
         if (r == 0u) {
