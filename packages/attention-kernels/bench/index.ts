@@ -5,6 +5,7 @@
 // add it to SECTIONS below. Sections run in order and see `ctx.streamReadGbps` (the ceiling
 // measured first) to report ratios from the same run, e.g. decode_vs_stream.
 import { createGpu } from '@kvasir/gpu';
+import { attentionSection } from './attention.js';
 import { cacheOpsSection } from './cache-ops.js';
 import type { BenchContext, BenchSection } from './harness.js';
 import { streamSection } from './stream.js';
@@ -12,8 +13,8 @@ import { streamSection } from './stream.js';
 const SECTIONS: [string, BenchSection][] = [
   ['stream', streamSection],
   ['cache-ops', cacheOpsSection],
-  // Attention sections (decode_gbps, decode_vs_stream, paged_vs_contiguous, prefill_tflops,
-  // decode_split_k_gain) are added here.
+  // decode_gbps, decode_vs_stream, paged_vs_contiguous, decode_split_k_gain, prefill_tflops.
+  ['attention', attentionSection],
 ];
 
 async function main(): Promise<void> {

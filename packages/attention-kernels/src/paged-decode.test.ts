@@ -2,7 +2,7 @@ import type { Gpu } from '@kvasir/gpu';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AttentionKernelError } from './errors.js';
-import { f16Format, f32Format, type KvFormat } from './kv-format.js';
+import { f16Format, f32Format, type KvFormat, kvFormat } from './kv-format.js';
 import { chooseDecodeSplits, PagedDecodeAttention } from './paged-decode.js';
 import { type PagedFixture, pagedFixture, randomQuery } from './paged-decode-fixtures.js';
 import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
@@ -124,6 +124,21 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     expect(plan.numSplits).toBe(5);
     expect(plan.chunkTokens % 64).toBe(0);
     plan.release();
+  });
+
+  it('a quantized format plugs in unchanged: an int8 cache matches the reference', async () => {
+    for (const name of ['int8']) {
+      const fx = pagedFixture(seededRng(61), {
+        numQHeads: 8,
+        numKvHeads: 2,
+        headDim: 128,
+        blockSize: 16,
+        format: kvFormat(name),
+        contextLens: [70, 9],
+      });
+      const kernel = await PagedDecodeAttention.create(gpu, fx.config);
+      await check(gpu, kernel, fx, 6);
+    }
   });
 
   it('random contexts and block tables match the reference (property)', async () => {

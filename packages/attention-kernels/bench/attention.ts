@@ -1,0 +1,186 @@
+// Paged attention figures: decode_gbps / decode_vs_stream, paged_vs_contiguous,
+// prefill_tflops and decode_split_k_gain, all from the same run as stream_read_gbps.
+import type { Gpu } from '@kvasir/gpu';
+import { f16Format } from '../src/kv-format.js';
+import { kvCacheLayout } from '../src/layout.js';
+import { PagedDecodeAttention, type PagedDecodePlan } from '../src/paged-decode.js';
+import { PagedPrefillAttention } from '../src/paged-prefill.js';
+import { randomFloats, seededRng, shuffledRange } from '../src/testing/random.js';
+import type { BenchSection } from './harness.js';
+import { medianMs } from './harness.js';
+import { round } from './stream.js';
+
+const CONFIG = {
+  numQHeads: 32,
+  numKvHeads: 8,
+  headDim: 128,
+  blockSize: 16,
+  format: f16Format,
+} as const;
+
+/** A cache buffer of `numBlocks` blocks of valid f16 values (a repeated random pattern). */
+function fillCache(gpu: Gpu, bytes: number, seed: number): GPUBuffer {
+  const buffer = gpu.storageBuffer(bytes, 'bench-kv-cache');
+  const rng = seededRng(seed);
+  const pattern = new Uint32Array(1 << 18);
+  for (let i = 0; i < pattern.length; i++) {
+    // Two halves in [-1, 1): sign, exponent 14 or less, random mantissa.
+    const h = () =>
+      ((rng() < 0.5 ? 0x8000 : 0) | (((rng() * 15) | 0) << 10) | ((rng() * 1024) | 0)) >>> 0;
+    pattern[i] = (h() | (h() << 16)) >>> 0;
+  }
+  for (let off = 0; off < bytes; off += pattern.byteLength) {
+    gpu.upload(buffer, pattern.subarray(0, Math.min(pattern.length, (bytes - off) / 4)), off);
+  }
+  return buffer;
+}
+
+export const attentionSection: BenchSection = async (ctx) => {
+  const { gpu } = ctx;
+  const small = ctx.quick;
+  const layout = kvCacheLayout(CONFIG);
+  const maxBinding = Math.min(gpu.limits.maxStorageBufferBindingSize, gpu.limits.maxBufferSize);
+  const decode = await PagedDecodeAttention.create(gpu, CONFIG);
+  const rng = seededRng(7);
+  const samples = gpu.isSoftware || small ? 3 : 10;
+
+  // --- decode_gbps, decode_vs_stream, paged_vs_contiguous: batch 32 × context 2,048. ---
+  const batch = small ? 8 : 32;
+  const context = 2048;
+  const blocksPerSeq = context / CONFIG.blockSize;
+  // The cache may exceed one storage binding (256 MiB here vs llvmpipe's 128 MiB): split the
+  // batch over as many layer-sized buffers as needed, all encoded into one submission.
+  const seqsPerCache = Math.max(
+    1,
+    Math.min(batch, Math.floor(maxBinding / (blocksPerSeq * layout.bytesPerBlock))),
+  );
+  const parts = Math.ceil(batch / seqsPerCache);
+  const blocksPerCache = seqsPerCache * blocksPerSeq;
+  const caches = Array.from({ length: parts }, (_, i) =>
+    fillCache(gpu, blocksPerCache * layout.bytesPerBlock, i + 1),
+  );
+  const rowFloats = CONFIG.numQHeads * CONFIG.headDim;
+  const query = gpu.storageBuffer(randomFloats(rng, seqsPerCache * rowFloats));
+  const output = gpu.storageBuffer(seqsPerCache * rowFloats * 4);
+  const contextLens = new Uint32Array(seqsPerCache).fill(context);
+  const contiguous = Uint32Array.from({ length: blocksPerCache }, (_, i) => i);
+  const shuffled = Uint32Array.from(shuffledRange(rng, blocksPerCache));
+  const planFor = (tables: Uint32Array): PagedDecodePlan =>
+    decode.plan({
+      blockTables: tables,
+      contextLens,
+      numSeqs: seqsPerCache,
+      maxBlocksPerSeq: blocksPerSeq,
+    });
+  const contiguousPlan = planFor(contiguous);
+  const shuffledPlan = planFor(shuffled);
+  const timeDecode = (plan: PagedDecodePlan) =>
+    medianMs(
+      gpu,
+      (e) => {
+        for (const kvCache of caches) decode.encode(e, { plan, query, kvCache, output });
+      },
+      { samples },
+    );
+  const tShuffled = await timeDecode(shuffledPlan);
+  const tContiguous = await timeDecode(contiguousPlan);
+  const kvBytes = parts * seqsPerCache * context * CONFIG.numKvHeads * CONFIG.headDim * 2 * 2;
+  const decodeGbps = kvBytes / (tShuffled.ms / 1000) / 1e9;
+  ctx.log(
+    `decode: batch ${parts * seqsPerCache} × context ${context}, GQA 32/8, d128, f16, shuffled blocks: ${tShuffled.ms.toFixed(1)} ms → ${decodeGbps.toFixed(2)} GB/s (${(decodeGbps / ctx.streamReadGbps).toFixed(2)} of stream); contiguous ${tContiguous.ms.toFixed(1)} ms`,
+  );
+  contiguousPlan.release();
+  shuffledPlan.release();
+  for (const c of caches) gpu.releaseBuffer(c);
+  gpu.releaseBuffer(query);
+  gpu.releaseBuffer(output);
+
+  // --- decode_split_k_gain: batch 1 × context 16,384 with and without split-K. ---
+  const longContext = small ? 4096 : 16384;
+  const longBlocks = longContext / CONFIG.blockSize;
+  const longCache = fillCache(gpu, longBlocks * layout.bytesPerBlock, 9);
+  const longQuery = gpu.storageBuffer(randomFloats(rng, rowFloats));
+  const longOut = gpu.storageBuffer(rowFloats * 4);
+  const longTables = Uint32Array.from(shuffledRange(rng, longBlocks));
+  const longBatch = {
+    blockTables: longTables,
+    contextLens: Uint32Array.of(longContext),
+    numSeqs: 1,
+    maxBlocksPerSeq: longBlocks,
+  };
+  const onePlan = decode.plan({ ...longBatch, numSplits: 1 });
+  const splitPlan = decode.plan(longBatch);
+  const timeLong = (plan: PagedDecodePlan) =>
+    medianMs(
+      gpu,
+      (e) => decode.encode(e, { plan, query: longQuery, kvCache: longCache, output: longOut }),
+      { samples },
+    );
+  const tOne = await timeLong(onePlan);
+  const tSplit = await timeLong(splitPlan);
+  ctx.log(
+    `decode batch 1 × ${longContext}: one split ${tOne.ms.toFixed(1)} ms, ${splitPlan.numSplits} splits ${tSplit.ms.toFixed(1)} ms`,
+  );
+  const splits = splitPlan.numSplits;
+  onePlan.release();
+  splitPlan.release();
+  for (const b of [longCache, longQuery, longOut]) gpu.releaseBuffer(b);
+
+  // --- prefill_tflops: one 2,048-token causal prefill (d128, f16; GQA 32/8 on hardware, 8/2 on
+  // software adapters, which would take minutes for the full head count). ---
+  const prefillConfig = gpu.isSoftware ? { ...CONFIG, numQHeads: 8, numKvHeads: 2 } : CONFIG;
+  const prefillRow = prefillConfig.numQHeads * prefillConfig.headDim;
+  const prefill = await PagedPrefillAttention.create(gpu, prefillConfig);
+  const prefillLayout = kvCacheLayout(prefillConfig);
+  const promptLen = small ? 512 : 2048;
+  const promptBlocks = promptLen / CONFIG.blockSize;
+  const promptCache = fillCache(gpu, promptBlocks * prefillLayout.bytesPerBlock, 11);
+  const promptQuery = gpu.storageBuffer(randomFloats(rng, promptLen * prefillRow));
+  const promptOut = gpu.storageBuffer(promptLen * prefillRow * 4);
+  const prefillPlan = prefill.plan({
+    blockTables: Uint32Array.from(shuffledRange(rng, promptBlocks)),
+    queryStarts: Uint32Array.of(0),
+    queryLens: Uint32Array.of(promptLen),
+    contextLens: Uint32Array.of(promptLen),
+    numSeqs: 1,
+    maxBlocksPerSeq: promptBlocks,
+    numTokens: promptLen,
+  });
+  const tPrefill = await medianMs(
+    gpu,
+    (e) =>
+      prefill.encode(e, {
+        plan: prefillPlan,
+        query: promptQuery,
+        kvCache: promptCache,
+        output: promptOut,
+      }),
+    { samples: gpu.isSoftware || small ? 1 : 5 },
+  );
+  // QKᵀ and PV over the causal triangle: 2 × 2 × d FLOPs per (query, visible key) per head.
+  const flops =
+    4 * prefillConfig.headDim * prefillConfig.numQHeads * ((promptLen * (promptLen + 1)) / 2);
+  const tflops = flops / (tPrefill.ms / 1000) / 1e12;
+  ctx.log(
+    `prefill ${promptLen} tokens: ${tPrefill.ms.toFixed(0)} ms → ${(tflops * 1000).toFixed(2)} GFLOP/s`,
+  );
+  prefillPlan.release();
+  for (const b of [promptCache, promptQuery, promptOut]) gpu.releaseBuffer(b);
+
+  return {
+    decode_batch: parts * seqsPerCache,
+    decode_context: context,
+    decode_ms: round(tShuffled.ms),
+    decode_gbps: round(decodeGbps),
+    decode_vs_stream: round(decodeGbps / ctx.streamReadGbps),
+    paged_vs_contiguous: round(tShuffled.ms / tContiguous.ms),
+    decode_split_k_context: longContext,
+    decode_split_k_splits: splits,
+    decode_split_k_gain: round(tOne.ms / tSplit.ms),
+    prefill_tokens: promptLen,
+    prefill_heads: `${prefillConfig.numQHeads}/${prefillConfig.numKvHeads}`,
+    prefill_ms: round(tPrefill.ms),
+    prefill_tflops: round(tflops, 5),
+    attention_timing_source: tShuffled.source,
+  };
+};
