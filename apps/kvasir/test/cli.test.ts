@@ -79,6 +79,34 @@ describe('kvasir CLI commands (built CLI)', () => {
     for (const s of sim.systems) expect(s.completed).toBe(60);
   });
 
+  it('bench runs an in-process engine with Poisson arrivals', async () => {
+    const { stdout } = await kvasir([
+      'bench',
+      '--backend',
+      'cpu',
+      '--cache-dir',
+      CACHE_DIR,
+      '--rate',
+      '50',
+      '--concurrency',
+      '4',
+      '--max-requests',
+      '4',
+      '--duration',
+      '60',
+      '--max-tokens',
+      '3',
+      '--prompt-words',
+      '4',
+      '--json',
+    ]);
+    const report = JSON.parse(stdout);
+    expect(report.target).toBe('in-process');
+    expect(report.mode).toBe('rate');
+    expect(report.completed).toBe(4);
+    expect(report.tpot_ms.count).toBe(4);
+  });
+
   it('bench loads a running server and writes JSON and an SVG chart', async () => {
     const server = await startServer(['--backend', 'cpu']);
     const out = await mkdtemp(join(tmpdir(), 'kvasir-bench-'));
