@@ -3,6 +3,7 @@ import { mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { type BlockHash, type EvictionPolicy, FifoPolicy, LfuPolicy } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DiskStore } from './disk-store';
@@ -188,6 +189,43 @@ describe('DiskStore', () => {
       ),
       { numRuns: 25 },
     );
+  });
+
+  it('evicts exactly the victims a plugged-in policy chooses (FIFO, LFU)', async () => {
+    for (const make of [() => new FifoPolicy<BlockHash>(), () => new LfuPolicy<BlockHash>()]) {
+      const inner = make();
+      const chosen: BlockHash[] = [];
+      const spy: EvictionPolicy<BlockHash> = {
+        insert: (k) => inner.insert(k),
+        touch: (k) => inner.touch(k),
+        remove: (k) => inner.remove(k),
+        chooseVictim: () => {
+          const v = inner.chooseVictim();
+          if (v !== undefined) chosen.push(v);
+          return v;
+        },
+      };
+      const sub = await mkdtemp(join(dir, 'pol-'));
+      const frame = encodeFrameHeader(NS, key(0), block(0, 500)).byteLength + 500;
+      const s = await DiskStore.open({
+        namespace: NS,
+        dir: sub,
+        maxBytes: 3 * frame + 8,
+        policy: spy,
+      });
+      const evicted: BlockHash[] = [];
+      s.onEvict((k) => evicted.push(k));
+      for (const k of [0, 1, 2]) await s.putMany([{ key: key(k), value: block(k, 500) }]);
+      await s.getMany([key(0), key(0), key(1)]); // uses: 0 three times, 1 twice, 2 once
+      for (const k of [3, 4]) await s.putMany([{ key: key(k), value: block(k, 500) }]);
+      expect(evicted).toEqual(chosen);
+      expect(evicted.length).toBe(2);
+      const remaining = s.keys().sort();
+      // FIFO drops the two oldest; LFU drops 2 (one use), then 3 (new, one use) before 0 and 1.
+      const expected = (inner.name === 'fifo' ? [2, 3, 4] : [0, 1, 4]).map(key).sort();
+      expect(remaining).toEqual(expected);
+      for (const k of evicted) expect(await exists(s.filePath(k))).toBe(false);
+    }
   });
 
   it('shares a directory with another process: appearing and vanishing files', async () => {
