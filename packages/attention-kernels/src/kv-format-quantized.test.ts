@@ -212,7 +212,11 @@ describe('writeKvCache quantizes on write', () => {
       const cache = randomCache(rng, layout, numBlocks);
       const key = rowsWithOutliers(numTokens * c.numKvHeads, c.headDim, 21);
       const value = rowsWithOutliers(numTokens * c.numKvHeads, c.headDim, 22);
-      const slots = randomSlotMapping(rng, numTokens, numBlocks, c.blockSize, 0.2);
+      // Non-finite inputs: never set a scale, NaN encodes as 0 (code 0 in int4), ±inf saturates.
+      key[5] = Number.NaN;
+      key[70] = Number.POSITIVE_INFINITY;
+      value[3] = Number.NEGATIVE_INFINITY;
+      const slots = randomSlotMapping(rng, numTokens, numBlocks, c.blockSize, 0);
       const writer = await WriteKvCache.create(gpu, c);
       const kvCache = gpu.storageBuffer(cache);
       await writer.run({

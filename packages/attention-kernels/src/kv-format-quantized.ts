@@ -63,12 +63,15 @@ const multipleOf =
   (d: number): boolean =>
     Number.isInteger(d) && d > 0 && d % m === 0;
 
-/** Largest finite |x| of a row; NaN and infinities do not set the scale (as the quantizer). */
+/**
+ * The row's absolute maximum as the GPU writer reduces it: NaN, infinities (and magnitudes of
+ * 3e38 or more) do not set the scale.
+ */
 function rowAmax(row: Float32Array): number {
   let m = 0;
   for (let i = 0; i < row.length; i++) {
     const a = Math.abs(row[i]!);
-    if (a > m && a !== Number.POSITIVE_INFINITY) m = a;
+    if (a < 3.0e38 && a > m) m = a;
   }
   return m;
 }
