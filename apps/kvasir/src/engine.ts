@@ -540,16 +540,14 @@ export class KvasirEngine implements InferenceEngine {
   async #swapIn(plan: BatchPlan): Promise<Set<string> | undefined> {
     const store = this.#offload?.store;
     if (!store) throw new KvasirAppError('SWAP_LOST', 'swap preemption needs an offload store');
-    const keys = plan.swapIn.map((t) => {
-      const key = this.#swapKeys.get(t.hostSlot);
-      if (key === undefined) {
-        throw new KvasirAppError('SWAP_LOST', `host slot ${t.hostSlot} was never swapped out`);
-      }
-      this.#swapKeys.delete(t.hostSlot);
-      return key;
-    });
+    // A slot may appear more than once (blocks shared by forked sequences); an unknown slot is a
+    // lost block like any other miss.
+    const keys = plan.swapIn.map((t) => this.#swapKeys.get(t.hostSlot));
     // A swapped-out block has no other copy: wait for it rather than let a deadline drop it.
-    const { values } = await store.fetch(keys, { deadlineMs: 60_000 });
+    const known = [...new Set(keys.filter((k): k is string => k !== undefined))];
+    const fetched = await store.fetch(known, { deadlineMs: 60_000 });
+    const byKey = new Map(known.map((k, i) => [k, fetched.values[i]]));
+    const values = keys.map((k) => (k === undefined ? undefined : byKey.get(k)));
     const blocks: number[] = [];
     const data: Uint8Array[] = [];
     const lostBlocks = new Set<number>();
@@ -565,7 +563,8 @@ export class KvasirEngine implements InferenceEngine {
     this.#swapMisses += lostBlocks.size;
     await this.runner.writeBlocks(blocks, data);
     // The slot will be reused; drop the copy so it does not take the tier's budget.
-    await store.delete(keys);
+    for (const t of plan.swapIn) this.#swapKeys.delete(t.hostSlot);
+    await store.delete(known);
     if (lostBlocks.size === 0) return undefined;
     const lost = new Set<string>();
     for (const row of plan.rows) {

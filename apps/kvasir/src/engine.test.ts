@@ -1,0 +1,124 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { GenerationRequest } from '@kvasir/server';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type BuiltEngine, buildEngine } from './bootstrap.js';
+import { parseEngineConfig } from './config.js';
+
+// The real engine (scheduler, allocator, CPU runner, embedded default model) in-process, with a
+// cache small enough that random traffic forces preemption.
+let built: BuiltEngine;
+const cacheDir = mkdtempSync(join(tmpdir(), 'kvasir-engine-'));
+
+beforeAll(async () => {
+  built = await buildEngine(
+    parseEngineConfig({
+      backend: 'cpu',
+      cacheDir,
+      numGpuBlocks: 12,
+      blockSize: 8,
+      maxNumSeqs: 4,
+      maxNumBatchedTokens: 64,
+      preemptionMode: 'swap',
+      offload: { hostBytes: 8 * 1024 * 1024 },
+    }),
+  );
+});
+
+afterAll(async () => {
+  await built.close();
+});
+
+function request(
+  id: string,
+  prompt: number[],
+  maxTokens: number,
+  n: number,
+  seed: number,
+): GenerationRequest {
+  return {
+    id,
+    model: built.engine.modelCard.id,
+    promptTokens: prompt,
+    n,
+    maxTokens,
+    sampling: {
+      temperature: 1,
+      topP: 1,
+      topK: 0,
+      minP: 0,
+      presencePenalty: 0,
+      frequencyPenalty: 0,
+      repetitionPenalty: 1,
+      seed,
+    },
+    stopTokenIds: [],
+    ignoreEos: true,
+  };
+}
+
+describe('KvasirEngine under random traffic', () => {
+  it('ends every request exactly once and returns every block, with aborts at any moment', async () => {
+    let next = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            promptLen: fc.integer({ min: 1, max: 40 }),
+            maxTokens: fc.integer({ min: 1, max: 24 }),
+            n: fc.integer({ min: 1, max: 2 }),
+            abortAfter: fc.option(fc.integer({ min: 0, max: 20 }), { nil: undefined }),
+          }),
+          { minLength: 1, maxLength: 6 },
+        ),
+        async (specs) => {
+          const engine = built.engine;
+          expect(engine.health().status).toBe('ok');
+          const runs = specs.map(async (spec, i) => {
+            const controller = new AbortController();
+            const prompt = Array.from({ length: spec.promptLen }, (_, j) => (i * 31 + j * 7) % 250);
+            const id = `p${next++}`;
+            const stream = await engine.generate(
+              request(id, prompt, spec.maxTokens, spec.n, i),
+              controller.signal,
+            );
+            if (spec.abortAfter === 0) controller.abort();
+            const finished = new Map<number, number>();
+            const tokens = new Array<number>(spec.n).fill(0);
+            let usage = 0;
+            let seen = 0;
+            for await (const event of stream) {
+              if (event.kind === 'usage') {
+                usage++;
+                continue;
+              }
+              tokens[event.index]! += event.tokenIds.length;
+              if (event.finishReason)
+                finished.set(event.index, (finished.get(event.index) ?? 0) + 1);
+              seen += event.tokenIds.length;
+              if (spec.abortAfter !== undefined && seen >= spec.abortAfter) controller.abort();
+            }
+            // Every choice ended exactly once, with at most maxTokens tokens; one usage event.
+            expect([...finished.values()]).toEqual(new Array(spec.n).fill(1));
+            expect(usage).toBe(1);
+            for (const t of tokens) expect(t).toBeLessThanOrEqual(spec.maxTokens);
+            if (spec.abortAfter === undefined)
+              for (const t of tokens) expect(t).toBe(spec.maxTokens);
+          });
+          await Promise.all(runs);
+          const stats = engine.stats();
+          expect(stats.blocks.used).toBe(0);
+          expect(stats.requests.running + stats.requests.waiting + stats.requests.preempted).toBe(
+            0,
+          );
+          expect(stats.blocks.used + stats.blocks.cached + stats.blocks.free).toBe(
+            stats.blocks.total,
+          );
+        },
+      ),
+      { numRuns: 30 },
+    );
+  });
+});
