@@ -1,6 +1,6 @@
 // Decode/prefill benchmark of the forward pass on the adapter present (llvmpipe in CI).
 // `pnpm --filter @kvasir/model bench --json` prints one JSON object.
-import { BufferUsage, createGpu } from '@kvasir/gpu';
+import { BufferUsage, createGpu, type Gpu } from '@kvasir/gpu';
 import type { CheckpointReader, TensorInfo } from '../src/checkpoint.js';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
 import type { ForwardPlan } from '../src/forward-plan.js';
@@ -56,9 +56,12 @@ function syntheticReader(config: ModelConfig): CheckpointReader {
   };
 }
 
-/** Streaming-read bandwidth of the adapter: a grid-stride vec4 sum over a 64 MiB buffer. */
-async function readBandwidth(): Promise<number> {
-  const gpu = await createGpu();
+/**
+ * Streaming-read bandwidth of the adapter: a vec4 sum over a 64 MiB buffer. Returns a
+ * measuring function, so the bandwidth can be taken right next to each timed decode (the
+ * machines here are shared and their speed drifts within a run).
+ */
+async function bandwidthMeter(gpu: Gpu): Promise<() => Promise<number>> {
   const dev = gpu.device;
   const bytes = 64 * 1024 * 1024;
   const src = dev.createBuffer({ size: bytes, usage: BufferUsage.STORAGE });
@@ -99,12 +102,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     await dev.queue.onSubmittedWorkDone();
   };
   await run(1);
-  const reps = 4;
-  const t0 = performance.now();
-  await run(reps);
-  const secs = (performance.now() - t0) / 1000;
-  gpu.destroy();
-  return (bytes * reps) / secs;
+  return async () => {
+    const reps = 4;
+    const t0 = performance.now();
+    await run(reps);
+    return (bytes * reps) / ((performance.now() - t0) / 1000);
+  };
 }
 
 function decodePlan(
@@ -139,13 +142,18 @@ async function timeSteps(model: Model, plans: ForwardPlan[]): Promise<number> {
   return (performance.now() - t0) / 1000 / plans.length;
 }
 
-async function benchConfig(name: string, config: ModelConfig, bandwidth: number) {
+async function benchConfig(
+  name: string,
+  config: ModelConfig,
+  gpu: Gpu,
+  bandwidth: () => Promise<number>,
+) {
   const blockSize = 16;
   const prefixLen = 16;
   const numBlocks = 1 + 32 + 1;
   const t0 = performance.now();
   const model = await loadModel(syntheticReader(config), {
-    backend: 'webgpu',
+    gpu,
     numBlocks,
     blockSize,
     kvFormat: 'f16',
@@ -182,6 +190,7 @@ async function benchConfig(name: string, config: ModelConfig, bandwidth: number)
     const plans = Array.from({ length: steps }, (_, i) =>
       decodePlan(batch, prefixLen, blockSize, 1 + i),
     );
+    const bwBefore = batch === 1 ? await bandwidth() : 0;
     const secs = await timeSteps(model, plans);
     tps[batch] = batch / secs;
     result[`decode_tok_s_b${batch}`] = batch / secs;
@@ -189,7 +198,10 @@ async function benchConfig(name: string, config: ModelConfig, bandwidth: number)
       const kvBytes = (prefixLen + 2) * kvRowBytes;
       result.decode_bytes_per_step_b1 = weightBytes + kvBytes;
       result.decode_achieved_bytes_s_b1 = (weightBytes + kvBytes) / secs;
-      result.decode_vs_roofline = (weightBytes + kvBytes) / secs / bandwidth;
+      // The adapter's bandwidth bracketing the timed steps (mean of just before and just after).
+      const bw = (bwBefore + (await bandwidth())) / 2;
+      result.adapter_read_bytes_s = bw;
+      result.decode_vs_roofline = (weightBytes + kvBytes) / secs / bw;
     }
     log(
       `  decode batch ${batch}: ${(batch / secs).toFixed(2)} tok/s (${(secs * 1000).toFixed(0)} ms/step)`,
@@ -225,16 +237,19 @@ const base = {
   tieWordEmbeddings: true,
   maxPositionEmbeddings: 2048,
 };
-const bandwidth = await readBandwidth();
-log(`adapter streaming-read bandwidth: ${(bandwidth / 1e9).toFixed(2)} GB/s`);
-const mha = await benchConfig('110M MHA', makeModelConfig(base), bandwidth);
+const gpu = await createGpu();
+const bandwidth = await bandwidthMeter(gpu);
+log(`adapter: ${gpu.describe()}`);
+const mha = await benchConfig('110M MHA', makeModelConfig(base), gpu, bandwidth);
 const gqa = await benchConfig(
   '110M GQA (4 kv heads)',
   makeModelConfig({ ...base, numKvHeads: 4 }),
+  gpu,
   bandwidth,
 );
+gpu.destroy();
 const out = {
-  adapter_read_bytes_s: bandwidth,
+  adapter: gpu.adapterInfo.description || gpu.adapterInfo.device,
   mha_110m: mha,
   gqa_110m_kv4: gqa,
   decode_vs_roofline: mha.decode_vs_roofline,

@@ -136,6 +136,34 @@ describe('norm, embedding and element-wise kernels vs CPU reference', () => {
     );
   });
 
+  it('decodes every finite f16 weight exactly, subnormals and signed zeros included', async () => {
+    // All 63,488 finite halves as an f16 table of 8-wide rows: the GPU decode must be exact.
+    const halves: number[] = [];
+    for (let b = 0; b < 0x10000; b++) if (((b >>> 10) & 0x1f) !== 0x1f) halves.push(b);
+    const h = 8;
+    const vocab = halves.length / h;
+    const data = new Uint32Array(halves.length / 2);
+    for (let i = 0; i < data.length; i++)
+      data[i] = ((halves[2 * i] as number) | ((halves[2 * i + 1] as number) << 16)) >>> 0;
+    const table: PackedWeight = {
+      format: 'f16',
+      rows: vocab,
+      cols: h,
+      data,
+      scales: undefined,
+      groupSize: 0,
+    };
+    const ids = Int32Array.from({ length: vocab }, (_, i) => i);
+    const y = storage(device, vocab * h * 4);
+    const op = kernels.embedding({ ids: storage(device, ids), table: upload(table), y });
+    await runPass(device, (p) => op.encode(p, vocab));
+    const got = new Uint32Array((await readF32(device, y, vocab * h * 4)).buffer);
+    const want = new Uint32Array(embeddingRef(ids, table).buffer);
+    let bad = 0;
+    for (let i = 0; i < got.length; i++) if (got[i] !== want[i]) bad++;
+    expect(bad).toBe(0);
+  });
+
   it('SwiGLU, residual add and bias add', async () => {
     const [m, n] = [7, 300];
     const count = m * n;

@@ -1,13 +1,7 @@
 /// <reference types="@webgpu/types" />
 import { addWgsl, biasAddWgsl, ELEMENTWISE_WORKGROUP, swigluWgsl } from './elementwise.wgsl';
 import { embeddingWgsl } from './embedding.wgsl';
-import {
-  GEMV_ROWS,
-  gemvWgsl,
-  type MatmulShaderOptions,
-  TILE,
-  tiledMatmulWgsl,
-} from './matmul.wgsl';
+import { gemvRows, gemvWgsl, type MatmulShaderOptions, TILE, tiledMatmulWgsl } from './matmul.wgsl';
 import type { MatmulEpilogue } from './reference';
 import { rmsNormWgsl } from './rms-norm.wgsl';
 import type { WeightFormat } from './weight-format';
@@ -119,7 +113,7 @@ export class DenseKernels {
         pass.setPipeline(v.p);
         pass.setBindGroup(0, v.g);
         if (mTile === 0) pass.dispatchWorkgroups(Math.ceil(o.n / TILE), Math.ceil(m / TILE));
-        else pass.dispatchWorkgroups(Math.ceil(o.n / GEMV_ROWS), Math.ceil(m / mTile));
+        else pass.dispatchWorkgroups(Math.ceil(o.n / gemvRows(mTile)), Math.ceil(m / mTile));
       },
     };
   }

@@ -53,49 +53,70 @@ fn store(m: u32, n: u32, v: f32) { y[m * N + n] ${op} v${b('n')}; }`;
 }
 
 /**
- * Matrix-vector(s) kernel for decode: a workgroup computes {@link GEMV_ROWS} output features
- * for `mTile` input rows, each invocation striding over K, then a tree reduction in workgroup
+ * Output features per matrix-vector workgroup for `mTile` input rows: more features when fewer
+ * rows share the workgroup, so that the reduction and launch cost is spread over more work (a
+ * 32,000-row LM head otherwise launches 8,000 tiny workgroups).
+ */
+export function gemvRows(mTile: number): number {
+  return mTile === 1 ? 16 : mTile <= 4 ? 8 : GEMV_ROWS;
+}
+
+/**
+ * Matrix-vector(s) kernel for decode: a workgroup computes {@link gemvRows} output features for
+ * `mTile` input rows, each invocation striding over K, then a tree reduction in workgroup
  * memory. Reading each weight quad once for all `mTile` rows is what makes batched decode
- * cheaper than `mTile` separate decodes. Dispatch `(ceil(N / GEMV_ROWS), ceil(M / mTile))`.
+ * cheaper than `mTile` separate decodes. Dispatch `(ceil(N / gemvRows(mTile)), ceil(M / mTile))`.
  */
 export function gemvWgsl(o: MatmulShaderOptions, mTile: number): string {
   const WG = GEMV_WORKGROUP;
-  const R = GEMV_ROWS;
-  // Straight-line code over the mTile rows: llvmpipe compiles dynamically indexed private
-  // arrays into very slow code (or takes minutes to compile them).
+  const R = gemvRows(mTile);
+  const G = R / 4;
+  // Straight-line code over rows and feature quads: llvmpipe compiles dynamically indexed
+  // private arrays into very slow code (or takes minutes to compile them).
   const rows = Array.from({ length: mTile }, (_, i) => i);
-  const accDecl = rows.map((i) => `  var acc${i} = vec4<f32>(0.0);`).join('\n');
+  const groups = Array.from({ length: G }, (_, g) => g);
+  const accs = rows.flatMap((i) => groups.map((g) => `acc${i}_${g}`));
+  const accDecl = accs.map((a) => `  var ${a} = vec4<f32>(0.0);`).join('\n');
+  const wLoad = groups
+    .flatMap((g) =>
+      [0, 1, 2, 3].map((r) => `    let w${g}_${r} = loadW(min(n0 + ${4 * g + r}u, N - 1u), k4);`),
+    )
+    .join('\n');
   const accUpd = rows
     .map(
       (i) => `    {
       let xv = x[min(m0 + ${i}u, M - 1u) * K4 + k4];
-      acc${i} += vec4<f32>(dot(xv, w0), dot(xv, w1), dot(xv, w2), dot(xv, w3));
+${groups.map((g) => `      acc${i}_${g} += vec4<f32>(dot(xv, w${g}_0), dot(xv, w${g}_1), dot(xv, w${g}_2), dot(xv, w${g}_3));`).join('\n')}
     }`,
     )
     .join('\n');
-  const accStore = rows.map((i) => `  red[${i}u * ${WG}u + lid] = acc${i};`).join('\n');
+  // red[(i * G + g) * WG + lid] holds features 4g..4g+3 of row i.
+  const accStore = rows
+    .flatMap((i) => groups.map((g) => `  red[${(i * G + g) * WG}u + lid] = acc${i}_${g};`))
+    .join('\n');
   const write =
     o.epilogue === 'swiglu'
       ? /* wgsl */ `
-  if (lid < ${mTile * 2}u) {
-    let i = lid / 2u;
-    let pr = lid % 2u;
+  if (lid < ${(mTile * R) / 2}u) {
+    let i = lid / ${R / 2}u;
+    let r = 2u * (lid % ${R / 2}u);
     let m = m0 + i;
-    let n = n0 + 2u * pr;
-    let v = red[i * ${WG}u];
-    if (m < M && n < N) { storePair(m, n, v[2u * pr], v[2u * pr + 1u]); }
+    let n = n0 + r;
+    let v = red[(i * ${G}u + r / 4u) * ${WG}u];
+    if (m < M && n < N) { storePair(m, n, v[r % 4u], v[r % 4u + 1u]); }
   }`
       : /* wgsl */ `
   if (lid < ${mTile * R}u) {
     let i = lid / ${R}u;
+    let r = lid % ${R}u;
     let m = m0 + i;
-    let n = n0 + lid % ${R}u;
-    let v = red[i * ${WG}u];
-    if (m < M && n < N) { store(m, n, v[lid % ${R}u]); }
+    let n = n0 + r;
+    let v = red[(i * ${G}u + r / 4u) * ${WG}u];
+    if (m < M && n < N) { store(m, n, v[r % 4u]); }
   }`;
   return /* wgsl */ `${header(o)}
 ${storeFn(o)}
-var<workgroup> red: array<vec4<f32>, ${WG * mTile}>;
+var<workgroup> red: array<vec4<f32>, ${WG * mTile * G}>;
 
 @compute @workgroup_size(${WG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -104,10 +125,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let m0 = wid.y * ${mTile}u;
 ${accDecl}
   for (var k4 = lid; k4 < K4; k4 += ${WG}u) {
-    let w0 = loadW(min(n0, N - 1u), k4);
-    let w1 = loadW(min(n0 + 1u, N - 1u), k4);
-    let w2 = loadW(min(n0 + 2u, N - 1u), k4);
-    let w3 = loadW(min(n0 + 3u, N - 1u), k4);
+${wLoad}
     // Clamped rows past M compute values that are never stored; no divergent branch.
 ${accUpd}
   }
@@ -115,7 +133,7 @@ ${accStore}
   workgroupBarrier();
   for (var s = ${WG / 2}u; s > 0u; s >>= 1u) {
     if (lid < s) {
-${rows.map((i) => `      red[${i * WG}u + lid] += red[${i * WG}u + lid + s];`).join('\n')}
+${accs.map((_, j) => `      red[${j * WG}u + lid] += red[${j * WG}u + lid + s];`).join('\n')}
     }
     workgroupBarrier();
   }${write}

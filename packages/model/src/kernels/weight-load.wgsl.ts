@@ -23,7 +23,13 @@ fn loadW(row: u32, k4: u32) -> vec4<f32> { return w[row * K4 + k4]; }
 @group(0) @binding(${wBinding}) var<storage, read> w: array<vec2<u32>>;
 fn loadW(row: u32, k4: u32) -> vec4<f32> {
   let p = w[row * K4 + k4];
-  return vec4<f32>(unpack2x16float(p.x), unpack2x16float(p.y));
+  let h = vec4<u32>(p.x & 0xffffu, p.x >> 16u, p.y & 0xffffu, p.y >> 16u);
+  // Exact for every finite half (subnormals included): shift the exponent and mantissa into
+  // f32 position, rebias with an exact multiply by 2^112, restore the sign. Integer and float
+  // vector ops, which software adapters run much faster than unpack2x16float. (A device that
+  // flushes subnormals turns half subnormals, below 6.1e-5, into 0: harmless for weights.)
+  let mag = bitcast<vec4<f32>>((h & vec4<u32>(0x7fffu)) << vec4<u32>(13u)) * 5.192296858534828e33;
+  return bitcast<vec4<f32>>(bitcast<vec4<u32>>(mag) | ((h & vec4<u32>(0x8000u)) << vec4<u32>(16u)));
 }
 `;
   }
