@@ -107,7 +107,9 @@ export interface PagedPrefillRunArgs extends Omit<PagedPrefillBatch, 'numTokens'
  * to the chunk's own earlier tokens, all read from the paged cache (write the chunk's K/V with
  * `WriteKvCache` first). Row `i` of a sequence sees keys `0 .. past + i`. A workgroup packs a
  * few consecutive tokens with the query heads of one KV head's group, so every K/V row read
- * serves all of them; online softmax over 64-key tiles staged in workgroup memory.
+ * serves all of them; online softmax over 64-key tiles whose scores and block ids are staged
+ * in workgroup memory (K/V rows go straight from the cache to the one invocation that uses
+ * them, each word read once per workgroup).
  *
  * @example
  * ```ts
