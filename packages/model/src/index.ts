@@ -145,6 +145,7 @@ export {
   unpackWeight,
   wordsPerRow,
 } from './kernels/weight-format.js';
+export { kvBlockBytes } from './kv-blocks.js';
 export type { KvCacheSpec, KvFormatName } from './kv-cache.js';
 export { kvCacheSpec, kvRowWord } from './kv-cache.js';
 export type { LoadModelOptions, Model } from './model.js';
@@ -158,5 +159,5 @@ export type {
   WeightAllocator,
   WeightSink,
 } from './weights.js';
-export { loadWeights } from './weights.js';
+export { hostAllocator, loadWeights } from './weights.js';
 // --- end model-exec ---

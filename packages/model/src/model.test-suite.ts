@@ -125,6 +125,17 @@ export function modelSuite(
       expect(maxRelDiff(viaCopy, direct)).toBeLessThan(1e-6);
     });
 
+    it('runs concurrent forward calls one after another, as if awaited in turn', async () => {
+      const m = await load();
+      const a = seqPlan(tokens.slice(0, 9), 0, [21, 22], blockSize);
+      const b = seqPlan([tokens[9] as number], 9, [21, 22], blockSize);
+      const seqA = await m.forward(a);
+      const seqB = await m.forward(b);
+      const [ca, cb] = await Promise.all([m.forward(a), m.forward(b)]);
+      expect(maxRelDiff(ca as Float32Array, seqA)).toBeLessThan(1e-6);
+      expect(maxRelDiff(cb as Float32Array, seqB)).toBeLessThan(1e-6);
+    });
+
     it('refuses an inconsistent plan before touching the cache', async () => {
       const m = await load();
       const good = seqPlan(tokens.slice(0, 4), 0, [20], blockSize);

@@ -4,9 +4,9 @@ import type { ModelConfig } from './config.js';
 import { ModelError } from './errors.js';
 import { CpuForward } from './forward-cpu.js';
 import { type ForwardPlan, normalizePlan } from './forward-plan.js';
-import { type PackedWeight, wordsPerRow } from './kernels/weight-format.js';
+import { checkKvBlockArgs, cpuKvBlockIo, type KvBlockIo, kvBlockBytes } from './kv-blocks.js';
 import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from './kv-cache.js';
-import { checkExecutable, loadWeights, type WeightAllocator } from './weights.js';
+import { checkExecutable, hostAllocator, loadWeights } from './weights.js';
 
 /** Options of {@link loadModel}. */
 export interface LoadModelOptions {
@@ -59,6 +59,24 @@ export interface Model {
    * @throws {ModelError} `INVALID_PLAN` (before any state changes), `BACKEND` on a device failure.
    */
   forward(plan: ForwardPlan): Promise<Float32Array>;
+  /** Bytes of one physical KV block across all layers, scales included. */
+  readonly kvBlockBytes: number;
+  /**
+   * Reads whole KV blocks (swap-out, offload), after every earlier call on this model: for each
+   * id in order, every layer's contiguous block range in layer order (`kvBlockBytes` per block).
+   * The bytes are the cache's own words, so they go back unchanged through {@link writeBlocks}
+   * on any model with the same config, `kvFormat` and `blockSize`, CPU or WebGPU.
+   * @throws {ModelError} `INVALID_ARGUMENT` for an id outside the cache; `BACKEND` on a device failure.
+   */
+  readBlocks(blockIds: readonly number[]): Promise<Uint8Array>;
+  /**
+   * Writes blocks read by {@link readBlocks} back (swap-in), ordered after every earlier call
+   * and before every later one.
+   * @throws {ModelError} `INVALID_ARGUMENT` (before anything is written) for an id outside the
+   *   cache, a repeated id or `bytes` not `blockIds.length * kvBlockBytes` long; `BACKEND` on a
+   *   device failure.
+   */
+  writeBlocks(blockIds: readonly number[], bytes: Uint8Array): Promise<void>;
   /** Frees the weights and the cache (and the device when the model created it). */
   destroy(): Promise<void>;
 }
@@ -66,30 +84,8 @@ export interface Model {
 /** A step executor behind {@link Model}. @internal */
 export interface Executor {
   forward(plan: ReturnType<typeof normalizePlan>): Promise<Float32Array>;
+  readonly blocks: KvBlockIo;
   destroy(): Promise<void>;
-}
-
-function cpuAllocator(): WeightAllocator<PackedWeight> {
-  return (_name, rows, cols, format, groupSize) => {
-    const wpr = wordsPerRow(format, cols);
-    const data = new Uint32Array(rows * wpr);
-    const gpr = format === 'int8' ? cols / groupSize : 0;
-    const scales = format === 'int8' ? new Float32Array(rows * gpr) : undefined;
-    return {
-      write(rowStart, d, s) {
-        data.set(d, rowStart * wpr);
-        if (s && scales) scales.set(s, rowStart * gpr);
-      },
-      finish: () => ({
-        format,
-        rows,
-        cols,
-        data,
-        scales,
-        groupSize: format === 'int8' ? groupSize : 0,
-      }),
-    };
-  };
 }
 
 /**
@@ -161,10 +157,11 @@ export async function loadModel(
       if (executor) backend = 'webgpu';
     }
     if (!executor) {
-      const weights = await loadWeights(reader, cpuAllocator(), weightOpts);
+      const weights = await loadWeights(reader, hostAllocator(), weightOpts);
       const cpu = new CpuForward(config, weights, kv);
       executor = {
         forward: async (plan) => cpu.forward(plan),
+        blocks: cpuKvBlockIo(kv, cpu.caches),
         destroy: async () => {},
       };
     }
@@ -176,6 +173,14 @@ export async function loadModel(
       maxPosition: config.maxPositionEmbeddings,
     };
     let destroyed = false;
+    // Block transfers and steps share the cache: run every call in call order.
+    let tail: Promise<unknown> = Promise.resolve();
+    const serial = <T>(f: () => Promise<T>): Promise<T> => {
+      if (destroyed) return Promise.reject(new ModelError('BACKEND', 'model was destroyed'));
+      const run = tail.then(f);
+      tail = run.catch(() => undefined);
+      return run;
+    };
     return {
       config,
       backend,
@@ -183,7 +188,27 @@ export async function loadModel(
       forward(plan) {
         if (destroyed) return Promise.reject(new ModelError('BACKEND', 'model was destroyed'));
         try {
-          return exec.forward(normalizePlan(plan, limits));
+          const p = normalizePlan(plan, limits);
+          return serial(() => exec.forward(p));
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      },
+      kvBlockBytes: kvBlockBytes(kv),
+      readBlocks(blockIds) {
+        try {
+          checkKvBlockArgs(kv, blockIds);
+          const ids = [...blockIds];
+          return serial(() => exec.blocks.read(ids));
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      },
+      writeBlocks(blockIds, bytes) {
+        try {
+          checkKvBlockArgs(kv, blockIds, bytes);
+          const ids = [...blockIds];
+          return serial(() => exec.blocks.write(ids, bytes));
         } catch (e) {
           return Promise.reject(e);
         }
@@ -191,6 +216,7 @@ export async function loadModel(
       async destroy() {
         if (destroyed) return;
         destroyed = true;
+        await tail;
         await exec.destroy();
       },
     };

@@ -5,9 +5,11 @@ import type { ModelConfig } from './config.js';
 import { ModelError } from './errors.js';
 import {
   DEFAULT_INT8_GROUP_SIZE,
+  type PackedWeight,
   packable,
   packRows,
   type WeightFormat,
+  wordsPerRow,
 } from './kernels/weight-format.js';
 
 /** Where packed rows of one matrix go (a host array or a GPU buffer). */
@@ -66,6 +68,8 @@ export interface LoadWeightsOptions {
   readonly progress?: LoadProgress | undefined;
   /** Upper bound on one read chunk (bytes). */
   readonly maxChunkBytes?: number;
+  /** Elements decoded per pack-and-write batch (default 2^20): bounds host memory. */
+  readonly maxBatchElements?: number;
 }
 
 // Rows decoded per pack-and-write batch: bounded host memory whatever the matrix size.
@@ -108,6 +112,7 @@ export async function loadWeights<W>(
     }
     return f;
   };
+  const batchElements = options.maxBatchElements ?? TARGET_BATCH_ELEMENTS;
   const readOpts =
     options.maxChunkBytes === undefined ? undefined : { maxChunkBytes: options.maxChunkBytes };
 
@@ -121,6 +126,7 @@ export async function loadWeights<W>(
       cols,
       readOpts,
       progress,
+      batchElements,
     )) {
       const { data, scales } = packRows(values, rowCount, cols, format, groupSize);
       sink.write(rowStart, data, scales);
@@ -134,8 +140,12 @@ export async function loadWeights<W>(
     const format = formatOf(gateName, cols);
     formatOf(upName, cols);
     const sink = allocate(`${gateName}+up`, 2 * rows, cols, format, groupSize);
-    const gate = rowBatches(reader, gateName, cols, readOpts, progress)[Symbol.asyncIterator]();
-    const up = rowBatches(reader, upName, cols, readOpts, progress)[Symbol.asyncIterator]();
+    const gate = rowBatches(reader, gateName, cols, readOpts, progress, batchElements)[
+      Symbol.asyncIterator
+    ]();
+    const up = rowBatches(reader, upName, cols, readOpts, progress, batchElements)[
+      Symbol.asyncIterator
+    ]();
     const pending: [Float32Array[], Float32Array[]] = [[], []];
     let next = 0;
     let doneG = false;
@@ -218,10 +228,11 @@ async function* rowBatches(
   cols: number,
   readOpts: { maxChunkBytes: number } | undefined,
   progress: LoadProgress | undefined,
+  batchElements: number,
 ): AsyncGenerator<{ rowStart: number; rowCount: number; values: Float32Array }> {
   const info = reader.tensor(name);
   const totalRows = info.shape[0] as number;
-  const batchRows = Math.max(1, Math.min(totalRows, Math.floor(TARGET_BATCH_ELEMENTS / cols)));
+  const batchRows = Math.max(1, Math.min(totalRows, Math.floor(batchElements / cols)));
   const buf = new Float32Array(batchRows * cols);
   let filled = 0;
   let rowStart = 0;
@@ -253,6 +264,30 @@ async function* rowBatches(
     );
   }
   if (filled > 0) yield { rowStart, rowCount: filled / cols, values: buf.slice(0, filled) };
+}
+
+/** A {@link WeightAllocator} into host memory (the CPU backend's storage). */
+export function hostAllocator(): WeightAllocator<PackedWeight> {
+  return (_name, rows, cols, format, groupSize) => {
+    const wpr = wordsPerRow(format, cols);
+    const data = new Uint32Array(rows * wpr);
+    const gpr = format === 'int8' ? cols / groupSize : 0;
+    const scales = format === 'int8' ? new Float32Array(rows * gpr) : undefined;
+    return {
+      write(rowStart, d, sc) {
+        data.set(d, rowStart * wpr);
+        if (sc && scales) scales.set(sc, rowStart * gpr);
+      },
+      finish: () => ({
+        format,
+        rows,
+        cols,
+        data,
+        scales,
+        groupSize: format === 'int8' ? groupSize : 0,
+      }),
+    };
+  };
 }
 
 /** The {@link ModelConfig} fields the forward pass needs, checked for what kernels support. */
