@@ -15,6 +15,7 @@ import { DenseKernels, type GpuWeight } from './kernels/dense-kernels.js';
 import { pagedAttentionWgsl } from './kernels/paged-attention.wgsl.js';
 import { ropeKvWriteWgsl } from './kernels/rope-kv-write.wgsl.js';
 import { wordsPerRow } from './kernels/weight-format.js';
+import { gpuKvBlockIo, type KvBlockIo } from './kv-blocks.js';
 import type { KvCacheSpec } from './kv-cache.js';
 import type { Executor } from './model.js';
 import {
@@ -205,6 +206,7 @@ class GpuForward implements Executor {
   #scratch: Scratch | undefined;
   #ops: StepOps | undefined;
   #queue: Promise<unknown> = Promise.resolve();
+  readonly blocks: KvBlockIo;
 
   constructor(
     readonly gpu: Gpu,
@@ -227,6 +229,7 @@ class GpuForward implements Executor {
     this.#tokParams = u();
     this.#logitParams = u();
     this.#attnParams = u();
+    this.blocks = gpuKvBlockIo(this.#device, kv, this.#caches);
   }
 
   #vec(v: Float32Array): GPUBuffer {
