@@ -96,3 +96,15 @@ export function randomQuery(
 ): Float32Array {
   return randomFloats(rng, numTokens * config.numQHeads * config.headDim);
 }
+
+/** A paged attention configuration as the tests describe it: a fixture shape less its data. */
+export type AttentionShape = Omit<FixtureShape, 'contextLens' | 'spareBlocks'>;
+
+/** Each sequence's first query row when sequences' rows are packed in order. */
+export function queryStartsOf(queryLens: readonly number[]): Uint32Array {
+  const queryStarts = new Uint32Array(queryLens.length);
+  for (let s = 1; s < queryLens.length; s++) {
+    queryStarts[s] = queryStarts[s - 1]! + queryLens[s - 1]!;
+  }
+  return queryStarts;
+}

@@ -2,24 +2,19 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { denseAttention } from './dense-reference.js';
 import { AttentionKernelError } from './errors.js';
-import { f16Format, f32Format, type KvFormat } from './kv-format.js';
-import { pagedFixture, randomQuery } from './paged-decode-fixtures.js';
+import { f16Format, f32Format } from './kv-format.js';
+import {
+  pagedFixture,
+  queryStartsOf,
+  randomQuery,
+  type AttentionShape as Shape,
+} from './paged-decode-fixtures.js';
 import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
 import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
 import { maxAbsDiff, seededRng } from './testing/random.js';
 
 /** CPU references accumulate in f64 like the dense one; only the f32 output rounding differs. */
 const CPU_TOL = 1e-6;
-
-interface Shape {
-  numQHeads: number;
-  numKvHeads: number;
-  headDim: number;
-  blockSize: number;
-  format: KvFormat;
-  softCap?: number;
-  scale?: number;
-}
 
 /** Decode through the paged CPU reference and through dense attention per sequence. */
 function decodeBoth(seed: number, shape: Shape, contextLens: number[]) {
@@ -61,9 +56,7 @@ function prefillBoth(seed: number, shape: Shape, pasts: number[], queryLens: num
   const fx = pagedFixture(rng, { ...shape, contextLens });
   const numTokens = queryLens.reduce((a, b) => a + b, 0);
   const q = randomQuery(rng, fx.config, numTokens);
-  const queryStarts = new Uint32Array(queryLens.length);
-  for (let s = 1; s < queryLens.length; s++)
-    queryStarts[s] = queryStarts[s - 1]! + queryLens[s - 1]!;
+  const queryStarts = queryStartsOf(queryLens);
   const got = pagedPrefillAttentionCpu(fx.config, {
     query: q,
     kvCache: fx.cache,

@@ -1,11 +1,16 @@
 import type { Gpu } from '@kvasir/gpu';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AttentionKernelError } from './errors.js';
-import { f16Format, f32Format, type KvFormat, kvFormat } from './kv-format.js';
+import { f16Format, f32Format, kvFormat } from './kv-format.js';
 import { chooseDecodeSplits, PagedDecodeAttention } from './paged-decode.js';
-import { type PagedFixture, pagedFixture, randomQuery } from './paged-decode-fixtures.js';
+import {
+  type PagedFixture,
+  pagedFixture,
+  randomQuery,
+  type AttentionShape as Shape,
+} from './paged-decode-fixtures.js';
 import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
+import { attentionErrorCode } from './testing/errors.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
 import { maxAbsDiff, seededRng } from './testing/random.js';
 
@@ -16,15 +21,6 @@ import { maxAbsDiff, seededRng } from './testing/random.js';
 const GPU_TOL = 2e-5;
 
 afterAll(releaseTestGpu);
-
-interface Shape {
-  numQHeads: number;
-  numKvHeads: number;
-  headDim: number;
-  blockSize: number;
-  format: KvFormat;
-  softCap?: number;
-}
 
 async function check(
   gpu: Gpu,
@@ -169,15 +165,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
 
 describe('PagedDecodeAttention input checks', () => {
   const config = { numQHeads: 4, numKvHeads: 2, headDim: 64, blockSize: 8, format: f32Format };
-  const code = async (f: () => unknown): Promise<string | undefined> => {
-    try {
-      await f();
-    } catch (e) {
-      if (AttentionKernelError.isInstance(e)) return e.code;
-      throw e;
-    }
-    return undefined;
-  };
+  const code = attentionErrorCode;
 
   it('refuses bad configurations at creation', async () => {
     const gpu = await testGpu();

@@ -1,13 +1,17 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
 import { AttentionKernelError } from './errors.js';
 import type { KvCacheLayout } from './layout.js';
-import { bindingSize, requireBindable, requireBytes } from './layout-bindings.js';
+import {
+  checkPagedEncode,
+  PagedPlanBase,
+  pagedPipelineLabel,
+  pagedShaderOptions,
+  runPagedOnce,
+} from './paged-attention-common.js';
 import { DECODE_TILE, pagedAttentionShader, pagedDecodeReduceShader } from './paged-decode.wgsl.js';
 import {
   headsPerWorkgroup,
   type PagedAttentionConfig,
-  requireBlocks,
-  resolveScale,
   validateConfig,
   validateSequences,
 } from './paged-decode-validation.js';
@@ -45,26 +49,16 @@ export interface PagedDecodeBatch {
  * context lengths in one metadata buffer, the split-K choice and its scratch buffers.
  * Release it with {@link PagedDecodePlan.release} (or let `Gpu.destroy()` do it).
  */
-export class PagedDecodePlan {
+export class PagedDecodePlan extends PagedPlanBase<PagedDecodeAttention> {
   readonly numSeqs: number;
   /** Keys per split (a multiple of the kernel's tile); `2^30` without split-K. */
   readonly chunkTokens: number;
   /** Splits of the longest sequence; 1 means one pass. */
   readonly numSplits: number;
-  /** Largest block id used, checked against each cache at encode time. */
-  readonly maxBlockId: number;
-  /** @internal */
-  readonly owner: PagedDecodeAttention;
-  /** @internal */
-  readonly params: Uint32Array;
-  /** @internal */
-  readonly meta: GPUBuffer;
   /** @internal */
   readonly partial: GPUBuffer | undefined;
   /** @internal */
   readonly ml: GPUBuffer | undefined;
-  readonly #gpu: Gpu;
-  #released = false;
 
   /** @internal */
   constructor(
@@ -81,30 +75,12 @@ export class PagedDecodePlan {
       ml: GPUBuffer | undefined;
     },
   ) {
-    this.#gpu = gpu;
-    this.owner = owner;
+    super(gpu, owner, fields, [fields.partial, fields.ml]);
     this.numSeqs = fields.numSeqs;
     this.chunkTokens = fields.chunkTokens;
     this.numSplits = fields.numSplits;
-    this.maxBlockId = fields.maxBlockId;
-    this.params = fields.params;
-    this.meta = fields.meta;
     this.partial = fields.partial;
     this.ml = fields.ml;
-  }
-
-  /** True after {@link PagedDecodePlan.release}. */
-  get released(): boolean {
-    return this.#released;
-  }
-
-  /** Free the plan's GPU buffers. Idempotent; the plan cannot be encoded afterwards. */
-  release(): void {
-    if (this.#released) return;
-    this.#released = true;
-    this.#gpu.releaseBuffer(this.meta);
-    if (this.partial !== undefined) this.#gpu.releaseBuffer(this.partial);
-    if (this.ml !== undefined) this.#gpu.releaseBuffer(this.ml);
   }
 }
 
@@ -228,21 +204,8 @@ export class PagedDecodeAttention {
       );
     }
     const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
-    const scale = resolveScale(config);
-    const common = {
-      headDim: config.headDim,
-      numQHeads: config.numQHeads,
-      numKvHeads: config.numKvHeads,
-      headsPerWorkgroup: hpw,
-      tokensPerWorkgroup: 1,
-      blockSize: config.blockSize,
-      slabWords: layout.slabWords,
-      blockWords: layout.blockWords,
-      qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
-      softCap: config.softCap,
-      kvLoad: config.format.wgslLoad({ headDim: config.headDim, blockSize: config.blockSize }),
-    };
-    const label = `paged-decode-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}`;
+    const common = pagedShaderOptions(config, layout, hpw, 1);
+    const label = pagedPipelineLabel('paged-decode', config);
     const pipelines = await Promise.all([
       gpu.pipeline({ code: pagedAttentionShader({ ...common, mode: 'decode' }), label }),
       gpu.pipeline({
@@ -330,25 +293,8 @@ export class PagedDecodeAttention {
    */
   encode(encoder: GPUCommandEncoder, args: PagedDecodeArgs): void {
     const { plan } = args;
-    if (plan.owner !== this || plan.released) {
-      throw new AttentionKernelError(
-        'INVALID_ARGUMENT',
-        plan.released
-          ? 'the decode plan was released'
-          : 'the decode plan belongs to another kernel',
-      );
-    }
-    const { numQHeads, headDim, numKvHeads } = this.config;
-    const bytes = plan.numSeqs * numQHeads * headDim * 4;
-    const shape = `[${plan.numSeqs}][${numQHeads}][${headDim}] f32`;
-    requireBytes(args.query, bytes, 'query', shape);
-    requireBytes(args.output, bytes, 'output', shape);
-    requireBytes(args.kvCache, this.layout.bytesPerBlock, 'kvCache', 'one block');
-    requireBindable(args.kvCache, this.#gpu.limits.maxStorageBufferBindingSize, 'kvCache');
-    requireBlocks(
-      plan.maxBlockId,
-      Math.floor(bindingSize(args.kvCache) / this.layout.bytesPerBlock),
-    );
+    checkPagedEncode(this.#gpu, this, 'decode', plan, plan.numSeqs, args);
+    const { numQHeads, numKvHeads } = this.config;
     const params = this.#gpu.uniforms.alloc(plan.params);
     const chunksY = numKvHeads * (numQHeads / numKvHeads / this.headsPerWorkgroup);
     if (plan.numSplits === 1) {
@@ -394,17 +340,15 @@ export class PagedDecodeAttention {
       );
     }
     const plan = this.plan(args);
-    const query = this.#gpu.storageBuffer(args.query, 'paged-decode-query');
-    const output = this.#gpu.storageBuffer(want * 4, 'paged-decode-output');
-    try {
-      await this.#gpu.run((encoder) =>
-        this.encode(encoder, { plan, query, kvCache: args.kvCache, output }),
-      );
-      return new Float32Array(await this.#gpu.readBuffer(output));
-    } finally {
-      plan.release();
-      this.#gpu.releaseBuffer(query);
-      this.#gpu.releaseBuffer(output);
-    }
+    return runPagedOnce(
+      this.#gpu,
+      'decode',
+      plan,
+      args.query,
+      args.kvCache,
+      want * 4,
+      undefined,
+      (encoder, buffers) => this.encode(encoder, buffers),
+    );
   }
 }

@@ -1,10 +1,15 @@
 import type { Gpu } from '@kvasir/gpu';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AttentionKernelError } from './errors.js';
-import { f16Format, f32Format, type KvFormat } from './kv-format.js';
-import { pagedFixture, randomQuery } from './paged-decode-fixtures.js';
+import { f16Format, f32Format } from './kv-format.js';
+import {
+  pagedFixture,
+  queryStartsOf,
+  randomQuery,
+  type AttentionShape as Shape,
+} from './paged-decode-fixtures.js';
 import { PagedPrefillAttention } from './paged-prefill.js';
 import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
+import { attentionErrorCode } from './testing/errors.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
 import { maxAbsDiff, seededRng } from './testing/random.js';
 
@@ -12,15 +17,6 @@ import { maxAbsDiff, seededRng } from './testing/random.js';
 const GPU_TOL = 2e-5;
 
 afterAll(releaseTestGpu);
-
-interface Shape {
-  numQHeads: number;
-  numKvHeads: number;
-  headDim: number;
-  blockSize: number;
-  format: KvFormat;
-  softCap?: number;
-}
 
 describe('PagedPrefillAttention vs CPU reference', () => {
   let gpu: Gpu;
@@ -61,10 +57,7 @@ describe('PagedPrefillAttention vs CPU reference', () => {
       const fx = pagedFixture(rng, { ...shape, contextLens, spareBlocks: 5 });
       const numTokens = queryLens.reduce((a, b) => a + b, 0);
       const query = randomQuery(rng, fx.config, numTokens);
-      const queryStarts = new Uint32Array(queryLens.length);
-      for (let s = 1; s < queryLens.length; s++) {
-        queryStarts[s] = queryStarts[s - 1]! + queryLens[s - 1]!;
-      }
+      const queryStarts = queryStartsOf(queryLens);
       const args = {
         query,
         blockTables: fx.blockTables,
@@ -86,15 +79,7 @@ describe('PagedPrefillAttention vs CPU reference', () => {
 
 describe('PagedPrefillAttention input checks', () => {
   const config = { numQHeads: 4, numKvHeads: 2, headDim: 64, blockSize: 8, format: f32Format };
-  const code = async (f: () => unknown): Promise<string | undefined> => {
-    try {
-      await f();
-    } catch (e) {
-      if (AttentionKernelError.isInstance(e)) return e.code;
-      throw e;
-    }
-    return undefined;
-  };
+  const code = attentionErrorCode;
 
   it('refuses bad batches and buffers before dispatching', async () => {
     const gpu = await testGpu();

@@ -1,13 +1,17 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
 import { AttentionKernelError } from './errors.js';
 import type { KvCacheLayout } from './layout.js';
-import { bindingSize, requireBindable, requireBytes } from './layout-bindings.js';
+import {
+  checkPagedEncode,
+  PagedPlanBase,
+  pagedPipelineLabel,
+  pagedShaderOptions,
+  runPagedOnce,
+} from './paged-attention-common.js';
 import {
   headsPerWorkgroup,
   MAX_ROWS_PER_WORKGROUP,
   type PagedAttentionConfig,
-  requireBlocks,
-  resolveScale,
   validateConfig,
   validateSequences,
 } from './paged-decode-validation.js';
@@ -34,20 +38,10 @@ export interface PagedPrefillBatch {
  * per-sequence arrays and block tables in one metadata buffer). Release it with
  * {@link PagedPrefillPlan.release} (or let `Gpu.destroy()` do it).
  */
-export class PagedPrefillPlan {
+export class PagedPrefillPlan extends PagedPlanBase<PagedPrefillAttention> {
   readonly numTokens: number;
   /** Workgroups along x: (sequence, first token) work items. */
   readonly numItems: number;
-  /** Largest block id used, checked against each cache at encode time. */
-  readonly maxBlockId: number;
-  /** @internal */
-  readonly owner: PagedPrefillAttention;
-  /** @internal */
-  readonly params: Uint32Array;
-  /** @internal */
-  readonly meta: GPUBuffer;
-  readonly #gpu: Gpu;
-  #released = false;
 
   /** @internal */
   constructor(
@@ -61,25 +55,9 @@ export class PagedPrefillPlan {
       meta: GPUBuffer;
     },
   ) {
-    this.#gpu = gpu;
-    this.owner = owner;
+    super(gpu, owner, fields);
     this.numTokens = fields.numTokens;
     this.numItems = fields.numItems;
-    this.maxBlockId = fields.maxBlockId;
-    this.params = fields.params;
-    this.meta = fields.meta;
-  }
-
-  /** True after {@link PagedPrefillPlan.release}. */
-  get released(): boolean {
-    return this.#released;
-  }
-
-  /** Free the plan's GPU buffer. Idempotent; the plan cannot be encoded afterwards. */
-  release(): void {
-    if (this.#released) return;
-    this.#released = true;
-    this.#gpu.releaseBuffer(this.meta);
   }
 }
 
@@ -157,22 +135,9 @@ export class PagedPrefillAttention {
     const layout = validateConfig(config);
     const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
     const tpw = Math.max(1, Math.floor(MAX_ROWS_PER_WORKGROUP / hpw));
-    const scale = resolveScale(config);
     const pipeline = await gpu.pipeline({
-      code: pagedPrefillShader({
-        headDim: config.headDim,
-        numQHeads: config.numQHeads,
-        numKvHeads: config.numKvHeads,
-        headsPerWorkgroup: hpw,
-        tokensPerWorkgroup: tpw,
-        blockSize: config.blockSize,
-        slabWords: layout.slabWords,
-        blockWords: layout.blockWords,
-        qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
-        softCap: config.softCap,
-        kvLoad: config.format.wgslLoad({ headDim: config.headDim, blockSize: config.blockSize }),
-      }),
-      label: `paged-prefill-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}`,
+      code: pagedPrefillShader(pagedShaderOptions(config, layout, hpw, tpw)),
+      label: pagedPipelineLabel('paged-prefill', config),
     });
     return new PagedPrefillAttention(gpu, config, layout, hpw, tpw, pipeline);
   }
@@ -239,25 +204,8 @@ export class PagedPrefillAttention {
    */
   encode(encoder: GPUCommandEncoder, args: PagedPrefillArgs): void {
     const { plan } = args;
-    if (plan.owner !== this || plan.released) {
-      throw new AttentionKernelError(
-        'INVALID_ARGUMENT',
-        plan.released
-          ? 'the prefill plan was released'
-          : 'the prefill plan belongs to another kernel',
-      );
-    }
-    const { numQHeads, headDim } = this.config;
-    const bytes = plan.numTokens * numQHeads * headDim * 4;
-    const shape = `[${plan.numTokens}][${numQHeads}][${headDim}] f32`;
-    requireBytes(args.query, bytes, 'query', shape);
-    requireBytes(args.output, bytes, 'output', shape);
-    requireBytes(args.kvCache, this.layout.bytesPerBlock, 'kvCache', 'one block');
-    requireBindable(args.kvCache, this.#gpu.limits.maxStorageBufferBindingSize, 'kvCache');
-    requireBlocks(
-      plan.maxBlockId,
-      Math.floor(bindingSize(args.kvCache) / this.layout.bytesPerBlock),
-    );
+    checkPagedEncode(this.#gpu, this, 'prefill', plan, plan.numTokens, args);
+    const { numQHeads } = this.config;
     if (plan.numItems === 0) return;
     const params = this.#gpu.uniforms.alloc(plan.params);
     this.#gpu.dispatch(
@@ -287,20 +235,15 @@ export class PagedPrefillAttention {
     }
     const numTokens = args.query.length / rowFloats;
     const plan = this.plan({ ...args, numTokens });
-    const query = this.#gpu.storageBuffer(args.query, 'paged-prefill-query');
-    const output = this.#gpu.storageBuffer(
+    return runPagedOnce(
+      this.#gpu,
+      'prefill',
+      plan,
+      args.query,
+      args.kvCache,
       Math.max(4, args.query.length * 4),
-      'paged-prefill-output',
+      args.query.length,
+      (encoder, buffers) => this.encode(encoder, buffers),
     );
-    try {
-      await this.#gpu.run((encoder) =>
-        this.encode(encoder, { plan, query, kvCache: args.kvCache, output }),
-      );
-      return new Float32Array(await this.#gpu.readBuffer(output), 0, args.query.length);
-    } finally {
-      plan.release();
-      this.#gpu.releaseBuffer(query);
-      this.#gpu.releaseBuffer(output);
-    }
   }
 }

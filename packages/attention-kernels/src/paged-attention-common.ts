@@ -1,0 +1,166 @@
+import type { Gpu, GpuBinding } from '@kvasir/gpu';
+import { AttentionKernelError } from './errors.js';
+import type { KvCacheLayout } from './layout.js';
+import { bindingSize, requireBindable, requireBytes } from './layout-bindings.js';
+import type { AttentionShaderOptions } from './paged-decode.wgsl.js';
+import {
+  type PagedAttentionConfig,
+  requireBlocks,
+  resolveScale,
+} from './paged-decode-validation.js';
+
+/** What paged decode and prefill share in their shader options (all but the decode mode). */
+export type PagedShaderOptions = Omit<AttentionShaderOptions, 'mode'>;
+
+/** Shader options of a checked configuration with its heads and tokens per workgroup. */
+export function pagedShaderOptions(
+  config: PagedAttentionConfig,
+  layout: KvCacheLayout,
+  headsPerWorkgroup: number,
+  tokensPerWorkgroup: number,
+): PagedShaderOptions {
+  const scale = resolveScale(config);
+  return {
+    headDim: config.headDim,
+    numQHeads: config.numQHeads,
+    numKvHeads: config.numKvHeads,
+    headsPerWorkgroup,
+    tokensPerWorkgroup,
+    blockSize: config.blockSize,
+    slabWords: layout.slabWords,
+    blockWords: layout.blockWords,
+    // exp2 in the kernel: fold log2(e) into q unless the soft-cap's tanh must see raw scores.
+    qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
+    softCap: config.softCap,
+    kvLoad: config.format.wgslLoad({ headDim: config.headDim, blockSize: config.blockSize }),
+  };
+}
+
+/** Pipeline label naming the kernel and every configuration field that changes its WGSL. */
+export function pagedPipelineLabel(kernel: string, config: PagedAttentionConfig): string {
+  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}`;
+}
+
+/** What a kernel needs to know of a plan to check it at encode time. */
+interface PlanLike {
+  readonly owner: unknown;
+  readonly released: boolean;
+  readonly maxBlockId: number;
+}
+
+/** Buffers of one encode, shared by decode and prefill. */
+interface EncodeBuffers {
+  readonly query: GpuBinding;
+  readonly kvCache: GpuBinding;
+  readonly output: GpuBinding;
+}
+
+/**
+ * The encode-time checks of paged decode and prefill: the plan is the kernel's own and live,
+ * query and output hold `rows` f32 rows of `[numQHeads][headDim]`, and the cache is bindable
+ * and holds every block the plan's tables name.
+ *
+ * @throws {AttentionKernelError} `INVALID_ARGUMENT` (a plan of another kernel, or released),
+ *   `SHAPE_MISMATCH`, `BLOCK_OUT_OF_RANGE`, `DEVICE_LIMIT`.
+ */
+export function checkPagedEncode(
+  gpu: Gpu,
+  kernel: { readonly config: PagedAttentionConfig; readonly layout: KvCacheLayout },
+  what: 'decode' | 'prefill',
+  plan: PlanLike,
+  rows: number,
+  args: EncodeBuffers,
+): void {
+  if (plan.owner !== kernel || plan.released) {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      plan.released
+        ? `the ${what} plan was released`
+        : `the ${what} plan belongs to another kernel`,
+    );
+  }
+  const { numQHeads, headDim } = kernel.config;
+  const bytes = rows * numQHeads * headDim * 4;
+  const shape = `[${rows}][${numQHeads}][${headDim}] f32`;
+  requireBytes(args.query, bytes, 'query', shape);
+  requireBytes(args.output, bytes, 'output', shape);
+  requireBytes(args.kvCache, kernel.layout.bytesPerBlock, 'kvCache', 'one block');
+  requireBindable(args.kvCache, gpu.limits.maxStorageBufferBindingSize, 'kvCache');
+  requireBlocks(
+    plan.maxBlockId,
+    Math.floor(bindingSize(args.kvCache) / kernel.layout.bytesPerBlock),
+  );
+}
+
+/**
+ * The one-off `run` of paged decode and prefill: upload `query`, encode `plan` into a fresh
+ * output buffer of `outputBytes`, submit, and read back its first `outputFloats` floats (all of
+ * it when undefined). The plan and both buffers are released whatever happens.
+ */
+export async function runPagedOnce<P extends { release(): void }>(
+  gpu: Gpu,
+  what: 'decode' | 'prefill',
+  plan: P,
+  queryData: Float32Array,
+  kvCache: GpuBinding,
+  outputBytes: number,
+  outputFloats: number | undefined,
+  encode: (encoder: GPUCommandEncoder, args: { plan: P } & EncodeBuffers) => void,
+): Promise<Float32Array> {
+  const query = gpu.storageBuffer(queryData, `paged-${what}-query`);
+  const output = gpu.storageBuffer(outputBytes, `paged-${what}-output`);
+  try {
+    await gpu.run((encoder) => encode(encoder, { plan, query, kvCache, output }));
+    return new Float32Array(await gpu.readBuffer(output), 0, outputFloats);
+  } finally {
+    plan.release();
+    gpu.releaseBuffer(query);
+    gpu.releaseBuffer(output);
+  }
+}
+
+/**
+ * What paged decode and prefill plans share: the uploaded metadata and parameters, the largest
+ * block id for the encode-time cache check, and idempotent release of the plan's buffers.
+ */
+export abstract class PagedPlanBase<Owner> {
+  /** Largest block id used, checked against each cache at encode time. */
+  readonly maxBlockId: number;
+  /** @internal */
+  readonly owner: Owner;
+  /** @internal */
+  readonly params: Uint32Array;
+  /** @internal */
+  readonly meta: GPUBuffer;
+  readonly #gpu: Gpu;
+  readonly #scratch: readonly (GPUBuffer | undefined)[];
+  #released = false;
+
+  /** @internal */
+  protected constructor(
+    gpu: Gpu,
+    owner: Owner,
+    fields: { maxBlockId: number; params: Uint32Array; meta: GPUBuffer },
+    scratch: readonly (GPUBuffer | undefined)[] = [],
+  ) {
+    this.#gpu = gpu;
+    this.owner = owner;
+    this.maxBlockId = fields.maxBlockId;
+    this.params = fields.params;
+    this.meta = fields.meta;
+    this.#scratch = scratch;
+  }
+
+  /** True after `release()`. */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /** Free the plan's GPU buffers. Idempotent; the plan cannot be encoded afterwards. */
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.#gpu.releaseBuffer(this.meta);
+    for (const b of this.#scratch) if (b !== undefined) this.#gpu.releaseBuffer(b);
+  }
+}
