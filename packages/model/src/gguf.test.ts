@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openCheckpoint } from './checkpoint.js';
+import { expectModelError } from './checkpoint.test-util.js';
 import { dequantizeQ8_0, f16BitsToF32, quantizeQ8_0 } from './checkpoint-dtype.js';
 import { makeModelConfig, ropeInvFrequencies } from './config.js';
-import { ModelError } from './errors.js';
 import {
   configFromGguf,
   openGgufCheckpoint,
@@ -47,22 +47,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await rm(root, { recursive: true, force: true });
 });
-
-async function expectModelError(
-  p: Promise<unknown>,
-  code: string,
-  mention?: string,
-): Promise<void> {
-  try {
-    await p;
-  } catch (e) {
-    expect(ModelError.isInstance(e)).toBe(true);
-    expect((e as ModelError).code).toBe(code);
-    if (mention) expect((e as Error).message).toContain(mention);
-    return;
-  }
-  throw new Error(`expected ModelError ${code}`);
-}
 
 /** llama.cpp's permute as numpy writes it: w.reshape(n_head, 2, D/2, cols).swapaxes(1, 2). */
 function llamaCppPermute(w: Float32Array, rows: number, nHead: number): Float32Array {

@@ -8,14 +8,10 @@ import {
   type TensorLocation,
   validateCheckpointTensors,
 } from './checkpoint.js';
-import {
-  decodeToF32,
-  dtypeByteLength,
-  encodeFromF32,
-  type TensorDtype,
-} from './checkpoint-dtype.js';
+import { decodeToF32, dtypeByteLength, type TensorDtype } from './checkpoint-dtype.js';
 import { type ModelConfig, type RopeScaling, validateModelConfig } from './config.js';
 import { ModelError } from './errors.js';
+import { storedByteLength, type TensorToWrite, tensorBytes } from './tensor-write.js';
 
 /** GGUF metadata value types (the `gguf_type` enum). */
 export type GgufValueType =
@@ -716,24 +712,11 @@ export async function openGgufCheckpoint(
   }
 }
 
-/** A tensor for {@link writeGguf}, under its GGUF name with an HF-order shape. */
-export interface GgufTensorToWrite {
-  /** GGUF name. */
-  readonly name: string;
-  /** Stored type. */
-  readonly dtype: TensorDtype;
-  /** Shape in HF (row-major) order; written reversed as ggml `ne`. */
-  readonly shape: readonly number[];
-  /**
-   * Float32 values (encoded to `dtype`) or the stored bytes; or a function producing them (or a
-   * promise of them), called in file order when the tensor is written, so one tensor at a time
-   * is in memory.
-   */
-  readonly data:
-    | Float32Array
-    | Uint8Array
-    | (() => Float32Array | Uint8Array | Promise<Float32Array | Uint8Array>);
-}
+/**
+ * A tensor for {@link writeGguf}: `name` is its GGUF name and `shape` is in HF (row-major)
+ * order, written reversed as ggml `ne`.
+ */
+export type GgufTensorToWrite = TensorToWrite;
 
 function inferValue(v: unknown, key: string): GgufTypedValue {
   if (typeof v === 'object' && v !== null && 'type' in v && 'value' in v)
@@ -898,7 +881,6 @@ export async function writeGguf(
       for (const x of v.value) h.scalar(v.itemType, x);
     } else h.scalar(v.type, v.value);
   }
-  const lengths: number[] = [];
   let rel = 0;
   for (const t of tensors) {
     h.string(t.name);
@@ -906,11 +888,7 @@ export async function writeGguf(
     for (let d = t.shape.length - 1; d >= 0; d--) h.u64(t.shape[d]!);
     h.u32(GGML_TYPE_ID[t.dtype]);
     h.u64(rel);
-    const len = dtypeByteLength(
-      t.dtype,
-      t.shape.reduce((a, b) => a * b, 1),
-    );
-    lengths.push(len);
+    const len = storedByteLength(t);
     rel += Math.ceil(len / alignment) * alignment;
   }
   const headerBytes = h.finish();
@@ -920,17 +898,8 @@ export async function writeGguf(
     fh = await open(path, 'w');
     await fh.write(headerBytes);
     await fh.write(pad(headerBytes.byteLength));
-    for (let i = 0; i < tensors.length; i++) {
-      const t = tensors[i]!;
-      const d = typeof t.data === 'function' ? await t.data() : t.data;
-      const bytes = d instanceof Float32Array ? encodeFromF32(t.dtype, d) : d;
-      if (bytes.byteLength !== lengths[i]) {
-        throw new ModelError(
-          'SHAPE_MISMATCH',
-          `GGUF tensor "${t.name}": ${bytes.byteLength} bytes given, ${t.dtype}[${t.shape.join(', ')}] needs ${lengths[i]}`,
-          { details: { tensor: t.name } },
-        );
-      }
+    for (const t of tensors) {
+      const bytes = await tensorBytes(t, 'GGUF tensor');
       await fh.write(bytes);
       await fh.write(pad(bytes.byteLength));
     }

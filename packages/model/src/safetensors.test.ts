@@ -3,9 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openCheckpoint } from './checkpoint.js';
+import { expectModelError } from './checkpoint.test-util.js';
 import { f16BitsToF32, f32ToF16Bits } from './checkpoint-dtype.js';
 import { expectedTensors, makeModelConfig } from './config.js';
-import { ModelError } from './errors.js';
 import { randomTensors, writeRandomCheckpoint } from './random-checkpoint.js';
 import { writeSafetensors } from './safetensors.js';
 
@@ -25,22 +25,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await rm(root, { recursive: true, force: true });
 });
-
-async function expectModelError(
-  p: Promise<unknown>,
-  code: string,
-  mention?: string,
-): Promise<void> {
-  try {
-    await p;
-  } catch (e) {
-    expect(ModelError.isInstance(e)).toBe(true);
-    expect((e as ModelError).code).toBe(code);
-    if (mention) expect((e as Error).message).toContain(mention);
-    return;
-  }
-  throw new Error(`expected ModelError ${code}`);
-}
 
 describe('safetensors checkpoints', () => {
   it('reads back exactly the random weights it wrote (F32)', async () => {

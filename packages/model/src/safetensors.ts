@@ -7,9 +7,10 @@ import {
   type TensorLocation,
   validateCheckpointTensors,
 } from './checkpoint.js';
-import { dtypeByteLength, encodeFromF32, type TensorDtype } from './checkpoint-dtype.js';
+import { dtypeByteLength, type TensorDtype } from './checkpoint-dtype.js';
 import { parseHfConfig } from './config.js';
 import { ModelError } from './errors.js';
+import { storedByteLength, type TensorToWrite, tensorBytes } from './tensor-write.js';
 
 /** One tensor entry of a safetensors header. */
 export interface SafetensorsEntry {
@@ -294,44 +295,7 @@ export async function openSafetensorsCheckpoint(
   });
 }
 
-/** A tensor to write: raw bytes already in `dtype`, or float32 values encoded on write. */
-export interface TensorToWrite {
-  /** Name stored in the header. */
-  readonly name: string;
-  /** Stored element type (F32/F16/BF16 for safetensors). */
-  readonly dtype: TensorDtype;
-  /** Shape, row-major. */
-  readonly shape: readonly number[];
-  /**
-   * Float32 values (converted to `dtype`) or the exact stored bytes; or a function producing
-   * them (or a promise of them), called in file order only when the tensor is written, so large
-   * checkpoints pass through memory one tensor at a time.
-   */
-  readonly data:
-    | Float32Array
-    | Uint8Array
-    | (() => Float32Array | Uint8Array | Promise<Float32Array | Uint8Array>);
-}
-
-/**
- * Converts a tensor's data to its stored bytes, checking the size.
- *
- * @throws {@link ModelError} `SHAPE_MISMATCH` when the data does not fit the dtype and shape.
- */
-export async function tensorBytes(t: TensorToWrite): Promise<Uint8Array> {
-  const n = t.shape.reduce((a, b) => a * b, 1);
-  const need = dtypeByteLength(t.dtype, n);
-  const data = typeof t.data === 'function' ? await t.data() : t.data;
-  const bytes = data instanceof Float32Array ? encodeFromF32(t.dtype, data) : data;
-  if (bytes.byteLength !== need) {
-    throw new ModelError(
-      'SHAPE_MISMATCH',
-      `tensor "${t.name}": ${bytes.byteLength} bytes given, ${t.dtype}[${t.shape.join(', ')}] needs ${need}`,
-      { details: { tensor: t.name } },
-    );
-  }
-  return bytes;
-}
+export type { TensorToWrite } from './tensor-write.js';
 
 /**
  * Writes a safetensors file (header padded to 8 bytes, tensors in the given order).
@@ -357,10 +321,7 @@ export async function writeSafetensors(
         },
       );
     }
-    const len = dtypeByteLength(
-      t.dtype,
-      t.shape.reduce((a, b) => a * b, 1),
-    );
+    const len = storedByteLength(t);
     header[t.name] = { dtype: t.dtype, shape: [...t.shape], data_offsets: [offset, offset + len] };
     offset += len;
   }
