@@ -7,7 +7,7 @@ import {
   type TensorDtype,
 } from './checkpoint-dtype.js';
 import { expectedTensors, type ModelConfig } from './config.js';
-import { ModelError } from './errors.js';
+import { fileIoError, ModelError } from './errors.js';
 
 export type { TensorDtype } from './checkpoint-dtype.js';
 
@@ -157,10 +157,7 @@ export class FileCheckpointReader implements CheckpointReader {
     let h = this.handles.get(file);
     if (!h) {
       h = open(file, 'r').catch((e: unknown) => {
-        throw new ModelError('IO', `cannot open ${file}: ${(e as Error).message}`, {
-          cause: e,
-          details: { file },
-        });
+        throw fileIoError('cannot open', file, e);
       });
       this.handles.set(file, h);
     }

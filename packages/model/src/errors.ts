@@ -46,3 +46,14 @@ export type ModelErrorCode =
  * ```
  */
 export class ModelError extends KvasirError<ModelErrorCode> {}
+
+/**
+ * The `IO` error of a file operation on `path` that failed with `cause`: `"<what> <path>: <cause
+ * message>"`, e.g. `fileIoError('cannot open', path, e)`.
+ */
+export function fileIoError(what: string, path: string, cause: unknown): ModelError {
+  return new ModelError('IO', `${what} ${path}: ${(cause as Error).message}`, {
+    cause,
+    details: { file: path },
+  });
+}

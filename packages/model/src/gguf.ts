@@ -10,8 +10,13 @@ import {
 } from './checkpoint.js';
 import { decodeToF32, dtypeByteLength, type TensorDtype } from './checkpoint-dtype.js';
 import { type ModelConfig, type RopeScaling, validateModelConfig } from './config.js';
-import { ModelError } from './errors.js';
-import { storedByteLength, type TensorToWrite, tensorBytes } from './tensor-write.js';
+import { fileIoError, ModelError } from './errors.js';
+import {
+  storedByteLength,
+  type TensorToWrite,
+  tensorBytes,
+  writeFileWith,
+} from './tensor-write.js';
 
 /** GGUF metadata value types (the `gguf_type` enum). */
 export type GgufValueType =
@@ -665,10 +670,7 @@ export async function openGgufCheckpoint(
   try {
     fh = await open(path, 'r');
   } catch (e) {
-    throw new ModelError('IO', `cannot open ${path}: ${(e as Error).message}`, {
-      cause: e,
-      details: { file: path },
-    });
+    throw fileIoError('cannot open', path, e);
   }
   try {
     const header = await readGgufHeader(fh, path);
@@ -893,9 +895,7 @@ export async function writeGguf(
   }
   const headerBytes = h.finish();
   const pad = (n: number) => new Uint8Array((alignment - (n % alignment)) % alignment);
-  let fh: FileHandle | undefined;
-  try {
-    fh = await open(path, 'w');
+  await writeFileWith(path, async (fh) => {
     await fh.write(headerBytes);
     await fh.write(pad(headerBytes.byteLength));
     for (const t of tensors) {
@@ -903,15 +903,7 @@ export async function writeGguf(
       await fh.write(bytes);
       await fh.write(pad(bytes.byteLength));
     }
-  } catch (e) {
-    if (ModelError.isInstance(e)) throw e;
-    throw new ModelError('IO', `cannot write ${path}: ${(e as Error).message}`, {
-      cause: e,
-      details: { file: path },
-    });
-  } finally {
-    await fh?.close();
-  }
+  });
 }
 
 /**

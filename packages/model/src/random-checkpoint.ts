@@ -2,7 +2,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { TensorDtype } from './checkpoint-dtype.js';
 import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from './config.js';
-import { ModelError } from './errors.js';
+import { fileIoError, ModelError } from './errors.js';
 import { type TensorToWrite, writeSafetensors } from './safetensors.js';
 import { Rng } from './sampling-rng.js';
 import { buildByteLevelTokenizerJson, trainByteLevelBpe } from './tokenizer-train.js';
@@ -215,9 +215,6 @@ async function writeJsonFile(path: string, text: string): Promise<void> {
   try {
     await writeFile(path, text);
   } catch (e) {
-    throw new ModelError('IO', `cannot write ${path}: ${(e as Error).message}`, {
-      cause: e,
-      details: { file: path },
-    });
+    throw fileIoError('cannot write', path, e);
   }
 }

@@ -9,8 +9,13 @@ import {
 } from './checkpoint.js';
 import { dtypeByteLength, type TensorDtype } from './checkpoint-dtype.js';
 import { parseHfConfig } from './config.js';
-import { ModelError } from './errors.js';
-import { storedByteLength, type TensorToWrite, tensorBytes } from './tensor-write.js';
+import { fileIoError, ModelError } from './errors.js';
+import {
+  storedByteLength,
+  type TensorToWrite,
+  tensorBytes,
+  writeFileWith,
+} from './tensor-write.js';
 
 /** One tensor entry of a safetensors header. */
 export interface SafetensorsEntry {
@@ -171,10 +176,7 @@ async function readJson(path: string): Promise<unknown> {
   try {
     text = await readFile(path, 'utf8');
   } catch (e) {
-    throw new ModelError('IO', `cannot read ${path}: ${(e as Error).message}`, {
-      cause: e,
-      details: { file: path },
-    });
+    throw fileIoError('cannot read', path, e);
   }
   try {
     return JSON.parse(text);
@@ -247,10 +249,7 @@ export async function openSafetensorsCheckpoint(
       try {
         fh = await open(path, 'r');
       } catch (e) {
-        throw new ModelError('IO', `cannot open shard ${path}: ${(e as Error).message}`, {
-          cause: e,
-          details: { file: path },
-        });
+        throw fileIoError('cannot open shard', path, e);
       }
       handles.set(path, fh);
       const header = await readSafetensorsHeader(fh, path);
@@ -330,19 +329,9 @@ export async function writeSafetensors(
   const headerBytes = Buffer.from(json, 'utf8');
   const prefix = new Uint8Array(8);
   new DataView(prefix.buffer).setBigUint64(0, BigInt(headerBytes.byteLength), true);
-  let fh: FileHandle | undefined;
-  try {
-    fh = await open(path, 'w');
+  await writeFileWith(path, async (fh) => {
     await fh.write(prefix);
     await fh.write(headerBytes);
     for (const t of tensors) await fh.write(await tensorBytes(t));
-  } catch (e) {
-    if (ModelError.isInstance(e)) throw e;
-    throw new ModelError('IO', `cannot write ${path}: ${(e as Error).message}`, {
-      cause: e,
-      details: { file: path },
-    });
-  } finally {
-    await fh?.close();
-  }
+  });
 }

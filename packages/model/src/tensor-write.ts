@@ -1,5 +1,6 @@
+import { type FileHandle, open } from 'node:fs/promises';
 import { dtypeByteLength, encodeFromF32, type TensorDtype } from './checkpoint-dtype.js';
-import { ModelError } from './errors.js';
+import { fileIoError, ModelError } from './errors.js';
 
 /** A tensor to write: raw bytes already in `dtype`, or float32 values encoded on write. */
 export interface TensorToWrite {
@@ -50,4 +51,26 @@ export async function tensorBytes(t: TensorToWrite, what = 'tensor'): Promise<Ui
     );
   }
   return bytes;
+}
+
+/**
+ * Creates (or truncates) `path`, lets `write` fill it, and closes it whatever happens. A
+ * {@link ModelError} from `write` passes through; any other failure becomes `IO`.
+ *
+ * @throws {@link ModelError} `IO`, or what `write` throws.
+ */
+export async function writeFileWith(
+  path: string,
+  write: (fh: FileHandle) => Promise<void>,
+): Promise<void> {
+  let fh: FileHandle | undefined;
+  try {
+    fh = await open(path, 'w');
+    await write(fh);
+  } catch (e) {
+    if (ModelError.isInstance(e)) throw e;
+    throw fileIoError('cannot write', path, e);
+  } finally {
+    await fh?.close();
+  }
 }
