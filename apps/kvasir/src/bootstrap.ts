@@ -10,7 +10,6 @@ import {
 import { defaultCacheDir, type EngineConfig } from './config.js';
 import { DEFAULT_MODEL_NAME, ensureDefaultModel } from './default-model.js';
 import { KvasirEngine } from './engine.js';
-import { KvasirAppError } from './errors.js';
 import { loadEvictionPolicy } from './eviction.js';
 import { type MemoryPlan, planMemory } from './memory-plan.js';
 import { type LoadedModel, loadModelRunner } from './model-runner.js';
@@ -111,13 +110,6 @@ async function buildOffload(
  */
 export async function buildEngine(config: EngineConfig): Promise<BuiltEngine> {
   const { model, plan, path, isDefault } = await loadAndPlan(config);
-  if (config.preemptionMode === 'swap' && !model.canMoveBlocks) {
-    await model.dispose();
-    throw new KvasirAppError(
-      'INVALID_CONFIG',
-      `--preemption-mode swap needs KV block read-back, which the ${model.backend} backend does not offer; use recompute or --backend cpu`,
-    );
-  }
   const evictionPolicy = await loadEvictionPolicy(config.evictionPolicy);
   const offload = await buildOffload(config, model);
   const runner = await model.allocate(plan.numBlocks);

@@ -1,10 +1,23 @@
+import { createHash } from 'node:crypto';
 import { basename } from 'node:path';
-import type { KvLayout } from '@kvasir/kv-allocator';
+import { createGpu, type Gpu } from '@kvasir/gpu';
+import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
+import {
+  type CheckpointReader,
+  type KvFormatName,
+  kvBlockBytes,
+  kvCacheSpec,
+  loadModel,
+  type ModelConfig,
+  ModelError,
+  ModelTokenizer,
+  openCheckpoint,
+} from '@kvasir/model';
+import type { BatchPlan } from '@kvasir/scheduler';
+import type { ChatMessage } from '@kvasir/server';
 import type { EngineConfig } from './config.js';
-import { CpuModelRunner, loadCpuWeights, openModelFiles } from './cpu-runner.js';
 import { KvasirAppError } from './errors.js';
-import { loadGpuModel, openGpu } from './gpu-runner.js';
-import type { ModelRunner } from './runner.js';
+import type { ModelRunner, TextCodec } from './runner.js';
 
 /** A model whose weights are loaded, before its KV cache is allocated. */
 export interface LoadedModel {
@@ -17,8 +30,6 @@ export interface LoadedModel {
   readonly maxBindingBytes: number;
   /** Backend and adapter, in words. */
   readonly backend: string;
-  /** Whether runners can read and write KV blocks (swap preemption needs it). */
-  readonly canMoveBlocks: boolean;
   /** Scratch memory one step needs at this batch size. */
   activationBytes(maxTokens: number, maxSeqs: number): number;
   /** Allocates the paged KV cache and returns the runner the engine drives. */
@@ -27,78 +38,233 @@ export interface LoadedModel {
   dispose(): Promise<void>;
 }
 
+/** @kvasir/model's name of each `--kv-dtype`. */
+const KV_FORMATS: Readonly<Record<EngineConfig['kvDtype'], KvFormatName>> = {
+  f32: 'f32',
+  f16: 'f16',
+  int8: 'int8',
+  'fp8-e4m3': 'fp8-e4m3',
+  'fp8-e5m2': 'fp8-e5m2',
+  int4: 'int4-g32',
+};
+
+/** Opens a WebGPU device through @kvasir/gpu (hardware first, then the software adapter). */
+export async function openGpu(): Promise<Gpu> {
+  try {
+    return await createGpu({ label: 'kvasir' });
+  } catch (error) {
+    throw new KvasirAppError('MODEL_LOAD', `no WebGPU device: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
+}
+
+/** The engine's text side over a @kvasir/model tokenizer. */
+export function codecFor(tokenizer: ModelTokenizer): TextCodec {
+  return {
+    encode: (text) => tokenizer.encode(text),
+    applyChatTemplate: (messages: readonly ChatMessage[]) =>
+      tokenizer.encodeChat(messages.map((m) => ({ role: m.role, content: m.content }))),
+    decoder: () => tokenizer.createDetokenizer({ skipSpecialTokens: true }),
+    tokenText: (id) => tokenizer.decode([id]),
+  };
+}
+
 /**
- * Loads a checkpoint (HF directory or `.gguf`) on the configured backend.
+ * The KV layout the allocator and memory plan count with, from @kvasir/model's cache layout:
+ * the row words per element and the scale words per slab spread over its tokens, so that
+ * `kvBytesPerBlock` equals the model's bytes per block exactly (block sizes are powers of two).
+ * @throws KvasirAppError `INVALID_CONFIG` for a format the model's shape cannot store.
+ */
+export function kvLayoutFor(c: ModelConfig, kvFormat: KvFormatName, blockSize: number): KvLayout {
+  let spec: ReturnType<typeof kvCacheSpec>;
+  try {
+    spec = kvCacheSpec(c, { kvFormat, blockSize, numBlocks: 1 });
+  } catch (error) {
+    throw new KvasirAppError('INVALID_CONFIG', `--kv-dtype: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
+  return {
+    numLayers: c.numLayers,
+    numKvHeads: c.numKvHeads,
+    headDim: c.headDim,
+    blockSize,
+    bytesPerElement: (spec.rowWords * 4) / c.headDim,
+    scaleBytesPerTokenHead: ((spec.slabWords - blockSize * spec.rowWords) * 4) / blockSize,
+  };
+}
+
+/** SHA-256 over every tensor's stored bytes in name order (offload namespaces key on it). */
+async function weightDigest(reader: CheckpointReader): Promise<string> {
+  const hash = createHash('sha256');
+  for (const name of [...reader.tensors.keys()].sort()) {
+    hash.update(name);
+    for await (const chunk of reader.readChunks(name)) hash.update(chunk);
+  }
+  return `sha256:${hash.digest('hex')}`;
+}
+
+function asAppError(error: unknown, what: string): KvasirAppError {
+  if (error instanceof KvasirAppError) return error;
+  const code =
+    ModelError.isInstance(error) &&
+    (error.code === 'INVALID_CONFIG' || error.code === 'INVALID_ARGUMENT')
+      ? 'INVALID_CONFIG'
+      : 'MODEL_LOAD';
+  return new KvasirAppError(code, `${what}: ${(error as Error).message}`, { cause: error });
+}
+
+/**
+ * Loads a checkpoint (HF directory or `.gguf`) for @kvasir/model's forward pass on the
+ * configured backend. `auto` takes a hardware GPU when there is one and the CPU otherwise (on a
+ * software adapter the CPU backend is faster).
  * @throws KvasirAppError `MODEL_LOAD` when the checkpoint or backend cannot be used;
- *   `INVALID_CONFIG` for a KV dtype the backend does not store.
+ *   `INVALID_CONFIG` for a KV dtype the model cannot store.
  */
 export async function loadModelRunner(path: string, config: EngineConfig): Promise<LoadedModel> {
-  // `auto` takes a hardware GPU when there is one; on a software adapter the CPU runner is faster.
+  let gpu: Gpu | undefined;
   if (config.backend === 'webgpu' || config.backend === 'auto') {
-    const gpu = await (config.backend === 'webgpu' ? openGpu() : openGpu().catch(() => undefined));
-    if (gpu && (config.backend === 'webgpu' || !gpu.isSoftware)) {
-      return loadGpuModel(path, config, gpu);
+    gpu = await (config.backend === 'webgpu' ? openGpu() : openGpu().catch(() => undefined));
+    if (gpu && config.backend === 'auto' && gpu.isSoftware) {
+      gpu.destroy();
+      gpu = undefined;
     }
+  }
+  const releaseGpu = () => {
     gpu?.destroy();
-  }
-  if (config.kvDtype !== 'f32') {
-    throw new KvasirAppError(
-      'INVALID_CONFIG',
-      `the CPU backend stores the KV cache in f32; --kv-dtype ${config.kvDtype} needs the WebGPU backend`,
-    );
-  }
-  let files: Awaited<ReturnType<typeof openModelFiles>>;
+    gpu = undefined;
+  };
+  const kvFormat = KV_FORMATS[config.kvDtype];
+  let reader: CheckpointReader;
+  let tokenizer: ModelTokenizer;
+  let digest: string;
   try {
-    files = await openModelFiles(path);
+    reader = await openCheckpoint(path);
+    try {
+      tokenizer = await ModelTokenizer.load(path, reader.config.eosTokenIds);
+      digest = await weightDigest(reader);
+    } catch (error) {
+      await reader.close();
+      throw error;
+    }
   } catch (error) {
+    releaseGpu();
     throw new KvasirAppError(
       'MODEL_LOAD',
       `cannot load model ${path}: ${(error as Error).message}`,
-      {
-        cause: error,
-      },
+      { cause: error },
     );
   }
-  const { reader, tokenizer } = files;
-  const weights = await loadCpuWeights(reader).finally(() => reader.close());
-  const c = weights.config;
+  let closed = false;
+  const closeReader = async () => {
+    if (!closed) await reader.close();
+    closed = true;
+  };
+  const c = reader.config;
+  let kvLayout: KvLayout;
+  try {
+    kvLayout = kvLayoutFor(c, kvFormat, config.blockSize);
+  } catch (error) {
+    releaseGpu();
+    await closeReader();
+    throw error;
+  }
   const maxModelLen = Math.min(
     config.maxModelLen ?? c.maxPositionEmbeddings,
     c.maxPositionEmbeddings,
   );
   const modelId = basename(path).replace(/\.gguf$/i, '');
+  const onGpu = gpu;
+  const backendText = onGpu
+    ? `webgpu (${[onGpu.adapterInfo.vendor, onGpu.adapterInfo.device || onGpu.adapterInfo.description].filter(Boolean).join(' ')}, ${onGpu.backend}${onGpu.isSoftware ? ', software adapter' : ''})`
+    : 'cpu (@kvasir/model reference kernels)';
   const qDim = c.numHeads * c.headDim;
   const kvDim = c.numKvHeads * c.headDim;
   return {
     modelId,
-    weightDigest: `sha256:${weights.digest}`,
-    weightBytes: weights.bytes,
+    weightDigest: digest,
+    // f32 weights stay f32, other dtypes become f16: the checkpoint's size bounds it.
+    weightBytes: reader.totalBytes,
     maxModelLen,
-    kvLayout: {
-      numLayers: c.numLayers,
-      numKvHeads: c.numKvHeads,
-      headDim: c.headDim,
-      blockSize: config.blockSize,
-      bytesPerElement: 4,
-    },
-    // One JS typed array per layer.
-    maxBindingBytes: 2 ** 31 - 1,
-    backend: 'cpu (plain TypeScript, f32)',
-    canMoveBlocks: true,
+    kvLayout,
+    // The CPU keeps one typed array per layer.
+    maxBindingBytes: onGpu ? onGpu.limits.maxStorageBufferBindingSize : 2 ** 31 - 1,
+    backend: backendText,
     activationBytes(maxTokens, maxSeqs) {
       const perToken = 4 * (4 * c.hiddenSize + 2 * qDim + 2 * kvDim + 2 * c.intermediateSize);
       return maxTokens * perToken + maxSeqs * c.vocabSize * 4;
     },
     async allocate(numBlocks) {
-      return new CpuModelRunner(
-        weights,
-        tokenizer,
+      const model = await loadModel(reader, {
+        ...(onGpu ? { gpu: onGpu } : { backend: 'cpu' as const }),
         numBlocks,
-        config.blockSize,
-        modelId,
-        maxModelLen,
-      );
+        blockSize: config.blockSize,
+        kvFormat,
+        progress: process.stderr.isTTY === true,
+      })
+        .catch((error: unknown) => {
+          releaseGpu();
+          throw asAppError(error, `cannot run model ${modelId}`);
+        })
+        .finally(closeReader);
+      const blockBytes = model.kvBlockBytes;
+      if (blockBytes !== kvBlockBytes(model.kvCache) || blockBytes * config.blockSize === 0) {
+        throw new KvasirAppError('MODEL_LOAD', 'inconsistent KV block size');
+      }
+      const runner: ModelRunner = {
+        facts: {
+          modelId,
+          vocabSize: c.vocabSize,
+          maxModelLen,
+          eosTokenIds: c.eosTokenIds,
+          kvLayout,
+          blockBytes,
+          numBlocks,
+          weightBytes: reader.totalBytes,
+          weightDigest: digest,
+          backend: backendText,
+        },
+        codec: codecFor(tokenizer),
+        // Copy-on-write runs in copyBlocks (also for a plan with no tokens), not again here.
+        forward: (plan: BatchPlan) => model.forward({ ...plan, blockCopies: [] }),
+        async copyBlocks(copies: readonly BlockCopy[]) {
+          if (copies.length === 0) return;
+          const data = await model.readBlocks(copies.map((cp) => cp.src));
+          await model.writeBlocks(
+            copies.map((cp) => cp.dst),
+            data,
+          );
+        },
+        async readBlocks(blocks) {
+          const all = await model.readBlocks(blocks);
+          // One copy per block: a store may keep a block long after the others are gone.
+          return blocks.map((_, i) => all.slice(i * blockBytes, (i + 1) * blockBytes));
+        },
+        async writeBlocks(blocks, data) {
+          const all = new Uint8Array(blocks.length * blockBytes);
+          blocks.forEach((b, i) => {
+            const bytes = data[i];
+            if (bytes?.byteLength !== blockBytes) {
+              throw new KvasirAppError(
+                'SWAP_LOST',
+                `block ${b}: ${bytes?.byteLength ?? 0} bytes, expected ${blockBytes}`,
+              );
+            }
+            all.set(bytes, i * blockBytes);
+          });
+          await model.writeBlocks(blocks, all);
+        },
+        async dispose() {
+          await model.destroy();
+          releaseGpu();
+        },
+      };
+      return runner;
     },
-    async dispose() {},
+    async dispose() {
+      await closeReader();
+      releaseGpu();
+    },
   };
 }

@@ -40,8 +40,6 @@ export interface ModelFacts {
   readonly weightDigest: string;
   /** Backend description for banners and `kvasir info`. */
   readonly backend: string;
-  /** Whether `readBlocks`/`writeBlocks` work (swap preemption needs them). */
-  readonly canMoveBlocks: boolean;
 }
 
 /**
