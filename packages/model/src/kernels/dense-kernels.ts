@@ -30,6 +30,18 @@ export const GEMV_MAX_ROWS = 8;
 /** Largest workgroup count per dimension (WebGPU's guaranteed minimum limit). */
 const MAX_DIM = 65535;
 
+/** An op of one workgroup per row; nothing is recorded for zero rows. */
+function perRowOp(p: GPUComputePipeline, g: GPUBindGroup): DenseOp {
+  return {
+    encode(pass, m) {
+      if (m === 0) return;
+      pass.setPipeline(p);
+      pass.setBindGroup(0, g);
+      pass.dispatchWorkgroups(m);
+    },
+  };
+}
+
 /**
  * Builds and caches the dense-kernel pipelines of one device and prepares their launches.
  * Nothing here submits: every op encodes into the caller's compute pass, so a whole forward
@@ -134,14 +146,7 @@ export class DenseKernels {
       [2, args.y],
       [4, args.rowIndex],
     ]);
-    return {
-      encode(pass, m) {
-        if (m === 0) return;
-        pass.setPipeline(p);
-        pass.setBindGroup(0, g);
-        pass.dispatchWorkgroups(m);
-      },
-    };
+    return perRowOp(p, g);
   }
 
   /** Embedding gather of `m` token ids (i32) from a packed table. */
@@ -154,14 +159,7 @@ export class DenseKernels {
       [2, args.y],
       [4, t.scales],
     ]);
-    return {
-      encode(pass, m) {
-        if (m === 0) return;
-        pass.setPipeline(p);
-        pass.setBindGroup(0, g);
-        pass.dispatchWorkgroups(m);
-      },
-    };
+    return perRowOp(p, g);
   }
 
   /**
