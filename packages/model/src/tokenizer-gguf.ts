@@ -1,6 +1,6 @@
 import { ModelError } from './errors.js';
 import type { GgufTypedValue } from './gguf.js';
-import { GPT2_SPLIT_PATTERN } from './tokenizer-train.js';
+import { byteLevelBpeModel, GPT2_SPLIT_PATTERN } from './tokenizer-train.js';
 
 /** Llama 3's pre-tokenization pattern (numbers in groups of up to three). */
 export const LLAMA3_SPLIT_PATTERN =
@@ -150,18 +150,7 @@ export function tokenizerJsonFromGguf(md: ReadonlyMap<string, unknown>): GgufTok
       normalizer: null,
       pre_tokenizer: preTokenizerFor(pre),
       decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
-      model: {
-        type: 'BPE',
-        dropout: null,
-        unk_token: null,
-        continuing_subword_prefix: null,
-        end_of_word_suffix: null,
-        fuse_unk: false,
-        byte_fallback: false,
-        ignore_merges: pre === 'llama-bpe' || pre === 'llama3',
-        vocab,
-        merges,
-      },
+      model: byteLevelBpeModel(vocab, merges, pre === 'llama-bpe' || pre === 'llama3'),
     };
   } else if (model === 'llama') {
     const scores = getArray<number>(md, 'tokenizer.ggml.scores', true)!;

@@ -178,17 +178,30 @@ export function buildByteLevelTokenizerJson(spec: ByteLevelTokenizerSpec): Recor
     },
     post_processor: postProcessor,
     decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
-    model: {
-      type: 'BPE',
-      dropout: null,
-      unk_token: null,
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: false,
-      byte_fallback: false,
-      ignore_merges: false,
-      vocab,
-      merges,
-    },
+    model: byteLevelBpeModel(vocab, merges, false),
+  };
+}
+
+/**
+ * The `model` section of a Hugging Face `tokenizer.json` for byte-level BPE (no unknown token,
+ * no byte fallback) over `vocab` and `merges`; `ignoreMerges` lets a whole-word vocabulary hit
+ * skip merging, as Llama 3's tokenizer does.
+ */
+export function byteLevelBpeModel(
+  vocab: unknown,
+  merges: unknown,
+  ignoreMerges: boolean,
+): Record<string, unknown> {
+  return {
+    type: 'BPE',
+    dropout: null,
+    unk_token: null,
+    continuing_subword_prefix: null,
+    end_of_word_suffix: null,
+    fuse_unk: false,
+    byte_fallback: false,
+    ignore_merges: ignoreMerges,
+    vocab,
+    merges,
   };
 }
