@@ -1,14 +1,9 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseHfConfig } from './config.js';
-import golden from './fixtures/golden-logits.json' with { type: 'json' };
 import { maxRelDiff } from './kernels/test-util.js';
 import { loadModel } from './model.js';
 import { modelSuite } from './model.test-suite.js';
 import { mergePlans, seqPlan, tempCheckpoint, tinyConfig } from './model.test-util.js';
-import { writeRandomCheckpoint } from './random-checkpoint.js';
+import { goldenFixtureSuite } from './model-golden.test-util.js';
 
 modelSuite('webgpu');
 modelSuite('webgpu', { attention: 'builtin' }, ' (built-in paged attention kernel)');
@@ -59,25 +54,4 @@ describe('WebGPU forward vs CPU forward', () => {
   );
 });
 
-describe('golden PyTorch fixture (WebGPU backend)', () => {
-  it.each(golden.cases.map((c) => [c.name, c] as const))(
-    '%s matches transformers within 1e-4',
-    async (_n, c) => {
-      const root = await mkdtemp(join(tmpdir(), 'kvasir-golden-'));
-      try {
-        await writeRandomCheckpoint(root, parseHfConfig(c.config), c.seed);
-        const m = await loadModel(root, {
-          backend: 'webgpu',
-          numBlocks: 4,
-          blockSize: 16,
-          kvFormat: 'f32',
-        });
-        const logits = await m.forward(seqPlan(c.tokenIds, 0, [3], 16));
-        expect(maxRelDiff(logits, Float32Array.from(c.logits.flat()))).toBeLessThan(1e-4);
-        await m.destroy();
-      } finally {
-        await rm(root, { recursive: true, force: true });
-      }
-    },
-  );
-});
+goldenFixtureSuite('webgpu', 'WebGPU backend');
