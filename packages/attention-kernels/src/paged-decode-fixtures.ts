@@ -108,3 +108,45 @@ export function queryStartsOf(queryLens: readonly number[]): Uint32Array {
   }
   return queryStarts;
 }
+
+/** A prefill batch over a fresh fixture, with the host arguments both prefill paths take. */
+export interface PrefillBatchFixture {
+  readonly fx: PagedFixture;
+  readonly args: {
+    readonly query: Float32Array;
+    readonly blockTables: Uint32Array;
+    readonly queryStarts: Uint32Array;
+    readonly queryLens: Uint32Array;
+    readonly contextLens: Uint32Array;
+    readonly numSeqs: number;
+    readonly maxBlocksPerSeq: number;
+  };
+}
+
+/**
+ * Sequence `s` has `pasts[s]` cached tokens and `queryLens[s]` new ones (already in the cache,
+ * as after `WriteKvCache`); the queries of all new tokens are random and packed in order.
+ */
+export function prefillBatchFixture(
+  rng: Rng,
+  shape: AttentionShape & { readonly spareBlocks?: number },
+  pasts: readonly number[],
+  queryLens: readonly number[],
+): PrefillBatchFixture {
+  const contextLens = pasts.map((p, i) => p + queryLens[i]!);
+  const fx = pagedFixture(rng, { ...shape, contextLens });
+  const numTokens = queryLens.reduce((a, b) => a + b, 0);
+  const query = randomQuery(rng, fx.config, numTokens);
+  return {
+    fx,
+    args: {
+      query,
+      blockTables: fx.blockTables,
+      queryStarts: queryStartsOf(queryLens),
+      queryLens: Uint32Array.from(queryLens),
+      contextLens: fx.contextLens,
+      numSeqs: queryLens.length,
+      maxBlocksPerSeq: fx.maxBlocksPerSeq,
+    },
+  };
+}

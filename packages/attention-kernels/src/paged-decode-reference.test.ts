@@ -5,7 +5,7 @@ import { AttentionKernelError } from './errors.js';
 import { f16Format, f32Format } from './kv-format.js';
 import {
   pagedFixture,
-  queryStartsOf,
+  prefillBatchFixture,
   randomQuery,
   type AttentionShape as Shape,
 } from './paged-decode-fixtures.js';
@@ -52,21 +52,9 @@ function decodeBoth(seed: number, shape: Shape, contextLens: number[]) {
 /** Prefill through the paged CPU reference and through dense causal attention per sequence. */
 function prefillBoth(seed: number, shape: Shape, pasts: number[], queryLens: number[]) {
   const rng = seededRng(seed);
-  const contextLens = pasts.map((p, i) => p + queryLens[i]!);
-  const fx = pagedFixture(rng, { ...shape, contextLens });
-  const numTokens = queryLens.reduce((a, b) => a + b, 0);
-  const q = randomQuery(rng, fx.config, numTokens);
-  const queryStarts = queryStartsOf(queryLens);
-  const got = pagedPrefillAttentionCpu(fx.config, {
-    query: q,
-    kvCache: fx.cache,
-    blockTables: fx.blockTables,
-    queryStarts,
-    queryLens: Uint32Array.from(queryLens),
-    contextLens: fx.contextLens,
-    numSeqs: queryLens.length,
-    maxBlocksPerSeq: fx.maxBlocksPerSeq,
-  });
+  const { fx, args } = prefillBatchFixture(rng, shape, pasts, queryLens);
+  const { query: q, queryStarts, contextLens } = args;
+  const got = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
   const row = shape.numQHeads * shape.headDim;
   const want = new Float32Array(got.length);
   queryLens.forEach((n, s) => {

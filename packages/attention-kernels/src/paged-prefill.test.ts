@@ -3,8 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format } from './kv-format.js';
 import {
   pagedFixture,
-  queryStartsOf,
-  randomQuery,
+  prefillBatchFixture,
   type AttentionShape as Shape,
 } from './paged-decode-fixtures.js';
 import { PagedPrefillAttention } from './paged-prefill.js';
@@ -53,20 +52,7 @@ describe('PagedPrefillAttention vs CPU reference', () => {
   for (const [name, shape, pasts, queryLens] of cases) {
     it(name, async () => {
       const rng = seededRng(pasts.length * 17 + shape.headDim);
-      const contextLens = pasts.map((p, i) => p + queryLens[i]!);
-      const fx = pagedFixture(rng, { ...shape, contextLens, spareBlocks: 5 });
-      const numTokens = queryLens.reduce((a, b) => a + b, 0);
-      const query = randomQuery(rng, fx.config, numTokens);
-      const queryStarts = queryStartsOf(queryLens);
-      const args = {
-        query,
-        blockTables: fx.blockTables,
-        queryStarts,
-        queryLens: Uint32Array.from(queryLens),
-        contextLens: fx.contextLens,
-        numSeqs: queryLens.length,
-        maxBlocksPerSeq: fx.maxBlocksPerSeq,
-      };
+      const { fx, args } = prefillBatchFixture(rng, { ...shape, spareBlocks: 5 }, pasts, queryLens);
       const kernel = await PagedPrefillAttention.create(gpu, fx.config);
       const kvCache = gpu.storageBuffer(fx.cache);
       const got = await kernel.run({ ...args, kvCache });
