@@ -1,4 +1,4 @@
-import type { EvictionPolicy } from '../types';
+import { InsertionOrderPolicy } from './ordered-policy';
 
 /**
  * Least recently used first: the key that became evictable or was hit longest ago goes first.
@@ -7,9 +7,8 @@ import type { EvictionPolicy } from '../types';
  * `BlockPool` inserts a freed sequence's blocks tail-first, so under LRU a prefix's last blocks
  * are reclaimed before its first ones, which keeps the most shareable part cached longest.
  */
-export class LruPolicy<K = number> implements EvictionPolicy<K> {
+export class LruPolicy<K = number> extends InsertionOrderPolicy<K> {
   readonly name = 'lru';
-  private readonly order = new Map<K, true>();
 
   insert(key: K): void {
     this.order.delete(key);
@@ -18,19 +17,5 @@ export class LruPolicy<K = number> implements EvictionPolicy<K> {
 
   touch(key: K): void {
     if (this.order.delete(key)) this.order.set(key, true);
-  }
-
-  remove(key: K): void {
-    this.order.delete(key);
-  }
-
-  chooseVictim(): K | undefined {
-    for (const key of this.order.keys()) return key;
-    return undefined;
-  }
-
-  /** Number of evictable keys tracked. */
-  get size(): number {
-    return this.order.size;
   }
 }
