@@ -15,7 +15,9 @@
  * One barrier per tile (after S): scores are double-buffered and block ids triple-buffered, so
  * the next tile's S never overwrites what a slower invocation still reads in V. Software
  * adapters turn every workgroup-memory and storage load into a per-lane scalar loop, so the
- * kernel is shaped to load each K/V word once and little else.
+ * kernel is shaped to load each K/V word once and little else, and S and V run in uniform
+ * control flow (lanes past a partial tile work on a valid key and mask its score): the same
+ * loads under a divergent branch or loop bound took about twice as long on llvmpipe.
  * The key subsets (each with its own running max) are merged once at the end. Decode with one
  * split and prefill write the normalized output; decode with several splits writes the unnormalized partial output and its
  * (max, sum) to scratch for pass 2, a workgroup per (sequence, query head), which merges them.
@@ -241,8 +243,11 @@ ${rep(
     let first_block = tile_start / BLOCK_SIZE;
 
     // S: invocation \`lane\` scores its key against every row (one K row read for all).
-    if (lane < tile_len) {
-      let key = tile_start + lane;
+    // Lanes past the tile's end score its first key and store MASK instead of branching:
+    // software adapters run loads under a divergent branch as masked per-lane loops, which
+    // cost about as much as the rest of the kernel.
+    {
+      let key = tile_start + select(0u, lane, lane < tile_len);
       let block = bt_sh[buf * BT_SLOTS + key / BLOCK_SIZE - first_block];
       let slab = block * BLOCK_WORDS + 2u * kvh * SLAB_WORDS;
       let t = key % BLOCK_SIZE;
@@ -254,14 +259,18 @@ ${rep(
 ${rep(GW, (g) => `        d${g} += dot(q${g * D4 + 2 * cc}, k8[0]) + dot(q${g * D4 + 2 * cc + 1}, k8[1]);`)}
       }`,
 )}
-${rep(GW, (g) => `      s_sh[${g * W}u + sb * ${GW * W}u + lane] = select(${score(g)}, MASK, false${masked(g)});`)}
+${rep(GW, (g) => `      s_sh[${g * W}u + sb * ${GW * W}u + lane] = select(${score(g)}, MASK, lane >= tile_len${masked(g)});`)}
     }
     load_block_ids((buf + 1u) % 3u, tile_start + W, seq, num_blocks, lane);
     workgroupBarrier();
 
     // V: online softmax over this invocation's key subset, one V chunk read per key.
-    if (v_active) {
-      for (var j = ks; j < tile_len; j += KEY_SUBSETS) {
+    // The loop bound is uniform for the same reason: a lane whose key is past the tile's end
+    // reads the tile's first key with score MASK, which leaves its state unchanged (p = 0).
+    ${keySubsets * vLanes === W ? '{' : 'if (v_active) {'}
+      for (var j0 = 0u; j0 < tile_len; j0 += KEY_SUBSETS) {
+        let in_tile = j0 + ks < tile_len;
+        let j = select(0u, j0 + ks, in_tile);
         let key = tile_start + j;
         let block = bt_sh[buf * BT_SLOTS + key / BLOCK_SIZE - first_block];
         let slab = block * BLOCK_WORDS + (2u * kvh + 1u) * SLAB_WORDS;
@@ -269,7 +278,7 @@ ${rep(VCH, (v) => `        let v${v} = kv_load8(slab, key % BLOCK_SIZE, ${VCH}u 
 ${rep(
   GW,
   (g) => `        {
-          let s = s_sh[${g * W}u + sb * ${GW * W}u + j];
+          let s = select(MASK, s_sh[${g * W}u + sb * ${GW * W}u + j], in_tile);
           let m_new = max(m${g}, s);
           let alpha = exp2(m${g} - m_new);
           let p = select(0.0, exp2(s - m_new), s > -1.0e29);
