@@ -35,6 +35,12 @@ export const engineConfigSchema = z.object({
   queuePolicy: z.enum(['fcfs', 'priority', 'lpm']).default('fcfs'),
   /** `lru`, `lfu`, `fifo`, or a path to a JavaScript module exporting an `EvictionPolicy`. */
   evictionPolicy: z.string().min(1).default('lru'),
+  /**
+   * Write full KV blocks to the offload tiers and import prompts' prefixes from them (shared
+   * across replicas through Redis). Default: on when a tier is configured, except swap
+   * preemption with only a host tier (prefix blocks would compete with swapped-out ones).
+   */
+  offloadPrefix: z.boolean().optional(),
   offload: z
     .object({
       /** Host-memory tier budget in bytes (also the swap space). */

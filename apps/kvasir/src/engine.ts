@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { BlockHash, CachedPrefix, ExtraKeys } from '@kvasir/kv-allocator';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { Sampler, SamplingState } from '@kvasir/model';
 import type { KvBlockStore, TieredStore } from '@kvasir/offload';
@@ -59,6 +60,35 @@ interface Live {
   finished: boolean;
 }
 
+/** Counters of prefix offload (blocks written to and imported from the offload tiers). */
+export interface PrefixOffloadStats {
+  /** Full blocks written to the offload store after the step that filled them. */
+  readonly storedBlocks: number;
+  /** Blocks fetched from the offload store and imported into the GPU prefix cache. */
+  readonly importedBlocks: number;
+  /** Tokens of those blocks (what later prefix hits can reuse). */
+  readonly importedTokens: number;
+  /** Imports given up (no room, late or missing blocks, stale local prefix). */
+  readonly skippedImports: number;
+  /** Failed reads, writes and lookups (never thrown into the engine). */
+  readonly errors: number;
+}
+
+/** Blocks fetched for one request, waiting to be imported between engine steps. */
+interface PendingImport {
+  readonly tokens: readonly number[];
+  /** Index of the first fetched block in the prompt's block chain. */
+  readonly firstBlock: number;
+  readonly keys: readonly BlockHash[];
+  readonly values: readonly Uint8Array[];
+  readonly done: () => void;
+}
+
+/** Deadline of a prefix lookup plus fetch: past it the request just recomputes. */
+const PREFIX_FETCH_DEADLINE_MS = 2_000;
+/** Hashes remembered as already written, so a hot prefix is not rewritten every request. */
+const STORED_HASHES_LIMIT = 16_384;
+
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** Deterministic per-choice seed: choice i of seed s always samples the same way. */
@@ -102,6 +132,19 @@ export class KvasirEngine implements InferenceEngine {
   #swapGeneration = 0;
   #swapHits = 0;
   #swapMisses = 0;
+  /** Whether full blocks are written to, and prompts' prefixes imported from, the offload store. */
+  readonly #offloadPrefix: boolean;
+  readonly #extraKeys: ExtraKeys;
+  /** Recently written block hashes, oldest first (bounded). */
+  readonly #storedHashes = new Set<BlockHash>();
+  /** Writes in flight (awaited by {@link stop} before the store closes). */
+  readonly #pendingWrites = new Set<Promise<void>>();
+  #imports: PendingImport[] = [];
+  #importSeq = 0;
+  #prefixStored = 0;
+  #prefixImportedBlocks = 0;
+  #prefixSkipped = 0;
+  #prefixErrors = 0;
   /** Steps run so far (for tests and benchmarks). */
   steps = 0;
 
@@ -159,6 +202,13 @@ export class KvasirEngine implements InferenceEngine {
       ownedBy: 'kvasir',
       maxModelLen,
     };
+    this.#extraKeys = { modelId: this.modelCard.id };
+    // Off by default where prefix blocks would compete with swapped-out blocks for the only
+    // tier (a host budget): there, a prefix write could evict a block with no other copy.
+    this.#offloadPrefix =
+      this.#offload !== undefined &&
+      config.enablePrefixCaching &&
+      (config.offloadPrefix ?? !(config.preemptionMode === 'swap' && hostOnly));
   }
 
   listModels(): readonly ModelCard[] {
@@ -224,6 +274,17 @@ export class KvasirEngine implements InferenceEngine {
     };
   }
 
+  /** Prefix offload counters (all zero when prefix offload is off). */
+  prefixOffloadStats(): PrefixOffloadStats {
+    return {
+      storedBlocks: this.#prefixStored,
+      importedBlocks: this.#prefixImportedBlocks,
+      importedTokens: this.#prefixImportedBlocks * this.runner.facts.kvLayout.blockSize,
+      skippedImports: this.#prefixSkipped,
+      errors: this.#prefixErrors,
+    };
+  }
+
   /** Swap-ins served by the offload store, and ones it could not serve. */
   swapStats(): { hits: number; misses: number } {
     return { hits: this.#swapHits, misses: this.#swapMisses };
@@ -253,6 +314,13 @@ export class KvasirEngine implements InferenceEngine {
     }
     const stopTokens = new Set<number>(request.stopTokenIds);
     if (!request.ignoreEos) for (const eos of facts.eosTokenIds) stopTokens.add(eos);
+    if (this.#offloadPrefix) {
+      await this.#importPrefix(request.promptTokens);
+      if (this.#stopping || this.#failure !== undefined) {
+        throw new EngineError('DRAINING', 'engine is shutting down');
+      }
+      if (signal.aborted) throw new EngineError('INVALID_REQUEST', 'request was aborted');
+    }
     try {
       this.scheduler.add({
         id: request.id,
@@ -261,7 +329,7 @@ export class KvasirEngine implements InferenceEngine {
         n: request.n,
         stopTokenIds: [...stopTokens],
         ignoreEos: request.ignoreEos,
-        extraKeys: { modelId: this.modelCard.id },
+        extraKeys: this.#extraKeys,
       });
     } catch (error) {
       if (SchedulerError.isInstance(error)) {
@@ -318,6 +386,9 @@ export class KvasirEngine implements InferenceEngine {
     }
     this.#wake?.();
     await this.#loop;
+    this.#dropImports();
+    // Blocks being written must reach the store before the caller closes it.
+    await Promise.all([...this.#pendingWrites]);
   }
 
   #ensureLoop(): void {
@@ -331,7 +402,9 @@ export class KvasirEngine implements InferenceEngine {
 
   async #run(): Promise<void> {
     while (!this.#stopping) {
-      if (!this.scheduler.hasUnfinished()) {
+      // Imports run here, between steps: never while a plan is scheduled or running.
+      if (this.#imports.length > 0) await this.#runImports();
+      if (!this.scheduler.hasUnfinished() && this.#imports.length === 0) {
         await new Promise<void>((resolve) => {
           this.#wake = resolve;
         });
@@ -344,6 +417,7 @@ export class KvasirEngine implements InferenceEngine {
       if (worked) await yieldToEventLoop();
       else await new Promise<void>((resolve) => setTimeout(resolve, 1));
     }
+    this.#dropImports();
   }
 
   /**
@@ -362,6 +436,7 @@ export class KvasirEngine implements InferenceEngine {
     const numSamples = plan.logitsIndices.length;
     if (plan.numTokens > 0) {
       const logits = await this.runner.forward(plan);
+      if (this.#offloadPrefix) this.#storeFullBlocks(plan);
       const vocab = this.runner.facts.vocabSize;
       tokenIds = new Int32Array(numSamples);
       logprobs = new Float64Array(numSamples);
@@ -571,5 +646,192 @@ export class KvasirEngine implements InferenceEngine {
       if (row.blockTable.some((b) => lostBlocks.has(b))) lost.add(row.requestId);
     }
     return lost;
+  }
+
+  /**
+   * Writes the blocks that became full in this step to the offload store under their prefix
+   * hash. Not awaited: the read is queued on the model after this step's forward (so it sees
+   * exactly that content) and before any later write into the block.
+   */
+  #storeFullBlocks(plan: BatchPlan): void {
+    const store = this.#offload?.store;
+    if (!store) return;
+    const bs = this.runner.facts.kvLayout.blockSize;
+    const pool = this.kvCache.pool;
+    const blocks: number[] = [];
+    const keys: BlockHash[] = [];
+    for (const row of plan.rows) {
+      const first = row.contextLen - row.queryLen;
+      // Block j is newly full when its last slot, (j + 1)·bs − 1, was computed this step.
+      for (let j = Math.floor(first / bs); (j + 1) * bs <= row.contextLen; j++) {
+        if ((j + 1) * bs - 1 < first) continue;
+        const block = row.blockTable[j];
+        if (block === undefined) continue;
+        const hash = pool.hashOf(block);
+        if (hash === undefined || this.#storedHashes.has(hash)) continue;
+        this.#rememberStored(hash);
+        blocks.push(block);
+        keys.push(hash);
+      }
+    }
+    if (blocks.length === 0) return;
+    const write = this.runner
+      .readBlocks(blocks)
+      .then((data) => store.putMany(keys.map((key, i) => ({ key, value: data[i]! }))))
+      .then((stored) => {
+        this.#prefixStored += stored;
+        if (stored < keys.length) {
+          this.#prefixErrors++;
+          for (const k of keys) this.#storedHashes.delete(k);
+        }
+      })
+      .catch(() => {
+        this.#prefixErrors++;
+        for (const k of keys) this.#storedHashes.delete(k);
+      });
+    this.#pendingWrites.add(write);
+    void write.finally(() => this.#pendingWrites.delete(write));
+  }
+
+  #rememberStored(hash: BlockHash): void {
+    this.#storedHashes.add(hash);
+    if (this.#storedHashes.size > STORED_HASHES_LIMIT) {
+      const oldest = this.#storedHashes.values().next().value;
+      if (oldest !== undefined) this.#storedHashes.delete(oldest);
+    }
+  }
+
+  /**
+   * Looks the prompt's blocks beyond the local GPU hit up in the offload store, fetches the ones
+   * present within a deadline and waits until the engine loop has imported them (or given up).
+   * Never throws: any failure means the request recomputes.
+   */
+  async #importPrefix(tokens: readonly number[]): Promise<void> {
+    const store = this.#offload?.store;
+    if (!store) return;
+    try {
+      const bs = this.runner.facts.kvLayout.blockSize;
+      // At least the last prompt token is computed: its logits are needed.
+      const maxBlocks = Math.floor((tokens.length - 1) / bs);
+      if (maxBlocks <= 0) return;
+      const hashes = this.kvCache.blockHashes(tokens, this.#extraKeys).slice(0, maxBlocks);
+      const local = this.kvCache.findCachedPrefix(tokens, this.#extraKeys, { record: false });
+      const firstBlock = local.blocks.length;
+      const rest = hashes.slice(firstBlock);
+      if (rest.length === 0) return;
+      const started = performance.now();
+      const m = await store.countPrefix(rest, { deadlineMs: PREFIX_FETCH_DEADLINE_MS });
+      if (m <= 0) return;
+      const left = PREFIX_FETCH_DEADLINE_MS - (performance.now() - started);
+      if (left <= 0) {
+        this.#prefixSkipped++;
+        return;
+      }
+      const keys = rest.slice(0, m);
+      const fetched = await store.fetch(keys, { deadlineMs: left });
+      // Only a leading run of well-sized blocks can extend the prefix.
+      const values: Uint8Array[] = [];
+      for (const v of fetched.values) {
+        if (v === undefined || v.byteLength !== this.runner.facts.blockBytes) break;
+        values.push(v);
+      }
+      if (values.length === 0) {
+        this.#prefixSkipped++;
+        return;
+      }
+      if (this.#stopping || this.#failure !== undefined) return;
+      await new Promise<void>((resolve) => {
+        this.#imports.push({
+          tokens,
+          firstBlock,
+          keys: keys.slice(0, values.length),
+          values,
+          done: resolve,
+        });
+        this.#ensureLoop();
+        this.#wake?.();
+      });
+    } catch {
+      this.#prefixErrors++;
+    }
+  }
+
+  #dropImports(): void {
+    const pending = this.#imports;
+    this.#imports = [];
+    for (const job of pending) job.done();
+  }
+
+  async #runImports(): Promise<void> {
+    const pending = this.#imports;
+    this.#imports = [];
+    for (const job of pending) {
+      try {
+        await this.#importOne(job);
+      } finally {
+        job.done();
+      }
+    }
+  }
+
+  /**
+   * Puts fetched blocks into the GPU prefix cache: a temporary sequence allocates them after the
+   * local prefix (the allocator hashes them from the tokens), the bytes are written, and freeing
+   * the sequence leaves them cached for the request's own prefix lookup.
+   */
+  async #importOne(job: PendingImport): Promise<void> {
+    const kv = this.kvCache;
+    const bs = this.runner.facts.kvLayout.blockSize;
+    // The local prefix may have grown or shrunk since the lookup.
+    let prefix: CachedPrefix = kv.findCachedPrefix(job.tokens, this.#extraKeys, { record: false });
+    const have = prefix.blocks.length;
+    const end = job.firstBlock + job.keys.length;
+    if (have < job.firstBlock || have >= end) {
+      if (have < job.firstBlock) this.#prefixSkipped++;
+      return;
+    }
+    let keys = job.keys.slice(have - job.firstBlock);
+    let values = job.values.slice(have - job.firstBlock);
+    // One block per hash: stop before a block some other block already holds.
+    const dup = keys.findIndex((k) => kv.pool.lookup(k) !== undefined);
+    if (dup >= 0) {
+      keys = keys.slice(0, dup);
+      values = values.slice(0, dup);
+    }
+    if (keys.length === 0) return;
+    if (!kv.isPrefixValid(prefix)) prefix = { numTokens: 0, blocks: [], hashes: [] };
+    if (prefix.blocks.length !== have) {
+      this.#prefixSkipped++;
+      return;
+    }
+    const seq = `offload-import:${++this.#importSeq}`;
+    const newTokens = job.tokens.slice(have * bs, (have + keys.length) * bs);
+    const result = kv.allocateSlots(seq, newTokens, { prefix, extraKeys: this.#extraKeys });
+    if (!result.ok) {
+      this.#prefixSkipped++;
+      return;
+    }
+    const table = kv.blockTable(seq);
+    const newBlocks = table.slice(have, have + keys.length);
+    const matches =
+      newBlocks.length === keys.length && newBlocks.every((b, i) => kv.pool.hashOf(b) === keys[i]);
+    let written = false;
+    try {
+      if (matches) {
+        await this.runner.writeBlocks(newBlocks, values);
+        written = true;
+      }
+    } catch {
+      this.#prefixErrors++;
+    } finally {
+      kv.free(seq);
+      if (!written) {
+        this.#prefixSkipped++;
+        // The new blocks carry their hashes but not their content: no request may ever hit
+        // them. Dropping the whole cached prefix set is rare (device failure) and always safe.
+        if (newBlocks.some((b) => kv.pool.hashOf(b) !== undefined)) kv.resetPrefixCache();
+      }
+    }
+    if (written) this.#prefixImportedBlocks += keys.length;
   }
 }

@@ -14,7 +14,7 @@ export {
   readConfigFile,
 } from './config.js';
 export { DEFAULT_MODEL_NAME, defaultModelConfig, ensureDefaultModel } from './default-model.js';
-export type { KvasirEngineOptions } from './engine.js';
+export type { KvasirEngineOptions, PrefixOffloadStats } from './engine.js';
 export { KvasirEngine } from './engine.js';
 export type { KvasirAppErrorCode } from './errors.js';
 export { KvasirAppError } from './errors.js';

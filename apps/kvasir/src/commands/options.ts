@@ -79,6 +79,11 @@ export function addEngineOptions(cmd: Command): Command {
     .option('--offload-disk-bytes <bytes>', 'disk offload tier budget', bytes)
     .option('--offload-redis-url <url>', 'Redis offload tier, e.g. redis://127.0.0.1:6379')
     .option('--swap-blocks <n>', 'host slots for swap preemption', int)
+    .option(
+      '--offload-prefix',
+      'write full KV blocks to the offload tiers and import cached prefixes from them (default on with a tier)',
+    )
+    .option('--no-offload-prefix', 'offload tiers only carry swapped-out blocks')
     .option('--host <host>', 'interface to bind (default 127.0.0.1)')
     .option('-p, --port <port>', 'port (0 = any free port)', int)
     .option('--api-key <key>', 'require this bearer key (default: $KVASIR_API_KEY)')
@@ -109,6 +114,7 @@ interface EngineFlags {
   offloadDiskBytes?: number;
   offloadRedisUrl?: string;
   swapBlocks?: number;
+  offloadPrefix?: boolean;
   host?: string;
   port?: number;
   apiKey?: string;
@@ -147,6 +153,7 @@ export async function resolveEngineConfig(cmd: Command): Promise<EngineConfig> {
       preemptionMode: pick('preemptionMode'),
       queuePolicy: pick('queuePolicy'),
       evictionPolicy: pick('evictionPolicy'),
+      offloadPrefix: pick('offloadPrefix'),
       host: pick('host'),
       port: pick('port'),
       apiKey: pick('apiKey') ?? fromFile.apiKey ?? process.env.KVASIR_API_KEY,

@@ -1,7 +1,64 @@
 import { createServer, handleShutdownSignals } from '@kvasir/server';
 import { buildEngine } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
+import type { PrefixOffloadStats } from '../engine.js';
 import { formatBytes } from '../memory-plan.js';
+
+type Registry = ReturnType<typeof createServer>['metrics']['registry'];
+
+/**
+ * Adds the prefix-offload counters to the server's `/metrics` registry. They are read from the
+ * engine at scrape time (like the server's own engine mirrors); a minimal metric object keeps
+ * the app off a direct prom-client dependency.
+ */
+export function registerPrefixOffloadMetrics(
+  registry: Registry,
+  read: () => PrefixOffloadStats,
+): void {
+  const counter = (name: string, help: string, value: (s: PrefixOffloadStats) => number) => {
+    const metric = {
+      name,
+      help,
+      type: 'counter',
+      aggregator: 'sum',
+      labelNames: [],
+      get: async () => ({
+        name,
+        help,
+        type: 'counter',
+        aggregator: 'sum',
+        values: [{ value: value(read()), labels: {} }],
+      }),
+      reset() {},
+    };
+    registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
+  };
+  counter(
+    'kvasir_offload_prefix_imported_tokens_total',
+    'Prompt tokens imported from the offload tiers into the GPU prefix cache.',
+    (s) => s.importedTokens,
+  );
+  counter(
+    'kvasir_offload_prefix_imported_blocks_total',
+    'KV blocks imported from the offload tiers into the GPU prefix cache.',
+    (s) => s.importedBlocks,
+  );
+  counter(
+    'kvasir_offload_prefix_stored_blocks_total',
+    'Full KV blocks written to the offload tiers for prefix reuse.',
+    (s) => s.storedBlocks,
+  );
+  counter(
+    'kvasir_offload_prefix_skipped_imports_total',
+    'Prefix imports given up (no room, late or missing blocks); those requests recompute.',
+    (s) => s.skippedImports,
+  );
+  counter(
+    'kvasir_offload_prefix_errors_total',
+    'Failed prefix-offload reads, writes and lookups (never fatal to requests).',
+    (s) => s.errors,
+  );
+}
 
 /** `kvasir serve`: builds the engine, serves it over HTTP, drains on SIGTERM/SIGINT. */
 export async function serveCommand(config: EngineConfig): Promise<void> {
@@ -12,6 +69,7 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     port: config.port,
     ...(config.apiKey ? { apiKey: config.apiKey } : {}),
   });
+  registerPrefixOffloadMetrics(server.metrics.registry, () => built.engine.prefixOffloadStats());
   let url: string;
   try {
     url = await server.listen();
