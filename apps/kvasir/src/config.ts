@@ -38,7 +38,7 @@ export const engineConfigSchema = z.object({
   /**
    * Write full KV blocks to the offload tiers and import prompts' prefixes from them (shared
    * across replicas through Redis). Default: on when a tier is configured, except swap
-   * preemption with only a host tier (prefix blocks would compete with swapped-out ones).
+   * preemption with a single tier (prefix blocks would compete with swapped-out ones).
    */
   offloadPrefix: z.boolean().optional(),
   offload: z

@@ -122,3 +122,89 @@ describe('KvasirEngine under random traffic', () => {
     );
   });
 });
+
+describe('KvasirEngine with prefix offload under random traffic', () => {
+  // Recompute preemption and a 12-block GPU cache: shared prefixes are evicted from the GPU
+  // constantly and come back from the host tier.
+  let offloading: BuiltEngine;
+  beforeAll(async () => {
+    offloading = await buildEngine(
+      parseEngineConfig({
+        backend: 'cpu',
+        cacheDir,
+        numGpuBlocks: 12,
+        blockSize: 8,
+        maxNumSeqs: 4,
+        maxNumBatchedTokens: 64,
+        offload: { hostBytes: 8 * 1024 * 1024 },
+      }),
+    );
+  });
+  afterAll(async () => {
+    await offloading?.close();
+  });
+
+  it('imports evicted prefixes without changing any output or leaking a block', async () => {
+    const engine = offloading.engine;
+    const bases = [24, 32, 40].map((len, b) =>
+      Array.from({ length: len }, (_, j) => (b * 53 + j * 11) % 250),
+    );
+    // (prompt, seed) → the tokens of the first single-choice run that saw it.
+    const seen = new Map<string, number[]>();
+    let next = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            base: fc.integer({ min: 0, max: 2 }),
+            suffix: fc.integer({ min: 0, max: 3 }),
+            seed: fc.integer({ min: 0, max: 1 }),
+            n: fc.integer({ min: 1, max: 2 }),
+          }),
+          { minLength: 1, maxLength: 5 },
+        ),
+        async (specs) => {
+          const runs = specs.map(async (spec) => {
+            const prompt = [
+              ...bases[spec.base]!,
+              ...Array.from({ length: spec.suffix }, (_, j) => 3 + j),
+            ];
+            const stream = await engine.generate(
+              {
+                ...request(`o${next++}`, prompt, 8, spec.n, spec.seed),
+                model: engine.modelCard.id,
+              },
+              new AbortController().signal,
+            );
+            const tokens = Array.from({ length: spec.n }, () => [] as number[]);
+            for await (const event of stream) {
+              if (event.kind === 'delta') tokens[event.index]!.push(...event.tokenIds);
+            }
+            // n = 2 runs only add traffic (forked, shared blocks): with a prefix hit they can
+            // end one token short, with or without offload (a scheduler issue, reported), so
+            // only single-choice runs are compared.
+            if (spec.n !== 1) return;
+            expect(tokens[0]).toHaveLength(8);
+            const key = `${spec.base}/${spec.suffix}/${spec.seed}`;
+            const before = seen.get(key);
+            if (before) expect(tokens[0]).toEqual(before);
+            else seen.set(key, tokens[0]!);
+          });
+          await Promise.all(runs);
+          const stats = engine.stats();
+          expect(stats.blocks.used).toBe(0);
+          expect([...engine.kvCache.sequences()]).toEqual([]);
+          expect(stats.blocks.used + stats.blocks.cached + stats.blocks.free).toBe(
+            stats.blocks.total,
+          );
+        },
+      ),
+      { numRuns: 25 },
+    );
+    const prefix = engine.prefixOffloadStats();
+    expect(prefix.storedBlocks).toBeGreaterThan(0);
+    expect(prefix.importedBlocks).toBeGreaterThan(0);
+    expect(prefix.importedTokens).toBe(prefix.importedBlocks * 8);
+    expect(prefix.errors).toBe(0);
+  });
+});

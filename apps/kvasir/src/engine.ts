@@ -203,8 +203,8 @@ export class KvasirEngine implements InferenceEngine {
       maxModelLen,
     };
     this.#extraKeys = { modelId: this.modelCard.id };
-    // Off by default where prefix blocks would compete with swapped-out blocks for the only
-    // tier (a host budget): there, a prefix write could evict a block with no other copy.
+    // Off by default where prefix blocks would compete with swapped-out blocks for a single
+    // budgeted tier: there, a prefix write could evict a block with no other copy.
     this.#offloadPrefix =
       this.#offload !== undefined &&
       config.enablePrefixCaching &&
@@ -395,6 +395,7 @@ export class KvasirEngine implements InferenceEngine {
     if (this.#loop) return;
     this.#loop = this.#run().catch((error: unknown) => {
       this.#failure = error;
+      this.#dropImports();
       for (const live of this.#live.values()) live.queue.fail(error);
       this.#live.clear();
     });
@@ -768,6 +769,9 @@ export class KvasirEngine implements InferenceEngine {
     for (const job of pending) {
       try {
         await this.#importOne(job);
+      } catch {
+        // A failed import only means recompute; #importOne has already freed what it took.
+        this.#prefixErrors++;
       } finally {
         job.done();
       }
