@@ -274,6 +274,11 @@ export class KvasirEngine implements InferenceEngine {
     };
   }
 
+  /** Whether full blocks go to the offload tiers and prompts' prefixes are imported from them. */
+  get prefixOffloadEnabled(): boolean {
+    return this.#offloadPrefix;
+  }
+
   /** Prefix offload counters (all zero when prefix offload is off). */
   prefixOffloadStats(): PrefixOffloadStats {
     return {

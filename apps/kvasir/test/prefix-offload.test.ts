@@ -62,6 +62,7 @@ describe('prefix sharing across replicas through Redis (built CLI)', () => {
     // Redis as the only tier: whatever B finds, it found in Redis (written by A).
     const args = [...cpu, '--offload-host-bytes', '0', '--offload-redis-url', redis.url];
     [a, b] = await Promise.all([startServer(args), startServer(args)]);
+    expect(a.output()).toContain('redis (prefix blocks shared through it)');
   });
   afterAll(async () => {
     await Promise.all([a?.stop(), b?.stop()]);
