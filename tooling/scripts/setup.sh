@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 PNPM_VERSION=$(node -p "require('./package.json').packageManager.split('@')[1]")
-APT_PACKAGES=(libegl1 libgles2 libegl-mesa0 libgl1-mesa-dri redis-server)
+# Dawn dlopens the unversioned libEGL.so, which Debian ships only in libegl-dev.
+APT_PACKAGES=(libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri redis-server)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -62,7 +62,8 @@ const SOFTWARE_ADAPTER = /llvmpipe|lavapipe|softpipe|swiftshader|basic render|\b
 /** What to install, for the NO_ADAPTER message. */
 export const NO_ADAPTER_HELP =
   'Install a GPU driver (Vulkan on Linux), or the software OpenGL ES stack for the llvmpipe ' +
-  'fallback: `apt-get install libegl1 libgles2 libegl-mesa0 libgl1-mesa-dri` (Debian/Ubuntu).';
+  'fallback: `apt-get install libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri` ' +
+  '(Debian/Ubuntu; Dawn opens the unversioned libEGL.so, which Debian ships in libegl-dev).';
 
 /**
  * Obtain a WebGPU device and wrap it in a {@link Gpu}.

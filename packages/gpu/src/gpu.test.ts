@@ -87,7 +87,7 @@ describe('createGpu', () => {
     const err = await createGpu({ backend: missing }).catch((e: unknown) => e);
     expect(GpuError.isInstance(err)).toBe(true);
     expect((err as GpuError).code).toBe('NO_ADAPTER');
-    expect((err as GpuError).message).toContain('apt-get install libegl1 libgles2');
+    expect((err as GpuError).message).toContain('apt-get install libegl1 libegl-dev libgles2');
   });
 
   it('fails with NO_ADAPTER and advice when no backend works', async () => {
@@ -110,7 +110,7 @@ describe('createGpu', () => {
     expect(line).toBeDefined();
     const result = JSON.parse(line!) as { code: string; message: string };
     expect(result.code).toBe('NO_ADAPTER');
-    expect(result.message).toContain('libegl1 libgles2 libegl-mesa0 libgl1-mesa-dri');
+    expect(result.message).toContain('libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri');
     expect(result.message).toContain("EGL_PLATFORM is 'x11'");
   });
 
