@@ -157,6 +157,27 @@ function checkHeadDim(format: KvFormat, headDim: number): void {
 
 const multipleOf8 = (d: number): boolean => Number.isInteger(d) && d > 0 && d % 8 === 0;
 
+/**
+ * The start of an unscaled format's store functions: checks the head dim and the cache binding
+ * type, and returns the cache variable plus the scale hooks that do nothing for such formats.
+ */
+function unscaledStorePrelude(format: KvFormat, o: KvWgslOptions): { v: string; wgsl: string } {
+  checkHeadDim(format, o.headDim);
+  if ((o.cacheElement ?? 'u32') !== 'u32') {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      `${format.name} stores need an array<u32> cache binding.`,
+    );
+  }
+  return {
+    v: o.cacheVar ?? 'kv',
+    wgsl: /* wgsl */ `
+const KV_STORE_CHUNK: u32 = 4u;
+fn kv_row_scale(absmax: f32) -> f32 { return 1.0; }
+fn kv_store_scale(slab: u32, t: u32, scale: f32) {}`,
+  };
+}
+
 /** 32-bit floats, one element per word. */
 export const f32Format: KvFormat = {
   name: 'f32',
@@ -180,18 +201,8 @@ fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
 `;
   },
   wgslStore(o) {
-    checkHeadDim(this, o.headDim);
-    const v = o.cacheVar ?? 'kv';
-    if ((o.cacheElement ?? 'u32') !== 'u32') {
-      throw new AttentionKernelError(
-        'INVALID_ARGUMENT',
-        'f32 stores need an array<u32> cache binding.',
-      );
-    }
-    return /* wgsl */ `
-const KV_STORE_CHUNK: u32 = 4u;
-fn kv_row_scale(absmax: f32) -> f32 { return 1.0; }
-fn kv_store_scale(slab: u32, t: u32, scale: f32) {}
+    const { v, wgsl } = unscaledStorePrelude(this, o);
+    return /* wgsl */ `${wgsl}
 fn kv_store_chunk(slab: u32, t: u32, c: u32, scale: f32) {
   let w = slab + t * ${o.headDim}u + 4u * c;
   for (var j = 0u; j < 4u; j++) { ${v}[w + j] = bitcast<u32>(kv_src(4u * c + j)); }
@@ -241,18 +252,8 @@ fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
 `;
   },
   wgslStore(o) {
-    checkHeadDim(this, o.headDim);
-    const v = o.cacheVar ?? 'kv';
-    if ((o.cacheElement ?? 'u32') !== 'u32') {
-      throw new AttentionKernelError(
-        'INVALID_ARGUMENT',
-        'f16 stores need an array<u32> cache binding.',
-      );
-    }
-    return /* wgsl */ `
-const KV_STORE_CHUNK: u32 = 4u;
-fn kv_row_scale(absmax: f32) -> f32 { return 1.0; }
-fn kv_store_scale(slab: u32, t: u32, scale: f32) {}
+    const { v, wgsl } = unscaledStorePrelude(this, o);
+    return /* wgsl */ `${wgsl}
 fn kv_store_chunk(slab: u32, t: u32, c: u32, scale: f32) {
   let w = slab + t * ${o.headDim / 2}u + 2u * c;
   ${v}[w] = pack2x16float(vec2<f32>(kv_src(4u * c), kv_src(4u * c + 1u)));
