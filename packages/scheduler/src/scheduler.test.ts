@@ -298,6 +298,29 @@ describe('preemption', () => {
     }
   });
 
+  it('resumes a recomputed parallel-sampling group that fits only because its prompt is shared', () => {
+    // 12 blocks of 8. The urgent request makes the n = 2 group a victim; it comes back from
+    // recompute alone with about 9 tokens per sample: 5 shared prompt blocks + 2 × 2 of its own =
+    // 9 blocks. Recomputing the prompt once per sample (14 blocks, more than the cache) used to
+    // end the group early with 'length'.
+    const { sched, outputs, step, runAll, events } = setup({ numBlocks: 12, blockSize: 8 });
+    sched.add({
+      id: 'group',
+      promptTokenIds: seqPrompt(42),
+      maxTokens: 20,
+      n: 2,
+      priority: 5,
+      ignoreEos: true,
+    });
+    for (let i = 0; i < 7; i++) step();
+    sched.add({ id: 'urgent', promptTokenIds: seqPrompt(16, 100), maxTokens: 12, ignoreEos: true });
+    runAll();
+    expect(events.some((e) => e.type === 'preempt' && e.requestId === 'group')).toBe(true);
+    const group = outputs.get('group')!;
+    expect(group.reason).toBeUndefined();
+    for (const o of group.outputs) expect(o.tokenIds).toHaveLength(20);
+  });
+
   it('uses a custom preemption policy given as a plain object', () => {
     const seen: string[][] = [];
     const firstArrival: PreemptionPolicy = {

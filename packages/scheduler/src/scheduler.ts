@@ -494,9 +494,14 @@ export class Scheduler {
       tokens++;
       rows++;
     }
-    // Prefills of a group's sequences (after recompute) may spread over several steps.
+    // Prefills of a group's sequences (after recompute) may spread over several steps. With
+    // prefix caching, one unallocated sequence of a group starts per step: the blocks it fills
+    // are hashed as they are allocated, so its siblings find the prompt they share in the cache
+    // next step instead of each recomputing it into blocks of its own.
+    let startedOne = false;
     for (const s of g.seqs) {
       if (!s.live || s.chunk > 0) continue;
+      if (!s.allocated && startedOne && this.enablePrefixCaching) continue;
       if (!s.allocated) this.lookupPrefix(s, lockstep ? 2 : 1);
       const start = s.allocated ? s.numComputed : s.prefix.numTokens;
       const need = s.numTokens - start;
@@ -508,6 +513,7 @@ export class Scheduler {
       s.chunk = chunk;
       tokens += chunk;
       rows++;
+      if (!s.allocated) startedOne = true;
     }
     return rows > 0;
   }
@@ -540,6 +546,31 @@ export class Scheduler {
       }
     }
     return n;
+  }
+
+  /**
+   * Blocks the group's live sequences need at their current lengths. With prefix caching the
+   * full blocks of the tokens they all start with (a parallel-sampling group's prompt) are
+   * shared, so they count once.
+   */
+  private groupBlocksBound(g: Group): number {
+    const live = g.seqs.filter((s) => s.live);
+    const first = live[0];
+    if (!first) return 0;
+    let common = first.numTokens;
+    for (const s of live) {
+      common = Math.min(common, s.numTokens);
+      for (let i = 0; i < common; i++) {
+        if (s.tokens[i] !== first.tokens[i]) {
+          common = i;
+          break;
+        }
+      }
+    }
+    const shared = this.enablePrefixCaching ? Math.floor(common / this.blockSize) : 0;
+    let total = shared;
+    for (const s of live) total += Math.ceil(s.numTokens / this.blockSize) - shared;
+    return total;
   }
 
   private heldBlocks(g: Group): number {
@@ -762,8 +793,7 @@ export class Scheduler {
       if (needed + reserve > this.kvCache.numAvailableBlocks()) {
         if (idle) {
           // Nothing else holds blocks: this request alone exceeds the cache.
-          let total = 0;
-          for (const s of g.seqs) if (s.live) total += Math.ceil(s.numTokens / this.blockSize);
+          const total = this.groupBlocksBound(g);
           if (total > this.kvCache.numBlocks) {
             this.finishGroup(
               g,
