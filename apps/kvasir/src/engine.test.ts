@@ -12,8 +12,9 @@ import { parseEngineConfig } from './config.js';
 let built: BuiltEngine;
 const cacheDir = mkdtempSync(join(tmpdir(), 'kvasir-engine-'));
 
-beforeAll(async () => {
-  built = await buildEngine(
+/** The CPU engine on a 12-block cache of 8-token blocks with an 8 MiB host tier. */
+function tinyEngine(extra: { preemptionMode?: 'swap' } = {}): Promise<BuiltEngine> {
+  return buildEngine(
     parseEngineConfig({
       backend: 'cpu',
       cacheDir,
@@ -21,10 +22,14 @@ beforeAll(async () => {
       blockSize: 8,
       maxNumSeqs: 4,
       maxNumBatchedTokens: 64,
-      preemptionMode: 'swap',
       offload: { hostBytes: 8 * 1024 * 1024 },
+      ...extra,
     }),
   );
+}
+
+beforeAll(async () => {
+  built = await tinyEngine({ preemptionMode: 'swap' });
 });
 
 afterAll(async () => {
@@ -128,17 +133,7 @@ describe('KvasirEngine with prefix offload under random traffic', () => {
   // constantly and come back from the host tier.
   let offloading: BuiltEngine;
   beforeAll(async () => {
-    offloading = await buildEngine(
-      parseEngineConfig({
-        backend: 'cpu',
-        cacheDir,
-        numGpuBlocks: 12,
-        blockSize: 8,
-        maxNumSeqs: 4,
-        maxNumBatchedTokens: 64,
-        offload: { hostBytes: 8 * 1024 * 1024 },
-      }),
-    );
+    offloading = await tinyEngine();
   });
   afterAll(async () => {
     await offloading?.close();

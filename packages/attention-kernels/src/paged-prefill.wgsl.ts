@@ -1,4 +1,4 @@
-import { pagedAttentionShader } from './paged-decode.wgsl.js';
+import { type AttentionShaderOptions, pagedAttentionShader } from './paged-decode.wgsl.js';
 
 /**
  * WGSL of paged causal prefill attention. It is the paged attention kernel of
@@ -8,19 +8,7 @@ import { pagedAttentionShader } from './paged-decode.wgsl.js';
  * `past = context - query length`. Earlier cached tokens (chunked prefill, prefix-cache hits)
  * and the chunk's own tokens, already written by `writeKvCache`, are all read from the cache.
  */
-export interface PrefillShaderOptions {
-  readonly headDim: number;
-  readonly numQHeads: number;
-  readonly numKvHeads: number;
-  readonly headsPerWorkgroup: number;
-  readonly tokensPerWorkgroup: number;
-  readonly blockSize: number;
-  readonly slabWords: number;
-  readonly blockWords: number;
-  readonly qScale: number;
-  readonly softCap: number | undefined;
-  readonly kvLoad: string;
-}
+export type PrefillShaderOptions = Omit<AttentionShaderOptions, 'mode'>;
 
 /** Prefill shader source; bindings: params, query, kv, meta (work items first), out. */
 export function pagedPrefillShader(o: PrefillShaderOptions): string {
