@@ -26,6 +26,7 @@ export {
   QUANTIZED_KV_FORMATS,
   type StaticKvScales,
 } from './kv-format-quantized.js';
+export { int4H32KvFormat, int8H8KvFormat } from './kv-format-quantized-rotated.js';
 export {
   blocksInCache,
   cacheBytes,

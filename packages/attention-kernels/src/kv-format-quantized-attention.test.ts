@@ -12,6 +12,7 @@ import {
   int4KvFormat,
   int8KvFormat,
 } from './kv-format-quantized.js';
+import { int4H32KvFormat, int8H8KvFormat } from './kv-format-quantized-rotated.js';
 import { kvCacheLayout } from './layout.js';
 import { PagedDecodeAttention } from './paged-decode.js';
 import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
@@ -97,7 +98,7 @@ const staticScales = calibrateKv('fp8-e4m3', key, value);
 /**
  * Accuracy floors (attention-output cosine versus f32 K/V, decode and prefill), a little below
  * what these inputs reach: int8 0.99986, fp8-e4m3 0.99946, fp8-e5m2 0.9979, int4-g32 0.9907,
- * fp8-e4m3 static 0.9993.
+ * fp8-e4m3 static 0.9993, int8-h8 0.99995, int4-g32-h32 0.9928 (Hadamard-rotated).
  */
 const CASES: { format: KvFormat; cosine: number }[] = [
   { format: int8KvFormat, cosine: 0.9995 },
@@ -105,6 +106,8 @@ const CASES: { format: KvFormat; cosine: number }[] = [
   { format: fp8E5m2KvFormat, cosine: 0.995 },
   { format: int4KvFormat, cosine: 0.985 },
   { format: fp8StaticKvFormat('fp8-e4m3', staticScales), cosine: 0.998 },
+  { format: int8H8KvFormat, cosine: 0.9999 },
+  { format: int4H32KvFormat, cosine: 0.991 },
 ];
 
 /** Writes the K/V through the GPU writer (quantizing on write), returning the cache buffer. */

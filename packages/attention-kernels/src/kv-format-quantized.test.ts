@@ -8,6 +8,7 @@ import {
   int4KvFormat,
   int8KvFormat,
 } from './kv-format-quantized.js';
+import { int4H32KvFormat, int8H8KvFormat } from './kv-format-quantized-rotated.js';
 import { kvCacheLayout, slabOffset } from './layout.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
 import { randomCache, randomSlotMapping, seededRng } from './testing/random.js';
@@ -36,6 +37,8 @@ const FORMATS: KvFormat[] = [
   fp8E5m2KvFormat,
   int4KvFormat,
   fp8StaticKvFormat('fp8-e4m3', { keyScale: 0.11, valueScale: 0.1 }),
+  int8H8KvFormat,
+  int4H32KvFormat,
 ];
 
 describe.each(FORMATS.map((f) => [f.name, f] as const))('%s', (_name, format) => {
@@ -236,7 +239,7 @@ describe('writeKvCache quantizes on write', () => {
 });
 
 describe('copy-on-write moves the scales with the block', () => {
-  for (const format of [int8KvFormat, int4KvFormat]) {
+  for (const format of [int8KvFormat, int4KvFormat, int8H8KvFormat, int4H32KvFormat]) {
     it(`a copied ${format.name} block decodes to the same rows as its source`, async () => {
       const gpu = await testGpu();
       const c = { numKvHeads: 2, headDim: 64, blockSize: 8, format };
@@ -271,5 +274,7 @@ describe('registration', () => {
     expect(kvFormat('fp8-e4m3')).toBe(fp8E4m3KvFormat);
     expect(kvFormat('fp8-e5m2')).toBe(fp8E5m2KvFormat);
     expect(kvFormat('int4-g32')).toBe(int4KvFormat);
+    expect(kvFormat('int8-h8')).toBe(int8H8KvFormat);
+    expect(kvFormat('int4-g32-h32')).toBe(int4H32KvFormat);
   });
 });

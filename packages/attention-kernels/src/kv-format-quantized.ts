@@ -10,9 +10,6 @@ import {
   FLOAT_FORMATS,
   f32ToBits,
   int4Decode,
-  int4Encode,
-  int4ScaleFromRange,
-  int4ZeroPoint,
   int8Decode,
   int8Encode,
   inverseScale,
@@ -25,56 +22,23 @@ import {
   wgslScaleHelpers,
 } from '@kvasir/quantizer';
 import { AttentionKernelError } from './errors.js';
-import type { KvFormat, KvWgslOptions } from './kv-format.js';
+import type { KvFormat } from './kv-format.js';
+import {
+  checkHeadDim,
+  INT4_KV_GROUP,
+  int4EncodeRow,
+  multipleOf,
+  roundUp4,
+  rowAmax,
+  storeTarget,
+  wgslInt4StoreGroup,
+  wordRead,
+} from './kv-format-quantized-common.js';
+import { int4H32KvFormat, int8H8KvFormat } from './kv-format-quantized-rotated.js';
+
+export { INT4_KV_GROUP } from './kv-format-quantized-common.js';
 
 type Fp8 = 'fp8-e4m3' | 'fp8-e5m2';
-
-const roundUp4 = (n: number): number => Math.ceil(n / 4) * 4;
-
-function wordRead(o: KvWgslOptions): (w: string) => string {
-  const v = o.cacheVar ?? 'kv';
-  return (o.cacheElement ?? 'vec4<u32>') === 'vec4<u32>'
-    ? (w) => `${v}[(${w}) >> 2u][(${w}) & 3u]`
-    : (w) => `${v}[${w}]`;
-}
-
-function storeTarget(o: KvWgslOptions, name: string): string {
-  if ((o.cacheElement ?? 'u32') !== 'u32') {
-    throw new AttentionKernelError(
-      'INVALID_ARGUMENT',
-      `${name} stores need an array<u32> cache binding.`,
-    );
-  }
-  return o.cacheVar ?? 'kv';
-}
-
-function checkHeadDim(format: KvFormat, headDim: number, multiple: number): void {
-  if (!format.supportsHeadDim(headDim)) {
-    throw new AttentionKernelError(
-      'UNSUPPORTED_HEAD_DIM',
-      `KV format ${format.name} has no kernel for head dim ${headDim} (needs a positive multiple of ${multiple}).`,
-      { details: { headDim, format: format.name } },
-    );
-  }
-}
-
-const multipleOf =
-  (m: number) =>
-  (d: number): boolean =>
-    Number.isInteger(d) && d > 0 && d % m === 0;
-
-/**
- * The row's absolute maximum as the GPU writer reduces it: NaN, infinities (and magnitudes of
- * 3e38 or more) do not set the scale.
- */
-function rowAmax(row: Float32Array): number {
-  let m = 0;
-  for (let i = 0; i < row.length; i++) {
-    const a = Math.abs(row[i]!);
-    if (a < 3.0e38 && a > m) m = a;
-  }
-  return m;
-}
 
 /**
  * An 8-bit format with one f32 scale per (token, head), computed at write time from the row's
@@ -192,9 +156,6 @@ export const fp8E4m3KvFormat: KvFormat = byteFormat('fp8-e4m3');
 /** OCP FP8 E5M2 (max 57344), one dynamic f32 scale per (token, head). */
 export const fp8E5m2KvFormat: KvFormat = byteFormat('fp8-e5m2');
 
-/** Elements per int4 scale group along the head dimension. */
-export const INT4_KV_GROUP = 32;
-
 /**
  * Asymmetric int4 in groups of 32 along the head dimension, each with an f32 scale and an
  * integer zero point (f32): 8 codes per word (element `8i + j` in nibble `j` of word `i`), then
@@ -240,64 +201,12 @@ fn kv_row_scale(absmax: f32) -> f32 { return 1.0; }
 fn kv_store_scale(slab: u32, t: u32, scale: f32) {}
 fn kv_store_chunk(slab: u32, t: u32, c: u32, unused_scale: f32) {
   let e0 = c * ${INT4_KV_GROUP}u;
-  var lo = 0.0;
-  var hi = 0.0;
-  var seen = false;
-  for (var j = 0u; j < ${INT4_KV_GROUP}u; j++) {
-    let x = kv_src(e0 + j);
-    if (kq_is_finite(x)) {
-      if (!seen) { lo = x; hi = x; seen = true; }
-      lo = min(lo, x);
-      hi = max(hi, x);
-    }
-  }
-  let scale = int4_scale_from_range(lo, hi);
-  let inv = kq_inverse_scale(scale);
-  let zero = int4_zero_point(lo, inv);
-  let sw = slab + ${o.blockSize * rw}u + t * ${sw}u + 2u * c;
-  ${v}[sw] = bitcast<u32>(scale);
-  ${v}[sw + 1u] = bitcast<u32>(zero);
-  for (var k = 0u; k < ${INT4_KV_GROUP / 8}u; k++) {
-    var w = 0u;
-    for (var j = 0u; j < 8u; j++) {
-      w = w | (int4_encode(kv_src(e0 + 8u * k + j), inv, zero) << (4u * j));
-    }
-    ${v}[slab + t * ${rw}u + ${INT4_KV_GROUP / 8}u * c + k] = w;
-  }
+${wgslInt4StoreGroup(v, (j) => `kv_src(e0 + ${j})`, `slab + t * ${rw}u + ${INT4_KV_GROUP / 8}u * c`, `slab + ${o.blockSize * rw}u + t * ${sw}u + 2u * c`)}
 }
 `;
   },
   encodeRow(cache, slabStart, t, row, blockSize) {
-    const d = row.length;
-    const rw = d / 8;
-    const sw = (2 * d) / INT4_KV_GROUP;
-    for (let g = 0; g < d / INT4_KV_GROUP; g++) {
-      let lo = Number.POSITIVE_INFINITY;
-      let hi = Number.NEGATIVE_INFINITY;
-      for (let j = 0; j < INT4_KV_GROUP; j++) {
-        const x = row[g * INT4_KV_GROUP + j]!;
-        if (!Number.isFinite(x)) continue;
-        if (x < lo) lo = x;
-        if (x > hi) hi = x;
-      }
-      if (lo > hi) {
-        lo = 0;
-        hi = 0;
-      }
-      const scale = int4ScaleFromRange(lo, hi);
-      const inv = inverseScale(scale);
-      const zero = int4ZeroPoint(lo, inv);
-      const s = slabStart + blockSize * rw + t * sw + 2 * g;
-      cache[s] = f32ToBits(scale);
-      cache[s + 1] = f32ToBits(zero);
-      for (let k = 0; k < INT4_KV_GROUP / 8; k++) {
-        let w = 0;
-        for (let j = 0; j < 8; j++) {
-          w |= int4Encode(row[g * INT4_KV_GROUP + 8 * k + j]!, inv, zero) << (4 * j);
-        }
-        cache[slabStart + t * rw + (INT4_KV_GROUP / 8) * g + k] = w >>> 0;
-      }
-    }
+    int4EncodeRow(cache, slabStart, t, row, blockSize);
   },
   decodeRow(cache, slabStart, t, out, blockSize) {
     if (blockSize === undefined) {
@@ -429,4 +338,6 @@ export const QUANTIZED_KV_FORMATS: readonly KvFormat[] = [
   fp8E4m3KvFormat,
   fp8E5m2KvFormat,
   int4KvFormat,
+  int8H8KvFormat,
+  int4H32KvFormat,
 ];

@@ -1,4 +1,5 @@
 import { QuantizerError } from './errors.js';
+import { type HadamardSize, isHadamardSize } from './hadamard.js';
 import { FLOAT_FORMATS, type FloatFormat } from './minifloat.js';
 
 /** Every storage format of the package. `fp8-*` are OCP OFP8 (E4M3 max 448, E5M2 max 57344). */
@@ -40,6 +41,13 @@ export interface QuantSpec {
   readonly granularity: Granularity;
   /** Float formats: clamp finite overflow to ±max (default true). Integers always clamp. */
   readonly saturate?: boolean;
+  /**
+   * Rotate every run of `rotation` elements along the head dimension with the Walsh–Hadamard
+   * transform before quantizing (see `hadamardF32`), and back after dequantizing: outlier
+   * channels are spread over their run, so one large channel no longer sets a whole group's
+   * step. Only with dynamic scales along the head dimension (`per-token-head`, `group`).
+   */
+  readonly rotation?: HadamardSize;
 }
 
 /** Logical shape of a K or V tensor: `[tokens][heads][headDim]`, row-major. */
@@ -108,6 +116,18 @@ export function validateSpec(spec: QuantSpec, shape: KvShape): void {
       { details: { format: spec.format, granularity: g.kind } },
     );
   };
+  if (spec.rotation !== undefined) {
+    if (!isHadamardSize(spec.rotation) || shape.headDim % spec.rotation !== 0) {
+      throw new QuantizerError(
+        'BAD_GROUP_SIZE',
+        `rotation must be 8, 16, 32, 64 or 128 and divide headDim ${shape.headDim}, got ${spec.rotation}`,
+        { details: { rotation: spec.rotation, headDim: shape.headDim } },
+      );
+    }
+    if (g.kind !== 'per-token-head' && g.kind !== 'group') {
+      bad('a rotation needs scales computed per row or per group along the head dimension');
+    }
+  }
   if (info.unscaled) {
     if (g.kind !== 'none') bad('f16 and bf16 are stored without scales');
     return;

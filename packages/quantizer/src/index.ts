@@ -22,6 +22,7 @@ export {
   storageBytes,
   validateSpec,
 } from './format.js';
+export { type HadamardSize, hadamardF32, isHadamardSize, wgslHadamard } from './hadamard.js';
 export {
   INT4_MAX,
   INT8_MAX,

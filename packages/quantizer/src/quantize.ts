@@ -6,6 +6,7 @@ import {
   storageBytes,
   validateSpec,
 } from './format.js';
+import { hadamardF32 } from './hadamard.js';
 import {
   int4Decode,
   int4Encode,
@@ -113,6 +114,12 @@ export function quantize(x: Float32Array, spec: QuantSpec, shape: KvShape): Quan
       },
     );
   }
+  if (spec.rotation !== undefined) {
+    // Runs never cross a row: headDim is a multiple of the rotation (validated).
+    const rotated = Float32Array.from(x);
+    hadamardF32(rotated, spec.rotation);
+    return { ...quantize(rotated, unrotated(spec), shape), spec };
+  }
   const groups = numScaleGroups(spec, shape);
   const scaleBytes = groups * (spec.format === 'int4' ? 8 : 4);
   const data = new Uint8Array(storageBytes(spec, shape) - scaleBytes);
@@ -187,9 +194,15 @@ export function quantize(x: Float32Array, spec: QuantSpec, shape: KvShape): Quan
   return { spec, shape, data, scales, zeros };
 }
 
+function unrotated(spec: QuantSpec): QuantSpec {
+  const { rotation: _, ...rest } = spec;
+  return rest;
+}
+
 /**
  * Reconstructs f32 values from a {@link QuantizedTensor}: `decode(code) · scale` for fp8,
- * `q · scale` for int8, `(q − zero) · scale` for int4, exact decoding for f16/bf16.
+ * `q · scale` for int8, `(q − zero) · scale` for int4, exact decoding for f16/bf16; with a
+ * `rotation`, then the same Walsh–Hadamard transform again times `1/rotation` (its inverse).
  *
  * @throws QuantizerError `LENGTH_MISMATCH` when `data`, `scales` or `zeros` do not match the
  * spec and shape.
@@ -210,6 +223,13 @@ export function dequantize(t: QuantizedTensor): Float32Array {
       `quantized tensor has ${t.data.length} data bytes, ${t.scales.length} scales, ${t.zeros.length} zeros; ` +
         `spec and shape need ${dataBytes}, ${groups}, ${spec.format === 'int4' ? groups : 0}`,
     );
+  }
+  if (spec.rotation !== undefined) {
+    const out = dequantize({ ...t, spec: unrotated(spec) });
+    hadamardF32(out, spec.rotation);
+    const inv = 1 / spec.rotation;
+    for (let i = 0; i < n; i++) out[i] = out[i]! * inv;
+    return out;
   }
   const out = new Float32Array(n);
   const ob = new Uint32Array(out.buffer);

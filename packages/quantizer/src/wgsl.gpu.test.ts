@@ -3,6 +3,7 @@
 
 import { createGpu, type Gpu } from '@kvasir/gpu';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hadamardF32, wgslHadamard } from './hadamard.js';
 import {
   int4Decode,
   int4Encode,
@@ -332,6 +333,45 @@ describe('WGSL integer codecs and scale helpers equal the CPU bit for bit', () =
         range,
         (i) => f32ToBits(int4ScaleFromRange(lo[i]!, amaxes[i]!)),
         (i) => `range ${lo[i]}..${amaxes[i]}`,
+      ),
+    ).toEqual([]);
+  });
+});
+
+describe('WGSL Hadamard transform equals the CPU bit for bit', () => {
+  it('kq_fwht8 on values whose sums round (magnitudes 2^-30 … 2^30), with NaN and infinities', async () => {
+    const r = rng(99);
+    const n = 8 * 1024;
+    const x = new Float32Array(n);
+    for (let i = 0; i < n; i++) {
+      x[i] = Math.fround((r() - 0.5) * 2 ** Math.floor(r() * 61 - 30));
+    }
+    x[3] = Number.NaN;
+    x[17] = Number.POSITIVE_INFINITY;
+    x[26] = Number.NEGATIVE_INFINITY;
+    x[40] = Number.POSITIVE_INFINITY;
+    x[41] = Number.POSITIVE_INFINITY;
+    const lib = `${wgslHadamard()}
+fn h8_at(i: u32) -> u32 {
+  let base = i & ~7u;
+  let a = bitcast<vec4<f32>>(vec4<u32>(in_a[base], in_a[base + 1u], in_a[base + 2u], in_a[base + 3u]));
+  let b = bitcast<vec4<f32>>(vec4<u32>(in_a[base + 4u], in_a[base + 5u], in_a[base + 6u], in_a[base + 7u]));
+  let h = kq_fwht8(a, b);
+  let j = i & 7u;
+  if (j < 4u) { return bitcast<u32>(h[0][j]); }
+  return bitcast<u32>(h[1][j - 4u]);
+}`;
+    const got = await evalWgsl(lib, 'h8_at(i)', new Uint32Array(x.buffer.slice(0)));
+    const want = Float32Array.from(x);
+    hadamardF32(want, 8);
+    const wantBits = new Uint32Array(want.buffer);
+    // Any NaN is fine where the CPU has a NaN (WGSL does not fix NaN payloads).
+    const isNan = (b: number): boolean => (b & 0x7fffffff) > 0x7f800000;
+    expect(
+      mismatches(
+        Uint32Array.from(got, (g, i) => (isNan(g) && isNan(wantBits[i]!) ? wantBits[i]! : g)),
+        (i) => wantBits[i]!,
+        (i) => `element ${i}`,
       ),
     ).toEqual([]);
   });

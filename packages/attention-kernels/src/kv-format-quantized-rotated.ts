@@ -1,0 +1,291 @@
+// Quantized KV formats with a Walsh–Hadamard rotation along the head dimension (QuaRot-style):
+// a key's few outlier channels would otherwise set the quantization step of their whole row or
+// group; rotated, each outlier is spread over its run of 8 or 32 channels. The rotation needs no
+// calibration and no per-layer parameters, so these are plain KvFormats: kernels call the same
+// kv_load8 / kv_store_chunk and never know a rotation happened.
+//
+// Encoding rotates in f32 with unnormalized butterflies (additions only, fixed order), so the
+// GPU writer and `encodeRow` agree bit for bit. Decoding rotates the integer codes (exact: small
+// integers), then multiplies once by `scale / size`, a power-of-two fraction of the scale.
+
+import {
+  bitsToF32,
+  f32ToBits,
+  hadamardF32,
+  int8Encode,
+  inverseScale,
+  scaleFromAmax,
+  wgslHadamard,
+  wgslInt4,
+  wgslInt8,
+  wgslQmaxRecip,
+} from '@kvasir/quantizer';
+import { AttentionKernelError } from './errors.js';
+import type { KvFormat, KvWgslOptions } from './kv-format.js';
+import {
+  checkHeadDim,
+  INT4_KV_GROUP,
+  int4EncodeRow,
+  multipleOf,
+  roundUp4,
+  rowAmax,
+  storeTarget,
+  wgslInt4StoreGroup,
+  wordRead,
+} from './kv-format-quantized-common.js';
+
+function needBlockSize(name: string, blockSize: number | undefined): number {
+  if (blockSize === undefined) {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      `${name} rows need blockSize to find their scales.`,
+    );
+  }
+  return blockSize;
+}
+
+/** Four consecutive words starting at a 4-word-aligned word `w`, as one `vec4<u32>`. */
+function quadRead(o: KvWgslOptions): (w: string) => string {
+  const v = o.cacheVar ?? 'kv';
+  if ((o.cacheElement ?? 'vec4<u32>') === 'vec4<u32>') return (w) => `${v}[(${w}) >> 2u]`;
+  return (w) => `vec4<u32>(${v}[${w}], ${v}[(${w}) + 1u], ${v}[(${w}) + 2u], ${v}[(${w}) + 3u])`;
+}
+
+const H8_SIZE = 8;
+
+/**
+ * Symmetric int8 after an 8-channel Walsh–Hadamard rotation, one f32 scale per (token, head)
+ * from the rotated row's absolute maximum. The same words as `int8`: `headDim / 4` code words
+ * per token (element `4i + j` of the rotated row in byte `j` of word `i`), then the slab's
+ * `blockSize` scale words padded to a multiple of 4: 0.516× the bytes of f16 at head dim 128.
+ *
+ * The row scale needs the whole rotated row, which no kernel reduction provides (the writer's
+ * absmax is of the unrotated row), so each store chunk (8 elements) recomputes the rotated row's
+ * absmax itself, in the same order: writes are one token per sequence per step, and a few
+ * redundant additions there cost nothing next to attention. Chunk 0 stores the scale.
+ */
+export const int8H8KvFormat: KvFormat = {
+  name: 'int8-h8',
+  rowScaled: false,
+  storeChunk: H8_SIZE,
+  rowWords: (headDim) => headDim / 4,
+  scaleWordsPerSlab: (blockSize) => roundUp4(blockSize),
+  supportsHeadDim: multipleOf(H8_SIZE),
+  wgslLoad(o) {
+    checkHeadDim(this, o.headDim, H8_SIZE);
+    const word = wordRead(o);
+    const rw = o.headDim / 4;
+    return /* wgsl */ `${wgslInt8()}${wgslHadamard()}
+fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
+  let w = slab + t * ${rw}u + 2u * c;
+  // The rotation of integer codes is exact; one product then applies scale / 8.
+  let h = kq_fwht8(int8_unpack4(${word('w')}, 1.0), int8_unpack4(${word('w + 1u')}, 1.0));
+  let s = bitcast<f32>(${word(`slab + ${o.blockSize * rw}u + t`)}) * 0.125;
+  return array<vec4<f32>, 2>(h[0] * s, h[1] * s);
+}
+fn kv_load4(slab: u32, t: u32, q: u32) -> vec4<f32> {
+  let h = kv_load8(slab, t, q / 2u);
+  return select(h[0], h[1], (q & 1u) == 1u);
+}
+`;
+  },
+  wgslStore(o) {
+    checkHeadDim(this, o.headDim, H8_SIZE);
+    const v = storeTarget(o, this.name);
+    const rw = o.headDim / 4;
+    const src = (k: number): string => `kv_src(e + ${k}u)`;
+    return /* wgsl */ `${wgslInt8()}${wgslHadamard()}
+const KV_STORE_CHUNK: u32 = ${H8_SIZE}u;
+fn kv_row_scale(absmax: f32) -> f32 { return 1.0; }
+fn kv_store_scale(slab: u32, t: u32, scale: f32) {}
+fn kv_h8_src(c: u32) -> array<vec4<f32>, 2> {
+  let e = ${H8_SIZE}u * c;
+  return kq_fwht8(vec4<f32>(${src(0)}, ${src(1)}, ${src(2)}, ${src(3)}),
+                  vec4<f32>(${src(4)}, ${src(5)}, ${src(6)}, ${src(7)}));
+}
+fn kv_h8_amax(m: f32, v: vec4<f32>) -> f32 {
+  var r = m;
+  for (var j = 0u; j < 4u; j++) {
+    let a = abs(v[j]);
+    // NaN and infinities must not set the scale (as rowAmax).
+    if (a < 3.0e38) { r = max(r, a); }
+  }
+  return r;
+}
+fn kv_i8_pack(v: vec4<f32>, inv: f32) -> u32 {
+  return int8_encode(v.x, inv) | (int8_encode(v.y, inv) << 8u) | (int8_encode(v.z, inv) << 16u) |
+    (int8_encode(v.w, inv) << 24u);
+}
+fn kv_store_chunk(slab: u32, t: u32, c: u32, unused_scale: f32) {
+  var m = 0.0;
+  for (var k = 0u; k < ${o.headDim / H8_SIZE}u; k++) {
+    let h = kv_h8_src(k);
+    m = kv_h8_amax(kv_h8_amax(m, h[0]), h[1]);
+  }
+  let scale = kq_scale_from_amax(m, ${wgslQmaxRecip('int8')});
+  let inv = kq_inverse_scale(scale);
+  if (c == 0u) { ${v}[slab + ${o.blockSize * rw}u + t] = bitcast<u32>(scale); }
+  let h = kv_h8_src(c);
+  let w = slab + t * ${rw}u + 2u * c;
+  ${v}[w] = kv_i8_pack(h[0], inv);
+  ${v}[w + 1u] = kv_i8_pack(h[1], inv);
+}
+`;
+  },
+  encodeRow(cache, slabStart, t, row, blockSize) {
+    const rw = row.length / 4;
+    const y = Float32Array.from(row);
+    hadamardF32(y, H8_SIZE);
+    const scale = scaleFromAmax('int8', rowAmax(y));
+    const inv = inverseScale(scale);
+    cache[slabStart + blockSize * rw + t] = f32ToBits(scale);
+    const base = slabStart + t * rw;
+    for (let i = 0; i < rw; i++) {
+      let w = 0;
+      for (let j = 0; j < 4; j++) w |= (int8Encode(y[4 * i + j]!, inv) & 0xff) << (8 * j);
+      cache[base + i] = w >>> 0;
+    }
+  },
+  decodeRow(cache, slabStart, t, out, blockSize) {
+    const rw = out.length / 4;
+    const b = needBlockSize(this.name, blockSize);
+    const s = Math.fround(bitsToF32(cache[slabStart + b * rw + t]!) * 0.125);
+    const base = slabStart + t * rw;
+    const h = new Float32Array(H8_SIZE);
+    for (let c = 0; c < out.length / H8_SIZE; c++) {
+      for (let j = 0; j < H8_SIZE; j++) {
+        const byte = (cache[base + 2 * c + (j >> 2)]! >>> (8 * (j & 3))) & 0xff;
+        h[j] = (byte << 24) >> 24;
+      }
+      hadamardF32(h, H8_SIZE);
+      for (let j = 0; j < H8_SIZE; j++) out[H8_SIZE * c + j] = Math.fround(h[j]! * s);
+    }
+  },
+};
+
+/**
+ * Asymmetric int4 in groups of 32 along the head dimension, each group rotated by a 32-channel
+ * Walsh–Hadamard transform before it is quantized: the same words as `int4-g32` (8 codes per
+ * word, then per token a (f32 scale, f32 integer zero point) pair per group), 0.375× the bytes
+ * of f16. One store chunk is one group, so no row reduction is needed.
+ *
+ * `kv_load8` of elements `8a .. 8a+7` of a group needs all 32 codes of the group (one aligned
+ * `vec4<u32>`): the 32-point transform is the 4-point one across the group's words times the
+ * 8-point one inside a word, both on integer codes (exact); the zero point only shifts element 0
+ * of the group (the transform of a constant), and one product applies `scale / 32`.
+ */
+export const int4H32KvFormat: KvFormat = {
+  name: 'int4-g32-h32',
+  rowScaled: false,
+  storeChunk: INT4_KV_GROUP,
+  rowWords: (headDim) => headDim / 8,
+  scaleWordsPerSlab: (blockSize, headDim) => roundUp4((blockSize * 2 * headDim) / INT4_KV_GROUP),
+  supportsHeadDim: multipleOf(INT4_KV_GROUP),
+  wgslLoad(o) {
+    checkHeadDim(this, o.headDim, INT4_KV_GROUP);
+    const word = wordRead(o);
+    const quad = quadRead(o);
+    const rw = o.headDim / 8;
+    const sw = (2 * o.headDim) / INT4_KV_GROUP;
+    return /* wgsl */ `${wgslHadamard()}
+fn kv_nibbles(w: u32) -> array<vec4<f32>, 2> {
+  let sh = vec4<u32>(0u, 4u, 8u, 12u);
+  return array<vec4<f32>, 2>(vec4<f32>((vec4<u32>(w) >> sh) & vec4<u32>(15u)),
+                             vec4<f32>((vec4<u32>(w) >> (sh + 16u)) & vec4<u32>(15u)));
+}
+fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
+  let g = c / 4u;
+  let a = c & 3u;
+  let q = ${quad(`slab + t * ${rw}u + 4u * g`)};
+  let n0 = kv_nibbles(q.x);
+  let n1 = kv_nibbles(q.y);
+  let n2 = kv_nibbles(q.z);
+  let n3 = kv_nibbles(q.w);
+  // Row a of the 4-point transform across the words: sign (-1)^popcount(a & word).
+  let s1 = select(1.0, -1.0, (a & 1u) != 0u);
+  let s2 = select(1.0, -1.0, (a & 2u) != 0u);
+  let s3 = s1 * s2;
+  let h = kq_fwht8(n0[0] + s1 * n1[0] + s2 * n2[0] + s3 * n3[0],
+                   n0[1] + s1 * n1[1] + s2 * n2[1] + s3 * n3[1]);
+  let sz = slab + ${o.blockSize * rw}u + t * ${sw}u + 2u * g;
+  let s = bitcast<f32>(${word('sz')}) * 0.03125;
+  let shift = select(0.0, 32.0 * bitcast<f32>(${word('sz + 1u')}), a == 0u);
+  return array<vec4<f32>, 2>((h[0] - vec4<f32>(shift, 0.0, 0.0, 0.0)) * s, h[1] * s);
+}
+fn kv_load4(slab: u32, t: u32, q: u32) -> vec4<f32> {
+  let h = kv_load8(slab, t, q / 2u);
+  return select(h[0], h[1], (q & 1u) == 1u);
+}
+`;
+  },
+  wgslStore(o) {
+    checkHeadDim(this, o.headDim, INT4_KV_GROUP);
+    const v = storeTarget(o, this.name);
+    const rw = o.headDim / 8;
+    const sw = (2 * o.headDim) / INT4_KV_GROUP;
+    const src = (k: number): string => `kv_src(e + ${k}u)`;
+    // y[2k], y[2k + 1] hold elements 8k .. 8k+7 of the group; the stages at distances 8 and 16
+    // pair vectors as hadamardF32 pairs elements, so the sums are the same f32 operations.
+    return /* wgsl */ `${wgslInt4()}${wgslHadamard()}
+const KV_STORE_CHUNK: u32 = ${INT4_KV_GROUP}u;
+fn kv_row_scale(absmax: f32) -> f32 { return 1.0; }
+fn kv_store_scale(slab: u32, t: u32, scale: f32) {}
+fn kv_store_chunk(slab: u32, t: u32, c: u32, unused_scale: f32) {
+  var y: array<vec4<f32>, 8>;
+  for (var k = 0u; k < 4u; k++) {
+    let e = c * ${INT4_KV_GROUP}u + 8u * k;
+    let h = kq_fwht8(vec4<f32>(${src(0)}, ${src(1)}, ${src(2)}, ${src(3)}),
+                     vec4<f32>(${src(4)}, ${src(5)}, ${src(6)}, ${src(7)}));
+    y[2u * k] = h[0];
+    y[2u * k + 1u] = h[1];
+  }
+  for (var d = 2u; d < 8u; d *= 2u) {
+    for (var i = 0u; i < 8u; i += 2u * d) {
+      for (var j = i; j < i + d; j++) {
+        let p = y[j];
+        let r = y[j + d];
+        y[j] = p + r;
+        y[j + d] = p - r;
+      }
+    }
+  }
+${wgslInt4StoreGroup(v, (j) => `y[(${j}) / 4u][(${j}) % 4u]`, `slab + t * ${rw}u + ${INT4_KV_GROUP / 8}u * c`, `slab + ${o.blockSize * rw}u + t * ${sw}u + 2u * c`)}
+}
+`;
+  },
+  encodeRow(cache, slabStart, t, row, blockSize) {
+    const y = Float32Array.from(row);
+    hadamardF32(y, INT4_KV_GROUP);
+    int4EncodeRow(cache, slabStart, t, y, blockSize);
+  },
+  decodeRow(cache, slabStart, t, out, blockSize) {
+    const b = needBlockSize(this.name, blockSize);
+    const d = out.length;
+    const rw = d / 8;
+    const sw = (2 * d) / INT4_KV_GROUP;
+    const h = new Float32Array(8);
+    for (let c = 0; c < d / 8; c++) {
+      const g = c >> 2;
+      const a = c & 3;
+      const words = slabStart + t * rw + 4 * g;
+      for (let j = 0; j < 8; j++) {
+        let sum = 0;
+        for (let k = 0; k < 4; k++) {
+          const q = (cache[words + k]! >>> (4 * j)) & 15;
+          sum += popcountParity(a & k) ? -q : q;
+        }
+        h[j] = sum;
+      }
+      hadamardF32(h, 8);
+      const sz = slabStart + b * rw + t * sw + 2 * g;
+      const s = Math.fround(bitsToF32(cache[sz]!) * 0.03125);
+      if (a === 0) h[0] = Math.fround(h[0]! - 32 * bitsToF32(cache[sz + 1]!));
+      for (let j = 0; j < 8; j++) out[8 * c + j] = Math.fround(h[j]! * s);
+    }
+  },
+};
+
+/** True when `x` (0..3) has an odd number of set bits. */
+function popcountParity(x: number): boolean {
+  return ((x ^ (x >> 1)) & 1) === 1;
+}
