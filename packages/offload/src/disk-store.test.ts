@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DiskStore } from './disk-store';
 import { OffloadError } from './errors';
 import { encodeFrame, encodeFrameHeader } from './frame';
-import { block, key, NS, OTHER_NS, sameBytes } from './testing/fixtures';
+import { block, key, NS, OTHER_NS, sameBytes, VERSION_1_FRAME } from './testing/fixtures';
 
 let dir: string;
 beforeEach(async () => {
@@ -50,6 +50,18 @@ describe('DiskStore', () => {
     expect(s.stats()).toMatchObject({ hits: 3, misses: 1, puts: 3, entries: 3 });
     expect(await s.delete([key(1), key(7)])).toBe(1);
     expect(await s.countPrefix([0, 1, 2].map(key))).toBe(1);
+  });
+
+  it('returns each block in an allocation of exactly its own size', async () => {
+    const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    const sizes = [1, 63, 64, 65, 5000];
+    await s.putMany(sizes.map((n, i) => ({ key: key(i), value: block(i, n) })));
+    const got = await s.getMany(sizes.map((_, i) => key(i)));
+    got.forEach((v, i) => {
+      expect(sameBytes(v, block(i, sizes[i]))).toBe(true);
+      expect(v?.byteOffset).toBe(0);
+      expect(v?.buffer.byteLength).toBe(sizes[i]);
+    });
   });
 
   it('round-trips with fsync on', async () => {
@@ -96,6 +108,7 @@ describe('DiskStore', () => {
     ['a flipped header byte', 'corrupt'],
     ['a truncated file', 'corrupt'],
     ['an empty file', 'corrupt'],
+    ['a version-1 frame', 'corrupt'],
     ['another namespace\u2019s frame', 'foreign'],
     ['another key\u2019s frame', 'foreign'],
   ] as const)('treats %s as a miss, deletes it and counts it', async (what, counter) => {
@@ -114,6 +127,8 @@ describe('DiskStore', () => {
       await truncate(path, bytes.length - 1);
     } else if (what === 'an empty file') {
       await truncate(path, 0);
+    } else if (what === 'a version-1 frame') {
+      await writeFile(path, Buffer.from(VERSION_1_FRAME, 'hex'));
     } else if (what === 'another namespace\u2019s frame') {
       await writeFile(path, encodeFrame(OTHER_NS, key(7), value));
     } else {

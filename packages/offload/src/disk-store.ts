@@ -3,7 +3,13 @@ import type { FileHandle } from 'node:fs/promises';
 import { mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
-import { decodeFrame, encodeFrameHeader } from './frame';
+import {
+  checkFrameHeader,
+  encodeFrameHeader,
+  FRAME_HEADER_BYTES,
+  type FrameFault,
+  payloadMatches,
+} from './frame';
 import { checkNamespace } from './keys';
 import { Counters } from './stats';
 import type {
@@ -40,6 +46,22 @@ const TEMP_FILE = /\.tmp$/;
 
 function errno(e: unknown): string | undefined {
   return typeof e === 'object' && e !== null ? (e as NodeJS.ErrnoException).code : undefined;
+}
+
+/** Reads the file from offset 0 into `header` then `payload`; returns the bytes read (less at EOF). */
+async function readFully(fh: FileHandle, header: Buffer, payload: Buffer): Promise<number> {
+  const total = header.byteLength + payload.byteLength;
+  let { bytesRead } = await fh.readv([header, payload], 0);
+  // readv may stop short; finish with positional reads.
+  while (bytesRead > 0 && bytesRead < total) {
+    const inHeader = bytesRead < header.byteLength;
+    const dst = inHeader ? header : payload;
+    const from = inHeader ? bytesRead : bytesRead - header.byteLength;
+    const r = await fh.read(dst, from, dst.byteLength - from, bytesRead);
+    if (r.bytesRead === 0) break;
+    bytesRead += r.bytesRead;
+  }
+  return bytesRead;
 }
 
 async function writeFully(fh: FileHandle, header: Uint8Array, payload: Uint8Array): Promise<void> {
@@ -231,8 +253,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   }
 
   private async writeOne(key: BlockHash, value: Uint8Array): Promise<boolean> {
-    const header = encodeFrameHeader(this.namespace, key, value);
-    const size = header.byteLength + value.byteLength;
+    const size = FRAME_HEADER_BYTES + value.byteLength;
     // The old file of this key is replaced, not kept beside the new one: free its share first
     // (should the write fail, the old file is adopted again when next read).
     this.forget(key);
@@ -255,6 +276,8 @@ export class DiskStore implements KvBlockStore, EvictionSource {
         fh = await open(tmp, 'wx');
       }
       try {
+        // Checksummed right before it is written, so the kernel copies bytes still in cache.
+        const header = encodeFrameHeader(this.namespace, key, value);
         await writeFully(fh, header, value);
         if (this.fsync) await fh.sync();
       } finally {
@@ -306,28 +329,33 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       if (track) this.forget(key);
       return undefined;
     }
-    let buf: Buffer;
+    let payload: Buffer;
     let ino: number;
+    let size: number;
+    let fault: FrameFault | undefined;
     try {
       const st = await fh.stat();
       ino = st.ino;
-      buf = Buffer.allocUnsafe(st.size);
-      let off = 0;
-      while (off < st.size) {
-        const { bytesRead } = await fh.read(buf, off, st.size - off, off);
-        if (bytesRead === 0) break;
-        off += bytesRead;
+      // Header and payload in one readv, the payload into a buffer of exactly its own size: no
+      // copy, and the caller's array is the block and nothing else.
+      const header = Buffer.allocUnsafe(Math.min(st.size, FRAME_HEADER_BYTES));
+      payload = Buffer.allocUnsafeSlow(Math.max(0, st.size - FRAME_HEADER_BYTES));
+      size = await readFully(fh, header, payload);
+      // Verified at once, while the bytes just read are still in cache.
+      const checked = checkFrameHeader(header.subarray(0, size), this.namespace, key);
+      if (!checked.ok) fault = checked.fault;
+      else {
+        if (size < st.size) payload = payload.subarray(0, size - header.byteLength);
+        fault = payloadMatches(payload, checked);
       }
-      if (off < st.size) buf = buf.subarray(0, off);
     } catch {
       this.counters.errors++;
       return undefined;
     } finally {
       await fh.close().catch(() => undefined);
     }
-    const decoded = decodeFrame(buf, this.namespace, key);
-    if (!decoded.ok) {
-      if (decoded.fault === 'foreign') this.counters.foreign++;
+    if (fault !== undefined) {
+      if (fault === 'foreign') this.counters.foreign++;
       else this.counters.corrupt++;
       await this.unlinkIfSame(path, ino);
       if (track) this.forget(key);
@@ -335,10 +363,10 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     }
     if (track) {
       if (this.index.has(key)) this.policy.touch(key);
-      else this.adopt(key, buf.byteLength);
-      this.counters.bytesRead += buf.byteLength;
+      else this.adopt(key, size);
+      this.counters.bytesRead += size;
     }
-    return decoded.payload;
+    return payload;
   }
 
   // A file another process wrote: index it so the budget and policy know about it.

@@ -1,7 +1,16 @@
+import { crc32 } from 'node:zlib';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { decodeFrame, encodeFrame } from './frame';
-import { block, key, NS, OTHER_NS, sameBytes } from './testing/fixtures';
+import {
+  decodeFrame,
+  decodeFrameHeader,
+  encodeFrame,
+  encodeFrameHeader,
+  FRAME_HEADER_BYTES,
+  FRAME_VERSION,
+  payloadChecksum,
+} from './frame';
+import { block, key, NS, OTHER_NS, sameBytes, VERSION_1_FRAME } from './testing/fixtures';
 
 describe('frame', () => {
   it('round-trips a payload and returns a view, not a copy', () => {
@@ -46,6 +55,45 @@ describe('frame', () => {
       ok: false,
       fault: 'foreign',
     });
+  });
+
+  it('lays the header out as documented: 64 bytes, fields at fixed offsets, CRC-32 of bytes 0..59', () => {
+    const payload = block(6, 1000);
+    const h = encodeFrameHeader(NS, key(6), payload);
+    expect(h.byteLength).toBe(FRAME_HEADER_BYTES);
+    expect(h.toString('latin1', 0, 4)).toBe('KVSR');
+    expect(h.readUInt16LE(4)).toBe(FRAME_VERSION);
+    expect(h.readUInt16LE(6)).toBe(64);
+    expect(h.readBigUInt64LE(8)).toBe(1000n);
+    expect(h.toString('hex', 16, 32)).toBe(NS);
+    expect(h.toString('hex', 32, 48)).toBe(key(6));
+    expect(h.readBigUInt64LE(48).toString(16).padStart(16, '0')).toBe(payloadChecksum(payload));
+    expect(h.readUInt32LE(56)).toBe(0);
+    expect(h.readUInt32LE(60)).toBe(crc32(h.subarray(0, 60)));
+    expect(decodeFrameHeader(h)).toEqual({
+      magic: 'KVSR',
+      v: FRAME_VERSION,
+      ns: NS,
+      key: key(6),
+      len: 1000,
+      xxh64: payloadChecksum(payload),
+    });
+  });
+
+  it('counts a flipped header bit as a checksum fault, not as another namespace', () => {
+    const frame = encodeFrame(NS, key(7), block(7, 100));
+    for (const at of [8, 16, 40, 50, 57, 61]) {
+      const bad = Buffer.from(frame);
+      bad[at] = (bad[at] ?? 0) ^ 0x01;
+      expect(decodeFrame(bad, NS, key(7))).toEqual({ ok: false, fault: 'checksum' });
+    }
+  });
+
+  it('refuses a version-1 frame as an old version', () => {
+    const v1 = Buffer.from(VERSION_1_FRAME, 'hex');
+    expect(decodeFrame(v1, NS, key(1))).toEqual({ ok: false, fault: 'version' });
+    expect(decodeFrame(v1.subarray(0, 40), NS, key(1))).toEqual({ ok: false, fault: 'version' });
+    expect(decodeFrameHeader(v1)).toBeUndefined();
   });
 
   it('refuses bytes that are not a frame at all', () => {

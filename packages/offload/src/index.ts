@@ -3,8 +3,10 @@ export { OffloadError, type OffloadErrorCode } from './errors';
 export {
   type DecodedFrame,
   decodeFrame,
+  decodeFrameHeader,
   encodeFrame,
   encodeFrameHeader,
+  FRAME_HEADER_BYTES,
   FRAME_MAGIC,
   FRAME_VERSION,
   type FrameFault,
