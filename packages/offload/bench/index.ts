@@ -14,6 +14,8 @@ const BLOCK = 2 * 1024 * 1024;
 const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 32);
 const REPS = Number(process.env.BENCH_REPS ?? 5);
 const EXISTS_KEYS = 1000;
+// File operations in flight at once: the DiskStore's and the raw baseline's alike.
+const DISK_CONCURRENCY = 8;
 
 function log(msg: string): void {
   if (!json) console.log(msg);
@@ -188,40 +190,49 @@ async function main(): Promise<void> {
     namespace: ns,
     dir: join(dir, 'store'),
     maxBytes: 4 * BLOCK * BLOCKS,
+    concurrency: DISK_CONCURRENCY,
   });
   await mkdir(join(dir, 'raw'), { recursive: true });
   const rawPath = (r: number, i: number) => join(dir, 'raw', `${r}-${i}`);
-  const diskPair = await compare(
-    (r) =>
-      mapLimit(values, 8, async (v, i) => {
-        const fh = await openFile(rawPath(r, i), 'wx');
-        try {
-          await fh.write(v, 0, v.byteLength, 0);
-        } finally {
-          await fh.close();
-        }
-      }),
-    (r) => disk.putMany(entriesOf(r)),
-    (r) =>
-      mapLimit(values, 8, async (_, i) => {
-        const fh = await openFile(rawPath(r, i), 'r');
-        try {
-          const st = await fh.stat();
-          const buf = Buffer.allocUnsafe(st.size);
-          await fh.read(buf, 0, st.size, 0);
-          sink[1] = buf;
-        } finally {
-          await fh.close();
-        }
-      }),
-    async (r) => {
-      sink[1] = await disk.getMany(keysOf(r));
-    },
-    async (r) => {
-      await disk.delete(keysOf(r));
-      await Promise.all(values.map((_, i) => unlink(rawPath(r, i))));
-    },
-  );
+  const rawDiskPut = (r: number) =>
+    mapLimit(values, DISK_CONCURRENCY, async (v, i) => {
+      const fh = await openFile(rawPath(r, i), 'wx');
+      try {
+        await fh.write(v, 0, v.byteLength, 0);
+      } finally {
+        await fh.close();
+      }
+    });
+  // `hold`: keep all the buffers read until the step ends, as a getMany caller holds its
+  // results; without it each buffer is dropped as soon as the next one is read.
+  const rawDiskGet = (hold: boolean) => async (r: number) => {
+    const held: Buffer[] = [];
+    await mapLimit(values, DISK_CONCURRENCY, async (_, i) => {
+      const fh = await openFile(rawPath(r, i), 'r');
+      try {
+        const st = await fh.stat();
+        const buf = Buffer.allocUnsafe(st.size);
+        await fh.read(buf, 0, st.size, 0);
+        if (hold) held[i] = buf;
+        else sink[1] = buf;
+      } finally {
+        await fh.close();
+      }
+    });
+    if (hold) sink[1] = held;
+  };
+  const diskCleanup = async (r: number) => {
+    await disk.delete(keysOf(r));
+    await Promise.all(values.map((_, i) => unlink(rawPath(r, i))));
+  };
+  const diskGet = async (r: number) => {
+    sink[1] = await disk.getMany(keysOf(r));
+  };
+  const diskPut = (r: number) => disk.putMany(entriesOf(r));
+  const diskPair = await compare(rawDiskPut, diskPut, rawDiskGet(false), diskGet, diskCleanup);
+  // The same, against a raw read that holds its 32 buffers as getMany's caller does (for the
+  // README's account of the gap; disk_vs_raw above is the issue's baseline).
+  const diskHoldPair = await compare(rawDiskPut, diskPut, rawDiskGet(true), diskGet, diskCleanup);
 
   // Redis: the raw baseline is plain SET / GET of the same bytes through ioredis, pipelined.
   const server = await startRedisServer();
@@ -287,19 +298,33 @@ async function main(): Promise<void> {
     throw new Error(`redis errors during the benchmark: ${redisStats.errors}`);
 
   const pair = (p: Pair) => Object.fromEntries(Object.entries(p).map(([k, v]) => [k, round(v)]));
+  // The best any verified disk store could do here: the raw baseline plus one XXH64 pass over
+  // every byte written and one over every byte read (seconds per batch, medians of this run).
+  const xxh64Gbs = (BLOCK * BLOCKS) / (median(xxhMs) / 1000) / 1e9;
+  const perBatch = (gbs: number) => 1 / gbs;
+  const rawDisk = perBatch(diskPair.raw_put_gbs) + perBatch(diskPair.raw_get_gbs);
+  const checksumBound = rawDisk / (rawDisk + 2 * perBatch(xxh64Gbs));
   const result = {
     block_bytes: BLOCK,
     blocks_per_batch: BLOCKS,
     reps: REPS,
     host_reps: 3 * REPS,
     host: pair(hostPair),
-    disk: pair(diskPair),
+    disk: {
+      ...pair(diskPair),
+      concurrency: DISK_CONCURRENCY,
+      raw_concurrency: DISK_CONCURRENCY,
+      checksum_bound_vs_raw: round(checksumBound),
+      raw_get_holding_gbs: round(diskHoldPair.raw_get_gbs),
+      get_beside_holding_gbs: round(diskHoldPair.get_gbs),
+      vs_raw_holding: round(diskHoldPair.vs_raw),
+    },
     redis: pair(redisPair),
     host_vs_raw: round(hostPair.vs_raw),
     disk_vs_raw: round(diskPair.vs_raw),
     redis_vs_raw: round(redisPair.vs_raw),
     redis_batch_exists_us: Math.round(median(existsUs)),
-    xxh64_gbs: round((BLOCK * BLOCKS) / (median(xxhMs) / 1000) / 1e9),
+    xxh64_gbs: round(xxh64Gbs),
     crc32_gbs: round((BLOCK * BLOCKS) / (median(crcMs) / 1000) / 1e9),
     node: process.version,
   };
