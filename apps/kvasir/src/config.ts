@@ -13,7 +13,9 @@ export const engineConfigSchema = z.object({
   /** Name clients pass as `model`; default: the directory's name. */
   servedModelName: z.string().min(1).optional(),
   backend: z.enum(['auto', 'webgpu', 'cpu']).default('auto'),
-  kvDtype: z.enum(['f32', 'f16', 'int8', 'fp8-e4m3', 'fp8-e5m2', 'int4']).default('f32'),
+  kvDtype: z
+    .enum(['f32', 'f16', 'int8', 'int8-h8', 'fp8-e4m3', 'fp8-e5m2', 'int4', 'int4-h32'])
+    .default('f32'),
   blockSize: z.union([z.literal(8), z.literal(16), z.literal(32)]).default(16),
   /**
    * Device memory the engine plans with, in bytes (WebGPU cannot report it). Default 512 MiB,

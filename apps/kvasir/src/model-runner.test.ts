@@ -147,7 +147,7 @@ describe('the @kvasir/model runner (CPU) against the PyTorch golden logits', () 
 });
 
 describe('--kv-dtype on the model runner', () => {
-  it.each(['f32', 'f16', 'int8', 'fp8-e4m3', 'fp8-e5m2', 'int4'] as const)(
+  it.each(['f32', 'f16', 'int8', 'int8-h8', 'fp8-e4m3', 'fp8-e5m2', 'int4', 'int4-h32'] as const)(
     '%s: the memory plan counts the bytes the model moves per block (scales included), and swap is exact',
     async (kvDtype) => {
       const c = golden.cases[2]!;
@@ -167,9 +167,11 @@ describe('--kv-dtype on the model runner', () => {
         f32: 2e-3,
         f16: 5e-3,
         int8: 0.05,
+        'int8-h8': 0.05,
         'fp8-e4m3': 0.2,
         'fp8-e5m2': 0.25,
         int4: 0.6,
+        'int4-h32': 0.6,
       };
       expect(err).toBeLessThan(bound[kvDtype]);
       if (kvDtype !== 'f32') expect(err).toBeGreaterThan(1e-5);

@@ -43,9 +43,11 @@ const KV_FORMATS: Readonly<Record<EngineConfig['kvDtype'], KvFormatName>> = {
   f32: 'f32',
   f16: 'f16',
   int8: 'int8',
+  'int8-h8': 'int8-h8',
   'fp8-e4m3': 'fp8-e4m3',
   'fp8-e5m2': 'fp8-e5m2',
   int4: 'int4-g32',
+  'int4-h32': 'int4-g32-h32',
 };
 
 /** Opens a WebGPU device through @kvasir/gpu (hardware first, then the software adapter). */

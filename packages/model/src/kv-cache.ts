@@ -13,7 +13,15 @@ import { ModelError } from './errors.js';
  * quantized formats (`int8`, `fp8-e4m3`, `fp8-e5m2`, `int4-g32`, with per-row scales in
  * each slab).
  */
-export type KvFormatName = 'f32' | 'f16' | 'int8' | 'fp8-e4m3' | 'fp8-e5m2' | 'int4-g32';
+export type KvFormatName =
+  | 'f32'
+  | 'f16'
+  | 'int8'
+  | 'int8-h8'
+  | 'fp8-e4m3'
+  | 'fp8-e5m2'
+  | 'int4-g32'
+  | 'int4-g32-h32';
 
 /** The `@kvasir/attention-kernels` format object of a name, or undefined. */
 export function resolveKvFormat(name: string): KvFormat | undefined {

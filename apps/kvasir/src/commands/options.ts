@@ -41,9 +41,11 @@ export function addEngineOptions(cmd: Command): Command {
         'f32',
         'f16',
         'int8',
+        'int8-h8',
         'fp8-e4m3',
         'fp8-e5m2',
         'int4',
+        'int4-h32',
       ]),
     )
     .option('--block-size <tokens>', 'tokens per KV block (8, 16, 32)', int)
