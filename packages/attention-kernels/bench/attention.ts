@@ -1,9 +1,10 @@
 // Paged attention figures: decode_gbps / decode_vs_stream, paged_vs_contiguous,
 // prefill_tflops and decode_split_k_gain, all from the same run as stream_read_gbps.
 import type { Gpu } from '@kvasir/gpu';
-import { f16Format } from '../src/kv-format.js';
+import { f16Format, f32Format } from '../src/kv-format.js';
 import { kvCacheLayout } from '../src/layout.js';
 import { PagedDecodeAttention, type PagedDecodePlan } from '../src/paged-decode.js';
+import type { PagedAttentionConfig } from '../src/paged-decode-validation.js';
 import { PagedPrefillAttention } from '../src/paged-prefill.js';
 import { randomFloats, seededRng, shuffledRange } from '../src/testing/random.js';
 import type { BenchSection } from './harness.js';
@@ -91,6 +92,77 @@ export const attentionSection: BenchSection = async (ctx) => {
   );
   contiguousPlan.release();
   shuffledPlan.release();
+
+  // On hardware, the same batch under each code-generation choice and split count, so that the
+  // defaults rest on figures from the adapter (software adapters would take minutes).
+  const sweep: Record<string, number> = {};
+  if (!gpu.isSoftware && !small) {
+    for (const tuning of [
+      { kernel: 'software', queryInRegisters: false, vChunksPerLane: 4 },
+      { kernel: 'hardware' },
+    ] as const) {
+      const kernel = await PagedDecodeAttention.create(gpu, CONFIG, tuning);
+      const name = tuning.kernel === 'hardware' ? 'hw' : `sw_qr${tuning.queryInRegisters ? 1 : 0}`;
+      for (const numSplits of [1, 2, 4]) {
+        const plan = kernel.plan({
+          blockTables: shuffled,
+          contextLens,
+          numSeqs: seqsPerCache,
+          maxBlocksPerSeq: blocksPerSeq,
+          numSplits,
+        });
+        const t = await medianMs(
+          gpu,
+          (e) => {
+            for (const kvCache of caches) kernel.encode(e, { plan, query, kvCache, output });
+          },
+          { samples },
+        );
+        plan.release();
+        const key = `sweep_decode_${name}_s${numSplits}`;
+        sweep[key] = round(kvBytes / (t.ms / 1000) / 1e9 / ctx.streamReadGbps);
+      }
+    }
+  }
+  if (!gpu.isSoftware && !small) {
+    // Where the hardware kernel's time goes: the same KV bytes with a quarter of the arithmetic
+    // (MHA, one query head per KV head), and twice the bytes with no f16 conversions (f32).
+    const variants: [string, PagedAttentionConfig][] = [
+      ['mha', { ...CONFIG, numQHeads: CONFIG.numKvHeads }],
+      ['f32', { ...CONFIG, format: f32Format }],
+    ];
+    for (const [name, config] of variants) {
+      const l = kvCacheLayout(config);
+      const cache = fillCache(gpu, blocksPerCache * l.bytesPerBlock, 5);
+      const kernel = await PagedDecodeAttention.create(gpu, config, { kernel: 'hardware' });
+      for (const numSplits of [1, 4]) {
+        const plan = kernel.plan({
+          blockTables: shuffled,
+          contextLens,
+          numSeqs: seqsPerCache,
+          maxBlocksPerSeq: blocksPerSeq,
+          numSplits,
+        });
+        const t = await medianMs(
+          gpu,
+          (e) => kernel.encode(e, { plan, query, kvCache: cache, output }),
+          { samples },
+        );
+        plan.release();
+        const bytes = (seqsPerCache * context * l.bytesPerBlock) / CONFIG.blockSize;
+        sweep[`ablate_${name}_s${numSplits}`] = round(
+          bytes / (t.ms / 1000) / 1e9 / ctx.streamReadGbps,
+        );
+      }
+      gpu.releaseBuffer(cache);
+    }
+  }
+  if (!gpu.isSoftware && !small) {
+    // The headline figure again, last: drift between the two says how far to trust the sweep.
+    sweep.decode_vs_stream_again = round(
+      kvBytes / ((await timeDecode(planFor(shuffled))).ms / 1000) / 1e9 / ctx.streamReadGbps,
+    );
+  }
   for (const c of caches) gpu.releaseBuffer(c);
   gpu.releaseBuffer(query);
   gpu.releaseBuffer(output);
@@ -164,10 +236,39 @@ export const attentionSection: BenchSection = async (ctx) => {
   ctx.log(
     `prefill ${promptLen} tokens: ${tPrefill.ms.toFixed(0)} ms → ${(tflops * 1000).toFixed(2)} GFLOP/s`,
   );
+  if (!gpu.isSoftware && !small) {
+    for (const tuning of [
+      { queryInRegisters: true, vChunksPerLane: 4 },
+      { queryInRegisters: false, vChunksPerLane: 4 },
+      { queryInRegisters: false, vChunksPerLane: 2 },
+    ] as const) {
+      const kernel = await PagedPrefillAttention.create(gpu, prefillConfig, tuning);
+      const plan = kernel.plan({
+        blockTables: Uint32Array.from(shuffledRange(rng, promptBlocks)),
+        queryStarts: Uint32Array.of(0),
+        queryLens: Uint32Array.of(promptLen),
+        contextLens: Uint32Array.of(promptLen),
+        numSeqs: 1,
+        maxBlocksPerSeq: promptBlocks,
+        numTokens: promptLen,
+      });
+      const t = await medianMs(
+        gpu,
+        (e) =>
+          kernel.encode(e, { plan, query: promptQuery, kvCache: promptCache, output: promptOut }),
+        { samples: 5 },
+      );
+      plan.release();
+      const key = `sweep_prefill_qr${tuning.queryInRegisters ? 1 : 0}_v${tuning.vChunksPerLane}_tflops`;
+      sweep[key] = round(flops / (t.ms / 1000) / 1e12, 4);
+    }
+  }
   prefillPlan.release();
   for (const b of [promptCache, promptQuery, promptOut]) gpu.releaseBuffer(b);
 
   return {
+    decode_kernel: decode.kernel,
+    decode_splits: shuffledPlan.numSplits,
     decode_batch: parts * seqsPerCache,
     decode_context: context,
     decode_ms: round(tShuffled.ms),
@@ -182,5 +283,6 @@ export const attentionSection: BenchSection = async (ctx) => {
     prefill_ms: round(tPrefill.ms),
     prefill_tflops: round(tflops, 5),
     attention_timing_source: tShuffled.source,
+    ...sweep,
   };
 };

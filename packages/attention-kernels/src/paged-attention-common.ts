@@ -12,15 +12,52 @@ import {
 /** What paged decode and prefill share in their shader options (all but the decode mode). */
 export type PagedShaderOptions = Omit<AttentionShaderOptions, 'mode'>;
 
+/**
+ * Code-generation choices of the paged attention kernels that favour one kind of adapter over
+ * another. The defaults follow the adapter: software adapters (llvmpipe) keep queries in
+ * registers and own 4 V chunks per invocation; hardware adapters read queries from workgroup
+ * memory and own 2 (fewer registers, more occupancy). Measured in the package README.
+ */
+export interface PagedKernelTuning {
+  readonly queryInRegisters?: boolean;
+  /** 8-element V chunks per V-phase invocation: 2 or 4 (4 needs headDim a multiple of 32). */
+  readonly vChunksPerLane?: 2 | 4;
+}
+
+/**
+ * The tuning for `gpu` and `headDim`, with defaults filled in.
+ *
+ * @throws {AttentionKernelError} `INVALID_ARGUMENT` for a `vChunksPerLane` that does not divide
+ *   the head dim's 8-element chunks.
+ */
+export function resolveTuning(
+  gpu: Gpu,
+  headDim: number,
+  tuning: PagedKernelTuning = {},
+): Required<PagedKernelTuning> {
+  const chunks = headDim / 8;
+  const fallback = gpu.isSoftware && chunks % 4 === 0 ? 4 : 2;
+  const vChunksPerLane = tuning.vChunksPerLane ?? fallback;
+  if ((vChunksPerLane !== 2 && vChunksPerLane !== 4) || chunks % vChunksPerLane !== 0) {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      `vChunksPerLane must be 2 or 4 and divide headDim / 8 = ${chunks}, got ${String(vChunksPerLane)}`,
+    );
+  }
+  return { queryInRegisters: tuning.queryInRegisters ?? gpu.isSoftware, vChunksPerLane };
+}
+
 /** Shader options of a checked configuration with its heads and tokens per workgroup. */
 export function pagedShaderOptions(
   config: PagedAttentionConfig,
   layout: KvCacheLayout,
   headsPerWorkgroup: number,
   tokensPerWorkgroup: number,
+  tuning: Required<PagedKernelTuning>,
 ): PagedShaderOptions {
   const scale = resolveScale(config);
   return {
+    ...tuning,
     headDim: config.headDim,
     numQHeads: config.numQHeads,
     numKvHeads: config.numKvHeads,
@@ -37,8 +74,12 @@ export function pagedShaderOptions(
 }
 
 /** Pipeline label naming the kernel and every configuration field that changes its WGSL. */
-export function pagedPipelineLabel(kernel: string, config: PagedAttentionConfig): string {
-  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}`;
+export function pagedPipelineLabel(
+  kernel: string,
+  config: PagedAttentionConfig,
+  tuning: Required<PagedKernelTuning>,
+): string {
+  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}${tuning.queryInRegisters ? '-qr' : ''}-v${tuning.vChunksPerLane}`;
 }
 
 /** What a kernel needs to know of a plan to check it at encode time. */

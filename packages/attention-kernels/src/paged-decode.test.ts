@@ -122,6 +122,73 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     plan.release();
   });
 
+  it('both code-generation tunings (queries in registers or workgroup memory, 2 or 4 V chunks per lane) match the reference', async () => {
+    const fx = pagedFixture(seededRng(41), {
+      numQHeads: 8,
+      numKvHeads: 2,
+      headDim: 96,
+      blockSize: 16,
+      format: f16Format,
+      contextLens: [3, 130],
+    });
+    const outs: Float32Array[] = [];
+    for (const tuning of [
+      { queryInRegisters: true, vChunksPerLane: 2 },
+      { queryInRegisters: false, vChunksPerLane: 2 },
+      { queryInRegisters: false, vChunksPerLane: 4 },
+    ] as const) {
+      const kernel = await PagedDecodeAttention.create(gpu, fx.config, tuning);
+      outs.push(await check(gpu, kernel, fx, 3, 2));
+    }
+    expect(maxAbsDiff(outs[0]!, outs[1]!)).toBeLessThan(GPU_TOL);
+    expect(
+      await attentionErrorCode(() =>
+        PagedDecodeAttention.create(gpu, { ...fx.config, headDim: 80 }, { vChunksPerLane: 4 }),
+      ),
+    ).toBe('INVALID_ARGUMENT');
+  });
+
+  describe('the hardware-shaped kernel (forced on this adapter)', () => {
+    const hwCases: [string, Shape, number[]][] = [
+      [
+        'GQA 8/2, f16, d128: sub-chunk edges 1, 255, 256, 257 and 600 tokens',
+        { numQHeads: 8, numKvHeads: 2, headDim: 128, blockSize: 16, format: f16Format },
+        [1, 255, 256, 257, 600],
+      ],
+      [
+        'MQA group 8, f32, d80, block 32, soft-cap (25 key subsets, a ragged merge tree)',
+        {
+          numQHeads: 8,
+          numKvHeads: 1,
+          headDim: 80,
+          blockSize: 32,
+          format: f32Format,
+          softCap: 4,
+        },
+        [70, 300],
+      ],
+      [
+        'MHA, int8, d96, block 8',
+        { numQHeads: 3, numKvHeads: 3, headDim: 96, blockSize: 8, format: kvFormat('int8') },
+        [9, 513],
+      ],
+    ];
+    for (const [name, shape, lens] of hwCases) {
+      it(name, async () => {
+        const fx = pagedFixture(seededRng(lens.length * 13 + shape.headDim), {
+          ...shape,
+          contextLens: lens,
+          spareBlocks: 5,
+        });
+        const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: 'hardware' });
+        expect(kernel.kernel).toBe('hardware');
+        const whole = await check(gpu, kernel, fx, 4, 1);
+        const split = await check(gpu, kernel, fx, 4, 3);
+        expect(maxAbsDiff(whole, split)).toBeLessThan(GPU_TOL);
+      });
+    }
+  });
+
   it('a quantized format plugs in unchanged: an int8 cache matches the reference', async () => {
     for (const name of ['int8']) {
       const fx = pagedFixture(seededRng(61), {

@@ -3,12 +3,19 @@ import { AttentionKernelError } from './errors.js';
 import type { KvCacheLayout } from './layout.js';
 import {
   checkPagedEncode,
+  type PagedKernelTuning,
   PagedPlanBase,
   pagedPipelineLabel,
   pagedShaderOptions,
+  resolveTuning,
   runPagedOnce,
 } from './paged-attention-common.js';
 import { DECODE_TILE, pagedAttentionShader, pagedDecodeReduceShader } from './paged-decode.wgsl.js';
+import {
+  HW_WORKGROUP,
+  hardwareDecodeWorkgroupBytes,
+  pagedDecodeHardwareShader,
+} from './paged-decode-hw.wgsl.js';
 import {
   headsPerWorkgroup,
   type PagedAttentionConfig,
@@ -20,13 +27,39 @@ import {
 const MIN_SPLIT_TOKENS = 256;
 
 /** Options of {@link PagedDecodeAttention.create}. */
-export interface PagedDecodeOptions {
+export interface PagedDecodeOptions extends PagedKernelTuning {
   /**
    * Workgroups that fill the device; automatic split-K splits long contexts until a batch
-   * reaches this many. Default 1024 on hardware adapters, 16 on software ones (a few CPU
-   * threads).
+   * reaches this many. Default: 256 for the hardware-shaped kernel (256 invocations each; on an
+   * H200 one split per sequence at batch 32, 256 workgroups, measured faster than 2 or 4),
+   * 1024 for the software-shaped kernel on a hardware adapter, 16 on software adapters (a few
+   * CPU threads).
    */
   readonly targetWorkgroups?: number;
+  /**
+   * Which pass-1 kernel: `'hardware'` (256 invocations, scores then probabilities in workgroup
+   * memory, coalesced V reads), `'software'` (64 invocations shaped for CPU-emulated adapters),
+   * or `'auto'` (default): hardware on hardware adapters whose limits allow it.
+   */
+  readonly kernel?: 'auto' | 'hardware' | 'software';
+}
+
+/**
+ * Heads per workgroup of the hardware-shaped kernel: the largest divisor of the group (at most
+ * the software kernel's) whose workgroup memory fits the device; 0 when none does.
+ */
+function hardwareHeadsPerWorkgroup(gpu: Gpu, config: PagedAttentionConfig): number {
+  const group = config.numQHeads / config.numKvHeads;
+  if (gpu.limits.maxComputeInvocationsPerWorkgroup < HW_WORKGROUP) return 0;
+  for (let h = headsPerWorkgroup(group); h >= 1; h--) {
+    if (group % h !== 0) continue;
+    const bytes = hardwareDecodeWorkgroupBytes({
+      headDim: config.headDim,
+      headsPerWorkgroup: h,
+    });
+    if (bytes <= gpu.limits.maxComputeWorkgroupStorageSize) return h;
+  }
+  return 0;
 }
 
 /** Host-side description of one decode step, turned into a {@link PagedDecodePlan}. */
@@ -162,6 +195,8 @@ export class PagedDecodeAttention {
   /** Query heads per workgroup. */
   readonly headsPerWorkgroup: number;
   readonly targetWorkgroups: number;
+  /** Which pass-1 kernel was built (see {@link PagedDecodeOptions.kernel}). */
+  readonly kernel: 'hardware' | 'software';
   readonly #gpu: Gpu;
   readonly #single: GPUComputePipeline;
   readonly #split: GPUComputePipeline;
@@ -173,8 +208,10 @@ export class PagedDecodeAttention {
     layout: KvCacheLayout,
     hpw: number,
     target: number,
+    hardware: boolean,
     pipelines: [GPUComputePipeline, GPUComputePipeline, GPUComputePipeline],
   ) {
+    this.kernel = hardware ? 'hardware' : 'software';
     this.#gpu = gpu;
     this.config = config;
     this.layout = layout;
@@ -196,20 +233,37 @@ export class PagedDecodeAttention {
     options: PagedDecodeOptions = {},
   ): Promise<PagedDecodeAttention> {
     const layout = validateConfig(config);
-    const target = options.targetWorkgroups ?? (gpu.isSoftware ? 16 : 1024);
+    const kind = options.kernel ?? 'auto';
+    if (kind !== 'auto' && kind !== 'hardware' && kind !== 'software') {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        `kernel must be 'auto', 'hardware' or 'software', got '${String(kind)}'`,
+      );
+    }
+    const hwHeads = kind === 'software' ? 0 : hardwareHeadsPerWorkgroup(gpu, config);
+    if (kind === 'hardware' && hwHeads === 0) {
+      throw new AttentionKernelError(
+        'DEVICE_LIMIT',
+        `the hardware-shaped decode kernel needs ${HW_WORKGROUP} invocations per workgroup and ${hardwareDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: 1 })} bytes of workgroup memory`,
+      );
+    }
+    const hardware = hwHeads > 0 && (kind === 'hardware' || !gpu.isSoftware);
+    const target = options.targetWorkgroups ?? (gpu.isSoftware ? 16 : hardware ? 256 : 1024);
     if (!Number.isInteger(target) || target <= 0) {
       throw new AttentionKernelError(
         'INVALID_ARGUMENT',
         `targetWorkgroups must be a positive integer, got ${target}`,
       );
     }
-    const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
-    const common = pagedShaderOptions(config, layout, hpw, 1);
-    const label = pagedPipelineLabel('paged-decode', config);
+    const hpw = hardware ? hwHeads : headsPerWorkgroup(config.numQHeads / config.numKvHeads);
+    const tuning = resolveTuning(gpu, config.headDim, options);
+    const common = pagedShaderOptions(config, layout, hpw, 1, tuning);
+    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}${hardware ? '-hw' : ''}`;
+    const shader = hardware ? pagedDecodeHardwareShader : pagedAttentionShader;
     const pipelines = await Promise.all([
-      gpu.pipeline({ code: pagedAttentionShader({ ...common, mode: 'decode' }), label }),
+      gpu.pipeline({ code: shader({ ...common, mode: 'decode' }), label }),
       gpu.pipeline({
-        code: pagedAttentionShader({ ...common, mode: 'decode-split' }),
+        code: shader({ ...common, mode: 'decode-split' }),
         label: `${label}-split`,
       }),
       gpu.pipeline({
@@ -217,7 +271,7 @@ export class PagedDecodeAttention {
         label: `${label}-reduce`,
       }),
     ]);
-    return new PagedDecodeAttention(gpu, config, layout, hpw, target, pipelines);
+    return new PagedDecodeAttention(gpu, config, layout, hpw, target, hardware, pipelines);
   }
 
   /** Workgroups per sequence and split: KV heads × head chunks. */

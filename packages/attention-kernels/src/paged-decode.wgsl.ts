@@ -27,7 +27,7 @@
 export const DECODE_TILE = 64;
 
 /** Finite mask value: exp2(MASK - m) underflows to 0 without producing NaN from -inf - -inf. */
-const MASK = '-1.0e30';
+export const MASK = '-1.0e30';
 
 /** How pass-1 workgroups find their rows and keys. */
 export type AttentionShaderMode = 'decode' | 'decode-split' | 'prefill';
@@ -54,20 +54,33 @@ export interface AttentionShaderOptions {
    * binding `kv: array<vec4<u32>>` (a {@link KvFormat}'s `wgslLoad`).
    */
   readonly kvLoad: string;
+  /**
+   * Hold the rows' queries in registers through the key loop (software adapters, where every
+   * workgroup-memory load is a per-lane loop) instead of reading them from workgroup memory
+   * per key (hardware: 4 heads × head dim 128 in registers is 512 of them per lane, which
+   * spills on GPUs; a broadcast workgroup-memory read is nearly free there).
+   */
+  readonly queryInRegisters: boolean;
+  /**
+   * 8-element V chunks each V-phase invocation owns: 4 means fewer invocations per key (less
+   * redundant exp2), 2 half the accumulator registers (more occupancy on GPUs). A divisor of
+   * headDim / 8.
+   */
+  readonly vChunksPerLane: number;
 }
 
-function f32Literal(x: number): string {
+export function f32Literal(x: number): string {
   const s = Math.fround(x).toPrecision(9);
   return s.includes('.') || s.includes('e') ? s : `${s}.0`;
 }
 
 /** Repeats `f(i)` for i in 0..n-1, one line each (the generator unrolls instead of indexing). */
-function rep(n: number, f: (i: number) => string, sep = '\n'): string {
+export function rep(n: number, f: (i: number) => string, sep = '\n'): string {
   return Array.from({ length: n }, (_, i) => f(i)).join(sep);
 }
 
 /** Uniform parameters shared by all paged attention passes (8 u32). */
-const PARAMS_STRUCT = `struct Params {
+export const PARAMS_STRUCT = `struct Params {
   num_seqs: u32,
   max_blocks: u32,
   ctx_offset: u32,
@@ -94,7 +107,11 @@ export function pagedAttentionShader(o: AttentionShaderOptions): string {
   const chunks = o.headDim / 8;
   // Each V-phase invocation owns VCH consecutive 8-element chunks: fewer invocations per key
   // means fewer redundant score loads and exp2 per key.
-  const VCH = chunks % 4 === 0 ? 4 : 2;
+  const VCH = o.vChunksPerLane;
+  if (!Number.isInteger(VCH) || VCH < 1 || chunks % VCH !== 0) {
+    throw new RangeError(`vChunksPerLane ${VCH} does not divide headDim / 8 = ${chunks}`);
+  }
+  const q = (i: number): string => (o.queryInRegisters ? `q${i}` : `q_sh[${i}]`);
   const vLanes = chunks / VCH;
   const keySubsets = Math.floor(W / vLanes);
   const accs = (g: number): string[] => Array.from({ length: 2 * VCH }, (_, i) => `a${g}_${i}`);
@@ -221,7 +238,7 @@ ${locate}
 
   // The rows' queries live in registers: on software adapters every workgroup-memory load is
   // a per-lane scalar loop, so reading q per key would cost more than the K row itself.
-${rep(GW * D4, (i) => `  let q${i} = q_sh[${i}];`)}
+${o.queryInRegisters ? rep(GW * D4, (i) => `  let q${i} = q_sh[${i}];`) : '  // Queries stay in workgroup memory (broadcast reads).'}
 
   // V-phase role: dims [8c, 8c+8) over keys ks, ks + KEY_SUBSETS, ... with its own running
   // max per row (merged across key subsets once at the end).
@@ -256,7 +273,7 @@ ${rep(
   chunks,
   (cc) => `      {
         let k8 = kv_load8(slab, t, ${cc}u);
-${rep(GW, (g) => `        d${g} += dot(q${g * D4 + 2 * cc}, k8[0]) + dot(q${g * D4 + 2 * cc + 1}, k8[1]);`)}
+${rep(GW, (g) => `        d${g} += dot(${q(g * D4 + 2 * cc)}, k8[0]) + dot(${q(g * D4 + 2 * cc + 1)}, k8[1]);`)}
       }`,
 )}
 ${rep(GW, (g) => `      s_sh[${g * W}u + sb * ${GW * W}u + lane] = select(${score(g)}, MASK, lane >= tile_len${masked(g)});`)}

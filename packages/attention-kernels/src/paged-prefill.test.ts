@@ -63,6 +63,28 @@ describe('PagedPrefillAttention vs CPU reference', () => {
   }
 });
 
+describe('PagedPrefillAttention tunings', () => {
+  it('queries in workgroup memory with 2 V chunks per lane (the hardware default) match the reference', async () => {
+    const gpu = await testGpu();
+    const shape = { numQHeads: 8, numKvHeads: 2, headDim: 64, blockSize: 16, format: f16Format };
+    const { fx, args } = prefillBatchFixture(
+      seededRng(12),
+      { ...shape, spareBlocks: 3 },
+      [40, 0],
+      [9, 17],
+    );
+    const kernel = await PagedPrefillAttention.create(gpu, fx.config, {
+      queryInRegisters: false,
+      vChunksPerLane: 2,
+    });
+    const kvCache = gpu.storageBuffer(fx.cache);
+    const got = await kernel.run({ ...args, kvCache });
+    gpu.releaseBuffer(kvCache);
+    const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
+    expect(maxAbsDiff(got, want)).toBeLessThan(GPU_TOL);
+  });
+});
+
 describe('PagedPrefillAttention input checks', () => {
   const config = { numQHeads: 4, numKvHeads: 2, headDim: 64, blockSize: 8, format: f32Format };
   const code = attentionErrorCode;

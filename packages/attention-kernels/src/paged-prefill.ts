@@ -3,9 +3,11 @@ import { AttentionKernelError } from './errors.js';
 import type { KvCacheLayout } from './layout.js';
 import {
   checkPagedEncode,
+  type PagedKernelTuning,
   PagedPlanBase,
   pagedPipelineLabel,
   pagedShaderOptions,
+  resolveTuning,
   runPagedOnce,
 } from './paged-attention-common.js';
 import {
@@ -131,13 +133,18 @@ export class PagedPrefillAttention {
    *   `UNSUPPORTED_FORMAT` for a bad configuration.
    * @throws {GpuError} `SHADER_COMPILE` / `PIPELINE` if the generated WGSL is rejected.
    */
-  static async create(gpu: Gpu, config: PagedAttentionConfig): Promise<PagedPrefillAttention> {
+  static async create(
+    gpu: Gpu,
+    config: PagedAttentionConfig,
+    options: PagedKernelTuning = {},
+  ): Promise<PagedPrefillAttention> {
     const layout = validateConfig(config);
     const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
     const tpw = Math.max(1, Math.floor(MAX_ROWS_PER_WORKGROUP / hpw));
+    const tuning = resolveTuning(gpu, config.headDim, options);
     const pipeline = await gpu.pipeline({
-      code: pagedPrefillShader(pagedShaderOptions(config, layout, hpw, tpw)),
-      label: pagedPipelineLabel('paged-prefill', config),
+      code: pagedPrefillShader(pagedShaderOptions(config, layout, hpw, tpw, tuning)),
+      label: pagedPipelineLabel('paged-prefill', config, tuning),
     });
     return new PagedPrefillAttention(gpu, config, layout, hpw, tpw, pipeline);
   }

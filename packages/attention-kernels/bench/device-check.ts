@@ -1,0 +1,85 @@
+// Correctness on whatever adapter is present, at serving-sized shapes: every attention kernel and
+// KV format against its CPU reference. Written for the one short run a lent real GPU allows
+// (`tooling/device/run.sh`); on the software adapter it runs too, only slower.
+//   pnpm --filter @kvasir/attention-kernels exec tsx bench/device-check.ts
+// Prints one JSON line per case and a closing `{"checks":N,"failed":N}`; exits 1 on a failure.
+import { createGpu } from '@kvasir/gpu';
+import { f16Format, f32Format, type KvFormat, kvFormat } from '../src/kv-format.js';
+import { PagedDecodeAttention } from '../src/paged-decode.js';
+import { pagedFixture, prefillBatchFixture, randomQuery } from '../src/paged-decode-fixtures.js';
+import { pagedDecodeAttentionCpu } from '../src/paged-decode-reference.js';
+import { PagedPrefillAttention } from '../src/paged-prefill.js';
+import { pagedPrefillAttentionCpu } from '../src/paged-prefill-reference.js';
+import { maxAbsDiff, seededRng } from '../src/testing/random.js';
+
+/** GPU (f32, exp2) vs CPU (f64) on values in [-1, 1): the unit tests' tolerances. */
+const TOL = { float: 2e-5, quantized: 2e-4 };
+
+const formats: KvFormat[] = [
+  f32Format,
+  f16Format,
+  ...['int8', 'fp8-e4m3', 'int4-g32'].map(kvFormat),
+];
+const gpu = await createGpu();
+console.log(JSON.stringify({ adapter: gpu.describe(), backend: gpu.backend }));
+let checks = 0;
+let failed = 0;
+
+function report(kind: string, format: KvFormat, shape: object, err: number): void {
+  const tol = format === f32Format || format === f16Format ? TOL.float : TOL.quantized;
+  const ok = Number.isFinite(err) && err < tol;
+  checks++;
+  if (!ok) failed++;
+  console.log(JSON.stringify({ kind, format: format.name, ...shape, max_abs_err: err, ok }));
+}
+
+try {
+  for (const format of formats) {
+    const shapes = [
+      { numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16, lens: [1, 17, 300, 2048, 4100] },
+      { numQHeads: 8, numKvHeads: 1, headDim: 80, blockSize: 32, lens: [5, 64, 1025] },
+      { numQHeads: 12, numKvHeads: 12, headDim: 64, blockSize: 8, lens: [9, 700] },
+    ];
+    for (const [i, s] of shapes.entries()) {
+      if ((s.headDim / 8) % 4 !== 0 && format.name.startsWith('int4')) continue; // groups of 32
+      const rng = seededRng(100 + i);
+      const fx = pagedFixture(rng, { ...s, format, contextLens: s.lens, spareBlocks: 7 });
+      const numSeqs = s.lens.length;
+      const query = randomQuery(rng, fx.config, numSeqs);
+      const args = {
+        query,
+        blockTables: fx.blockTables,
+        contextLens: fx.contextLens,
+        numSeqs,
+        maxBlocksPerSeq: fx.maxBlocksPerSeq,
+      };
+      const want = pagedDecodeAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
+      const kernel = await PagedDecodeAttention.create(gpu, fx.config);
+      const kvCache = gpu.storageBuffer(fx.cache);
+      for (const numSplits of [1, 'auto'] as const) {
+        const got = await kernel.run({ ...args, kvCache, numSplits });
+        report('decode', format, { ...s, numSplits }, maxAbsDiff(got, want));
+      }
+      gpu.releaseBuffer(kvCache);
+    }
+    const prefill = { numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16, format };
+    const pasts = [0, 500, 1999];
+    const queryLens = [128, 77, 1];
+    const { fx, args } = prefillBatchFixture(
+      seededRng(7),
+      { ...prefill, spareBlocks: 5 },
+      pasts,
+      queryLens,
+    );
+    const kernel = await PagedPrefillAttention.create(gpu, fx.config);
+    const kvCache = gpu.storageBuffer(fx.cache);
+    const got = await kernel.run({ ...args, kvCache });
+    gpu.releaseBuffer(kvCache);
+    const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
+    report('prefill', format, { pasts, queryLens }, maxAbsDiff(got, want));
+  }
+} finally {
+  gpu.destroy();
+}
+console.log(JSON.stringify({ checks, failed }));
+if (failed > 0) process.exitCode = 1;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Packs what a lent GPU machine needs into .devkit/ (git-ignored; carried by the device tool):
+# the benchmarks bundled into single files, Dawn's linux-x64 binary, this machine's node, and
+# the Vulkan/EGL loaders (the device image has the NVIDIA driver but maybe not the loaders).
+# Then `tooling/device/run.sh` runs there. Build the packages first (`pnpm build`).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+kit="$root/.devkit"
+rm -rf "$kit" && mkdir -p "$kit/node_modules/webgpu/dist/linux-x64" "$kit/deb"
+grep -qx '/.devkit/' "$root/.git/info/exclude" 2>/dev/null || echo '/.devkit/' >>"$root/.git/info/exclude"
+esbuild=$(ls -d "$root"/node_modules/.pnpm/esbuild@*/node_modules/esbuild/bin/esbuild | tail -1)
+bundle() { # <package dir> <entry> <out name>
+  (cd "$root/$1" && "$esbuild" "$2" --bundle --platform=node --format=esm --target=node20 \
+    --external:webgpu --log-level=warning --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" --outfile="$kit/$3.mjs")
+}
+bundle packages/attention-kernels bench/index.ts attention-bench
+bundle packages/attention-kernels bench/device-check.ts attention-check
+bundle packages/quantizer bench/index.ts quantizer-bench
+bundle packages/model bench/index.ts model-bench
+# The quantizer benchmark loads the kernels by path (KVASIR_ATTENTION_KERNELS in run.sh).
+bundle packages/attention-kernels dist/index.js attention-kernels
+w=$(ls -d "$root"/node_modules/.pnpm/webgpu@*/node_modules/webgpu | tail -1)
+cp "$w/index.js" "$w/package.json" "$kit/node_modules/webgpu/"
+gzip -1 -c "$w/dist/linux-x64/dawn.node" >"$kit/dawn.node.gz"
+gzip -1 -c "$(readlink -f "$(command -v node)")" >"$kit/node.gz"
+(
+  cd "$kit/deb"
+  o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+  mkdir -p /tmp/amd64/partial
+  apt-get $o update -qq >/dev/null
+  apt-get $o download -qq libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null
+)
+du -sh "$kit"
