@@ -17,6 +17,14 @@ bundle packages/attention-kernels bench/index.ts attention-bench
 bundle packages/attention-kernels bench/device-check.ts attention-check
 bundle packages/quantizer bench/index.ts quantizer-bench
 bundle packages/model bench/index.ts model-bench
+bundle packages/offload bench/index.ts offload-bench
+# The offload benchmark starts its own redis-server: this machine's binary and the libraries a
+# CUDA image may lack.
+mkdir -p "$kit/redis"
+cp "$(readlink -f "$(command -v redis-server)")" "$kit/redis/redis-server"
+for lib in liblzf.so.1 libjemalloc.so.2 libatomic.so.1; do
+  cp "$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')" "$kit/redis/"
+done
 # The quantizer benchmark loads the kernels by path (KVASIR_ATTENTION_KERNELS in run.sh).
 bundle packages/attention-kernels dist/index.js attention-kernels
 w=$(ls -d "$root"/node_modules/.pnpm/webgpu@*/node_modules/webgpu | tail -1)

@@ -81,10 +81,21 @@ fn kv_scale(slab: u32, t: u32) -> f32 {
 fn kv_load4(slab: u32, t: u32, q: u32) -> vec4<f32> {
   return ${unpack}(${word(`slab + t * ${rw}u + q`)}, kv_scale(slab, t));
 }
-fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
+${
+  // Rows of a multiple of 4 words start on a vec4 (slabs are multiples of 4 words too): one
+  // 16-byte load serves both words of a chunk, instead of two dynamically indexed ones.
+  (o.cacheElement ?? 'vec4<u32>') === 'vec4<u32>' && rw % 4 === 0
+    ? `fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
+  let s = kv_scale(slab, t);
+  let q = ${o.cacheVar ?? 'kv'}[((slab + t * ${rw}u) >> 2u) + (c >> 1u)];
+  let odd = (c & 1u) == 1u;
+  return array<vec4<f32>, 2>(${unpack}(select(q.x, q.z, odd), s), ${unpack}(select(q.y, q.w, odd), s));
+}`
+    : `fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
   let s = kv_scale(slab, t);
   let w = slab + t * ${rw}u + 2u * c;
   return array<vec4<f32>, 2>(${unpack}(${word('w')}, s), ${unpack}(${word('w + 1u')}, s));
+}`
 }
 `;
     },

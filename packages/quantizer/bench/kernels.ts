@@ -24,6 +24,9 @@ export type KernelFigures =
       readonly formats: Record<string, Record<string, number>>;
     };
 
+/** Decodes per timed submission when the adapter has timestamp queries. */
+const REPEAT = 20;
+
 async function loadKernels(): Promise<AnyModule | string> {
   const override = process.env.KVASIR_ATTENTION_KERNELS;
   const url = override
@@ -81,8 +84,12 @@ export async function kernelFigures(o: {
       const v = gpu.storageBuffer(value);
       const sm = gpu.storageBuffer(slots);
       const q = gpu.storageBuffer(query);
-      const runs: { name: string; once: () => Promise<void>; out: GPUBuffer; free: () => void }[] =
-        [];
+      const runs: {
+        name: string;
+        once: () => Promise<number>;
+        out: GPUBuffer;
+        free: () => void;
+      }[] = [];
       // The f32 cache is only the accuracy reference, at the first context.
       for (const [name, format] of formats.filter(([n]) => n !== 'f32' || ci === 0)) {
         const config = {
@@ -103,9 +110,24 @@ export async function kernelFigures(o: {
           maxBlocksPerSeq: blocks,
         });
         const out = gpu.storageBuffer(query.length * 4);
-        const once = (): Promise<void> =>
-          gpu.run((enc) => decode.encode(enc, { plan, query: q, kvCache, output: out }));
-        await once();
+        const encode = (enc: GPUCommandEncoder): void =>
+          decode.encode(enc, { plan, query: q, kvCache, output: out });
+        // GPU time per decode: timestamps around REPEAT decodes in one submission where the
+        // adapter has them (a single decode here is tens of microseconds on a GPU, less than
+        // one submission's round trip), wall-clock around one otherwise.
+        const once = async (): Promise<number> => {
+          if (!gpu.hasTimestamps) {
+            const t0 = performance.now();
+            await gpu.run(encode);
+            return performance.now() - t0;
+          }
+          const t = await gpu.time((enc) => {
+            for (let r = 0; r < REPEAT; r++) encode(enc);
+          });
+          gpu.uniforms.reset();
+          return t.ms / REPEAT;
+        };
+        await gpu.run(encode);
         runs.push({
           name,
           once,
@@ -131,9 +153,7 @@ export async function kernelFigures(o: {
       for (let rep = 0; rep < o.reps; rep++) {
         for (const r of runs) {
           if (r.name === 'f32') continue;
-          const t0 = performance.now();
-          await r.once();
-          const t = performance.now() - t0;
+          const t = await r.once();
           best[r.name] = Math.min(best[r.name] ?? Number.POSITIVE_INFINITY, t);
         }
       }
