@@ -93,8 +93,34 @@ export const attentionSection: BenchSection = async (ctx) => {
   contiguousPlan.release();
   shuffledPlan.release();
 
-  // On hardware, the same batch under each code-generation choice and split count, so that the
-  // defaults rest on figures from the adapter (software adapters would take minutes).
+  // Fraction of the stream ceiling `kernel` reaches on the batch (shuffled tables) with a
+  // forced split count, over `cacheBuffers` holding `bytes` of K/V.
+  const sweepRatio = async (
+    kernel: PagedDecodeAttention,
+    numSplits: number,
+    cacheBuffers: readonly GPUBuffer[],
+    bytes: number,
+  ): Promise<number> => {
+    const plan = kernel.plan({
+      blockTables: shuffled,
+      contextLens,
+      numSeqs: seqsPerCache,
+      maxBlocksPerSeq: blocksPerSeq,
+      numSplits,
+    });
+    const t = await medianMs(
+      gpu,
+      (e) => {
+        for (const kvCache of cacheBuffers) kernel.encode(e, { plan, query, kvCache, output });
+      },
+      { samples },
+    );
+    plan.release();
+    return round(bytes / (t.ms / 1000) / 1e9 / ctx.streamReadGbps);
+  };
+
+  // On hardware, the same batch under each kernel and split count, so that the defaults rest on
+  // figures from the adapter (software adapters would take minutes).
   const sweep: Record<string, number> = {};
   if (!gpu.isSoftware && !small) {
     for (const tuning of [
@@ -102,29 +128,16 @@ export const attentionSection: BenchSection = async (ctx) => {
       { kernel: 'hardware' },
     ] as const) {
       const kernel = await PagedDecodeAttention.create(gpu, CONFIG, tuning);
-      const name = tuning.kernel === 'hardware' ? 'hw' : `sw_qr${tuning.queryInRegisters ? 1 : 0}`;
+      const name = tuning.kernel === 'hardware' ? 'hw' : 'sw_qr0';
       for (const numSplits of [1, 2, 4]) {
-        const plan = kernel.plan({
-          blockTables: shuffled,
-          contextLens,
-          numSeqs: seqsPerCache,
-          maxBlocksPerSeq: blocksPerSeq,
+        sweep[`sweep_decode_${name}_s${numSplits}`] = await sweepRatio(
+          kernel,
           numSplits,
-        });
-        const t = await medianMs(
-          gpu,
-          (e) => {
-            for (const kvCache of caches) kernel.encode(e, { plan, query, kvCache, output });
-          },
-          { samples },
+          caches,
+          kvBytes,
         );
-        plan.release();
-        const key = `sweep_decode_${name}_s${numSplits}`;
-        sweep[key] = round(kvBytes / (t.ms / 1000) / 1e9 / ctx.streamReadGbps);
       }
     }
-  }
-  if (!gpu.isSoftware && !small) {
     // Where the hardware kernel's time goes: the same KV bytes with a quarter of the arithmetic
     // (MHA, one query head per KV head), and twice the bytes with no f16 conversions (f32).
     const variants: [string, PagedAttentionConfig][] = [
@@ -135,24 +148,9 @@ export const attentionSection: BenchSection = async (ctx) => {
       const l = kvCacheLayout(config);
       const cache = fillCache(gpu, blocksPerCache * l.bytesPerBlock, 5);
       const kernel = await PagedDecodeAttention.create(gpu, config, { kernel: 'hardware' });
+      const bytes = (seqsPerCache * context * l.bytesPerBlock) / CONFIG.blockSize;
       for (const numSplits of [1, 4]) {
-        const plan = kernel.plan({
-          blockTables: shuffled,
-          contextLens,
-          numSeqs: seqsPerCache,
-          maxBlocksPerSeq: blocksPerSeq,
-          numSplits,
-        });
-        const t = await medianMs(
-          gpu,
-          (e) => kernel.encode(e, { plan, query, kvCache: cache, output }),
-          { samples },
-        );
-        plan.release();
-        const bytes = (seqsPerCache * context * l.bytesPerBlock) / CONFIG.blockSize;
-        sweep[`ablate_${name}_s${numSplits}`] = round(
-          bytes / (t.ms / 1000) / 1e9 / ctx.streamReadGbps,
-        );
+        sweep[`ablate_${name}_s${numSplits}`] = await sweepRatio(kernel, numSplits, [cache], bytes);
       }
       gpu.releaseBuffer(cache);
     }
@@ -209,26 +207,27 @@ export const attentionSection: BenchSection = async (ctx) => {
   const promptCache = fillCache(gpu, promptBlocks * prefillLayout.bytesPerBlock, 11);
   const promptQuery = gpu.storageBuffer(randomFloats(rng, promptLen * prefillRow));
   const promptOut = gpu.storageBuffer(promptLen * prefillRow * 4);
-  const prefillPlan = prefill.plan({
-    blockTables: Uint32Array.from(shuffledRange(rng, promptBlocks)),
-    queryStarts: Uint32Array.of(0),
-    queryLens: Uint32Array.of(promptLen),
-    contextLens: Uint32Array.of(promptLen),
-    numSeqs: 1,
-    maxBlocksPerSeq: promptBlocks,
-    numTokens: promptLen,
-  });
-  const tPrefill = await medianMs(
-    gpu,
-    (e) =>
-      prefill.encode(e, {
-        plan: prefillPlan,
-        query: promptQuery,
-        kvCache: promptCache,
-        output: promptOut,
-      }),
-    { samples: gpu.isSoftware || small ? 1 : 5 },
-  );
+  // One causal prefill of the whole prompt over shuffled blocks, median time.
+  const timePrefill = async (kernel: PagedPrefillAttention, samples: number) => {
+    const plan = kernel.plan({
+      blockTables: Uint32Array.from(shuffledRange(rng, promptBlocks)),
+      queryStarts: Uint32Array.of(0),
+      queryLens: Uint32Array.of(promptLen),
+      contextLens: Uint32Array.of(promptLen),
+      numSeqs: 1,
+      maxBlocksPerSeq: promptBlocks,
+      numTokens: promptLen,
+    });
+    const t = await medianMs(
+      gpu,
+      (e) =>
+        kernel.encode(e, { plan, query: promptQuery, kvCache: promptCache, output: promptOut }),
+      { samples },
+    );
+    plan.release();
+    return t;
+  };
+  const tPrefill = await timePrefill(prefill, gpu.isSoftware || small ? 1 : 5);
   // QKᵀ and PV over the causal triangle: 2 × 2 × d FLOPs per (query, visible key) per head.
   const flops =
     4 * prefillConfig.headDim * prefillConfig.numQHeads * ((promptLen * (promptLen + 1)) / 2);
@@ -243,27 +242,11 @@ export const attentionSection: BenchSection = async (ctx) => {
       { queryInRegisters: false, vChunksPerLane: 2 },
     ] as const) {
       const kernel = await PagedPrefillAttention.create(gpu, prefillConfig, tuning);
-      const plan = kernel.plan({
-        blockTables: Uint32Array.from(shuffledRange(rng, promptBlocks)),
-        queryStarts: Uint32Array.of(0),
-        queryLens: Uint32Array.of(promptLen),
-        contextLens: Uint32Array.of(promptLen),
-        numSeqs: 1,
-        maxBlocksPerSeq: promptBlocks,
-        numTokens: promptLen,
-      });
-      const t = await medianMs(
-        gpu,
-        (e) =>
-          kernel.encode(e, { plan, query: promptQuery, kvCache: promptCache, output: promptOut }),
-        { samples: 5 },
-      );
-      plan.release();
+      const t = await timePrefill(kernel, 5);
       const key = `sweep_prefill_qr${tuning.queryInRegisters ? 1 : 0}_v${tuning.vChunksPerLane}_tflops`;
       sweep[key] = round(flops / (t.ms / 1000) / 1e12, 4);
     }
   }
-  prefillPlan.release();
   for (const b of [promptCache, promptQuery, promptOut]) gpu.releaseBuffer(b);
 
   return {

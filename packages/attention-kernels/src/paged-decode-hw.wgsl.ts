@@ -23,7 +23,7 @@ import {
   type AttentionShaderOptions,
   f32Literal,
   MASK,
-  PARAMS_STRUCT,
+  pass1Bindings,
   rep,
 } from './paged-decode.wgsl.js';
 
@@ -104,14 +104,7 @@ export function pagedDecodeHardwareShader(o: AttentionShaderOptions): string {
   });
 
   return /* wgsl */ `
-${PARAMS_STRUCT}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> query: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> kv: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read> meta_: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
-${split ? '@group(0) @binding(5) var<storage, read_write> ml: array<vec2<f32>>;' : ''}
+${pass1Bindings(o.mode)}
 
 const D4: u32 = ${D4}u;
 const G: u32 = ${G}u;

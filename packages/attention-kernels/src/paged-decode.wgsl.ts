@@ -80,7 +80,7 @@ export function rep(n: number, f: (i: number) => string, sep = '\n'): string {
 }
 
 /** Uniform parameters shared by all paged attention passes (8 u32). */
-export const PARAMS_STRUCT = `struct Params {
+const PARAMS_STRUCT = `struct Params {
   num_seqs: u32,
   max_blocks: u32,
   ctx_offset: u32,
@@ -90,6 +90,21 @@ export const PARAMS_STRUCT = `struct Params {
   qstart_offset: u32,
   qlen_offset: u32,
 }`;
+
+/**
+ * The params struct and bindings of every pass-1 kernel (both decode shapes and prefill): the
+ * dispatch code binds the same buffers whichever kernel it runs.
+ */
+export function pass1Bindings(mode: AttentionShaderMode): string {
+  return `${PARAMS_STRUCT}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> query: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> kv: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> meta_: array<u32>;
+@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+${mode === 'decode-split' ? '@group(0) @binding(5) var<storage, read_write> ml: array<vec2<f32>>;' : ''}`;
+}
 
 /**
  * Pass-1 shader source. Loops over rows and head-dim chunks are unrolled into named scalars
@@ -167,14 +182,7 @@ ${rep(TOK, (t) => `  let lim${t} = past + tok0 + ${t + 1}u;`)}
       }`;
 
   return /* wgsl */ `
-${PARAMS_STRUCT}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> query: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> kv: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read> meta_: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
-${o.mode === 'decode-split' ? '@group(0) @binding(5) var<storage, read_write> ml: array<vec2<f32>>;' : ''}
+${pass1Bindings(o.mode)}
 
 const D4: u32 = ${D4}u;
 const CHUNKS: u32 = ${chunks}u;
