@@ -4,10 +4,17 @@ import { mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
 import {
+  Checksummer,
+  type ChecksumThreads,
+  DEFAULT_CHECKSUM_MIN_BYTES,
+  resolveChecksumThreads,
+} from './checksum-pool';
+import {
   checkFrameHeader,
   encodeFrameHeader,
   FRAME_HEADER_BYTES,
   type FrameFault,
+  payloadLengthFault,
   payloadMatches,
 } from './frame';
 import { checkNamespace } from './keys';
@@ -39,6 +46,15 @@ export interface DiskStoreOptions {
   readonly concurrency?: number;
   /** Temporary files older than this are left-overs of a crashed writer and removed on open (default 10 minutes). */
   readonly staleTempMs?: number;
+  /**
+   * Worker threads that compute payload checksums (XXH64) beside the I/O: a count, 0 to hash
+   * on the calling thread, or `'auto'` (default): `min(8, cores - 1)` on a machine of more than
+   * two cores (`os.availableParallelism()`), none otherwise. Workers start on first use and end
+   * on `close()`; they never keep the process alive.
+   */
+  readonly checksumThreads?: ChecksumThreads;
+  /** Smallest payload hashed on a worker thread (default 256 KiB); smaller ones are hashed inline. */
+  readonly checksumMinBytes?: number;
 }
 
 const BLOCK_FILE = /^([0-9a-f]{32})\.kvb$/;
@@ -101,6 +117,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   private readonly listeners = new Set<EvictionListener>();
   private readonly counters = new Counters();
   private readonly madeDirs = new Set<string>();
+  private readonly checksum: Checksummer;
   private usedBytes = 0;
   private reservedBytes = 0;
   private closed = false;
@@ -116,6 +133,17 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     this.maxValueBytes = checkBudget('maxValueBytes', options.maxValueBytes ?? options.maxBytes);
     const c = options.concurrency ?? 8;
     this.concurrency = Number.isInteger(c) && c >= 1 ? c : 8;
+    const minBytes = checkBudget(
+      'checksumMinBytes',
+      options.checksumMinBytes ?? DEFAULT_CHECKSUM_MIN_BYTES,
+      true,
+    );
+    this.checksum = new Checksummer(resolveChecksumThreads(options.checksumThreads), minBytes);
+  }
+
+  /** Worker threads this store hashes payloads on (at most; 0: all on the calling thread). */
+  get checksumThreads(): number {
+    return this.checksum.threads;
   }
 
   /**
@@ -126,7 +154,12 @@ export class DiskStore implements KvBlockStore, EvictionSource {
    */
   static async open(options: DiskStoreOptions): Promise<DiskStore> {
     const store = new DiskStore(options);
-    await store.rebuild(options.staleTempMs ?? 10 * 60_000);
+    try {
+      await store.rebuild(options.staleTempMs ?? 10 * 60_000);
+    } catch (e) {
+      await store.close();
+      throw e;
+    }
     return store;
   }
 
@@ -262,6 +295,11 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     const path = this.pathOf(key);
     const tmp = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
     let ok = false;
+    // On a worker, the checksum starts at once and overlaps the directory and open calls.
+    const early = this.checksum.offloads(value.byteLength)
+      ? this.checksum.ofKept(value)
+      : undefined;
+    early?.catch(() => undefined); // awaited below; a failure before then must not go unhandled
     try {
       await this.discard(victims);
       await this.ensureDir(key);
@@ -276,8 +314,9 @@ export class DiskStore implements KvBlockStore, EvictionSource {
         fh = await open(tmp, 'wx');
       }
       try {
-        // Checksummed right before it is written, so the kernel copies bytes still in cache.
-        const header = encodeFrameHeader(this.namespace, key, value);
+        // Inline, checksummed right before it is written, so the kernel copies bytes still in cache.
+        const sum = early === undefined ? await this.checksum.ofKept(value) : await early;
+        const header = encodeFrameHeader(this.namespace, key, value, sum);
         await writeFully(fh, header, value);
         if (this.fsync) await fh.sync();
       } finally {
@@ -346,7 +385,13 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       if (!checked.ok) fault = checked.fault;
       else {
         if (size < st.size) payload = payload.subarray(0, size - header.byteLength);
-        fault = payloadMatches(payload, checked);
+        fault = payloadLengthFault(payload, checked);
+        if (fault === undefined) {
+          // The payload buffer is this store's alone: on a worker it is moved there and back.
+          const hashed = await this.checksum.ofOwned(payload);
+          payload = hashed.data;
+          fault = payloadMatches(payload, checked, hashed.sum);
+        }
       }
     } catch {
       this.counters.errors++;
@@ -482,8 +527,12 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     return this.counters.snapshot(this.tier, this.index.size, this.usedBytes, this.maxBytes);
   }
 
-  /** Stops accepting calls; files stay for the next open. Idempotent. */
+  /**
+   * Stops accepting calls and ends the checksum workers (a read or write still in flight then
+   * answers a miss or is not stored); files stay for the next open. Idempotent.
+   */
   async close(): Promise<void> {
     this.closed = true;
+    await this.checksum.close();
   }
 }

@@ -11,7 +11,12 @@ export type OffloadErrorCode =
   /** A constructor option or namespace field is out of range. */
   | 'INVALID_OPTIONS'
   /** The store was closed. */
-  | 'CLOSED';
+  | 'CLOSED'
+  /**
+   * A checksum worker thread failed (it crashed, or could not start or be reached). Stores never
+   * throw it: the block concerned is a miss (or not stored) and counted in `errors`.
+   */
+  | 'CHECKSUM_WORKER';
 
 /**
  * Thrown by @kvasir/offload for misuse only: bad keys, values or options, or a closed store.

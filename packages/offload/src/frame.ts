@@ -143,14 +143,28 @@ export function checkFrameHeader(header: Uint8Array, ns: string, key: string): C
   return { ok: true, len: Number(len), sum: dv.getBigUint64(SUM_AT, true) };
 }
 
-/** Whether `payload` has the length and XXH64 that a checked header promised. */
-export function payloadMatches(
+/** Whether `payload` has the length that a checked header promised (before hashing it). */
+export function payloadLengthFault(
   payload: Uint8Array,
-  header: { readonly len: number; readonly sum: bigint },
+  header: { readonly len: number },
 ): FrameFault | undefined {
   if (payload.byteLength < header.len) return 'truncated';
   if (payload.byteLength > header.len) return 'malformed';
-  return xxh64(payload) === header.sum ? undefined : 'checksum';
+  return undefined;
+}
+
+/**
+ * Whether `payload` has the length and XXH64 that a checked header promised; `sum` is the
+ * payload's XXH64 when the caller computed it already (e.g. on a worker thread).
+ */
+export function payloadMatches(
+  payload: Uint8Array,
+  header: { readonly len: number; readonly sum: bigint },
+  sum?: bigint,
+): FrameFault | undefined {
+  const lengthFault = payloadLengthFault(payload, header);
+  if (lengthFault !== undefined) return lengthFault;
+  return (sum ?? xxh64(payload)) === header.sum ? undefined : 'checksum';
 }
 
 /** Decodes a frame header into its fields (for tools); undefined if it is not a valid header. */

@@ -119,8 +119,23 @@ function buildModule(): Uint8Array {
 
 /** Bytes hashed per call into the module: a multiple of 32, one 64 KiB page short of the memory. */
 const CHUNK_PAGES = 16;
-const CHUNK = CHUNK_PAGES * 65536;
-const DATA = 65536; // data starts after the first page (state at 0..31)
+/** Bytes copied into the module's memory per `stripes` call. */
+export const XXH64_CHUNK = CHUNK_PAGES * 65536;
+/** Where data starts in the module's memory (after the first page; the state is at 0..31). */
+export const XXH64_DATA = 65536;
+const CHUNK = XXH64_CHUNK;
+const DATA = XXH64_DATA;
+
+let moduleBytes: Uint8Array | undefined;
+/**
+ * The stripe loop's WebAssembly module, as bytes (for worker threads, which instantiate their
+ * own copy): exports `mem` (state v1..v4 as u64 at 0..31, data from {@link XXH64_DATA}) and
+ * `stripes(p, end)`.
+ */
+export function xxh64WasmBytes(): Uint8Array {
+  moduleBytes ??= buildModule();
+  return moduleBytes;
+}
 
 let instance:
   | { mem: Uint8Array; state: BigUint64Array; stripes: (p: number, end: number) => void }
@@ -140,7 +155,7 @@ interface WasmApi {
 function wasm(): NonNullable<typeof instance> {
   if (instance !== undefined) return instance;
   const api = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
-  const exports = new api.Instance(new api.Module(buildModule()), {}).exports;
+  const exports = new api.Instance(new api.Module(xxh64WasmBytes()), {}).exports;
   instance = {
     mem: new Uint8Array(exports.mem.buffer),
     state: new BigUint64Array(exports.mem.buffer, 0, 4),
@@ -155,32 +170,54 @@ const round = (acc: bigint, lane: bigint): bigint =>
   mul(rotl((acc + mul(lane, P2)) & M64, 31n), P1);
 const merge = (h: bigint, v: bigint): bigint => (mul(h ^ round(0n, v), P1) + P4) & M64;
 
-/** XXH64 of `data` with `seed` (default 0), as a BigInt. */
-export function xxh64(data: Uint8Array, seed = 0n): bigint {
+/** The four lane accumulators after the 32-byte stripes of a value (v1..v4). */
+export type Xxh64Lanes = readonly [bigint, bigint, bigint, bigint];
+
+/** The lanes' starting values for `seed`, before any stripe. */
+export function xxh64InitLanes(seed = 0n): Xxh64Lanes {
+  const s = BigInt.asUintN(64, seed);
+  return [(s + P1 + P2) & M64, (s + P2) & M64, s, (s - P1) & M64];
+}
+
+/**
+ * The stripe pass (every byte of the first `len - len % 32`), on this thread. This is the part
+ * of XXH64 that touches the whole value; a worker thread can run it instead (same module) and
+ * hand the lanes to {@link xxh64Finish}.
+ */
+export function xxh64Lanes(data: Uint8Array, seed = 0n): Xxh64Lanes {
+  const w = wasm();
+  const init = xxh64InitLanes(seed);
+  for (let i = 0; i < 4; i++) w.state[i] = init[i]!;
+  const body = data.byteLength - (data.byteLength % 32);
+  // The module sees only its own memory: copy in a chunk at a time (a copy runs at memory speed).
+  for (let p = 0; p < body; ) {
+    const n = Math.min(CHUNK, body - p);
+    w.mem.set(data.subarray(p, p + n), DATA);
+    w.stripes(DATA, DATA + n);
+    p += n;
+  }
+  return [w.state[0]!, w.state[1]!, w.state[2]!, w.state[3]!];
+}
+
+/**
+ * XXH64 of `data` from the lanes of its stripe pass (ignored, and may be omitted, when `data`
+ * is shorter than 32 bytes): merge, the tail of fewer than 32 bytes, and the avalanche.
+ */
+export function xxh64Finish(data: Uint8Array, seed: bigint, lanes?: Xxh64Lanes): bigint {
   const len = data.byteLength;
   const s = BigInt.asUintN(64, seed);
   let h: bigint;
   let p = 0;
   if (len >= 32) {
-    const w = wasm();
-    w.state[0] = (s + P1 + P2) & M64;
-    w.state[1] = (s + P2) & M64;
-    w.state[2] = s;
-    w.state[3] = (s - P1) & M64;
-    const body = len - (len % 32);
-    // The module sees only its own memory: copy in a chunk at a time (a copy runs at memory speed).
-    while (p < body) {
-      const n = Math.min(CHUNK, body - p);
-      w.mem.set(data.subarray(p, p + n), DATA);
-      w.stripes(DATA, DATA + n);
-      p += n;
-    }
-    const [v1, v2, v3, v4] = [w.state[0]!, w.state[1]!, w.state[2]!, w.state[3]!];
+    if (lanes === undefined)
+      throw new RangeError('xxh64Finish: lanes required for 32 bytes or more');
+    const [v1, v2, v3, v4] = lanes;
     h = (rotl(v1, 1n) + rotl(v2, 7n) + rotl(v3, 12n) + rotl(v4, 18n)) & M64;
     h = merge(h, v1);
     h = merge(h, v2);
     h = merge(h, v3);
     h = merge(h, v4);
+    p = len - (len % 32);
   } else {
     h = (s + P5) & M64;
   }
@@ -207,4 +244,9 @@ export function xxh64(data: Uint8Array, seed = 0n): bigint {
   h = mul(h, P3);
   h ^= h >> 32n;
   return h;
+}
+
+/** XXH64 of `data` with `seed` (default 0), as a BigInt. */
+export function xxh64(data: Uint8Array, seed = 0n): bigint {
+  return xxh64Finish(data, seed, data.byteLength >= 32 ? xxh64Lanes(data, seed) : undefined);
 }

@@ -1,0 +1,174 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import fc from 'fast-check';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  autoChecksumThreads,
+  CHECKSUM_WORKER_SOURCE,
+  Checksummer,
+  ChecksumPool,
+  resolveChecksumThreads,
+} from './checksum-pool';
+import { OffloadError } from './errors';
+import { block, sameBytes } from './testing/fixtures';
+import { xxh64 } from './xxh64';
+
+// A worker that dies on its first job, and one that answers with an error.
+const CRASHING = CHECKSUM_WORKER_SOURCE.replace(
+  "parentPort.on('message', (m) => {",
+  "parentPort.on('message', (m) => { process.exit(3);",
+);
+const THROWING = CHECKSUM_WORKER_SOURCE.replace(
+  'const data = new Uint8Array(m.buf, m.offset, m.len);',
+  "throw new Error('boom');",
+);
+
+const pools: ChecksumPool[] = [];
+function pool(threads: number, source?: string): ChecksumPool {
+  const p = new ChecksumPool(threads, source);
+  pools.push(p);
+  return p;
+}
+afterEach(async () => {
+  await Promise.all(pools.splice(0).map((p) => p.close()));
+});
+
+/** `bytes` as a view at `offset` into an ArrayBuffer of its own (as a store's read buffer). */
+function owned(bytes: Uint8Array, offset: number): Uint8Array {
+  const ab = new ArrayBuffer(offset + bytes.byteLength + 7);
+  const v = new Uint8Array(ab, offset, bytes.byteLength);
+  v.set(bytes);
+  return v;
+}
+
+describe('ChecksumPool', () => {
+  it('derives the same digest as xxh64 on this thread, copied or moved (property)', async () => {
+    const p = pool(2);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uint8Array({ minLength: 0, maxLength: 3000 }),
+        fc.nat({ max: 40 }),
+        async (bytes, offset) => {
+          const want = xxh64(bytes);
+          expect(await p.hashCopy(bytes)).toBe(want);
+          const moved = await p.hashTransfer(owned(bytes, offset));
+          expect(moved.sum).toBe(want);
+          expect(sameBytes(moved.data, bytes)).toBe(true);
+        },
+      ),
+      { numRuns: 60 },
+    );
+    expect(p.size).toBeGreaterThanOrEqual(1);
+    expect(p.size).toBeLessThanOrEqual(2);
+  });
+
+  it('hashes multi-chunk blocks concurrently, each to its own digest', async () => {
+    const p = pool(2);
+    // Sizes around and beyond the module's 1 MiB chunk, with 0..31-byte tails.
+    const blocks = [0, 1, 2, 3, 4, 5].map((i) => block(i, (1 << 20) + 977 * i));
+    const want = blocks.map((b) => xxh64(b));
+    const kept = await Promise.all(blocks.map((b) => p.hashCopy(b)));
+    const moved = await Promise.all(blocks.map((b, i) => p.hashTransfer(owned(b, i))));
+    expect(kept).toEqual(want);
+    expect(moved.map((m) => m.sum)).toEqual(want);
+    moved.forEach((m, i) => {
+      expect(sameBytes(m.data, blocks[i])).toBe(true);
+    });
+    expect(p.size).toBe(2);
+  });
+
+  it('moves the buffer without a copy: the original is detached meanwhile', async () => {
+    const p = pool(1);
+    const v = owned(block(1, 4096), 16);
+    const ab = v.buffer;
+    const pending = p.hashTransfer(v);
+    expect(ab.byteLength).toBe(0); // detached: the worker holds it
+    const { data } = await pending;
+    expect(data.byteOffset).toBe(16);
+    expect(data.buffer.byteLength).toBe(16 + 4096 + 7);
+  });
+
+  it('rejects with CHECKSUM_WORKER when a worker dies, and starts a new one for later jobs', async () => {
+    const p = pool(1, CRASHING);
+    await expect(p.hashCopy(block(1, 4096))).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
+    await expect(p.hashTransfer(owned(block(2, 4096), 0))).rejects.toBeInstanceOf(OffloadError);
+    expect(p.size).toBe(0);
+    const q = pool(1, THROWING);
+    await expect(q.hashCopy(block(1, 4096))).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
+    // The worker survives an error it reported; the next job is answered too (not a hang).
+    await expect(q.hashCopy(block(2, 64))).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
+    expect(q.size).toBe(1);
+  });
+
+  it('close() ends every worker and refuses pending and later jobs with CLOSED', async () => {
+    const p = pool(2);
+    await Promise.all([p.hashCopy(block(1, 1 << 20)), p.hashCopy(block(2, 1 << 20))]);
+    expect(p.size).toBe(2);
+    const pending = expect(p.hashCopy(block(3, 4 << 20))).rejects.toMatchObject({ code: 'CLOSED' });
+    await p.close();
+    expect(p.size).toBe(0);
+    await pending;
+    await expect(p.hashCopy(block(4, 64))).rejects.toMatchObject({ code: 'CLOSED' });
+    await p.close(); // idempotent
+  });
+
+  it('never keeps the process alive, but waits for a pending result', async () => {
+    const script = fileURLToPath(new URL('./testing/checksum-pool.fixture.ts', import.meta.url));
+    const out = await new Promise<{ code: number | null; stdout: string }>((resolve, reject) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', script], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let stdout = '';
+      child.stdout.on('data', (d: Buffer) => {
+        stdout += d.toString();
+      });
+      // A child held alive by an idle worker would never exit: end it well before the test's
+      // own timeout so the failure is this assertion's, not a stray process.
+      const guard = setTimeout(() => child.kill(), 45_000);
+      child.on('error', reject);
+      child.on('exit', (code) => {
+        clearTimeout(guard);
+        resolve({ code, stdout });
+      });
+    });
+    expect(out).toEqual({ code: 0, stdout: 'same digest\n' });
+  });
+});
+
+describe('Checksummer', () => {
+  it('hashes inline below minBytes or without threads, on the pool above', async () => {
+    const inline = new Checksummer(0, 1);
+    expect(inline.workers).toBeUndefined();
+    expect(inline.offloads(1 << 30)).toBe(false);
+    const c = new Checksummer(2, 1000);
+    try {
+      expect(c.offloads(999)).toBe(false);
+      expect(c.offloads(1000)).toBe(true);
+      const small = block(1, 999);
+      const large = block(2, 5000);
+      expect(await c.ofKept(small)).toBe(xxh64(small));
+      expect(c.workers?.size).toBe(0); // nothing was sent to a worker yet
+      expect(await c.ofKept(large)).toBe(xxh64(large));
+      const own = owned(large, 3);
+      const r = await c.ofOwned(own);
+      expect(r.sum).toBe(xxh64(large));
+      expect(sameBytes(r.data, large)).toBe(true);
+      expect(c.workers?.size).toBe(1);
+    } finally {
+      await c.close();
+    }
+    expect(c.workers).toBeUndefined();
+  });
+
+  it("sizes 'auto' from the cores: none on two or fewer, then one per spare core up to 8", () => {
+    expect([1, 2, 3, 4, 9, 16, 64].map((n) => autoChecksumThreads(n))).toEqual([
+      0, 0, 2, 3, 8, 8, 8,
+    ]);
+    expect(resolveChecksumThreads('auto')).toBe(autoChecksumThreads());
+    expect(resolveChecksumThreads(undefined)).toBe(autoChecksumThreads());
+    expect(resolveChecksumThreads(3)).toBe(3);
+    for (const bad of [-1, 1.5, 65, Number.NaN, '2' as unknown as number]) {
+      expect(() => resolveChecksumThreads(bad)).toThrow(OffloadError);
+    }
+  });
+});

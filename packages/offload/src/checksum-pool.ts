@@ -1,0 +1,332 @@
+import { availableParallelism } from 'node:os';
+import { Worker } from 'node:worker_threads';
+import { OffloadError } from './errors';
+import {
+  XXH64_CHUNK,
+  XXH64_DATA,
+  type Xxh64Lanes,
+  xxh64,
+  xxh64Finish,
+  xxh64InitLanes,
+  xxh64WasmBytes,
+} from './xxh64';
+
+/** How many worker threads hash payloads: a count (0: always on the calling thread) or `'auto'`. */
+export type ChecksumThreads = number | 'auto';
+
+/** Default smallest payload hashed on a worker thread: below it a message costs more than it saves. */
+export const DEFAULT_CHECKSUM_MIN_BYTES = 256 * 1024;
+
+/**
+ * Threads that `'auto'` asks for: none on a machine of two cores or fewer (a worker would only
+ * compete with the I/O and the caller for the same cores), otherwise one per spare core up to 8.
+ */
+export function autoChecksumThreads(cores: number = availableParallelism()): number {
+  return cores > 2 ? Math.min(8, cores - 1) : 0;
+}
+
+/**
+ * @throws {OffloadError} INVALID_OPTIONS unless `'auto'` or an integer in 0..64.
+ */
+export function resolveChecksumThreads(threads: ChecksumThreads | undefined): number {
+  if (threads === undefined || threads === 'auto') return autoChecksumThreads();
+  if (!Number.isInteger(threads) || threads < 0 || threads > 64) {
+    throw new OffloadError(
+      'INVALID_OPTIONS',
+      "checksumThreads must be 'auto' or an integer 0..64",
+      {
+        details: { checksumThreads: threads },
+      },
+    );
+  }
+  return threads;
+}
+
+// The worker: instantiates the same stripe module and runs the stripe pass over the bytes it
+// is given (a transferred ArrayBuffer, handed back, or a SharedArrayBuffer), returning the four
+// lanes. Inline CommonJS source, so there is no worker file to locate from dist, CJS, ESM or a
+// single-file bundle.
+const WORKER_SOURCE = `
+'use strict';
+const { parentPort, workerData } = require('node:worker_threads');
+const exp = new WebAssembly.Instance(new WebAssembly.Module(workerData.wasm), {}).exports;
+const mem = new Uint8Array(exp.mem.buffer);
+const state = new BigUint64Array(exp.mem.buffer, 0, 4);
+const CHUNK = workerData.chunk;
+const DATA = workerData.data;
+parentPort.on('message', (m) => {
+  const back = m.buf instanceof ArrayBuffer ? [m.buf] : [];
+  try {
+    const data = new Uint8Array(m.buf, m.offset, m.len);
+    for (let i = 0; i < 4; i++) state[i] = m.init[i];
+    const body = m.len - (m.len % 32);
+    for (let p = 0; p < body; ) {
+      const n = Math.min(CHUNK, body - p);
+      mem.set(data.subarray(p, p + n), DATA);
+      exp.stripes(DATA, DATA + n);
+      p += n;
+    }
+    parentPort.postMessage({ id: m.id, buf: m.buf, lanes: [state[0], state[1], state[2], state[3]] }, back);
+  } catch (e) {
+    parentPort.postMessage({ id: m.id, buf: m.buf, error: String(e) }, back);
+  }
+});
+`;
+
+interface Job {
+  readonly resolve: (r: { buf: ArrayBufferLike; lanes: Xxh64Lanes }) => void;
+  readonly reject: (e: unknown) => void;
+}
+
+interface Slot {
+  readonly worker: Worker;
+  readonly jobs: Map<number, Job>;
+  dead: boolean;
+}
+
+interface Reply {
+  readonly id: number;
+  readonly buf: ArrayBufferLike;
+  readonly lanes?: Xxh64Lanes;
+  readonly error?: string;
+}
+
+/** Scratch shared buffers kept for reuse: at most this many, each at most this large. */
+const MAX_SPARE_SCRATCH = 16;
+const MAX_SPARE_SCRATCH_BYTES = 16 * 2 ** 20;
+
+/**
+ * A few worker threads that compute XXH64 (seed 0) of large payloads beside the caller's thread,
+ * so a store's checksums overlap its I/O and each other on a machine with spare cores. Workers
+ * start on first use, are unreferenced while idle (they never keep the process alive) and end
+ * on {@link ChecksumPool.close}. A worker that fails takes only its own jobs with it: they
+ * reject with `OffloadError` `CHECKSUM_WORKER` (the store counts an error and answers a miss or
+ * does not store), and the next job starts a new worker.
+ */
+export class ChecksumPool {
+  readonly threads: number;
+  private readonly slots: Slot[] = [];
+  private readonly spare: SharedArrayBuffer[] = [];
+  private nextId = 0;
+  private closed = false;
+
+  /**
+   * @param threads workers at most (1 or more).
+   * @param source the worker's code (tests substitute a failing one).
+   */
+  constructor(
+    threads: number,
+    private readonly source: string = WORKER_SOURCE,
+  ) {
+    this.threads = threads;
+  }
+
+  /** Live workers (started on demand, up to `threads`). */
+  get size(): number {
+    return this.slots.length;
+  }
+
+  /** The workers' thread ids (for tests and diagnostics). */
+  threadIds(): number[] {
+    return this.slots.map((s) => s.worker.threadId);
+  }
+
+  private spawn(): Slot {
+    const worker = new Worker(this.source, {
+      eval: true,
+      workerData: { wasm: xxh64WasmBytes(), chunk: XXH64_CHUNK, data: XXH64_DATA },
+    });
+    worker.unref();
+    const slot: Slot = { worker, jobs: new Map(), dead: false };
+    worker.on('message', (r: Reply) => {
+      const job = slot.jobs.get(r.id);
+      if (job === undefined) return;
+      slot.jobs.delete(r.id);
+      if (slot.jobs.size === 0) worker.unref();
+      if (r.lanes !== undefined) job.resolve({ buf: r.buf, lanes: r.lanes });
+      else job.reject(this.failure(`checksum worker failed: ${r.error ?? 'no result'}`));
+    });
+    const fail = (why: string) => {
+      if (slot.dead) return;
+      slot.dead = true;
+      const i = this.slots.indexOf(slot);
+      if (i >= 0) this.slots.splice(i, 1);
+      const err = this.closed
+        ? new OffloadError('CLOSED', 'the store was closed while a checksum was computed')
+        : this.failure(`checksum worker ${why}`);
+      for (const job of slot.jobs.values()) job.reject(err);
+      slot.jobs.clear();
+      void worker.terminate().catch(() => undefined);
+    };
+    worker.on('error', (e) => fail(`failed: ${String(e)}`));
+    worker.on('messageerror', (e) => fail(`sent an unreadable message: ${String(e)}`));
+    worker.on('exit', (code) => fail(`exited (code ${code})`));
+    this.slots.push(slot);
+    return slot;
+  }
+
+  private failure(message: string): OffloadError {
+    return new OffloadError('CHECKSUM_WORKER', message);
+  }
+
+  // The least busy worker; a new one while fewer than `threads` run and all have work.
+  private pick(): Slot {
+    let best: Slot | undefined;
+    for (const s of this.slots) if (best === undefined || s.jobs.size < best.jobs.size) best = s;
+    if (best === undefined || (best.jobs.size > 0 && this.slots.length < this.threads)) {
+      return this.spawn();
+    }
+    return best;
+  }
+
+  private run(
+    buf: ArrayBufferLike,
+    offset: number,
+    len: number,
+    transfer: boolean,
+  ): Promise<{ buf: ArrayBufferLike; lanes: Xxh64Lanes }> {
+    if (this.closed) {
+      return Promise.reject(new OffloadError('CLOSED', 'the checksum pool was closed'));
+    }
+    return new Promise((resolve, reject) => {
+      let slot: Slot;
+      try {
+        slot = this.pick();
+      } catch (e) {
+        reject(this.failure(`could not start a checksum worker: ${String(e)}`));
+        return;
+      }
+      const id = this.nextId++;
+      slot.jobs.set(id, { resolve, reject });
+      if (slot.jobs.size === 1) slot.worker.ref(); // a pending result must keep the process alive
+      try {
+        const msg = { id, buf, offset, len, init: xxh64InitLanes(0n) };
+        slot.worker.postMessage(msg, transfer ? [buf as ArrayBuffer] : []);
+      } catch (e) {
+        slot.jobs.delete(id);
+        if (slot.jobs.size === 0) slot.worker.unref();
+        reject(this.failure(`could not send to the checksum worker: ${String(e)}`));
+      }
+    });
+  }
+
+  /**
+   * XXH64 (seed 0) of a buffer the caller owns and gives up for the duration: its ArrayBuffer
+   * (which must hold nothing else the caller needs, and not be a pooled `Buffer`'s) is moved to
+   * a worker and back without a copy. Resolves to the digest and a new view of the same bytes;
+   * `data` itself is detached meanwhile.
+   * @throws {OffloadError} CHECKSUM_WORKER if the worker fails; CLOSED after `close()`.
+   */
+  async hashTransfer(data: Uint8Array): Promise<{ sum: bigint; data: Buffer }> {
+    const { byteOffset, byteLength } = data;
+    const { buf, lanes } = await this.run(data.buffer, byteOffset, byteLength, true);
+    const back = Buffer.from(buf as ArrayBuffer, byteOffset, byteLength);
+    return { sum: xxh64Finish(back, 0n, lanes), data: back };
+  }
+
+  /**
+   * XXH64 (seed 0) of bytes the caller keeps: they are copied into a reused shared buffer that
+   * the worker reads (one copy on this thread, at memory speed, instead of the whole hash).
+   * @throws {OffloadError} CHECKSUM_WORKER if the worker fails; CLOSED after `close()`.
+   */
+  async hashCopy(data: Uint8Array): Promise<bigint> {
+    const n = data.byteLength;
+    let i = this.spare.findIndex((b) => b.byteLength >= n);
+    const sab = i >= 0 ? this.spare.splice(i, 1)[0]! : new SharedArrayBuffer(n);
+    new Uint8Array(sab, 0, n).set(data);
+    try {
+      const { lanes } = await this.run(sab, 0, n, false);
+      return xxh64Finish(data, 0n, lanes);
+    } finally {
+      if (!this.closed && sab.byteLength <= MAX_SPARE_SCRATCH_BYTES) {
+        if (this.spare.length >= MAX_SPARE_SCRATCH) {
+          // Keep the larger ones: a block size that recurs should not reallocate.
+          i = 0;
+          for (let j = 1; j < this.spare.length; j++) {
+            if (this.spare[j]!.byteLength < this.spare[i]!.byteLength) i = j;
+          }
+          if (this.spare[i]!.byteLength < sab.byteLength) this.spare[i] = sab;
+        } else this.spare.push(sab);
+      }
+    }
+  }
+
+  /** Ends every worker; pending and later jobs reject with `CLOSED`. Idempotent. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.spare.length = 0;
+    const slots = this.slots.splice(0);
+    await Promise.all(
+      slots.map(async (s) => {
+        const err = new OffloadError(
+          'CLOSED',
+          'the store was closed while a checksum was computed',
+        );
+        for (const job of s.jobs.values()) job.reject(err);
+        s.jobs.clear();
+        s.dead = true;
+        await s.worker.terminate().catch(() => undefined);
+      }),
+    );
+  }
+}
+
+/** The worker's source (for tests that derive a failing worker from it). */
+export const CHECKSUM_WORKER_SOURCE = WORKER_SOURCE;
+
+/**
+ * Where a store computes payload checksums: inline below `minBytes` or without a pool, on the
+ * pool above. Both give the same digest as {@link xxh64}.
+ */
+export class Checksummer {
+  private pool: ChecksumPool | undefined;
+
+  /**
+   * @param threads resolved worker count (0: always inline).
+   * @param minBytes smallest payload sent to a worker.
+   */
+  constructor(
+    readonly threads: number,
+    readonly minBytes: number,
+  ) {
+    this.pool = threads > 0 ? new ChecksumPool(threads) : undefined;
+  }
+
+  /** The pool, if any (for tests and diagnostics; tests may substitute one). */
+  get workers(): ChecksumPool | undefined {
+    return this.pool;
+  }
+  set workers(pool: ChecksumPool | undefined) {
+    this.pool = pool;
+  }
+
+  /** Whether a payload of `bytes` goes to a worker. */
+  offloads(bytes: number): boolean {
+    return this.pool !== undefined && bytes >= this.minBytes;
+  }
+
+  /** XXH64 of bytes the caller keeps. @throws {OffloadError} CHECKSUM_WORKER, CLOSED. */
+  async ofKept(data: Uint8Array): Promise<bigint> {
+    if (this.pool === undefined || data.byteLength < this.minBytes) return xxh64(data);
+    return this.pool.hashCopy(data);
+  }
+
+  /**
+   * XXH64 of a buffer this store allocated itself (sole owner of its ArrayBuffer): moved to a
+   * worker and back. Use the returned view; `data` may be detached.
+   * @throws {OffloadError} CHECKSUM_WORKER, CLOSED.
+   */
+  async ofOwned<T extends Uint8Array>(data: T): Promise<{ sum: bigint; data: T | Buffer }> {
+    if (this.pool === undefined || data.byteLength < this.minBytes) {
+      return { sum: xxh64(data), data };
+    }
+    return this.pool.hashTransfer(data);
+  }
+
+  /** Ends the workers. Idempotent. */
+  async close(): Promise<void> {
+    const pool = this.pool;
+    this.pool = undefined;
+    await pool?.close();
+  }
+}

@@ -1,0 +1,202 @@
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import fc from 'fast-check';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  autoChecksumThreads,
+  CHECKSUM_WORKER_SOURCE,
+  type Checksummer,
+  ChecksumPool,
+} from './checksum-pool';
+import { DiskStore, type DiskStoreOptions } from './disk-store';
+import { decodeFrameHeader, FRAME_HEADER_BYTES } from './frame';
+import { block, key, NS, sameBytes } from './testing/fixtures';
+import { xxh64 } from './xxh64';
+
+// Every test here forces worker threads (`checksumThreads: 2`), so the parallel path runs on a
+// machine of two cores too, where 'auto' would hash inline.
+
+let dir: string;
+const open: DiskStore[] = [];
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'kvasir-disk-threads-'));
+});
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((s) => s.close()));
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function store(options: Partial<DiskStoreOptions> = {}): Promise<DiskStore> {
+  const s = await DiskStore.open({
+    namespace: NS,
+    dir,
+    maxBytes: 64 << 20,
+    checksumThreads: 2,
+    checksumMinBytes: 1024,
+    ...options,
+  });
+  open.push(s);
+  return s;
+}
+
+function checksummer(s: DiskStore): Checksummer {
+  return (s as unknown as { checksum: Checksummer }).checksum;
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+async function tempFiles(root: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const e of await readdir(root, { withFileTypes: true, recursive: true })) {
+    if (e.isFile() && e.name.endsWith('.tmp')) out.push(e.name);
+  }
+  return out;
+}
+
+const CRASHING = CHECKSUM_WORKER_SOURCE.replace(
+  "parentPort.on('message', (m) => {",
+  "parentPort.on('message', (m) => { process.exit(3);",
+);
+
+describe('DiskStore with checksum worker threads', () => {
+  it('writes the digests an inline store writes, and each reads the other', async () => {
+    const threaded = await store();
+    const inline = await store({ checksumThreads: 0 });
+    expect(threaded.checksumThreads).toBe(2);
+    expect(inline.checksumThreads).toBe(0);
+    // Below, at and above checksumMinBytes; beyond the 1 MiB wasm chunk; odd tails.
+    const sizes = [1000, 1024, 4097, 300_001, (1 << 20) + 5, 2 << 20];
+    const entries = sizes.map((n, i) => ({ key: key(i), value: block(i, n) }));
+    expect(await threaded.putMany(entries)).toBe(sizes.length);
+    expect(checksummer(threaded).workers?.size).toBeGreaterThan(0);
+    for (const e of entries) {
+      const header = decodeFrameHeader(
+        (await readFile(threaded.filePath(e.key))).subarray(0, FRAME_HEADER_BYTES),
+      );
+      expect(header?.xxh64).toBe(xxh64(e.value).toString(16).padStart(16, '0'));
+    }
+    const keys = entries.map((e) => e.key);
+    for (const reader of [threaded, inline]) {
+      const got = await reader.getMany(keys);
+      got.forEach((v, i) => {
+        expect(sameBytes(v, entries[i]?.value)).toBe(true);
+        // Moved to a worker and back, still an allocation of exactly the block's size.
+        expect(v?.byteOffset).toBe(0);
+        expect(v?.buffer.byteLength).toBe(sizes[i]);
+      });
+    }
+    // And the other way round: the inline store's files read through the workers.
+    await inline.delete(keys);
+    await inline.putMany(entries);
+    const back = await threaded.getMany(keys);
+    back.forEach((v, i) => {
+      expect(sameBytes(v, entries[i]?.value)).toBe(true);
+    });
+    expect(threaded.stats()).toMatchObject({ corrupt: 0, foreign: 0, errors: 0 });
+  });
+
+  it('round-trips any bytes through the workers exactly (property)', async () => {
+    const s = await store({ checksumMinBytes: 1 });
+    let n = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.uint8Array({ minLength: 1, maxLength: 5000 }), { minLength: 1, maxLength: 6 }),
+        async (values) => {
+          const entries = values.map((value) => ({ key: key(`p${n++}`), value }));
+          expect(await s.putMany(entries)).toBe(entries.length);
+          const got = await s.getMany(entries.map((e) => e.key));
+          got.forEach((v, i) => {
+            expect(sameBytes(v, entries[i]?.value)).toBe(true);
+          });
+        },
+      ),
+      { numRuns: 25 },
+    );
+    expect(s.stats()).toMatchObject({ corrupt: 0, errors: 0 });
+  });
+
+  it.each([
+    ['the first payload byte', 0],
+    ['a byte in the middle (hashed on a worker)', 150_000],
+    ['a byte of the tail (finished on this thread)', 300_000],
+  ] as const)('detects a flip of %s: a deleted, counted miss', async (_, at) => {
+    const s = await store();
+    const value = block(3, 300_007);
+    await s.putMany([{ key: key(3), value }]);
+    const path = s.filePath(key(3));
+    const bytes = await readFile(path);
+    bytes[FRAME_HEADER_BYTES + at]! ^= 0x10;
+    await writeFile(path, bytes);
+    expect(await s.getMany([key(3)])).toEqual([undefined]);
+    expect(s.stats()).toMatchObject({ corrupt: 1, misses: 1, errors: 0 });
+    expect(await exists(path)).toBe(false);
+  });
+
+  it('answers a miss (not corruption) when a worker dies, and stores nothing', async () => {
+    const s = await store();
+    const value = block(5, 200_000);
+    await s.putMany([{ key: key(5), value }]);
+    const c = checksummer(s);
+    const good = c.workers;
+    c.workers = new ChecksumPool(2, CRASHING);
+    try {
+      expect(await s.getMany([key(5)])).toEqual([undefined]);
+      expect(s.stats()).toMatchObject({ errors: 1, corrupt: 0 });
+      expect(await exists(s.filePath(key(5)))).toBe(true); // the file is fine: kept
+      expect(await s.putMany([{ key: key(6), value }])).toBe(0);
+      expect(s.stats().errors).toBe(2);
+      expect(await exists(s.filePath(key(6)))).toBe(false);
+      expect(await tempFiles(dir)).toEqual([]);
+    } finally {
+      await c.workers?.close();
+      c.workers = good;
+    }
+    // Working workers again: the block was never lost.
+    expect(sameBytes((await s.getMany([key(5)]))[0], value)).toBe(true);
+  });
+
+  it('close() ends the workers; later calls fail with CLOSED, calls in flight settle', async () => {
+    const s = await store();
+    const values = [0, 1, 2, 3].map((i) => block(i, 400_000));
+    await s.putMany(values.map((value, i) => ({ key: key(i), value })));
+    const pool = checksummer(s).workers;
+    expect(pool?.size).toBeGreaterThan(0);
+    const inFlight = s.getMany([0, 1, 2, 3].map(key));
+    await s.close();
+    expect(pool?.size).toBe(0);
+    expect(checksummer(s).workers).toBeUndefined();
+    // Each block is either its own bytes or a miss; never other bytes, never a hang.
+    const got = await inFlight;
+    got.forEach((v, i) => {
+      if (v !== undefined) expect(sameBytes(v, values[i])).toBe(true);
+    });
+    await expect(s.getMany([key(0)])).rejects.toMatchObject({ code: 'CLOSED' });
+    await expect(s.putMany([{ key: key(9), value: values[0]! }])).rejects.toMatchObject({
+      code: 'CLOSED',
+    });
+    await s.close(); // idempotent
+    // The files stay for the next open.
+    const again = await store();
+    expect(sameBytes((await again.getMany([key(2)]))[0], values[2])).toBe(true);
+  });
+
+  it("validates checksumThreads and sizes 'auto' from the machine", async () => {
+    await expect(store({ checksumThreads: -1 })).rejects.toMatchObject({
+      code: 'INVALID_OPTIONS',
+    });
+    await expect(store({ checksumMinBytes: 0 })).rejects.toMatchObject({
+      code: 'INVALID_OPTIONS',
+    });
+    const auto = await store({ checksumThreads: 'auto' });
+    expect(auto.checksumThreads).toBe(autoChecksumThreads());
+    const dflt = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+    open.push(dflt);
+    expect(dflt.checksumThreads).toBe(autoChecksumThreads());
+  });
+});
