@@ -91,9 +91,11 @@ interface Reply {
   readonly error?: string;
 }
 
-/** Scratch shared buffers kept for reuse: at most this many, each at most this large. */
-const MAX_SPARE_SCRATCH = 16;
-const MAX_SPARE_SCRATCH_BYTES = 16 * 2 ** 20;
+// Scratch shared buffers kept for reuse, at most this many bytes in all (two per file operation
+// a DiskStore has in flight by default, for 2 MiB blocks), none larger than a quarter of it. A
+// fresh allocation costs page faults on every write; a reused one is one copy at memory speed.
+const MAX_SPARE_BYTES = 32 * 2 ** 20;
+const SCRATCH_ROUND = 64 * 1024;
 
 /**
  * A few worker threads that compute XXH64 (seed 0) of large payloads beside the caller's thread,
@@ -107,6 +109,7 @@ export class ChecksumPool {
   readonly threads: number;
   private readonly slots: Slot[] = [];
   private readonly spare: SharedArrayBuffer[] = [];
+  private spareBytes = 0;
   private nextId = 0;
   private closed = false;
 
@@ -226,35 +229,48 @@ export class ChecksumPool {
 
   /**
    * XXH64 (seed 0) of bytes the caller keeps: they are copied into a reused shared buffer that
-   * the worker reads (one copy on this thread, at memory speed, instead of the whole hash).
+   * the worker reads (one copy on this thread, at memory speed, instead of the whole hash; the
+   * caller's buffer cannot be moved, it is the caller's). Up to 32 MiB of these buffers are
+   * kept for reuse until `close()`.
    * @throws {OffloadError} CHECKSUM_WORKER if the worker fails; CLOSED after `close()`.
    */
   async hashCopy(data: Uint8Array): Promise<bigint> {
     const n = data.byteLength;
-    let i = this.spare.findIndex((b) => b.byteLength >= n);
-    const sab = i >= 0 ? this.spare.splice(i, 1)[0]! : new SharedArrayBuffer(n);
+    const sab = this.takeScratch(n);
     new Uint8Array(sab, 0, n).set(data);
     try {
       const { lanes } = await this.run(sab, 0, n, false);
       return xxh64Finish(data, 0n, lanes);
     } finally {
-      if (!this.closed && sab.byteLength <= MAX_SPARE_SCRATCH_BYTES) {
-        if (this.spare.length >= MAX_SPARE_SCRATCH) {
-          // Keep the larger ones: a block size that recurs should not reallocate.
-          i = 0;
-          for (let j = 1; j < this.spare.length; j++) {
-            if (this.spare[j]!.byteLength < this.spare[i]!.byteLength) i = j;
-          }
-          if (this.spare[i]!.byteLength < sab.byteLength) this.spare[i] = sab;
-        } else this.spare.push(sab);
-      }
+      this.giveScratch(sab);
     }
+  }
+
+  // The smallest spare that fits, else a new one (rounded up, so that near sizes share).
+  private takeScratch(n: number): SharedArrayBuffer {
+    let best = -1;
+    for (let i = 0; i < this.spare.length; i++) {
+      const len = this.spare[i]!.byteLength;
+      if (len >= n && (best < 0 || len < this.spare[best]!.byteLength)) best = i;
+    }
+    if (best < 0) return new SharedArrayBuffer(Math.ceil(n / SCRATCH_ROUND) * SCRATCH_ROUND);
+    const sab = this.spare.splice(best, 1)[0]!;
+    this.spareBytes -= sab.byteLength;
+    return sab;
+  }
+
+  private giveScratch(sab: SharedArrayBuffer): void {
+    if (this.closed || sab.byteLength > MAX_SPARE_BYTES / 4) return;
+    if (this.spareBytes + sab.byteLength > MAX_SPARE_BYTES) return;
+    this.spare.push(sab);
+    this.spareBytes += sab.byteLength;
   }
 
   /** Ends every worker; pending and later jobs reject with `CLOSED`. Idempotent. */
   async close(): Promise<void> {
     this.closed = true;
     this.spare.length = 0;
+    this.spareBytes = 0;
     const slots = this.slots.splice(0);
     await Promise.all(
       slots.map(async (s) => {
