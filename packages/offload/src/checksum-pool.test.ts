@@ -1,7 +1,10 @@
 import { spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   autoChecksumThreads,
   CHECKSUM_WORKER_SOURCE,
@@ -19,7 +22,7 @@ const CRASHING = CHECKSUM_WORKER_SOURCE.replace(
   "parentPort.on('message', (m) => { process.exit(3);",
 );
 const THROWING = CHECKSUM_WORKER_SOURCE.replace(
-  'const data = new Uint8Array(m.buf, m.offset, m.len);',
+  'for (let i = 0; i < 4; i++) state[i] = m.init[i];',
   "throw new Error('boom');",
 );
 
@@ -29,9 +32,25 @@ function pool(threads: number, source?: string): ChecksumPool {
   pools.push(p);
   return p;
 }
+let dir: string;
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'kvasir-pool-'));
+});
 afterEach(async () => {
   await Promise.all(pools.splice(0).map((p) => p.close()));
+  await rm(dir, { recursive: true, force: true });
 });
+
+let files = 0;
+/** Writes `bytes` to a new file behind `offset` bytes of something else; returns its path. */
+async function written(bytes: Uint8Array, offset: number): Promise<string> {
+  const path = join(dir, `f${files++}`);
+  const out = new Uint8Array(offset + bytes.byteLength);
+  out.fill(0xa5, 0, offset);
+  out.set(bytes, offset);
+  await writeFile(path, out);
+  return path;
+}
 
 /** `bytes` as a view at `offset` into an ArrayBuffer of its own (as a store's read buffer). */
 function owned(bytes: Uint8Array, offset: number): Uint8Array {
@@ -42,15 +61,15 @@ function owned(bytes: Uint8Array, offset: number): Uint8Array {
 }
 
 describe('ChecksumPool', () => {
-  it('derives the same digest as xxh64 on this thread, copied or moved (property)', async () => {
+  it('derives the same digest as xxh64 on this thread, from a file or moved (property)', async () => {
     const p = pool(2);
     await fc.assert(
       fc.asyncProperty(
         fc.uint8Array({ minLength: 0, maxLength: 3000 }),
-        fc.nat({ max: 40 }),
+        fc.nat({ max: 70 }),
         async (bytes, offset) => {
           const want = xxh64(bytes);
-          expect(await p.hashCopy(bytes)).toBe(want);
+          expect(await p.hashWritten(await written(bytes, offset), offset, bytes)).toBe(want);
           const moved = await p.hashTransfer(owned(bytes, offset));
           expect(moved.sum).toBe(want);
           expect(sameBytes(moved.data, bytes)).toBe(true);
@@ -67,14 +86,23 @@ describe('ChecksumPool', () => {
     // Sizes around and beyond the module's 1 MiB chunk, with 0..31-byte tails.
     const blocks = [0, 1, 2, 3, 4, 5].map((i) => block(i, (1 << 20) + 977 * i));
     const want = blocks.map((b) => xxh64(b));
-    const kept = await Promise.all(blocks.map((b) => p.hashCopy(b)));
+    const paths = await Promise.all(blocks.map((b) => written(b, 64)));
+    const fromFiles = await Promise.all(blocks.map((b, i) => p.hashWritten(paths[i]!, 64, b)));
     const moved = await Promise.all(blocks.map((b, i) => p.hashTransfer(owned(b, i))));
-    expect(kept).toEqual(want);
+    expect(fromFiles).toEqual(want);
     expect(moved.map((m) => m.sum)).toEqual(want);
     moved.forEach((m, i) => {
       expect(sameBytes(m.data, blocks[i])).toBe(true);
     });
     expect(p.size).toBe(2);
+  });
+
+  it('hashes the file, not the bytes it is handed (which only supply the tail)', async () => {
+    const p = pool(1);
+    const onDisk = block(1, 5000);
+    const other = block(2, 5000);
+    other.set(onDisk.subarray(4992), 4992); // same last 8 bytes (the tail), other stripes
+    expect(await p.hashWritten(await written(onDisk, 0), 0, other)).toBe(xxh64(onDisk));
   });
 
   it('moves the buffer without a copy: the original is detached meanwhile', async () => {
@@ -88,27 +116,54 @@ describe('ChecksumPool', () => {
     expect(data.buffer.byteLength).toBe(16 + 4096 + 7);
   });
 
+  it('rejects with CHECKSUM_WORKER for a short or missing file, and keeps working', async () => {
+    const p = pool(1);
+    const bytes = block(1, 4096);
+    const short = await written(bytes.subarray(0, 2000), 0);
+    await expect(p.hashWritten(short, 0, bytes)).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
+    await expect(p.hashWritten(join(dir, 'absent'), 0, bytes)).rejects.toMatchObject({
+      code: 'CHECKSUM_WORKER',
+    });
+    expect(await p.hashWritten(await written(bytes, 0), 0, bytes)).toBe(xxh64(bytes));
+  });
+
   it('rejects with CHECKSUM_WORKER when a worker dies, and starts a new one for later jobs', async () => {
     const p = pool(1, CRASHING);
-    await expect(p.hashCopy(block(1, 4096))).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
-    await expect(p.hashTransfer(owned(block(2, 4096), 0))).rejects.toBeInstanceOf(OffloadError);
+    await expect(p.hashTransfer(owned(block(1, 4096), 0))).rejects.toMatchObject({
+      code: 'CHECKSUM_WORKER',
+    });
+    const bytes = block(2, 4096);
+    await expect(p.hashWritten(await written(bytes, 0), 0, bytes)).rejects.toBeInstanceOf(
+      OffloadError,
+    );
     expect(p.size).toBe(0);
     const q = pool(1, THROWING);
-    await expect(q.hashCopy(block(1, 4096))).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
+    await expect(q.hashTransfer(owned(block(1, 4096), 0))).rejects.toMatchObject({
+      code: 'CHECKSUM_WORKER',
+    });
     // The worker survives an error it reported; the next job is answered too (not a hang).
-    await expect(q.hashCopy(block(2, 64))).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
+    await expect(q.hashTransfer(owned(block(2, 64), 0))).rejects.toMatchObject({
+      code: 'CHECKSUM_WORKER',
+    });
     expect(q.size).toBe(1);
   });
 
   it('close() ends every worker and refuses pending and later jobs with CLOSED', async () => {
     const p = pool(2);
-    await Promise.all([p.hashCopy(block(1, 1 << 20)), p.hashCopy(block(2, 1 << 20))]);
+    await Promise.all([
+      p.hashTransfer(owned(block(1, 1 << 20), 0)),
+      p.hashTransfer(owned(block(2, 1 << 20), 0)),
+    ]);
     expect(p.size).toBe(2);
-    const pending = expect(p.hashCopy(block(3, 4 << 20))).rejects.toMatchObject({ code: 'CLOSED' });
+    const pending = expect(p.hashTransfer(owned(block(3, 4 << 20), 0))).rejects.toMatchObject({
+      code: 'CLOSED',
+    });
     await p.close();
     expect(p.size).toBe(0);
     await pending;
-    await expect(p.hashCopy(block(4, 64))).rejects.toMatchObject({ code: 'CLOSED' });
+    await expect(p.hashTransfer(owned(block(4, 64), 0))).rejects.toMatchObject({
+      code: 'CLOSED',
+    });
     await p.close(); // idempotent
   });
 
@@ -146,11 +201,13 @@ describe('Checksummer', () => {
       expect(c.offloads(1000)).toBe(true);
       const small = block(1, 999);
       const large = block(2, 5000);
-      expect(await c.ofKept(small)).toBe(xxh64(small));
+      // Below minBytes the file is not read at all (it does not even exist).
+      expect(await c.ofWritten(join(dir, 'absent'), 0, small)).toBe(xxh64(small));
+      const r0 = await c.ofOwned(small);
+      expect(r0).toEqual({ sum: xxh64(small), data: small });
       expect(c.workers?.size).toBe(0); // nothing was sent to a worker yet
-      expect(await c.ofKept(large)).toBe(xxh64(large));
-      const own = owned(large, 3);
-      const r = await c.ofOwned(own);
+      expect(await c.ofWritten(await written(large, 64), 64, large)).toBe(xxh64(large));
+      const r = await c.ofOwned(owned(large, 3));
       expect(r.sum).toBe(xxh64(large));
       expect(sameBytes(r.data, large)).toBe(true);
       expect(c.workers?.size).toBe(1);

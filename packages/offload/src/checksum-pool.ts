@@ -43,12 +43,13 @@ export function resolveChecksumThreads(threads: ChecksumThreads | undefined): nu
 }
 
 // The worker: instantiates the same stripe module and runs the stripe pass over the bytes it
-// is given (a transferred ArrayBuffer, handed back, or a SharedArrayBuffer), returning the four
-// lanes. Inline CommonJS source, so there is no worker file to locate from dist, CJS, ESM or a
+// is given (a transferred ArrayBuffer, handed back) or over a byte range of a file, returning
+// the four lanes. Inline CommonJS source, so there is no worker file to locate from dist, CJS, ESM or a
 // single-file bundle.
 const WORKER_SOURCE = `
 'use strict';
 const { parentPort, workerData } = require('node:worker_threads');
+const fs = require('node:fs');
 const exp = new WebAssembly.Instance(new WebAssembly.Module(workerData.wasm), {}).exports;
 const mem = new Uint8Array(exp.mem.buffer);
 const state = new BigUint64Array(exp.mem.buffer, 0, 4);
@@ -57,14 +58,33 @@ const DATA = workerData.data;
 parentPort.on('message', (m) => {
   const back = m.buf instanceof ArrayBuffer ? [m.buf] : [];
   try {
-    const data = new Uint8Array(m.buf, m.offset, m.len);
     for (let i = 0; i < 4; i++) state[i] = m.init[i];
     const body = m.len - (m.len % 32);
-    for (let p = 0; p < body; ) {
-      const n = Math.min(CHUNK, body - p);
-      mem.set(data.subarray(p, p + n), DATA);
-      exp.stripes(DATA, DATA + n);
-      p += n;
+    if (m.path !== undefined) {
+      // Bytes just written to a file: read from the page cache straight into the module's memory.
+      const fd = fs.openSync(m.path, 'r');
+      try {
+        for (let p = 0; p < body; ) {
+          const n = Math.min(CHUNK, body - p);
+          for (let got = 0; got < n; ) {
+            const r = fs.readSync(fd, mem, DATA + got, n - got, m.offset + p + got);
+            if (r === 0) throw new Error('file shorter than its payload');
+            got += r;
+          }
+          exp.stripes(DATA, DATA + n);
+          p += n;
+        }
+      } finally {
+        fs.closeSync(fd);
+      }
+    } else {
+      const data = new Uint8Array(m.buf, m.offset, m.len);
+      for (let p = 0; p < body; ) {
+        const n = Math.min(CHUNK, body - p);
+        mem.set(data.subarray(p, p + n), DATA);
+        exp.stripes(DATA, DATA + n);
+        p += n;
+      }
     }
     parentPort.postMessage({ id: m.id, buf: m.buf, lanes: [state[0], state[1], state[2], state[3]] }, back);
   } catch (e) {
@@ -74,7 +94,7 @@ parentPort.on('message', (m) => {
 `;
 
 interface Job {
-  readonly resolve: (r: { buf: ArrayBufferLike; lanes: Xxh64Lanes }) => void;
+  readonly resolve: (r: { buf: ArrayBufferLike | undefined; lanes: Xxh64Lanes }) => void;
   readonly reject: (e: unknown) => void;
 }
 
@@ -86,16 +106,10 @@ interface Slot {
 
 interface Reply {
   readonly id: number;
-  readonly buf: ArrayBufferLike;
+  readonly buf: ArrayBufferLike | undefined;
   readonly lanes?: Xxh64Lanes;
   readonly error?: string;
 }
-
-// Scratch shared buffers kept for reuse, at most this many bytes in all (two per file operation
-// a DiskStore has in flight by default, for 2 MiB blocks), none larger than a quarter of it. A
-// fresh allocation costs page faults on every write; a reused one is one copy at memory speed.
-const MAX_SPARE_BYTES = 32 * 2 ** 20;
-const SCRATCH_ROUND = 64 * 1024;
 
 /**
  * A few worker threads that compute XXH64 (seed 0) of large payloads beside the caller's thread,
@@ -108,8 +122,6 @@ const SCRATCH_ROUND = 64 * 1024;
 export class ChecksumPool {
   readonly threads: number;
   private readonly slots: Slot[] = [];
-  private readonly spare: SharedArrayBuffer[] = [];
-  private spareBytes = 0;
   private nextId = 0;
   private closed = false;
 
@@ -183,11 +195,12 @@ export class ChecksumPool {
   }
 
   private run(
-    buf: ArrayBufferLike,
+    buf: ArrayBufferLike | undefined,
     offset: number,
     len: number,
     transfer: boolean,
-  ): Promise<{ buf: ArrayBufferLike; lanes: Xxh64Lanes }> {
+    path?: string,
+  ): Promise<{ buf: ArrayBufferLike | undefined; lanes: Xxh64Lanes }> {
     if (this.closed) {
       return Promise.reject(new OffloadError('CLOSED', 'the checksum pool was closed'));
     }
@@ -203,7 +216,7 @@ export class ChecksumPool {
       slot.jobs.set(id, { resolve, reject });
       if (slot.jobs.size === 1) slot.worker.ref(); // a pending result must keep the process alive
       try {
-        const msg = { id, buf, offset, len, init: xxh64InitLanes(0n) };
+        const msg = { id, buf, path, offset, len, init: xxh64InitLanes(0n) };
         slot.worker.postMessage(msg, transfer ? [buf as ArrayBuffer] : []);
       } catch (e) {
         slot.jobs.delete(id);
@@ -228,49 +241,20 @@ export class ChecksumPool {
   }
 
   /**
-   * XXH64 (seed 0) of bytes the caller keeps: they are copied into a reused shared buffer that
-   * the worker reads (one copy on this thread, at memory speed, instead of the whole hash; the
-   * caller's buffer cannot be moved, it is the caller's). Up to 32 MiB of these buffers are
-   * kept for reuse until `close()`.
-   * @throws {OffloadError} CHECKSUM_WORKER if the worker fails; CLOSED after `close()`.
+   * XXH64 (seed 0) of `data`, which the caller has just written whole to `path` at `offset`:
+   * the worker reads the file (from the page cache, straight into its hashing memory) for the
+   * stripe pass, and this thread finishes with the last bytes of `data`. Nothing is copied on
+   * this thread. The file must not change until this resolves.
+   * @throws {OffloadError} CHECKSUM_WORKER if the worker fails or the file is short; CLOSED after `close()`.
    */
-  async hashCopy(data: Uint8Array): Promise<bigint> {
-    const n = data.byteLength;
-    const sab = this.takeScratch(n);
-    new Uint8Array(sab, 0, n).set(data);
-    try {
-      const { lanes } = await this.run(sab, 0, n, false);
-      return xxh64Finish(data, 0n, lanes);
-    } finally {
-      this.giveScratch(sab);
-    }
-  }
-
-  // The smallest spare that fits, else a new one (rounded up, so that near sizes share).
-  private takeScratch(n: number): SharedArrayBuffer {
-    let best = -1;
-    for (let i = 0; i < this.spare.length; i++) {
-      const len = this.spare[i]!.byteLength;
-      if (len >= n && (best < 0 || len < this.spare[best]!.byteLength)) best = i;
-    }
-    if (best < 0) return new SharedArrayBuffer(Math.ceil(n / SCRATCH_ROUND) * SCRATCH_ROUND);
-    const sab = this.spare.splice(best, 1)[0]!;
-    this.spareBytes -= sab.byteLength;
-    return sab;
-  }
-
-  private giveScratch(sab: SharedArrayBuffer): void {
-    if (this.closed || sab.byteLength > MAX_SPARE_BYTES / 4) return;
-    if (this.spareBytes + sab.byteLength > MAX_SPARE_BYTES) return;
-    this.spare.push(sab);
-    this.spareBytes += sab.byteLength;
+  async hashWritten(path: string, offset: number, data: Uint8Array): Promise<bigint> {
+    const { lanes } = await this.run(undefined, offset, data.byteLength, false, path);
+    return xxh64Finish(data, 0n, lanes);
   }
 
   /** Ends every worker; pending and later jobs reject with `CLOSED`. Idempotent. */
   async close(): Promise<void> {
     this.closed = true;
-    this.spare.length = 0;
-    this.spareBytes = 0;
     const slots = this.slots.splice(0);
     await Promise.all(
       slots.map(async (s) => {
@@ -321,10 +305,14 @@ export class Checksummer {
     return this.pool !== undefined && bytes >= this.minBytes;
   }
 
-  /** XXH64 of bytes the caller keeps. @throws {OffloadError} CHECKSUM_WORKER, CLOSED. */
-  async ofKept(data: Uint8Array): Promise<bigint> {
+  /**
+   * XXH64 of `data`, just written whole to `path` at `offset` (see
+   * {@link ChecksumPool.hashWritten}); inline when not offloaded.
+   * @throws {OffloadError} CHECKSUM_WORKER, CLOSED.
+   */
+  async ofWritten(path: string, offset: number, data: Uint8Array): Promise<bigint> {
     if (this.pool === undefined || data.byteLength < this.minBytes) return xxh64(data);
-    return this.pool.hashCopy(data);
+    return this.pool.hashWritten(path, offset, data);
   }
 
   /**

@@ -94,6 +94,18 @@ async function writeFully(fh: FileHandle, header: Uint8Array, payload: Uint8Arra
   }
 }
 
+// Stands in for the header while a worker hashes the payload from the file (never renamed into
+// place like this: the real header is written over it first).
+const BLANK_HEADER = new Uint8Array(FRAME_HEADER_BYTES);
+
+async function writeHeader(fh: FileHandle, header: Uint8Array): Promise<void> {
+  for (let at = 0; at < header.byteLength; ) {
+    const r = await fh.write(header, at, header.byteLength - at, at);
+    if (r.bytesWritten === 0) throw new Error('short write');
+    at += r.bytesWritten;
+  }
+}
+
 /**
  * KV blocks as files: `<dir>/<namespace>/<first two hex>/<hash>.kvb`, each a framed value
  * (header with namespace, key, length and XXH64, then the payload). A block is written to a
@@ -295,11 +307,6 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     const path = this.pathOf(key);
     const tmp = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
     let ok = false;
-    // On a worker, the checksum starts at once and overlaps the directory and open calls.
-    const early = this.checksum.offloads(value.byteLength)
-      ? this.checksum.ofKept(value)
-      : undefined;
-    early?.catch(() => undefined); // awaited below; a failure before then must not go unhandled
     try {
       await this.discard(victims);
       await this.ensureDir(key);
@@ -314,10 +321,17 @@ export class DiskStore implements KvBlockStore, EvictionSource {
         fh = await open(tmp, 'wx');
       }
       try {
-        // Inline, checksummed right before it is written, so the kernel copies bytes still in cache.
-        const sum = early === undefined ? await this.checksum.ofKept(value) : await early;
-        const header = encodeFrameHeader(this.namespace, key, value, sum);
-        await writeFully(fh, header, value);
+        if (this.checksum.offloads(value.byteLength)) {
+          // The payload goes first, behind a blank header; a worker hashes it from the file (the
+          // page cache) and the real header is written over the blank one before the rename.
+          // This thread copies nothing and hashes nothing.
+          await writeFully(fh, BLANK_HEADER, value);
+          const sum = await this.checksum.ofWritten(tmp, FRAME_HEADER_BYTES, value);
+          await writeHeader(fh, encodeFrameHeader(this.namespace, key, value, sum));
+        } else {
+          // Inline, checksummed right before it is written, so the kernel copies bytes still in cache.
+          await writeFully(fh, encodeFrameHeader(this.namespace, key, value), value);
+        }
         if (this.fsync) await fh.sync();
       } finally {
         await fh.close();

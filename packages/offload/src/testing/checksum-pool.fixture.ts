@@ -11,7 +11,8 @@ import { block, key, NS } from './fixtures';
 
 const data = block(7, 3 << 20);
 const pool = new ChecksumPool(2);
-const sum = await pool.hashCopy(data);
+const own = new Uint8Array(data);
+const { sum } = await pool.hashTransfer(own);
 const dir = await mkdtemp(join(tmpdir(), 'kvasir-pool-'));
 const store = await DiskStore.open({ namespace: NS, dir, maxBytes: 64 << 20, checksumThreads: 2 });
 await store.putMany([{ key: key(1), value: data }]);
