@@ -66,6 +66,7 @@ const H8_SIZE = 8;
  */
 export const int8H8KvFormat: KvFormat = {
   name: 'int8-h8',
+  rotation: H8_SIZE,
   rowScaled: false,
   storeChunk: H8_SIZE,
   rowWords: (headDim) => headDim / 4,
@@ -82,6 +83,14 @@ fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
   let h = kq_fwht8(int8_unpack4(${word('w')}, 1.0), int8_unpack4(${word('w + 1u')}, 1.0));
   let s = bitcast<f32>(${word(`slab + ${o.blockSize * rw}u + t`)}) * 0.125;
   return array<vec4<f32>, 2>(h[0] * s, h[1] * s);
+}
+fn kv_load8_rotated(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
+  let w = slab + t * ${rw}u + 2u * c;
+  let s = bitcast<f32>(${word(`slab + ${o.blockSize * rw}u + t`)});
+  return array<vec4<f32>, 2>(int8_unpack4(${word('w')}, s), int8_unpack4(${word('w + 1u')}, s));
+}
+fn kv_rot(x: array<vec4<f32>, 2>) -> array<vec4<f32>, 2> {
+  return kq_fwht8(x[0], x[1]);
 }
 fn kv_load4(slab: u32, t: u32, q: u32) -> vec4<f32> {
   let h = kv_load8(slab, t, q / 2u);
@@ -176,6 +185,7 @@ fn kv_store_chunk(slab: u32, t: u32, c: u32, unused_scale: f32) {
  */
 export const int4H32KvFormat: KvFormat = {
   name: 'int4-g32-h32',
+  rotation: INT4_KV_GROUP,
   rowScaled: false,
   storeChunk: INT4_KV_GROUP,
   rowWords: (headDim) => headDim / 8,
@@ -215,6 +225,34 @@ fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
 fn kv_load4(slab: u32, t: u32, q: u32) -> vec4<f32> {
   let h = kv_load8(slab, t, q / 2u);
   return select(h[0], h[1], (q & 1u) == 1u);
+}
+fn kv_load8_rotated(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2> {
+  let g = c / 4u;
+  let w = ${word(`slab + t * ${rw}u + c`)};
+  let sz = slab + ${o.blockSize * rw}u + t * ${sw}u + 2u * g;
+  let s = bitcast<f32>(${word('sz')});
+  let z = vec4<f32>(bitcast<f32>(${word('sz + 1u')}));
+  let n = kv_nibbles(w);
+  return array<vec4<f32>, 2>((n[0] - z) * s, (n[1] - z) * s);
+}
+fn kv_rot(x: array<vec4<f32>, 8>) -> array<vec4<f32>, 8> {
+  var y: array<vec4<f32>, 8>;
+  for (var k = 0u; k < 4u; k++) {
+    let h = kq_fwht8(x[2u * k], x[2u * k + 1u]);
+    y[2u * k] = h[0];
+    y[2u * k + 1u] = h[1];
+  }
+  for (var d = 2u; d < 8u; d *= 2u) {
+    for (var i = 0u; i < 8u; i += 2u * d) {
+      for (var j = i; j < i + d; j++) {
+        let p = y[j];
+        let r = y[j + d];
+        y[j] = p + r;
+        y[j + d] = p - r;
+      }
+    }
+  }
+  return y;
 }
 `;
   },

@@ -36,6 +36,14 @@ export interface KvWgslOptions {
  *   used only when {@link KvFormat.rowScaled} (the kernel reduces the row's absolute maximum
  *   first); quantized formats keep their scales in the slab's last `scaleWordsPerSlab` words.
  *
+ * Rotated formats ({@link KvFormat.rotation} = R) store each run of R elements rotated by an
+ * unnormalized Walsh–Hadamard transform H (H·H = R·I). Their load WGSL also defines
+ * `fn kv_load8_rotated(slab, t, c) -> array<vec4<f32>, 2>` (the rotated-domain values y, so that
+ * a row is H·y / R, without the transform) and `fn kv_rot(x: array<vec4<f32>, R / 4>) ->
+ * array<vec4<f32>, R / 4>` (H on one run). Attention kernels then rotate the query once
+ * (q·(H·y / R) = (H·q / R)·y) and the output once (Σ p·H·y / R = H·(Σ p·y) / R) instead of every
+ * K and V row, so decode costs what the unrotated format's does.
+ *
  * Contract for new (quantized) formats: `headDim` elements per row in `rowWords(headDim)` words,
  * `blockSize * rowWords + scaleWordsPerSlab` a multiple of 4 words (pad the scale area), so slabs
  * and rows stay 16-byte aligned for `vec4<u32>` loads.
@@ -54,6 +62,8 @@ export interface KvFormat {
   rowWords(headDim: number): number;
   /** Scale / zero-point words at the end of each slab (0 for f32 and f16). */
   scaleWordsPerSlab(blockSize: number, headDim: number): number;
+  /** Run length R of a rotated format (see the interface doc); undefined for the others. */
+  readonly rotation?: 8 | 32;
   /** Whether this format has kernels for `headDim` (row sizes must split into 8-element chunks). */
   supportsHeadDim(headDim: number): boolean;
   /** WGSL defining `kv_load8` and `kv_load4` (see the interface doc). */

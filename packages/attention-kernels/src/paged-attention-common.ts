@@ -70,6 +70,7 @@ export function pagedShaderOptions(
     qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
     softCap: config.softCap,
     kvLoad: config.format.wgslLoad({ headDim: config.headDim, blockSize: config.blockSize }),
+    rotation: config.format.rotation,
   };
 }
 

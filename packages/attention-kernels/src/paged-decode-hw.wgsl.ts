@@ -22,9 +22,12 @@
 import {
   type AttentionShaderOptions,
   f32Literal,
+  kvLoadFn,
   MASK,
   pass1Bindings,
   rep,
+  rotateQSh,
+  rotateRunFn,
 } from './paged-decode.wgsl.js';
 
 /** Invocations per workgroup. */
@@ -132,7 +135,7 @@ var<workgroup> tree_sh: array<vec4<f32>, ${half * G * D4}>;
 var<workgroup> bt_sh: array<u32, ${btSlots}>;
 
 ${o.kvLoad}
-
+${rotateRunFn(o.rotation)}
 fn block_of(seq: u32, key: u32) -> u32 {
   return meta_[params.bt_offset + seq * params.max_blocks + key / BLOCK_SIZE];
 }
@@ -162,6 +165,7 @@ fn main(
     l_sh[lane] = 0.0;
   }
   workgroupBarrier();
+${rotateQSh(o.rotation, G * o.headDim, WG)}
 
   // Phase-C role: dims [8c, 8c + 8) over keys ks, ks + SUBSETS, ... of each sub-chunk.
   let c = lane % CHUNKS;
@@ -188,7 +192,7 @@ ${rep(G, (g) => `      var d${g} = 0.0;`)}
 ${rep(
   chunks,
   (cc) => `      {
-        let k8 = kv_load8(slab, t, ${cc}u);
+        let k8 = ${kvLoadFn(o)}(slab, t, ${cc}u);
 ${rep(G, (g) => `        d${g} += dot(q_sh[${g * D4 + 2 * cc}u], k8[0]) + dot(q_sh[${g * D4 + 2 * cc + 1}u], k8[1]);`)}
       }`,
 )}
@@ -254,7 +258,7 @@ ${rep(
   unroll,
   (u) => `        let j${u} = min(jr + ${u * subsets}u, n - 1u);
         let key${u} = c0 + j${u};
-        let v${u} = kv_load8(bt_sh[key${u} / BLOCK_SIZE - b0] * BLOCK_WORDS + (2u * kvh + 1u) * SLAB_WORDS, key${u} % BLOCK_SIZE, c);`,
+        let v${u} = ${kvLoadFn(o)}(bt_sh[key${u} / BLOCK_SIZE - b0] * BLOCK_WORDS + (2u * kvh + 1u) * SLAB_WORDS, key${u} % BLOCK_SIZE, c);`,
 )}
 ${rep(unroll, (u) =>
   rep(G, (g) => {
@@ -294,6 +298,27 @@ ${rep(G, (g) =>
   )
   .join('\n')}
 
+${
+  o.rotation === undefined
+    ? ''
+    : `  // Rotated format: the output is H·acc / R, runs of R dims spanning invocations.
+  if (ks == 0u) {
+${rep(G, (g) =>
+  accs(g)
+    .map((a, e) => `    q_sh[${g * D4 + e}u + 2u * c] = ${a};`)
+    .join('\n'),
+)}
+  }
+  workgroupBarrier();
+${rotateQSh(o.rotation, G * o.headDim, WG)}
+  if (ks == 0u) {
+${rep(G, (g) =>
+  accs(g)
+    .map((a, e) => `    ${a} = q_sh[${g * D4 + e}u + 2u * c];`)
+    .join('\n'),
+)}
+  }`
+}
   if (ks == 0u) {
 ${outputs}
   }

@@ -55,6 +55,11 @@ export interface AttentionShaderOptions {
    */
   readonly kvLoad: string;
   /**
+   * Run length of a rotated format ({@link KvFormat.rotation}): the kernel reads K and V with
+   * `kv_load8_rotated`, rotates the queries once before the key loop and the output once after.
+   */
+  readonly rotation: number | undefined;
+  /**
    * Hold the rows' queries in registers through the key loop (software adapters, where every
    * workgroup-memory load is a per-lane loop) instead of reading them from workgroup memory
    * per key (hardware: 4 heads × head dim 128 in registers is 512 of them per lane, which
@@ -90,6 +95,45 @@ const PARAMS_STRUCT = `struct Params {
   qstart_offset: u32,
   qlen_offset: u32,
 }`;
+
+/** The K/V load function a kernel calls: rotated formats are read in their rotated domain. */
+export function kvLoadFn(o: { readonly rotation: number | undefined }): string {
+  return o.rotation === undefined ? 'kv_load8' : 'kv_load8_rotated';
+}
+
+/**
+ * WGSL of \`rot_q_sh(run)\`: H·x / R on run \`run\` (R consecutive floats) of the workgroup array
+ * \`q_sh\`, through the format's \`kv_rot\`; empty without a rotation.
+ */
+export function rotateRunFn(rotation: number | undefined): string {
+  if (rotation === undefined) return '';
+  const rv = rotation / 4;
+  return `
+fn rot_q_sh(run: u32) {
+  var x: array<vec4<f32>, ${rv}>;
+  for (var i = 0u; i < ${rv}u; i++) {
+    x[i] = q_sh[run * ${rv}u + i];
+  }
+  let y = kv_rot(x);
+  for (var i = 0u; i < ${rv}u; i++) {
+    q_sh[run * ${rv}u + i] = y[i] * ${f32Literal(1 / rotation)};
+  }
+}
+`;
+}
+
+/** WGSL statements rotating every run of \`floats\` floats of \`q_sh\`, then a barrier. */
+export function rotateQSh(
+  rotation: number | undefined,
+  floats: number,
+  invocations: number,
+): string {
+  if (rotation === undefined) return '';
+  return `  for (var r = lane; r < ${floats / rotation}u; r += ${invocations}u) {
+    rot_q_sh(r);
+  }
+  workgroupBarrier();`;
+}
 
 /**
  * The params struct and bindings of every pass-1 kernel (both decode shapes and prefill): the
@@ -211,7 +255,7 @@ var<workgroup> l_sh: array<f32, ${GW}>;
 var<workgroup> m_sh: array<f32, ${GW * keySubsets}>;
 
 ${o.kvLoad}
-
+${rotateRunFn(o.rotation)}
 fn load_block_ids(buf: u32, tile_start: u32, seq: u32, num_blocks: u32, lane: u32) {
   if (lane < BT_SLOTS) {
     let b = tile_start / BLOCK_SIZE + lane;
@@ -243,6 +287,7 @@ ${locate}
   }
   load_block_ids(0u, key_begin, seq, num_blocks, lane);
   workgroupBarrier();
+${rotateQSh(o.rotation, GW * o.headDim, W)}
 
   // The rows' queries live in registers: on software adapters every workgroup-memory load is
   // a per-lane scalar loop, so reading q per key would cost more than the K row itself.
@@ -280,7 +325,7 @@ ${rep(GW, (g) => `      var d${g} = 0.0;`)}
 ${rep(
   chunks,
   (cc) => `      {
-        let k8 = kv_load8(slab, t, ${cc}u);
+        let k8 = ${kvLoadFn(o)}(slab, t, ${cc}u);
 ${rep(GW, (g) => `        d${g} += dot(${q(g * D4 + 2 * cc)}, k8[0]) + dot(${q(g * D4 + 2 * cc + 1)}, k8[1]);`)}
       }`,
 )}
@@ -299,7 +344,7 @@ ${rep(GW, (g) => `      s_sh[${g * W}u + sb * ${GW * W}u + lane] = select(${scor
         let key = tile_start + j;
         let block = bt_sh[buf * BT_SLOTS + key / BLOCK_SIZE - first_block];
         let slab = block * BLOCK_WORDS + (2u * kvh + 1u) * SLAB_WORDS;
-${rep(VCH, (v) => `        let v${v} = kv_load8(slab, key % BLOCK_SIZE, ${VCH}u * c + ${v}u);`)}
+${rep(VCH, (v) => `        let v${v} = ${kvLoadFn(o)}(slab, key % BLOCK_SIZE, ${VCH}u * c + ${v}u);`)}
 ${rep(
   GW,
   (g) => `        {
@@ -359,6 +404,7 @@ ${rep(GW, (g) => `          l_sh[${g}] += l${g} * f${g};`)}
     workgroupBarrier();
   }
 
+${rotateQSh(o.rotation, GW * o.headDim, W)}
   for (var i = lane; i < GW * D4; i += W) {
     let g = i / D4;
     let t = g / HG;
