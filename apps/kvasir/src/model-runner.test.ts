@@ -146,6 +146,35 @@ describe('the @kvasir/model runner (CPU) against the PyTorch golden logits', () 
   });
 });
 
+describe('a sliding-window model', () => {
+  it('caps the context at its window (the kernels attend over the whole context)', async () => {
+    const base = golden.cases[0]!.config;
+    const config = parseHfConfig({
+      ...base,
+      architectures: ['MistralForCausalLM'],
+      model_type: 'mistral',
+      sliding_window: 24,
+      max_position_embeddings: 1024,
+    });
+    expect(config.slidingWindow).toBe(24);
+    const dir = await mkdtemp(join(tmpdir(), 'kvasir-mistral-'));
+    dirs.push(dir);
+    await writeRandomCheckpoint(dir, config, 5);
+    const windowed = await loadModelRunner(
+      dir,
+      parseEngineConfig({ backend: 'cpu', blockSize: bs }),
+    );
+    expect(windowed.maxModelLen).toBe(24);
+    const shorter = await loadModelRunner(
+      dir,
+      parseEngineConfig({ backend: 'cpu', blockSize: bs, maxModelLen: 16 }),
+    );
+    expect(shorter.maxModelLen).toBe(16);
+    await windowed.dispose();
+    await shorter.dispose();
+  });
+});
+
 describe('--kv-dtype on the model runner', () => {
   it.each(['f32', 'f16', 'int8', 'int8-h8', 'fp8-e4m3', 'fp8-e5m2', 'int4', 'int4-h32'] as const)(
     '%s: the memory plan counts the bytes the model moves per block (scales included), and swap is exact',

@@ -172,9 +172,14 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     await closeReader();
     throw error;
   }
+  // The kernels attend over the whole context. A sliding-window model (Mistral, Qwen2 with
+  // use_sliding_window) attends over its last `slidingWindow` tokens only, which is the same
+  // thing while the context fits the window: the window bounds the context instead of the
+  // model silently computing something else past it.
   const maxModelLen = Math.min(
     config.maxModelLen ?? c.maxPositionEmbeddings,
     c.maxPositionEmbeddings,
+    c.slidingWindow ?? Number.POSITIVE_INFINITY,
   );
   const modelId = basename(path).replace(/\.gguf$/i, '');
   const onGpu = gpu;
