@@ -33,6 +33,13 @@ export interface CreateGpuOptions {
   adapterTimeoutMs?: number;
   /** Label of the device, shown in WebGPU error messages. */
   label?: string;
+  /**
+   * A WebGPU entry point to take the adapter from instead of finding one (then `backend` and
+   * `dawnToggles` do not apply): in Node, an instance from the `webgpu` package's `create()`
+   * made with your own options; in a browser, `navigator.gpu` is already the default. The
+   * resulting {@link Gpu} keeps it alive and reports backend `'provided'`.
+   */
+  webgpu?: GPU;
 }
 
 const BACKENDS: readonly GpuBackendOption[] = ['auto', 'vulkan', 'metal', 'd3d12', 'opengles'];
@@ -101,9 +108,12 @@ export async function createGpu(options: CreateGpuOptions = {}): Promise<Gpu> {
       `Unknown featureLevel '${String(options.featureLevel)}'.`,
     );
   }
-  const found = isNode()
-    ? await findNodeAdapter(backend, options)
-    : await findBrowserAdapter(options);
+  const found =
+    options.webgpu !== undefined
+      ? await findAdapterOn(options.webgpu, 'provided', options)
+      : isNode()
+        ? await findNodeAdapter(backend, options)
+        : await findBrowserAdapter(options);
   return openDevice(found, options);
 }
 
@@ -219,6 +229,18 @@ async function findBrowserAdapter(options: CreateGpuOptions): Promise<FoundAdapt
       'This browser does not expose navigator.gpu (WebGPU). Use a browser with WebGPU enabled.',
     );
   }
+  return findAdapterOn(gpu, 'browser', options);
+}
+
+/**
+ * An adapter from a given entry point (`navigator.gpu` or a caller's): core feature level
+ * first, then compatibility, unless `options.featureLevel` names one.
+ */
+async function findAdapterOn(
+  gpu: GPU,
+  backend: 'browser' | 'provided',
+  options: CreateGpuOptions,
+): Promise<FoundAdapter> {
   const levels: ('core' | 'compatibility')[] =
     options.featureLevel !== undefined ? [options.featureLevel] : ['core', 'compatibility'];
   for (const level of levels) {
@@ -229,10 +251,14 @@ async function findBrowserAdapter(options: CreateGpuOptions): Promise<FoundAdapt
       options.adapterTimeoutMs ?? 15_000,
     );
     if (adapter !== null && matchesName(adapter, options.adapterName)) {
-      return { adapter, instance: undefined, backend: 'browser', requestedLevel: level };
+      // The instance is kept with the device: Dawn aborts if it is collected first.
+      return { adapter, instance: gpu, backend, requestedLevel: level };
     }
   }
-  throw new GpuError('NO_ADAPTER', 'navigator.gpu offered no matching WebGPU adapter.');
+  throw new GpuError(
+    'NO_ADAPTER',
+    `${backend === 'browser' ? 'navigator.gpu' : 'The provided WebGPU entry point'} offered no ${options.adapterName === undefined ? '' : `'${options.adapterName}' `}adapter.`,
+  );
 }
 
 async function openDevice(found: FoundAdapter, options: CreateGpuOptions): Promise<Gpu> {

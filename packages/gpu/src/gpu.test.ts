@@ -37,7 +37,7 @@ function params(scale: number, shift: number, n: number): ArrayBuffer {
 
 describe('createGpu', () => {
   it('reports the adapter, backend, feature level and the limits it requested', () => {
-    expect(['vulkan', 'metal', 'd3d12', 'opengles', 'browser']).toContain(gpu.backend);
+    expect(['vulkan', 'metal', 'd3d12', 'opengles']).toContain(gpu.backend);
     expect(['core', 'compatibility']).toContain(gpu.featureLevel);
     const info = gpu.adapterInfo;
     expect(
@@ -117,6 +117,42 @@ describe('createGpu', () => {
   it('rejects an adapter that does not match adapterName', async () => {
     const err = await createGpu({ adapterName: 'no-such-adapter-xyz' }).catch((e: unknown) => e);
     expect((err as GpuError).code).toBe('NO_ADAPTER');
+  });
+});
+
+describe('createGpu from a provided entry point (the path a browser takes with navigator.gpu)', () => {
+  it('takes the adapter from it, trying core then compatibility, and runs a kernel', async () => {
+    const { create } = (await import('webgpu')) as unknown as {
+      create: (options: string[]) => GPU;
+    };
+    const native = gpu.backend === 'opengles' ? 'opengles' : gpu.backend;
+    const entry = create([`backend=${native}`]);
+    const provided = await createGpu({ webgpu: entry });
+    try {
+      expect(provided.backend).toBe('provided');
+      // The same adapter createGpu found itself, at the level that adapter offers.
+      expect(provided.adapterInfo.device).toBe(gpu.adapterInfo.device);
+      expect(provided.featureLevel).toBe(gpu.featureLevel);
+      const n = 100;
+      const x = Float32Array.from({ length: n }, (_, i) => i);
+      const xb = provided.storageBuffer(x);
+      const yb = provided.storageBuffer(n * 4);
+      const pipeline = await provided.pipeline({ code: AXPB, label: 'axpb-provided' });
+      await provided.runDispatch(
+        pipeline,
+        [xb, yb, provided.uniformBuffer(params(3, -1, n))],
+        Math.ceil(n / 64),
+      );
+      const y = new Float32Array(await provided.readBuffer(yb));
+      for (let i = 0; i < n; i++) expect(y[i]).toBe(x[i]! * 3 - 1);
+    } finally {
+      provided.destroy();
+    }
+    const err = await createGpu({ webgpu: entry, adapterName: 'no-such-adapter-xyz' }).catch(
+      (e: unknown) => e,
+    );
+    expect((err as GpuError).code).toBe('NO_ADAPTER');
+    expect((err as GpuError).message).toContain('provided WebGPU entry point');
   });
 });
 

@@ -2,8 +2,11 @@ import { BufferUsage, MapMode } from './constants.js';
 import { GpuError } from './errors.js';
 import { UniformArena } from './uniform-arena.js';
 
-/** The backend a {@link Gpu} runs on; `'browser'` when obtained from `navigator.gpu`. */
-export type GpuBackend = 'vulkan' | 'metal' | 'd3d12' | 'opengles' | 'browser';
+/**
+ * The backend a {@link Gpu} runs on; `'browser'` when obtained from `navigator.gpu`, `'provided'`
+ * from a caller's entry point (`createGpu({ webgpu })`).
+ */
+export type GpuBackend = 'vulkan' | 'metal' | 'd3d12' | 'opengles' | 'browser' | 'provided';
 
 /** The device limits kernels plan with: the adapter's real values, requested at creation. */
 export interface GpuLimits {
