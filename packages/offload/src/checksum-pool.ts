@@ -141,11 +141,6 @@ export class ChecksumPool {
     return this.slots.length;
   }
 
-  /** The workers' thread ids (for tests and diagnostics). */
-  threadIds(): number[] {
-    return this.slots.map((s) => s.worker.threadId);
-  }
-
   private spawn(): Slot {
     const worker = new Worker(this.source, {
       eval: true,
