@@ -386,6 +386,8 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     let ino: number;
     let size: number;
     let fault: FrameFault | undefined;
+    let hashing: Promise<{ sum: bigint; data: Buffer }> | undefined;
+    let promised: { readonly len: number; readonly sum: bigint } | undefined;
     try {
       const st = await fh.stat();
       ino = st.ino;
@@ -401,10 +403,11 @@ export class DiskStore implements KvBlockStore, EvictionSource {
         if (size < st.size) payload = payload.subarray(0, size - header.byteLength);
         fault = payloadLengthFault(payload, checked);
         if (fault === undefined) {
-          // The payload buffer is this store's alone: on a worker it is moved there and back.
-          const hashed = await this.checksum.ofOwned(payload);
-          payload = hashed.data;
-          fault = payloadMatches(payload, checked, hashed.sum);
+          // The payload buffer is this store's alone: on a worker it is moved there and back
+          // (while the file is closed); inline it is hashed here and now.
+          promised = checked;
+          hashing = this.checksum.ofOwned(payload);
+          hashing.catch(() => undefined); // awaited below, after the close
         }
       }
     } catch {
@@ -412,6 +415,16 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       return undefined;
     } finally {
       await fh.close().catch(() => undefined);
+    }
+    if (hashing !== undefined && promised !== undefined) {
+      try {
+        const hashed = await hashing;
+        payload = hashed.data;
+        fault = payloadMatches(payload, promised, hashed.sum);
+      } catch {
+        this.counters.errors++; // a checksum worker failed: a miss, the file kept
+        return undefined;
+      }
     }
     if (fault !== undefined) {
       if (fault === 'foreign') this.counters.foreign++;
