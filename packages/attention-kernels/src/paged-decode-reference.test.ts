@@ -10,6 +10,7 @@ import {
   type AttentionShape as Shape,
 } from './paged-decode-fixtures.js';
 import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
+import { PAGED_ATTENTION_HEAD_DIMS } from './paged-decode-validation.js';
 import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
 import { maxAbsDiff, seededRng } from './testing/random.js';
 
@@ -162,7 +163,7 @@ describe('pagedPrefillAttentionCpu vs dense causal attention', () => {
           seed: fc.integer({ min: 0, max: 1e9 }),
           numKvHeads: fc.integer({ min: 1, max: 3 }),
           group: fc.integer({ min: 1, max: 4 }),
-          headDim: fc.constantFrom(64, 80, 96, 128),
+          headDim: fc.constantFrom(...PAGED_ATTENTION_HEAD_DIMS),
           blockSize: fc.constantFrom(1, 3, 8, 16, 32),
           f16: fc.boolean(),
           seqs: fc.array(

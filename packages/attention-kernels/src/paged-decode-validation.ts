@@ -1,8 +1,12 @@
 import { AttentionKernelError } from './errors.js';
 import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from './layout.js';
 
-/** Head dims with a compiled kernel (the CPU references follow the same list). */
-export const PAGED_ATTENTION_HEAD_DIMS: readonly number[] = [64, 80, 96, 128];
+/**
+ * Head dims with a kernel: multiples of 16 up to 128 (the V phases split a row into 8-element
+ * chunks owned 2 or 4 at a time; rows stay in registers, so larger dims would spill). The CPU
+ * references follow the same list.
+ */
+export const PAGED_ATTENTION_HEAD_DIMS: readonly number[] = [16, 32, 48, 64, 80, 96, 112, 128];
 
 /**
  * What fixes a paged attention kernel: the model's head geometry, the cache's block size and

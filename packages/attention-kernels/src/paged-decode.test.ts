@@ -189,6 +189,29 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     }
   });
 
+  it('small head dims (16, 32, 48, 112): both kernels, split-K on and off', async () => {
+    for (const [headDim, numQHeads, numKvHeads] of [
+      [16, 4, 1],
+      [32, 8, 2],
+      [48, 6, 3],
+      [112, 4, 4],
+    ] as const) {
+      const fx = pagedFixture(seededRng(headDim), {
+        numQHeads,
+        numKvHeads,
+        headDim,
+        blockSize: 16,
+        format: f16Format,
+        contextLens: [1, 70, 300],
+      });
+      for (const kernel of ['software', 'hardware'] as const) {
+        const k = await PagedDecodeAttention.create(gpu, fx.config, { kernel });
+        await check(gpu, k, fx, headDim, 1);
+        await check(gpu, k, fx, headDim, 2);
+      }
+    }
+  }, 240_000);
+
   it('a quantized format plugs in unchanged: an int8 cache matches the reference', async () => {
     for (const name of ['int8']) {
       const fx = pagedFixture(seededRng(61), {
@@ -236,7 +259,7 @@ describe('PagedDecodeAttention input checks', () => {
 
   it('refuses bad configurations at creation', async () => {
     const gpu = await testGpu();
-    expect(await code(() => PagedDecodeAttention.create(gpu, { ...config, headDim: 48 }))).toBe(
+    expect(await code(() => PagedDecodeAttention.create(gpu, { ...config, headDim: 40 }))).toBe(
       'UNSUPPORTED_HEAD_DIM',
     );
     expect(await code(() => PagedDecodeAttention.create(gpu, { ...config, numQHeads: 5 }))).toBe(

@@ -171,7 +171,7 @@ export function chooseDecodeSplits(
  * Paged decode attention on WebGPU: one query token per sequence attends to its cached context
  * through its block table. MHA, MQA and GQA (the query heads of a KV head's group share one
  * workgroup, so each K/V row is read once for the group; groups larger than 8 heads are
- * handled in chunks of up to 8), head dims 64/80/96/128, any {@link KvFormat}, optional
+ * handled in chunks of up to 8), head dims 16 to 128 in steps of 16, any {@link KvFormat}, optional
  * soft-cap, and split-K (flash-decoding) with a second pass when one split per sequence would
  * leave the device idle.
  *

@@ -43,6 +43,12 @@ describe('PagedPrefillAttention vs CPU reference', () => {
       [33, 1],
     ],
     [
+      'GQA 4/2, f16, head dim 32 (a small model): a chunk after a prefix and a fresh prompt',
+      { numQHeads: 4, numKvHeads: 2, headDim: 32, blockSize: 8, format: f16Format },
+      [50, 0],
+      [9, 20],
+    ],
+    [
       'GQA group 3, f32, block 16, head dim 96: a chunk after a 2,000-token prefix',
       { numQHeads: 6, numKvHeads: 2, headDim: 96, blockSize: 16, format: f32Format },
       [2000],
