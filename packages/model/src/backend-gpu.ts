@@ -12,7 +12,6 @@ import { ModelError } from './errors.js';
 import type { NormalizedPlan } from './forward-plan.js';
 import { ropeTables } from './forward-rope.js';
 import { DenseKernels, type GpuWeight } from './kernels/dense-kernels.js';
-import { pagedAttentionWgsl } from './kernels/paged-attention.wgsl.js';
 import { ropeKvWriteWgsl } from './kernels/rope-kv-write.wgsl.js';
 import { wordsPerRow } from './kernels/weight-format.js';
 import { gpuKvBlockIo, type KvBlockIo } from './kv-blocks.js';
@@ -39,7 +38,7 @@ export async function createGpuExecutor(
   reader: CheckpointReader,
   kv: KvCacheSpec,
   weightOpts: LoadWeightsOptions,
-  options: { gpu: unknown; required: boolean; attention?: 'auto' | 'builtin' | undefined },
+  options: { gpu: unknown; required: boolean },
 ): Promise<Executor | undefined> {
   let gpu: Gpu;
   const owned = options.gpu === undefined;
@@ -71,29 +70,29 @@ export async function createGpuExecutor(
       );
     }
     const c = reader.config;
-    let attention: AttentionKernels | undefined;
-    const builtinFormat = kv.format === 'f32' || kv.format === 'f16';
-    const supported = PAGED_ATTENTION_HEAD_DIMS.includes(c.headDim);
-    if (!builtinFormat && (!supported || options.attention === 'builtin')) {
+    if (!PAGED_ATTENTION_HEAD_DIMS.includes(c.headDim)) {
       throw new ModelError(
         'INVALID_CONFIG',
-        `KV format ${kv.format} needs @kvasir/attention-kernels' paged attention (head dims ${PAGED_ATTENTION_HEAD_DIMS.join(', ')}), head dim is ${c.headDim}${options.attention === 'builtin' ? " and attention: 'builtin' was asked" : ''}`,
+        `no paged attention kernel for head dim ${c.headDim}; @kvasir/attention-kernels has head dims ${PAGED_ATTENTION_HEAD_DIMS.join(', ')}`,
+        { details: { headDim: c.headDim } },
       );
     }
-    if (options.attention !== 'builtin' && supported) {
-      const config = {
-        numQHeads: c.numHeads,
-        numKvHeads: c.numKvHeads,
-        headDim: c.headDim,
-        blockSize: kv.blockSize,
-        format: kv.kvFormat,
-      };
-      attention = {
-        decode: await PagedDecodeAttention.create(gpu, config),
-        prefill: await PagedPrefillAttention.create(gpu, config),
-        write: builtinFormat ? undefined : await WriteKvCache.create(gpu, config),
-      };
-    }
+    const config = {
+      numQHeads: c.numHeads,
+      numKvHeads: c.numKvHeads,
+      headDim: c.headDim,
+      blockSize: kv.blockSize,
+      format: kv.kvFormat,
+    };
+    const attention: AttentionKernels = {
+      decode: await PagedDecodeAttention.create(gpu, config),
+      prefill: await PagedPrefillAttention.create(gpu, config),
+      // f32 and f16 rows are written by the fused RoPE + cache-write kernel.
+      write:
+        kv.format === 'f32' || kv.format === 'f16'
+          ? undefined
+          : await WriteKvCache.create(gpu, config),
+    };
     const weights = await loadWeights(reader, gpuAllocator(device, maxBinding), weightOpts);
     return new GpuForward(gpu, owned, c, weights, kv, attention);
   } catch (e) {
@@ -147,7 +146,7 @@ function gpuAllocator(device: GPUDevice, maxBinding: number): WeightAllocator<Gp
   };
 }
 
-/** `@kvasir/attention-kernels`' paged attention, used for the head dims it supports. */
+/** `@kvasir/attention-kernels`' paged attention and, for quantized formats, its cache writer. */
 interface AttentionKernels {
   readonly decode: PagedDecodeAttention;
   readonly prefill: PagedPrefillAttention;
@@ -158,8 +157,7 @@ interface AttentionKernels {
 /** A step's attention plan from `@kvasir/attention-kernels` (shared by every layer). */
 type AttentionStep =
   | { kind: 'decode'; plan: ReturnType<PagedDecodeAttention['plan']> }
-  | { kind: 'prefill'; plan: ReturnType<PagedPrefillAttention['plan']> }
-  | undefined;
+  | { kind: 'prefill'; plan: ReturnType<PagedPrefillAttention['plan']> };
 
 type StepOps = (enc: GPUCommandEncoder, plan: NormalizedPlan, attn: AttentionStep) => void;
 
@@ -172,8 +170,6 @@ interface Scratch {
   ids: GPUBuffer;
   positions: GPUBuffer;
   slots: GPUBuffer;
-  tokInfo: GPUBuffer;
-  blockTables: GPUBuffer;
   logitRows: GPUBuffer;
   x: GPUBuffer;
   xn: GPUBuffer;
@@ -202,7 +198,6 @@ class GpuForward implements Executor {
   readonly #small = new Map<Float32Array, GPUBuffer>();
   readonly #tokParams: GPUBuffer;
   readonly #logitParams: GPUBuffer;
-  readonly #attnParams: GPUBuffer;
   #scratch: Scratch | undefined;
   #ops: StepOps | undefined;
   #queue: Promise<unknown> = Promise.resolve();
@@ -214,7 +209,7 @@ class GpuForward implements Executor {
     readonly config: ModelConfig,
     readonly weights: ModelWeights<GpuWeight>,
     readonly kv: KvCacheSpec,
-    readonly attention: AttentionKernels | undefined,
+    readonly attention: AttentionKernels,
   ) {
     this.#device = gpu.device;
     this.#kernels = new DenseKernels(this.#device);
@@ -228,7 +223,6 @@ class GpuForward implements Executor {
     const u = () => this.#device.createBuffer({ size: 16, usage: UNIFORM });
     this.#tokParams = u();
     this.#logitParams = u();
-    this.#attnParams = u();
     this.blocks = gpuKvBlockIo(this.#device, kv, this.#caches);
   }
 
@@ -294,8 +288,6 @@ class GpuForward implements Executor {
       ids: buf('ids', tokens * 4),
       positions: buf('positions', tokens * 4),
       slots: buf('slots', tokens * 4),
-      tokInfo: buf('tokInfo', tokens * 8),
-      blockTables: buf('blockTables', seqBlocks * 4),
       logitRows: buf('logitRows', logits * 4),
       x: buf('x', tokens * c.hiddenSize * 4),
       xn: buf('xn', tokens * c.hiddenSize * 4),
@@ -336,9 +328,8 @@ class GpuForward implements Executor {
       slabWords: this.kv.slabWords,
       blockWords: this.kv.blockWords,
     };
-    const writer = this.attention?.write;
+    const writer = this.attention.write;
     const ropePipe = k.pipeline(ropeKvWriteWgsl({ ...kvShape, write: writer === undefined }));
-    const attnPipe = writer ? undefined : k.pipeline(pagedAttentionWgsl(kvShape));
     const bind = (p: GPUComputePipeline, bufs: GPUBuffer[]) =>
       this.#device.createBindGroup({
         layout: p.getBindGroupLayout(0),
@@ -374,9 +365,6 @@ class GpuForward implements Executor {
               ).map(([binding, buffer]) => ({ binding, resource: { buffer } })),
             })
           : bind(ropePipe, [s.q, s.k, s.v, cache, s.cos, s.sin, s.positions, s.slots]),
-        attn: attnPipe
-          ? bind(attnPipe, [s.q, cache, s.attn, this.#attnParams, s.tokInfo, s.blockTables])
-          : undefined,
         o: k.matmul({
           x: s.attn,
           w: lw.o,
@@ -417,7 +405,7 @@ class GpuForward implements Executor {
         pass.setPipeline(ropePipe);
         pass.setBindGroup(0, L.rope);
         pass.dispatchWorkgroups(t);
-        if (attnStep && this.attention) {
+        {
           // The attention kernels record their own passes into the same encoder.
           pass.end();
           const cache = this.#caches[l] as GPUBuffer;
@@ -433,10 +421,6 @@ class GpuForward implements Executor {
             this.attention.decode.encode(enc, { ...io, plan: attnStep.plan });
           else this.attention.prefill.encode(enc, { ...io, plan: attnStep.plan });
           pass = enc.beginComputePass({ label: 'kvasir-forward' });
-        } else if (attnPipe && L.attn) {
-          pass.setPipeline(attnPipe);
-          pass.setBindGroup(0, L.attn);
-          pass.dispatchWorkgroups(c.numHeads, t);
         }
         L.o.encode(pass, t);
         L.norm2.encode(pass, t);
@@ -453,7 +437,6 @@ class GpuForward implements Executor {
   /** Plans the step's attention once for all layers (decode kernel for pure-decode steps). */
   #attentionStep(plan: NormalizedPlan): AttentionStep {
     const a = this.attention;
-    if (!a) return undefined;
     let pureDecode = plan.numTokens === plan.numSeqs;
     for (let r = 0; pureDecode && r < plan.numSeqs; r++) {
       pureDecode = plan.queryLens[r] === 1 && plan.queryStarts[r] === r;
@@ -493,22 +476,9 @@ class GpuForward implements Executor {
     qw.writeBuffer(s.ids, 0, plan.tokenIds);
     qw.writeBuffer(s.positions, 0, plan.positions);
     qw.writeBuffer(s.slots, 0, plan.slotMapping);
-    const info = new Uint32Array(2 * t);
-    for (let r = 0; r < plan.numSeqs; r++) {
-      const qs = plan.queryStarts[r] as number;
-      const ql = plan.queryLens[r] as number;
-      const ctx = plan.contextLens[r] as number;
-      for (let i = 0; i < ql; i++) {
-        info[2 * (qs + i)] = r;
-        info[2 * (qs + i) + 1] = ctx - ql + i + 1;
-      }
-    }
-    qw.writeBuffer(s.tokInfo, 0, info);
-    qw.writeBuffer(s.blockTables, 0, plan.blockTables);
     if (n > 0) qw.writeBuffer(s.logitRows, 0, plan.logitsIndices);
     qw.writeBuffer(this.#tokParams, 0, Uint32Array.of(t, 0, 0, 0));
     qw.writeBuffer(this.#logitParams, 0, Uint32Array.of(n, 0, 0, 0));
-    qw.writeBuffer(this.#attnParams, 0, Uint32Array.of(plan.maxBlocksPerSeq, 0, 0, 0));
     dev.pushErrorScope('validation');
     dev.pushErrorScope('out-of-memory');
     const enc = dev.createCommandEncoder({ label: 'kvasir-forward' });

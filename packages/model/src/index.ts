@@ -123,7 +123,6 @@ export { DenseKernels, GEMV_MAX_ROWS } from './kernels/dense-kernels.js';
 export { addWgsl, biasAddWgsl, swigluWgsl } from './kernels/elementwise.wgsl.js';
 export { embeddingWgsl } from './kernels/embedding.wgsl.js';
 export { gemvWgsl, tiledMatmulWgsl } from './kernels/matmul.wgsl.js';
-export { pagedAttentionWgsl } from './kernels/paged-attention.wgsl.js';
 export type { MatmulEpilogue } from './kernels/reference.js';
 export {
   addRef,

@@ -6,7 +6,6 @@ import { mergePlans, seqPlan, tempCheckpoint, tinyConfig } from './model.test-ut
 import { goldenFixtureSuite } from './model-golden.test-util.js';
 
 modelSuite('webgpu');
-modelSuite('webgpu', { attention: 'builtin' }, ' (built-in paged attention kernel)');
 
 describe('WebGPU forward vs CPU forward', () => {
   const config = tinyConfig({

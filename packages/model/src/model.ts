@@ -35,12 +35,6 @@ export interface LoadModelOptions {
    * model and other packages). Implies the WebGPU backend.
    */
   readonly gpu?: unknown;
-  /**
-   * Paged attention on WebGPU: `'auto'` (default) uses `@kvasir/attention-kernels`' decode
-   * (GQA-grouped, split-K) and prefill kernels for the head dims they support (64, 80, 96, 128)
-   * and this package's own kernel otherwise; `'builtin'` always uses the latter.
-   */
-  readonly attention?: 'auto' | 'builtin';
   /** Close the reader after loading when the model opened it (default true for paths). */
   readonly closeReader?: boolean;
 }
@@ -152,7 +146,6 @@ export async function loadModel(
       executor = await createGpuExecutor(reader, kv, weightOpts, {
         gpu: options.gpu,
         required: spec0 === 'webgpu' || options.gpu !== undefined,
-        attention: options.attention,
       });
       if (executor) backend = 'webgpu';
     }
