@@ -269,12 +269,17 @@ export class ChecksumPool {
 /** The worker's source (for tests that derive a failing worker from it). */
 export const CHECKSUM_WORKER_SOURCE = WORKER_SOURCE;
 
+/** Worker failures in a row after which a {@link Checksummer} hashes inline for good. */
+export const GIVE_UP_AFTER = 3;
+
 /**
  * Where a store computes payload checksums: inline below `minBytes` or without a pool, on the
  * pool above. Both give the same digest as {@link xxh64}.
  */
 export class Checksummer {
   private pool: ChecksumPool | undefined;
+  private failuresInARow = 0;
+  private gaveUp = false;
 
   /**
    * @param threads resolved worker count (0: always inline).
@@ -306,8 +311,37 @@ export class Checksummer {
    * @throws {OffloadError} CHECKSUM_WORKER, CLOSED.
    */
   async ofWritten(path: string, offset: number, data: Uint8Array): Promise<bigint> {
-    if (this.pool === undefined || data.byteLength < this.minBytes) return xxh64(data);
-    return this.pool.hashWritten(path, offset, data);
+    const pool = this.pool;
+    if (pool === undefined || data.byteLength < this.minBytes) return xxh64(data);
+    return this.watch(pool, pool.hashWritten(path, offset, data));
+  }
+
+  /**
+   * Whether the workers failed so often in a row ({@link GIVE_UP_AFTER} times) that this
+   * store now hashes everything inline (e.g. where worker threads cannot start at all).
+   */
+  get inlineAfterFailures(): boolean {
+    return this.gaveUp;
+  }
+
+  // Counts failures in a row; past GIVE_UP_AFTER the pool is dropped and hashing goes inline
+  // for good, so a machine where workers cannot run loses a few blocks, not the tier.
+  private async watch<R>(pool: ChecksumPool, job: Promise<R>): Promise<R> {
+    try {
+      const r = await job;
+      this.failuresInARow = 0;
+      return r;
+    } catch (e) {
+      if (e instanceof OffloadError && e.code === 'CHECKSUM_WORKER') {
+        this.failuresInARow++;
+        if (this.failuresInARow >= GIVE_UP_AFTER && this.pool === pool) {
+          this.gaveUp = true;
+          this.pool = undefined;
+          void pool.close();
+        }
+      }
+      throw e;
+    }
   }
 
   /**
@@ -316,10 +350,9 @@ export class Checksummer {
    * @throws {OffloadError} CHECKSUM_WORKER, CLOSED.
    */
   async ofOwned<T extends Uint8Array>(data: T): Promise<{ sum: bigint; data: T | Buffer }> {
-    if (this.pool === undefined || data.byteLength < this.minBytes) {
-      return { sum: xxh64(data), data };
-    }
-    return this.pool.hashTransfer(data);
+    const pool = this.pool;
+    if (pool === undefined || data.byteLength < this.minBytes) return { sum: xxh64(data), data };
+    return this.watch(pool, pool.hashTransfer(data));
   }
 
   /** Ends the workers. Idempotent. */

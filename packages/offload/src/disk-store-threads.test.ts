@@ -8,6 +8,7 @@ import {
   CHECKSUM_WORKER_SOURCE,
   type Checksummer,
   ChecksumPool,
+  GIVE_UP_AFTER,
 } from './checksum-pool';
 import { DiskStore, type DiskStoreOptions } from './disk-store';
 import { decodeFrameHeader, FRAME_HEADER_BYTES } from './frame';
@@ -159,6 +160,45 @@ describe('DiskStore with checksum worker threads', () => {
     }
     // Working workers again: the block was never lost.
     expect(sameBytes((await s.getMany([key(5)]))[0], value)).toBe(true);
+  });
+
+  it('hashes inline for good after workers fail again and again (they cannot run here)', async () => {
+    const s = await store();
+    const c = checksummer(s);
+    await c.workers?.close();
+    const broken = new ChecksumPool(2, CRASHING);
+    c.workers = broken;
+    const value = block(8, 200_000);
+    for (let i = 0; i < GIVE_UP_AFTER; i++) {
+      expect(await s.putMany([{ key: key(i), value }])).toBe(0);
+    }
+    expect(s.stats().errors).toBe(GIVE_UP_AFTER);
+    expect(c.inlineAfterFailures).toBe(true);
+    expect(c.workers).toBeUndefined();
+    expect(broken.size).toBe(0);
+    // The tier still works, inline, and its files are the same as ever.
+    expect(await s.putMany([{ key: key(0), value }])).toBe(1);
+    expect(sameBytes((await s.getMany([key(0)]))[0], value)).toBe(true);
+    const inline = await store({ checksumThreads: 0 });
+    expect(sameBytes((await inline.getMany([key(0)]))[0], value)).toBe(true);
+  });
+
+  it('keeps its workers when failures are not in a row', async () => {
+    const s = await store();
+    const c = checksummer(s);
+    const good = c.workers;
+    const value = block(9, 200_000);
+    for (let i = 0; i < 2 * GIVE_UP_AFTER; i++) {
+      // One failure (a crashing pool), then a success with the real one, again and again.
+      const broken = new ChecksumPool(1, CRASHING);
+      c.workers = broken;
+      expect(await s.putMany([{ key: key(`b${i}`), value }])).toBe(0);
+      await broken.close();
+      c.workers = good;
+      expect(await s.putMany([{ key: key(`g${i}`), value }])).toBe(1);
+    }
+    expect(c.inlineAfterFailures).toBe(false);
+    expect(c.workers).toBe(good);
   });
 
   it('close() ends the workers; later calls fail with CLOSED, calls in flight settle', async () => {
