@@ -240,6 +240,13 @@ async function main(): Promise<void> {
   // The same, against a raw read that holds its 32 buffers as getMany's caller does (for the
   // README's account of the gap; disk_vs_raw above is the issue's baseline).
   const diskHoldPair = await compare(rawDiskPut, diskPut, rawDiskGet(true), diskGet, diskCleanup);
+  // A store that failed (a checksum worker that could not run, say) would look fast: refuse.
+  const diskStats = disk.stats();
+  if (diskStats.errors + diskStats.misses + diskStats.corrupt > 0) {
+    throw new Error(
+      `disk store failures during the benchmark: ${diskStats.errors} errors, ${diskStats.misses} misses, ${diskStats.corrupt} corrupt`,
+    );
+  }
 
   // Redis: the raw baseline is plain SET / GET of the same bytes through ioredis, pipelined.
   const server = await startRedisServer();
