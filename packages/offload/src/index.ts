@@ -1,3 +1,4 @@
+export type { ChecksumThreads } from './checksum-pool';
 export { DiskStore, type DiskStoreOptions } from './disk-store';
 export { OffloadError, type OffloadErrorCode } from './errors';
 export {
