@@ -26,6 +26,7 @@ export function autoChecksumThreads(cores: number = availableParallelism()): num
 }
 
 /**
+ * The worker count a `checksumThreads` option stands for (`'auto'` or absent: {@link autoChecksumThreads}).
  * @throws {OffloadError} INVALID_OPTIONS unless `'auto'` or an integer in 0..64.
  */
 export function resolveChecksumThreads(threads: ChecksumThreads | undefined): number {
