@@ -173,6 +173,22 @@ fn kv_store_chunk(slab: u32, t: u32, c: u32, unused_scale: f32) {
 };
 
 /**
+ * WGSL: the stages of a 32-point Walsh–Hadamard transform across the 8 vectors `y` of a group
+ * (distances 8 and 16 elements), after each 8-element half pair went through `kq_fwht8`.
+ */
+const FWHT32_CROSS_STAGES = `  for (var d = 2u; d < 8u; d *= 2u) {
+    for (var i = 0u; i < 8u; i += 2u * d) {
+      for (var j = i; j < i + d; j++) {
+        let p = y[j];
+        let r = y[j + d];
+        y[j] = p + r;
+        y[j + d] = p - r;
+      }
+    }
+  }
+`;
+
+/**
  * Asymmetric int4 in groups of 32 along the head dimension, each group rotated by a 32-channel
  * Walsh–Hadamard transform before it is quantized: the same words as `int4-g32` (8 codes per
  * word, then per token a (f32 scale, f32 integer zero point) pair per group), 0.375× the bytes
@@ -242,17 +258,7 @@ fn kv_rot(x: array<vec4<f32>, 8>) -> array<vec4<f32>, 8> {
     y[2u * k] = h[0];
     y[2u * k + 1u] = h[1];
   }
-  for (var d = 2u; d < 8u; d *= 2u) {
-    for (var i = 0u; i < 8u; i += 2u * d) {
-      for (var j = i; j < i + d; j++) {
-        let p = y[j];
-        let r = y[j + d];
-        y[j] = p + r;
-        y[j + d] = p - r;
-      }
-    }
-  }
-  return y;
+${FWHT32_CROSS_STAGES}  return y;
 }
 `;
   },
@@ -277,17 +283,7 @@ fn kv_store_chunk(slab: u32, t: u32, c: u32, unused_scale: f32) {
     y[2u * k] = h[0];
     y[2u * k + 1u] = h[1];
   }
-  for (var d = 2u; d < 8u; d *= 2u) {
-    for (var i = 0u; i < 8u; i += 2u * d) {
-      for (var j = i; j < i + d; j++) {
-        let p = y[j];
-        let r = y[j + d];
-        y[j] = p + r;
-        y[j + d] = p - r;
-      }
-    }
-  }
-${wgslInt4StoreGroup(v, (j) => `y[(${j}) / 4u][(${j}) % 4u]`, `slab + t * ${rw}u + ${INT4_KV_GROUP / 8}u * c`, `slab + ${o.blockSize * rw}u + t * ${sw}u + 2u * c`)}
+${FWHT32_CROSS_STAGES}${wgslInt4StoreGroup(v, (j) => `y[(${j}) / 4u][(${j}) % 4u]`, `slab + t * ${rw}u + ${INT4_KV_GROUP / 8}u * c`, `slab + ${o.blockSize * rw}u + t * ${sw}u + 2u * c`)}
 }
 `;
   },
