@@ -3,9 +3,7 @@
 import {
   f32ToBits,
   int4Encode,
-  int4ScaleFromRange,
-  int4ZeroPoint,
-  inverseScale,
+  int4GroupParams,
 } from '@kvasir/quantizer';
 import { AttentionKernelError } from './errors.js';
 import type { KvFormat, KvWgslOptions } from './kv-format.js';
@@ -77,21 +75,11 @@ export function int4EncodeRow(
   const rw = d / 8;
   const sw = (2 * d) / INT4_KV_GROUP;
   for (let g = 0; g < d / INT4_KV_GROUP; g++) {
-    let lo = Number.POSITIVE_INFINITY;
-    let hi = Number.NEGATIVE_INFINITY;
-    for (let j = 0; j < INT4_KV_GROUP; j++) {
-      const x = row[g * INT4_KV_GROUP + j]!;
-      if (!Number.isFinite(x)) continue;
-      if (x < lo) lo = x;
-      if (x > hi) hi = x;
-    }
-    if (lo > hi) {
-      lo = 0;
-      hi = 0;
-    }
-    const scale = int4ScaleFromRange(lo, hi);
-    const inv = inverseScale(scale);
-    const zero = int4ZeroPoint(lo, inv);
+    const { scale, inv, zero } = int4GroupParams(
+      row,
+      g * INT4_KV_GROUP,
+      (g + 1) * INT4_KV_GROUP,
+    );
     const s = slabStart + blockSize * rw + t * sw + 2 * g;
     cache[s] = f32ToBits(scale);
     cache[s + 1] = f32ToBits(zero);

@@ -9,8 +9,7 @@ import {
   type HadamardSize,
   int4Decode,
   int4Encode,
-  int4ScaleFromRange,
-  int4ZeroPoint,
+  int4GroupParams,
   int8Decode,
   int8Encode,
   inverseScale,
@@ -51,15 +50,7 @@ function int8F16Scale(x: Float32Array, out: Float32Array, start: number, end: nu
 
 /** Asymmetric int4 with an f32 scale and integer zero point per group, as the package's int4. */
 function int4Group(x: Float32Array, out: Float32Array, start: number, end: number): void {
-  let lo = Number.POSITIVE_INFINITY;
-  let hi = Number.NEGATIVE_INFINITY;
-  for (let i = start; i < end; i++) {
-    lo = Math.min(lo, x[i]!);
-    hi = Math.max(hi, x[i]!);
-  }
-  const scale = int4ScaleFromRange(lo, hi);
-  const inv = inverseScale(scale);
-  const zero = int4ZeroPoint(lo, inv);
+  const { scale, inv, zero } = int4GroupParams(x, start, end);
   for (let i = start; i < end; i++) out[i] = int4Decode(int4Encode(x[i]!, inv, zero), scale, zero);
 }
 

@@ -26,8 +26,10 @@ export { type HadamardSize, hadamardF32, isHadamardSize, wgslHadamard } from './
 export {
   INT4_MAX,
   INT8_MAX,
+  type Int4GroupParams,
   int4Decode,
   int4Encode,
+  int4GroupParams,
   int4ScaleFromRange,
   int4ZeroPoint,
   int8Decode,

@@ -95,3 +95,38 @@ export function int4ScaleFromRange(lo: number, hi: number): number {
   const s = Math.max(span, floor);
   return s < MIN_SCALE ? 0 : s;
 }
+
+/** An int4 group's scale, the scale's inverse, and its zero point. */
+export interface Int4GroupParams {
+  readonly scale: number;
+  readonly inv: number;
+  readonly zero: number;
+}
+
+/**
+ * The int4 parameters of the group `x[start], x[start + stride], …` (indices below `end`), from
+ * the range of its finite values: NaN and infinities do not set the range, and a group with no
+ * finite value quantizes as [0, 0].
+ */
+export function int4GroupParams(
+  x: ArrayLike<number>,
+  start: number,
+  end: number,
+  stride = 1,
+): Int4GroupParams {
+  let lo = Number.POSITIVE_INFINITY;
+  let hi = Number.NEGATIVE_INFINITY;
+  for (let i = start; i < end; i += stride) {
+    const v = x[i]!;
+    if (!Number.isFinite(v)) continue;
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  if (lo > hi) {
+    lo = 0;
+    hi = 0;
+  }
+  const scale = int4ScaleFromRange(lo, hi);
+  const inv = inverseScale(scale);
+  return { scale, inv, zero: int4ZeroPoint(lo, inv) };
+}

@@ -10,8 +10,7 @@ import { hadamardF32 } from './hadamard.js';
 import {
   int4Decode,
   int4Encode,
-  int4ScaleFromRange,
-  int4ZeroPoint,
+  int4GroupParams,
   int8Decode,
   int8Encode,
   int8ScaleFromAmax,
@@ -145,21 +144,7 @@ export function quantize(x: Float32Array, spec: QuantSpec, shape: KvShape): Quan
   forEachGroup(spec, shape, (grp, start, count, stride) => {
     const end = start + count * stride;
     if (fmt === 'int4') {
-      let lo = Number.POSITIVE_INFINITY;
-      let hi = Number.NEGATIVE_INFINITY;
-      for (let i = start; i < end; i += stride) {
-        const v = x[i]!;
-        if ((xb[i]! & 0x7f800000) === 0x7f800000) continue;
-        if (v < lo) lo = v;
-        if (v > hi) hi = v;
-      }
-      if (lo > hi) {
-        lo = 0;
-        hi = 0;
-      }
-      const scale = int4ScaleFromRange(lo, hi);
-      const inv = inverseScale(scale);
-      const zero = int4ZeroPoint(lo, inv);
+      const { scale, inv, zero } = int4GroupParams(x, start, end, stride);
       scales[grp] = scale;
       zeros[grp] = zero;
       for (let i = start; i < end; i += stride) {
