@@ -1,10 +1,6 @@
 // Helpers shared by the quantized KV formats (not part of the public API).
 
-import {
-  f32ToBits,
-  int4Encode,
-  int4GroupParams,
-} from '@kvasir/quantizer';
+import { f32ToBits, int4Encode, int4GroupParams } from '@kvasir/quantizer';
 import { AttentionKernelError } from './errors.js';
 import type { KvFormat, KvWgslOptions } from './kv-format.js';
 
@@ -75,11 +71,7 @@ export function int4EncodeRow(
   const rw = d / 8;
   const sw = (2 * d) / INT4_KV_GROUP;
   for (let g = 0; g < d / INT4_KV_GROUP; g++) {
-    const { scale, inv, zero } = int4GroupParams(
-      row,
-      g * INT4_KV_GROUP,
-      (g + 1) * INT4_KV_GROUP,
-    );
+    const { scale, inv, zero } = int4GroupParams(row, g * INT4_KV_GROUP, (g + 1) * INT4_KV_GROUP);
     const s = slabStart + blockSize * rw + t * sw + 2 * g;
     cache[s] = f32ToBits(scale);
     cache[s + 1] = f32ToBits(zero);

@@ -28,6 +28,7 @@ import {
   rep,
   rotateQSh,
   rotateRunFn,
+  scoreExpr,
 } from './paged-decode.wgsl.js';
 
 /** Invocations per workgroup. */
@@ -39,20 +40,42 @@ export const HW_WORKGROUP = 256;
 const SC = HW_WORKGROUP;
 /** Invocations per row in the first step of the phase-B reductions. */
 const SEGMENTS = 32;
-/** Most V loads one phase-C invocation has in flight (registers). */
-const MAX_UNROLL = 16;
+
+/**
+ * Phase-C geometry of a head dim: its 8-element chunks, the key subsets (one invocation per
+ * chunk each), and the slots of the final merge tree (half the subsets).
+ */
+function phaseC(headDim: number): { chunks: number; subsets: number; half: number } {
+  const chunks = headDim / 8;
+  const subsets = Math.floor(HW_WORKGROUP / chunks);
+  return { chunks, subsets, half: Math.ceil(subsets / 2) };
+}
 
 /** Bytes of workgroup memory the kernel declares for `o` (checked against the device limit). */
 export function hardwareDecodeWorkgroupBytes(o: {
   readonly headDim: number;
   readonly headsPerWorkgroup: number;
 }): number {
-  const chunks = o.headDim / 8;
-  const subsets = Math.floor(HW_WORKGROUP / chunks);
-  const half = Math.ceil(subsets / 2);
+  const { half } = phaseC(o.headDim);
   const G = o.headsPerWorkgroup;
   const D4 = o.headDim / 4;
   return 4 * (G * D4 * 4 + G * SC + G * SEGMENTS + 3 * G + half * G * D4 * 4 + SC + 1);
+}
+
+/**
+ * WGSL: SEGMENTS invocations per row each fold SC / SEGMENTS of the row's values in `s_sh` with
+ * `op` (from `init`) into `seg_sh`, the first step of phase B's max and sum.
+ */
+function foldSegments(init: string, op: (acc: string, x: string) => string): string {
+  return `    if (lane < G * SEG) {
+      let base = (lane / SEG) * SC + (lane % SEG) * (SC / SEG);
+      var acc = ${init};
+      for (var i = 0u; i < SC / SEG; i++) {
+        acc = ${op('acc', 's_sh[base + i]')};
+      }
+      seg_sh[lane] = acc;
+    }
+    workgroupBarrier();`;
 }
 
 /** Pass-1 source of the hardware-shaped decode kernel (`mode` 'decode' or 'decode-split'). */
@@ -61,20 +84,14 @@ export function pagedDecodeHardwareShader(o: AttentionShaderOptions): string {
   const WG = HW_WORKGROUP;
   const G = o.headsPerWorkgroup;
   const D4 = o.headDim / 4;
-  const chunks = o.headDim / 8;
-  const subsets = Math.floor(WG / chunks);
-  const half = Math.ceil(subsets / 2);
+  const { chunks, subsets, half } = phaseC(o.headDim);
   const group = o.numQHeads / o.numKvHeads;
-  // Keys per phase-C invocation per sub-chunk, in rounds of at most MAX_UNROLL loads in flight.
+  // Keys per phase-C invocation per sub-chunk, all loads in flight at once: at most 16 (head
+  // dim 128), so their registers stay bounded.
   const perLane = Math.ceil(SC / subsets);
-  const rounds = Math.ceil(perLane / MAX_UNROLL);
-  const unroll = Math.ceil(perLane / rounds);
   const btSlots = Math.floor((SC - 1) / o.blockSize) + 2;
   const split = o.mode === 'decode-split';
-  const score = (g: number): string =>
-    o.softCap !== undefined
-      ? `tanh(clamp(d${g} * ${f32Literal(1 / o.softCap)}, -15.0, 15.0)) * ${f32Literal(o.softCap * Math.LOG2E)}`
-      : `d${g}`;
+  const score = (g: number): string => scoreExpr(o, `d${g}`);
   // Tree levels of the final merge of key subsets: strides P/2, P/4, ..., 1 (P = 2^k ≥ subsets).
   const strides: number[] = [];
   for (let s = 2 ** Math.ceil(Math.log2(subsets)) / 2; s >= 1; s /= 2) strides.push(s);
@@ -201,15 +218,7 @@ ${rep(G, (g) => `      s_sh[${g * SC}u + lane] = select(${score(g)}, MASK, lane 
     workgroupBarrier();
 
     // B: row maxima (SEG invocations per row, then one), the running max, probabilities.
-    if (lane < G * SEG) {
-      let base = (lane / SEG) * SC + (lane % SEG) * (SC / SEG);
-      var mx = MASK;
-      for (var i = 0u; i < SC / SEG; i++) {
-        mx = max(mx, s_sh[base + i]);
-      }
-      seg_sh[lane] = mx;
-    }
-    workgroupBarrier();
+${foldSegments('MASK', (a, x) => `max(${a}, ${x})`)}
     if (lane < G) {
       let m_old = m_sh[lane];
       var mx = m_old;
@@ -226,15 +235,7 @@ ${rep(
     `    s_sh[${g * SC}u + lane] = select(0.0, exp2(s_sh[${g * SC}u + lane] - m_sh[${g}]), lane < n);`,
 )}
     workgroupBarrier();
-    if (lane < G * SEG) {
-      let base = (lane / SEG) * SC + (lane % SEG) * (SC / SEG);
-      var sum = 0.0;
-      for (var i = 0u; i < SC / SEG; i++) {
-        sum += s_sh[base + i];
-      }
-      seg_sh[lane] = sum;
-    }
-    workgroupBarrier();
+${foldSegments('0.0', (a, x) => `${a} + ${x}`)}
     if (lane < G) {
       var sum = 0.0;
       for (var i = 0u; i < SEG; i++) {
@@ -251,26 +252,20 @@ ${rep(G, (g) => {
 })}
       let b0 = c0 / BLOCK_SIZE;
 ${rep(
-  rounds,
-  (r) => `      {
-        let jr = ks + ${r * unroll * subsets}u;
-${rep(
-  unroll,
-  (u) => `        let j${u} = min(jr + ${u * subsets}u, n - 1u);
-        let key${u} = c0 + j${u};
-        let v${u} = ${kvLoadFn(o)}(bt_sh[key${u} / BLOCK_SIZE - b0] * BLOCK_WORDS + (2u * kvh + 1u) * SLAB_WORDS, key${u} % BLOCK_SIZE, c);`,
+  perLane,
+  (u) => `      let j${u} = min(ks + ${u * subsets}u, n - 1u);
+      let key${u} = c0 + j${u};
+      let v${u} = ${kvLoadFn(o)}(bt_sh[key${u} / BLOCK_SIZE - b0] * BLOCK_WORDS + (2u * kvh + 1u) * SLAB_WORDS, key${u} % BLOCK_SIZE, c);`,
 )}
-${rep(unroll, (u) =>
+${rep(perLane, (u) =>
   rep(G, (g) => {
     const [a0, a1] = accs(g);
-    return `        {
-          let p = select(0.0, s_sh[${g * SC}u + j${u}], jr + ${u * subsets}u < n);
-          ${a0} += p * v${u}[0];
-          ${a1} += p * v${u}[1];
-        }`;
+    return `      {
+        let p = select(0.0, s_sh[${g * SC}u + j${u}], ks + ${u * subsets}u < n);
+        ${a0} += p * v${u}[0];
+        ${a1} += p * v${u}[1];
+      }`;
   }),
-)}
-      }`,
 )}
     }
     workgroupBarrier();

@@ -96,6 +96,16 @@ const PARAMS_STRUCT = `struct Params {
   qlen_offset: u32,
 }`;
 
+/**
+ * The exp2-domain score of a raw dot product `d` (the query already carries the scale, and
+ * log2(e) unless there is a soft-cap): `tanh(d / cap) · cap · log2(e)` with a soft-cap.
+ */
+export function scoreExpr(o: { readonly softCap: number | undefined }, d: string): string {
+  return o.softCap === undefined
+    ? d
+    : `tanh(clamp(${d} * ${f32Literal(1 / o.softCap)}, -15.0, 15.0)) * ${f32Literal(o.softCap * Math.LOG2E)}`;
+}
+
 /** The K/V load function a kernel calls: rotated formats are read in their rotated domain. */
 export function kvLoadFn(o: { readonly rotation: number | undefined }): string {
   return o.rotation === undefined ? 'kv_load8' : 'kv_load8_rotated';
@@ -176,10 +186,7 @@ export function pagedAttentionShader(o: AttentionShaderOptions): string {
   const accs = (g: number): string[] => Array.from({ length: 2 * VCH }, (_, i) => `a${g}_${i}`);
   const btSlots = Math.floor((W - 1) / o.blockSize) + 2;
   const prefill = o.mode === 'prefill';
-  const score = (g: number): string =>
-    o.softCap !== undefined
-      ? `tanh(clamp(d${g} * ${f32Literal(1 / o.softCap)}, -15.0, 15.0)) * ${f32Literal(o.softCap * Math.LOG2E)}`
-      : `d${g}`;
+  const score = (g: number): string => scoreExpr(o, `d${g}`);
   // Row g = token (g / HG) of the work item, head (g % HG) of the workgroup's head chunk.
   const tokOf = (g: number): number => Math.floor(g / HG);
   const masked = (g: number): string => (prefill ? ` || key >= lim${tokOf(g)}` : '');
