@@ -164,7 +164,6 @@ type StepOps = (enc: GPUCommandEncoder, plan: NormalizedPlan, attn: AttentionSte
 interface Scratch {
   tokens: number;
   logits: number;
-  seqBlocks: number;
   ropePositions: number;
   copies: number;
   ids: GPUBuffer;
@@ -241,7 +240,6 @@ class GpuForward implements Executor {
     const need = {
       tokens: plan.numTokens,
       logits: Math.max(1, plan.logitsIndices.length),
-      seqBlocks: plan.numSeqs * plan.maxBlocksPerSeq,
       ropePositions: Math.max(...Array.from(plan.positions)) + 1,
       copies: Math.max(1, plan.copies.length),
     };
@@ -250,7 +248,6 @@ class GpuForward implements Executor {
       s &&
       s.tokens >= need.tokens &&
       s.logits >= need.logits &&
-      s.seqBlocks >= need.seqBlocks &&
       s.ropePositions >= need.ropePositions &&
       s.copies >= need.copies
     ) {
@@ -260,8 +257,6 @@ class GpuForward implements Executor {
       Math.max(n, cur === undefined ? n : cur * 2);
     const tokens = s && s.tokens >= need.tokens ? s.tokens : grow(s?.tokens, need.tokens);
     const logits = s && s.logits >= need.logits ? s.logits : grow(s?.logits, need.logits);
-    const seqBlocks =
-      s && s.seqBlocks >= need.seqBlocks ? s.seqBlocks : grow(s?.seqBlocks, need.seqBlocks);
     const ropePositions =
       s && s.ropePositions >= need.ropePositions
         ? s.ropePositions
@@ -282,7 +277,6 @@ class GpuForward implements Executor {
     const next: Scratch = {
       tokens,
       logits,
-      seqBlocks,
       ropePositions,
       copies,
       ids: buf('ids', tokens * 4),
