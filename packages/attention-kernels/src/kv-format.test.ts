@@ -3,6 +3,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import {
   f16BitsToF32,
   f16Format,
+  f16UnpackWgsl,
   f32Format,
   f32ToF16Bits,
   kvFormat,
@@ -125,6 +126,37 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>, @builtin(num_workgroups) n:
       }
     }
     expect(mismatches).toBe(0);
+  });
+
+  it("widens every f16 bit pattern exactly with f16Unpack 'integer' (NaN payloads and signed zeros included)", async () => {
+    const gpu = await testGpu();
+    const code = /* wgsl */ `
+@group(0) @binding(0) var<storage, read_write> out: array<vec4<u32>>;
+${f16UnpackWgsl('integer')}
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  // Word i of 4 holds halves 8g + 2i (low) and 8g + 2i + 1 (high): all 65,536 patterns.
+  let h = 8u * g.x;
+  let p = vec4<u32>(h, h + 2u, h + 4u, h + 6u) | (vec4<u32>(h + 1u, h + 3u, h + 5u, h + 7u) << vec4<u32>(16u));
+  let f = kv_unpack8(p);
+  out[2u * g.x] = bitcast<vec4<u32>>(f[0]);
+  out[2u * g.x + 1u] = bitcast<vec4<u32>>(f[1]);
+}`;
+    const pipeline = await gpu.pipeline({ code, label: 'f16-integer-unpack' });
+    const out = gpu.storageBuffer(65536 * 4);
+    await gpu.runDispatch(pipeline, [out], 65536 / 8 / 64);
+    const got = new Uint32Array(await gpu.readBuffer(out));
+    const bad: string[] = [];
+    for (let h = 0; h < 65536; h++) {
+      const want = f16BitsToF32(h);
+      const bits = got[h]!;
+      // NaNs keep their payload: the half's mantissa lands in the top 10 mantissa bits.
+      const ok = Number.isNaN(want)
+        ? bits === (((h & 0x8000) << 16) | 0x7f800000 | ((h & 0x3ff) << 13)) >>> 0
+        : bits === bitsOf(want);
+      if (!ok && bad.length < 5) bad.push(`0x${h.toString(16)} -> 0x${bits.toString(16)}`);
+    }
+    expect(bad).toEqual([]);
   });
 });
 

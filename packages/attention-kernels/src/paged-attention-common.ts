@@ -1,5 +1,6 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
 import { AttentionKernelError } from './errors.js';
+import type { F16Unpack } from './kv-format.js';
 import type { KvCacheLayout } from './layout.js';
 import { bindingSize, requireBindable, requireBytes } from './layout-bindings.js';
 import type { AttentionShaderOptions } from './paged-decode.wgsl.js';
@@ -15,13 +16,18 @@ export type PagedShaderOptions = Omit<AttentionShaderOptions, 'mode'>;
 /**
  * Code-generation choices of the paged attention kernels that favour one kind of adapter over
  * another. The defaults follow the adapter: software adapters (llvmpipe) keep queries in
- * registers and own 4 V chunks per invocation; hardware adapters read queries from workgroup
- * memory and own 2 (fewer registers, more occupancy). Measured in the package README.
+ * registers, own 4 V chunks per invocation and widen f16 with integer arithmetic; hardware
+ * adapters read queries from workgroup memory, own 2 V chunks (fewer registers, more
+ * occupancy) and widen f16 with `unpack2x16float`. Measured in the package README.
+ * `queryInRegisters` and `vChunksPerLane` shape the tiled kernels (prefill, and decode with
+ * `kernel: 'tiled'`); `f16Unpack` applies to every kernel.
  */
 export interface PagedKernelTuning {
   readonly queryInRegisters?: boolean;
   /** 8-element V chunks per V-phase invocation: 2 or 4 (4 needs headDim a multiple of 32). */
   readonly vChunksPerLane?: 2 | 4;
+  /** How f16 K/V are widened to f32 (see {@link KvWgslOptions.f16Unpack}). */
+  readonly f16Unpack?: F16Unpack;
 }
 
 /**
@@ -44,7 +50,18 @@ export function resolveTuning(
       `vChunksPerLane must be 2 or 4 and divide headDim / 8 = ${chunks}, got ${String(vChunksPerLane)}`,
     );
   }
-  return { queryInRegisters: tuning.queryInRegisters ?? gpu.isSoftware, vChunksPerLane };
+  const f16Unpack = tuning.f16Unpack ?? (gpu.isSoftware ? 'integer' : 'builtin');
+  if (f16Unpack !== 'builtin' && f16Unpack !== 'integer') {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      `f16Unpack must be 'builtin' or 'integer', got ${String(f16Unpack)}`,
+    );
+  }
+  return {
+    queryInRegisters: tuning.queryInRegisters ?? gpu.isSoftware,
+    vChunksPerLane,
+    f16Unpack,
+  };
 }
 
 /** Shader options of a checked configuration with its heads and tokens per workgroup. */
@@ -69,7 +86,11 @@ export function pagedShaderOptions(
     // exp2 in the kernel: fold log2(e) into q unless the soft-cap's tanh must see raw scores.
     qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
     softCap: config.softCap,
-    kvLoad: config.format.wgslLoad({ headDim: config.headDim, blockSize: config.blockSize }),
+    kvLoad: config.format.wgslLoad({
+      headDim: config.headDim,
+      blockSize: config.blockSize,
+      f16Unpack: tuning.f16Unpack,
+    }),
     rotation: config.format.rotation,
   };
 }
@@ -80,7 +101,7 @@ export function pagedPipelineLabel(
   config: PagedAttentionConfig,
   tuning: Required<PagedKernelTuning>,
 ): string {
-  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}${tuning.queryInRegisters ? '-qr' : ''}-v${tuning.vChunksPerLane}`;
+  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}${tuning.queryInRegisters ? '-qr' : ''}-v${tuning.vChunksPerLane}${tuning.f16Unpack === 'integer' ? '-hi' : ''}`;
 }
 
 /** What a kernel needs to know of a plan to check it at encode time. */
