@@ -6,8 +6,10 @@ export {
   type AttentionKernelErrorCode,
 } from './errors.js';
 export {
+  type F16Unpack,
   f16BitsToF32,
   f16Format,
+  f16UnpackWgsl,
   f32Format,
   f32ToF16Bits,
   type KvFormat,
@@ -39,6 +41,7 @@ export {
 } from './layout.js';
 export {
   chooseDecodeSplits,
+  type DecodeKernelKind,
   type PagedDecodeArgs,
   PagedDecodeAttention,
   type PagedDecodeBatch,

@@ -1,6 +1,6 @@
 /**
  * WGSL of paged decode attention shaped for hardware GPUs (pass 1; pass 2 is shared with the
- * software-shaped kernel in paged-decode.wgsl.ts).
+ * other decode kernels in paged-decode.wgsl.ts).
  *
  * A workgroup of {@link HW_WORKGROUP} invocations per (split, KV head × head chunk, sequence)
  * walks its keys in sub-chunks of {@link HW_WORKGROUP} keys, in three phases per sub-chunk:
@@ -14,9 +14,9 @@
  *      waits out the memory latency once per key), block ids from workgroup memory (staged in
  *      phase A) rather than a dependent global load.
  * The key subsets are merged once at the end by a tree in workgroup memory. Unlike the
- * software-shaped kernel, nothing here rescales per key, and every K and V word is read by
+ * tiled kernel, nothing here rescales per key, and every K and V word is read by
  * exactly one invocation with many loads in flight per invocation: what a GPU needs to reach its
- * memory bandwidth. Software adapters run the other kernel (workgroup memory and barriers cost
+ * memory bandwidth. Software adapters run the software-shaped kernel (workgroup memory and barriers cost
  * about as much as global loads there).
  */
 import {

@@ -2,7 +2,11 @@ import type { Gpu } from '@kvasir/gpu';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format, kvFormat } from './kv-format.js';
-import { chooseDecodeSplits, PagedDecodeAttention } from './paged-decode.js';
+import {
+  chooseDecodeSplits,
+  PagedDecodeAttention,
+  type PagedDecodeOptions,
+} from './paged-decode.js';
 import {
   type PagedFixture,
   pagedFixture,
@@ -79,6 +83,11 @@ describe('PagedDecodeAttention vs CPU reference', () => {
       [3, 100],
     ],
     [
+      'MHA with 12 KV heads (two software-kernel workgroups per sequence, 4 idle lanes), f16',
+      { numQHeads: 12, numKvHeads: 12, headDim: 32, blockSize: 16, format: f16Format },
+      [2, 45, 130],
+    ],
+    [
       'MQA group 16 (two head chunks per KV head), f16, block 16',
       { numQHeads: 16, numKvHeads: 1, headDim: 64, blockSize: 16, format: f16Format },
       [40, 17],
@@ -122,7 +131,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     plan.release();
   });
 
-  it('both code-generation tunings (queries in registers or workgroup memory, 2 or 4 V chunks per lane) match the reference', async () => {
+  it('the tiled kernel under both code-generation tunings (queries in registers or workgroup memory, 2 or 4 V chunks per lane) matches the reference', async () => {
     const fx = pagedFixture(seededRng(41), {
       numQHeads: 8,
       numKvHeads: 2,
@@ -137,7 +146,11 @@ describe('PagedDecodeAttention vs CPU reference', () => {
       { queryInRegisters: false, vChunksPerLane: 2 },
       { queryInRegisters: false, vChunksPerLane: 4 },
     ] as const) {
-      const kernel = await PagedDecodeAttention.create(gpu, fx.config, tuning);
+      const kernel = await PagedDecodeAttention.create(gpu, fx.config, {
+        ...tuning,
+        kernel: 'tiled',
+      });
+      expect(kernel.kernel).toBe('tiled');
       outs.push(await check(gpu, kernel, fx, 3, 2));
     }
     expect(maxAbsDiff(outs[0]!, outs[1]!)).toBeLessThan(GPU_TOL);
@@ -189,7 +202,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     }
   });
 
-  it('small head dims (16, 32, 48, 112): both kernels, split-K on and off', async () => {
+  it('small head dims (16, 32, 48, 112): every kernel, split-K on and off', async () => {
     for (const [headDim, numQHeads, numKvHeads] of [
       [16, 4, 1],
       [32, 8, 2],
@@ -204,7 +217,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
         format: f16Format,
         contextLens: [1, 70, 300],
       });
-      for (const kernel of ['software', 'hardware'] as const) {
+      for (const kernel of ['software', 'tiled', 'hardware'] as const) {
         const k = await PagedDecodeAttention.create(gpu, fx.config, { kernel });
         await check(gpu, k, fx, headDim, 1);
         await check(gpu, k, fx, headDim, 2);
@@ -268,6 +281,25 @@ describe('PagedDecodeAttention input checks', () => {
     expect(await code(() => PagedDecodeAttention.create(gpu, { ...config, softCap: 0 }))).toBe(
       'INVALID_ARGUMENT',
     );
+    const bogus = { kernel: 'lanes' } as unknown as PagedDecodeOptions;
+    expect(await code(() => PagedDecodeAttention.create(gpu, config, bogus))).toBe(
+      'INVALID_ARGUMENT',
+    );
+    const unpack = { f16Unpack: 'fast' } as unknown as PagedDecodeOptions;
+    expect(await code(() => PagedDecodeAttention.create(gpu, config, unpack))).toBe(
+      'INVALID_ARGUMENT',
+    );
+  });
+
+  it('picks the software-shaped kernel on a software adapter', async () => {
+    const gpu = await testGpu();
+    expect(gpu.isSoftware).toBe(true);
+    const kernel = await PagedDecodeAttention.create(gpu, config);
+    expect(kernel.kernel).toBe('software');
+    // One workgroup (8 lanes) covers both KV heads of a sequence.
+    expect(kernel.workgroupsPerSeq).toBe(1);
+    const tiled = await PagedDecodeAttention.create(gpu, config, { kernel: 'tiled' });
+    expect(tiled.workgroupsPerSeq).toBe(2);
   });
 
   it('refuses bad batches and buffers before dispatching', async () => {

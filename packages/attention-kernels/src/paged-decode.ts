@@ -16,6 +16,7 @@ import {
   hardwareDecodeWorkgroupBytes,
   pagedDecodeHardwareShader,
 } from './paged-decode-hw.wgsl.js';
+import { LANES_WORKGROUP, pagedDecodeLanesShader } from './paged-decode-lanes.wgsl.js';
 import {
   headsPerWorkgroup,
   type PagedAttentionConfig,
@@ -26,22 +27,32 @@ import {
 /** Smallest KV split (tokens) auto split-K picks: shorter splits cost more in pass 2 than they gain. */
 const MIN_SPLIT_TOKENS = 256;
 
+/** The pass-1 kernels of paged decode (see {@link PagedDecodeOptions.kernel}). */
+export type DecodeKernelKind = 'hardware' | 'software' | 'tiled';
+
 /** Options of {@link PagedDecodeAttention.create}. */
 export interface PagedDecodeOptions extends PagedKernelTuning {
   /**
    * Workgroups that fill the device; automatic split-K splits long contexts until a batch
    * reaches this many. Default: 256 for the hardware-shaped kernel (256 invocations each; on an
    * H200 one split per sequence at batch 32, 256 workgroups, measured faster than 2 or 4),
-   * 1024 for the software-shaped kernel on a hardware adapter, 16 on software adapters (a few
-   * CPU threads).
+   * 1024 for the tiled kernel on a hardware adapter, 16 on software adapters (a few CPU
+   * threads; a software-kernel workgroup is one 8-lane SIMD vector).
    */
   readonly targetWorkgroups?: number;
   /**
-   * Which pass-1 kernel: `'hardware'` (256 invocations, scores then probabilities in workgroup
-   * memory, coalesced V reads), `'software'` (64 invocations shaped for CPU-emulated adapters),
-   * or `'auto'` (default): hardware on hardware adapters whose limits allow it.
+   * Which pass-1 kernel:
+   * - `'hardware'`: 256 invocations per workgroup, scores then probabilities in workgroup
+   *   memory, coalesced V reads (GPUs);
+   * - `'software'`: one invocation per (sequence, split, KV head × head chunk), no workgroup
+   *   memory and no barriers (CPU-emulated adapters such as llvmpipe, where barriers spill every
+   *   live value to memory);
+   * - `'tiled'`: 64 invocations per workgroup over tiles of 64 keys (any adapter; the fallback
+   *   on hardware adapters whose limits do not fit `'hardware'`);
+   * - `'auto'` (default): `'software'` on software adapters, else `'hardware'` when the
+   *   adapter's limits allow it, else `'tiled'`.
    */
-  readonly kernel?: 'auto' | 'hardware' | 'software';
+  readonly kernel?: DecodeKernelKind | 'auto';
 }
 
 /**
@@ -196,7 +207,7 @@ export class PagedDecodeAttention {
   readonly headsPerWorkgroup: number;
   readonly targetWorkgroups: number;
   /** Which pass-1 kernel was built (see {@link PagedDecodeOptions.kernel}). */
-  readonly kernel: 'hardware' | 'software';
+  readonly kernel: DecodeKernelKind;
   readonly #gpu: Gpu;
   readonly #single: GPUComputePipeline;
   readonly #split: GPUComputePipeline;
@@ -208,10 +219,10 @@ export class PagedDecodeAttention {
     layout: KvCacheLayout,
     hpw: number,
     target: number,
-    hardware: boolean,
+    kernel: DecodeKernelKind,
     pipelines: [GPUComputePipeline, GPUComputePipeline, GPUComputePipeline],
   ) {
-    this.kernel = hardware ? 'hardware' : 'software';
+    this.kernel = kernel;
     this.#gpu = gpu;
     this.config = config;
     this.layout = layout;
@@ -234,32 +245,43 @@ export class PagedDecodeAttention {
   ): Promise<PagedDecodeAttention> {
     const layout = validateConfig(config);
     const kind = options.kernel ?? 'auto';
-    if (kind !== 'auto' && kind !== 'hardware' && kind !== 'software') {
+    if (!['auto', 'hardware', 'software', 'tiled'].includes(kind)) {
       throw new AttentionKernelError(
         'INVALID_ARGUMENT',
-        `kernel must be 'auto', 'hardware' or 'software', got '${String(kind)}'`,
+        `kernel must be 'auto', 'hardware', 'software' or 'tiled', got '${String(kind)}'`,
       );
     }
-    const hwHeads = kind === 'software' ? 0 : hardwareHeadsPerWorkgroup(gpu, config);
+    const hwHeads =
+      kind === 'hardware' || (kind === 'auto' && !gpu.isSoftware)
+        ? hardwareHeadsPerWorkgroup(gpu, config)
+        : 0;
     if (kind === 'hardware' && hwHeads === 0) {
       throw new AttentionKernelError(
         'DEVICE_LIMIT',
         `the hardware-shaped decode kernel needs ${HW_WORKGROUP} invocations per workgroup and ${hardwareDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: 1 })} bytes of workgroup memory`,
       );
     }
-    const hardware = hwHeads > 0 && (kind === 'hardware' || !gpu.isSoftware);
-    const target = options.targetWorkgroups ?? (gpu.isSoftware ? 16 : hardware ? 256 : 1024);
+    const kernel: DecodeKernelKind =
+      kind !== 'auto' ? kind : gpu.isSoftware ? 'software' : hwHeads > 0 ? 'hardware' : 'tiled';
+    const target =
+      options.targetWorkgroups ??
+      (gpu.isSoftware ? 16 : kernel === 'hardware' ? 256 : kernel === 'tiled' ? 1024 : 256);
     if (!Number.isInteger(target) || target <= 0) {
       throw new AttentionKernelError(
         'INVALID_ARGUMENT',
         `targetWorkgroups must be a positive integer, got ${target}`,
       );
     }
-    const hpw = hardware ? hwHeads : headsPerWorkgroup(config.numQHeads / config.numKvHeads);
+    const hpw =
+      kernel === 'hardware' ? hwHeads : headsPerWorkgroup(config.numQHeads / config.numKvHeads);
     const tuning = resolveTuning(gpu, config.headDim, options);
     const common = pagedShaderOptions(config, layout, hpw, 1, tuning);
-    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}${hardware ? '-hw' : ''}`;
-    const shader = hardware ? pagedDecodeHardwareShader : pagedAttentionShader;
+    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}`;
+    const shader = {
+      hardware: pagedDecodeHardwareShader,
+      software: pagedDecodeLanesShader,
+      tiled: pagedAttentionShader,
+    }[kernel];
     const pipelines = await Promise.all([
       gpu.pipeline({ code: shader({ ...common, mode: 'decode' }), label }),
       gpu.pipeline({
@@ -271,12 +293,24 @@ export class PagedDecodeAttention {
         label: `${label}-reduce`,
       }),
     ]);
-    return new PagedDecodeAttention(gpu, config, layout, hpw, target, hardware, pipelines);
+    return new PagedDecodeAttention(gpu, config, layout, hpw, target, kernel, pipelines);
   }
 
-  /** Workgroups per sequence and split: KV heads × head chunks. */
+  /**
+   * Workgroups per sequence and split: one per KV head × head chunk, or (software kernel) one
+   * per {@link LANES_WORKGROUP} of them.
+   */
   get workgroupsPerSeq(): number {
-    return (this.config.numQHeads / this.headsPerWorkgroup) | 0;
+    const units = (this.config.numQHeads / this.headsPerWorkgroup) | 0;
+    return this.kernel === 'software' ? Math.ceil(units / LANES_WORKGROUP) : units;
+  }
+
+  /** The pass-1 grid for `splits` splits of `numSeqs` sequences. */
+  #grid(splits: number, numSeqs: number): [number, number, number] {
+    const units = (this.config.numQHeads / this.headsPerWorkgroup) | 0;
+    return this.kernel === 'software'
+      ? [Math.ceil(units / LANES_WORKGROUP), splits, numSeqs]
+      : [splits, units, numSeqs];
   }
 
   /**
@@ -348,15 +382,14 @@ export class PagedDecodeAttention {
   encode(encoder: GPUCommandEncoder, args: PagedDecodeArgs): void {
     const { plan } = args;
     checkPagedEncode(this.#gpu, this, 'decode', plan, plan.numSeqs, args);
-    const { numQHeads, numKvHeads } = this.config;
+    const { numQHeads } = this.config;
     const params = this.#gpu.uniforms.alloc(plan.params);
-    const chunksY = numKvHeads * (numQHeads / numKvHeads / this.headsPerWorkgroup);
     if (plan.numSplits === 1) {
       this.#gpu.dispatch(
         encoder,
         this.#single,
         [params, args.query, args.kvCache, plan.meta, args.output],
-        [1, chunksY, plan.numSeqs],
+        this.#grid(1, plan.numSeqs),
         'paged-decode',
       );
       return;
@@ -365,7 +398,7 @@ export class PagedDecodeAttention {
       encoder,
       this.#split,
       [params, args.query, args.kvCache, plan.meta, plan.partial!, plan.ml!],
-      [plan.numSplits, chunksY, plan.numSeqs],
+      this.#grid(plan.numSplits, plan.numSeqs),
       'paged-decode-split',
     );
     this.#gpu.dispatch(

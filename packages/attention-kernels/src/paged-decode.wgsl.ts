@@ -1,6 +1,7 @@
 /**
- * WGSL of paged attention over the KV cache, generated per configuration; decode and prefill
- * share the pass-1 kernel, which differs only in how a workgroup finds its rows and key range.
+ * WGSL of paged attention over the KV cache, generated per configuration; decode (with
+ * `kernel: 'tiled'`) and prefill share this tiled pass-1 kernel, which differs only in how a
+ * workgroup finds its rows and key range.
  *
  * Pass 1: a workgroup per (work item, KV head × head chunk), where a work item is one KV split
  * of one sequence (decode) or a few consecutive new tokens of one sequence (prefill). Its rows
