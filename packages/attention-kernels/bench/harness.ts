@@ -8,6 +8,12 @@ export interface BenchContext {
   readonly quick: boolean;
   /** The adapter's streaming-read bandwidth measured earlier in this run (GB/s), the ceiling. */
   streamReadGbps: number;
+  /**
+   * Measures the ceiling again (GB/s, the best pattern, one short sample), so that a section can
+   * pair each of its timings with a ceiling taken just before it: on a shared machine the
+   * ceiling drifts by tens of percent within a run.
+   */
+  measureStream: () => Promise<number>;
   /** Human-readable progress (silent with --json). */
   log(message: string): void;
 }

@@ -37,6 +37,7 @@ async function main(): Promise<void> {
     gpu,
     quick,
     streamReadGbps: Number.NaN,
+    measureStream: () => Promise.reject(new Error('the stream section has not run')),
     log: (m) => {
       if (!json) console.log(m);
     },

@@ -46,6 +46,7 @@ export const streamSection: BenchSection = async (ctx: BenchContext) => {
   ];
   const sink = gpu.storageBuffer(WG * 8192 * 4, 'stream-sink');
   let best = { gbps: 0, ms: 0, pattern: '', source: 'wall-clock' as 'timestamp' | 'wall-clock' };
+  let bestRun: ((samples: number) => Promise<number>) | undefined;
   for (const v of variants) {
     const threads = WG * v.groups;
     const pipeline = await gpu.pipeline({
@@ -53,6 +54,13 @@ export const streamSection: BenchSection = async (ctx: BenchContext) => {
       label: `stream-${v.pattern}`,
     });
     const bind = gpu.bindGroup(pipeline, [src, sink]);
+    const run = async (samples: number): Promise<number> => {
+      const t = await medianMs(gpu, (e) => gpu.dispatch(e, pipeline, bind, v.groups), {
+        samples,
+        repeat: gpu.hasTimestamps ? 1 : 4,
+      });
+      return bytes / (t.ms / 1000) / 1e9;
+    };
     const t = await medianMs(gpu, (e) => gpu.dispatch(e, pipeline, bind, v.groups), {
       samples: ctx.quick ? 3 : 7,
       repeat: gpu.hasTimestamps ? 1 : 4,
@@ -61,11 +69,15 @@ export const streamSection: BenchSection = async (ctx: BenchContext) => {
     ctx.log(
       `stream read (${v.pattern}): ${(bytes / 2 ** 20).toFixed(0)} MiB in ${t.ms.toFixed(2)} ms → ${gbps.toFixed(2)} GB/s (${t.source})`,
     );
-    if (gbps > best.gbps) best = { gbps, ms: t.ms, pattern: v.pattern, source: t.source };
+    if (gbps > best.gbps) {
+      best = { gbps, ms: t.ms, pattern: v.pattern, source: t.source };
+      bestRun = run;
+    }
   }
   ctx.streamReadGbps = best.gbps;
-  gpu.releaseBuffer(src);
-  gpu.releaseBuffer(sink);
+  // The buffers stay until the run ends (Gpu.destroy), for later sections' paired ceilings.
+  const again = bestRun!;
+  ctx.measureStream = () => again(1);
   return {
     stream_read_gbps: round(best.gbps),
     stream_bytes: bytes,
