@@ -17,7 +17,7 @@ node=node
 command -v node >/dev/null || { gunzip -c "$kit/node.gz" >/tmp/node && chmod +x /tmp/node && node=/tmp/node; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 export KVASIR_ATTENTION_KERNELS=$PWD/$kit/attention-kernels.mjs
-steps=${STEPS:-check attention quantizer model offload}
+steps=${STEPS:-check attention quantizer model offload offload_inline}
 step() { # <name> <timeout s> <script> [args...]
   local name=$1 t=$2
   shift 2
@@ -34,4 +34,6 @@ step model "${MODEL_S:-90}" model-bench.mjs --json
 (
   export REDIS_SERVER=$PWD/$kit/redis/redis-server LD_LIBRARY_PATH=$PWD/$kit/redis
   step offload "${OFFLOAD_S:-120}" offload-bench.mjs --json
+  # The same with the checksums on the calling thread: what the worker threads buy on many cores.
+  BENCH_CHECKSUM_THREADS=0 step offload_inline "${OFFLOAD_S:-120}" offload-bench.mjs --json
 )

@@ -263,6 +263,12 @@ export const attentionSection: BenchSection = async (ctx) => {
   ctx.log(
     `prefill ${promptLen} tokens: ${tPrefill.ms.toFixed(0)} ms → ${(tflops * 1000).toFixed(2)} GFLOP/s`,
   );
+  if (gpu.isSoftware && !small) {
+    // The kernel software adapters ran before the software-shaped one.
+    const tiled = await PagedPrefillAttention.create(gpu, prefillConfig, { kernel: 'tiled' });
+    const t = await timePrefill(tiled, 1);
+    sweep.sweep_prefill_tiled_tflops = round(flops / (t.ms / 1000) / 1e12, 5);
+  }
   if (!gpu.isSoftware && !small) {
     for (const tuning of [
       { queryInRegisters: true, vChunksPerLane: 4 },
@@ -291,6 +297,7 @@ export const attentionSection: BenchSection = async (ctx) => {
     decode_split_k_context: longContext,
     decode_split_k_splits: splits,
     decode_split_k_gain: round(tOne.ms / tSplit.ms),
+    prefill_kernel: prefill.kernel,
     prefill_tokens: promptLen,
     prefill_heads: `${prefillConfig.numQHeads}/${prefillConfig.numKvHeads}`,
     prefill_ms: round(tPrefill.ms),

@@ -78,6 +78,43 @@ try {
     const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
     report('prefill', format, { pasts, queryLens }, maxAbsDiff(got, want));
   }
+  // Every kernel, whichever the adapter picks by default, on one shape (f16).
+  const shape = { numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16 };
+  const fx = pagedFixture(seededRng(5), {
+    ...shape,
+    format: f16Format,
+    contextLens: [1, 300, 2048],
+    spareBlocks: 3,
+  });
+  const query = randomQuery(seededRng(6), fx.config, 3);
+  const batch = {
+    blockTables: fx.blockTables,
+    contextLens: fx.contextLens,
+    numSeqs: 3,
+    maxBlocksPerSeq: fx.maxBlocksPerSeq,
+  };
+  const want = pagedDecodeAttentionCpu(fx.config, { ...batch, query, kvCache: fx.cache });
+  const kvCache = gpu.storageBuffer(fx.cache);
+  for (const kind of ['hardware', 'software', 'tiled'] as const) {
+    const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: kind });
+    const got = await kernel.run({ ...batch, query, kvCache, numSplits: 'auto' });
+    report(`decode-${kind}`, f16Format, shape, maxAbsDiff(got, want));
+  }
+  gpu.releaseBuffer(kvCache);
+  const pre = prefillBatchFixture(
+    seededRng(8),
+    { ...shape, format: f16Format, spareBlocks: 5 },
+    [0, 300],
+    [64, 9],
+  );
+  const preWant = pagedPrefillAttentionCpu(pre.fx.config, { ...pre.args, kvCache: pre.fx.cache });
+  const preCache = gpu.storageBuffer(pre.fx.cache);
+  for (const kind of ['software', 'tiled'] as const) {
+    const kernel = await PagedPrefillAttention.create(gpu, pre.fx.config, { kernel: kind });
+    const got = await kernel.run({ ...pre.args, kvCache: preCache });
+    report(`prefill-${kind}`, f16Format, shape, maxAbsDiff(got, preWant));
+  }
+  gpu.releaseBuffer(preCache);
 } finally {
   gpu.destroy();
 }

@@ -59,6 +59,7 @@ export {
   type PagedPrefillArgs,
   PagedPrefillAttention,
   type PagedPrefillBatch,
+  type PagedPrefillOptions,
   PagedPrefillPlan,
   type PagedPrefillRunArgs,
 } from './paged-prefill.js';

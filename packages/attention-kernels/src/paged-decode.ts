@@ -16,13 +16,13 @@ import {
   hardwareDecodeWorkgroupBytes,
   pagedDecodeHardwareShader,
 } from './paged-decode-hw.wgsl.js';
-import { LANES_WORKGROUP, pagedDecodeLanesShader } from './paged-decode-lanes.wgsl.js';
 import {
   headsPerWorkgroup,
   type PagedAttentionConfig,
   validateConfig,
   validateSequences,
 } from './paged-decode-validation.js';
+import { LANES_WORKGROUP, pagedLanesShader } from './paged-lanes.wgsl.js';
 
 /** Smallest KV split (tokens) auto split-K picks: shorter splits cost more in pass 2 than they gain. */
 const MIN_SPLIT_TOKENS = 256;
@@ -279,7 +279,7 @@ export class PagedDecodeAttention {
     const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}`;
     const shader = {
       hardware: pagedDecodeHardwareShader,
-      software: pagedDecodeLanesShader,
+      software: pagedLanesShader,
       tiled: pagedAttentionShader,
     }[kernel];
     const pipelines = await Promise.all([

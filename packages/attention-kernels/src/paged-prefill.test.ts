@@ -6,7 +6,7 @@ import {
   prefillBatchFixture,
   type AttentionShape as Shape,
 } from './paged-decode-fixtures.js';
-import { PagedPrefillAttention } from './paged-prefill.js';
+import { PagedPrefillAttention, type PagedPrefillOptions } from './paged-prefill.js';
 import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
 import { attentionErrorCode } from './testing/errors.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
@@ -56,21 +56,33 @@ describe('PagedPrefillAttention vs CPU reference', () => {
     ],
   ];
   for (const [name, shape, pasts, queryLens] of cases) {
-    it(name, async () => {
+    it(`${name} (software and tiled kernels)`, async () => {
       const rng = seededRng(pasts.length * 17 + shape.headDim);
       const { fx, args } = prefillBatchFixture(rng, { ...shape, spareBlocks: 5 }, pasts, queryLens);
-      const kernel = await PagedPrefillAttention.create(gpu, fx.config);
-      const kvCache = gpu.storageBuffer(fx.cache);
-      const got = await kernel.run({ ...args, kvCache });
-      gpu.releaseBuffer(kvCache);
       const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
-      expect(maxAbsDiff(got, want)).toBeLessThan(GPU_TOL);
+      const kvCache = gpu.storageBuffer(fx.cache);
+      for (const kind of ['software', 'tiled'] as const) {
+        const kernel = await PagedPrefillAttention.create(gpu, fx.config, { kernel: kind });
+        expect(kernel.kernel).toBe(kind);
+        const got = await kernel.run({ ...args, kvCache });
+        expect(maxAbsDiff(got, want)).toBeLessThan(GPU_TOL);
+      }
+      gpu.releaseBuffer(kvCache);
     });
   }
+
+  it('picks the software kernel on a software adapter, and refuses an unknown kernel', async () => {
+    const config = { numQHeads: 4, numKvHeads: 2, headDim: 64, blockSize: 8, format: f32Format };
+    expect((await PagedPrefillAttention.create(gpu, config)).kernel).toBe('software');
+    const bogus = { kernel: 'hardware' } as unknown as PagedPrefillOptions;
+    expect(await attentionErrorCode(() => PagedPrefillAttention.create(gpu, config, bogus))).toBe(
+      'INVALID_ARGUMENT',
+    );
+  });
 });
 
 describe('PagedPrefillAttention tunings', () => {
-  it('queries in workgroup memory with 2 V chunks per lane (the hardware default) match the reference', async () => {
+  it('the tiled kernel with queries in workgroup memory and 2 V chunks per lane (the hardware default) matches the reference', async () => {
     const gpu = await testGpu();
     const shape = { numQHeads: 8, numKvHeads: 2, headDim: 64, blockSize: 16, format: f16Format };
     const { fx, args } = prefillBatchFixture(
@@ -80,6 +92,7 @@ describe('PagedPrefillAttention tunings', () => {
       [9, 17],
     );
     const kernel = await PagedPrefillAttention.create(gpu, fx.config, {
+      kernel: 'tiled',
       queryInRegisters: false,
       vChunksPerLane: 2,
     });

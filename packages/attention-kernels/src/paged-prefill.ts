@@ -17,7 +17,20 @@ import {
   validateConfig,
   validateSequences,
 } from './paged-decode-validation.js';
+import { LANES_PREFILL_ROWS, LANES_WORKGROUP, pagedLanesShader } from './paged-lanes.wgsl.js';
 import { pagedPrefillShader } from './paged-prefill.wgsl.js';
+
+/** Options of {@link PagedPrefillAttention.create}. */
+export interface PagedPrefillOptions extends PagedKernelTuning {
+  /**
+   * Which kernel: `'tiled'` (workgroups of 64 invocations over tiles of 64 keys, rows and
+   * block ids staged in workgroup memory), `'software'` (one invocation per few tokens × KV
+   * head chunk, no workgroup memory and no barriers: the shape CPU-emulated adapters such as
+   * llvmpipe run fastest), or `'auto'` (default): `'software'` on software adapters, else
+   * `'tiled'`.
+   */
+  readonly kernel?: 'auto' | 'software' | 'tiled';
+}
 
 /** Host-side description of one prefill chunk, turned into a {@link PagedPrefillPlan}. */
 export interface PagedPrefillBatch {
@@ -105,8 +118,10 @@ export class PagedPrefillAttention {
   readonly layout: KvCacheLayout;
   /** Query heads per workgroup. */
   readonly headsPerWorkgroup: number;
-  /** Consecutive tokens per workgroup. */
+  /** Consecutive tokens per work item (a tiled workgroup, or a software-kernel invocation). */
   readonly tokensPerWorkgroup: number;
+  /** Which kernel was built (see {@link PagedPrefillOptions.kernel}). */
+  readonly kernel: 'software' | 'tiled';
   readonly #gpu: Gpu;
   readonly #pipeline: GPUComputePipeline;
 
@@ -116,8 +131,10 @@ export class PagedPrefillAttention {
     layout: KvCacheLayout,
     hpw: number,
     tpw: number,
+    kernel: 'software' | 'tiled',
     pipeline: GPUComputePipeline,
   ) {
+    this.kernel = kernel;
     this.#gpu = gpu;
     this.config = config;
     this.layout = layout;
@@ -136,17 +153,30 @@ export class PagedPrefillAttention {
   static async create(
     gpu: Gpu,
     config: PagedAttentionConfig,
-    options: PagedKernelTuning = {},
+    options: PagedPrefillOptions = {},
   ): Promise<PagedPrefillAttention> {
     const layout = validateConfig(config);
+    const kind = options.kernel ?? 'auto';
+    if (kind !== 'auto' && kind !== 'software' && kind !== 'tiled') {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        `kernel must be 'auto', 'software' or 'tiled', got '${String(kind)}'`,
+      );
+    }
+    const kernel = kind === 'auto' ? (gpu.isSoftware ? 'software' : 'tiled') : kind;
     const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
-    const tpw = Math.max(1, Math.floor(MAX_ROWS_PER_WORKGROUP / hpw));
+    const rows = kernel === 'software' ? LANES_PREFILL_ROWS : MAX_ROWS_PER_WORKGROUP;
+    const tpw = Math.max(1, Math.floor(rows / hpw));
     const tuning = resolveTuning(gpu, config.headDim, options);
+    const shaderOptions = pagedShaderOptions(config, layout, hpw, tpw, tuning);
     const pipeline = await gpu.pipeline({
-      code: pagedPrefillShader(pagedShaderOptions(config, layout, hpw, tpw, tuning)),
-      label: pagedPipelineLabel('paged-prefill', config, tuning),
+      code:
+        kernel === 'software'
+          ? pagedLanesShader({ ...shaderOptions, mode: 'prefill' })
+          : pagedPrefillShader(shaderOptions),
+      label: `${pagedPipelineLabel('paged-prefill', config, tuning)}-${kernel}`,
     });
-    return new PagedPrefillAttention(gpu, config, layout, hpw, tpw, pipeline);
+    return new PagedPrefillAttention(gpu, config, layout, hpw, tpw, kernel, pipeline);
   }
 
   /**
@@ -170,10 +200,11 @@ export class PagedPrefillAttention {
       for (let t = 0; t < queryLens[s]!; t += this.tokensPerWorkgroup) items.push(s, t);
     }
     const numItems = items.length / 2;
-    if (numItems > this.#gpu.limits.maxComputeWorkgroupsPerDimension) {
+    const groupsX = this.#groupsX(numItems);
+    if (groupsX > this.#gpu.limits.maxComputeWorkgroupsPerDimension) {
       throw new AttentionKernelError(
         'DEVICE_LIMIT',
-        `${batch.numTokens} tokens need ${numItems} workgroups along x, over the device's ${this.#gpu.limits.maxComputeWorkgroupsPerDimension}; split the chunk`,
+        `${batch.numTokens} tokens need ${groupsX} workgroups along x, over the device's ${this.#gpu.limits.maxComputeWorkgroupsPerDimension}; split the chunk`,
       );
     }
     const n = items.length;
@@ -187,7 +218,8 @@ export class PagedPrefillAttention {
       numSeqs,
       maxBlocksPerSeq,
       n + 2 * numSeqs,
-      0,
+      // chunk_tokens: the work items (the software kernel's invocations past them leave).
+      numItems,
       1,
       n + 3 * numSeqs,
       n,
@@ -219,9 +251,18 @@ export class PagedPrefillAttention {
       encoder,
       this.#pipeline,
       [params, args.query, args.kvCache, plan.meta, args.output],
-      [plan.numItems, numQHeads / this.headsPerWorkgroup],
+      this.kernel === 'software'
+        ? [this.#groupsX(plan.numItems)]
+        : [plan.numItems, numQHeads / this.headsPerWorkgroup],
       'paged-prefill',
     );
+  }
+
+  /** Workgroups along x for `numItems` work items. */
+  #groupsX(numItems: number): number {
+    if (this.kernel === 'tiled') return numItems;
+    const units = this.config.numQHeads / this.headsPerWorkgroup;
+    return Math.ceil((numItems * units) / LANES_WORKGROUP);
   }
 
   /**
