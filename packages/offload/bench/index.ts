@@ -240,6 +240,25 @@ async function main(): Promise<void> {
   // The same, against a raw read that holds its 32 buffers as getMany's caller does (for the
   // README's account of the gap; disk_vs_raw above is the baseline).
   const diskHoldPair = await compare(rawDiskPut, diskPut, rawDiskGet(true), diskGet, diskCleanup);
+  // Reads into buffers the caller reuses (a staging area): getManyInto beside a raw read into
+  // the same buffers, so that neither side allocates.
+  const staging = values.map((v) => Buffer.allocUnsafeSlow(v.byteLength));
+  const rawDiskGetInto = async (r: number) => {
+    await mapLimit(values, DISK_CONCURRENCY, async (_, i) => {
+      const fh = await openFile(rawPath(r, i), 'r');
+      try {
+        const buf = staging[i] as Buffer;
+        await fh.read(buf, 0, buf.byteLength, 0);
+      } finally {
+        await fh.close();
+      }
+    });
+  };
+  const diskGetInto = async (r: number) => {
+    const ok = await disk.getManyInto(keysOf(r), staging);
+    if (!ok.every(Boolean)) throw new Error('getManyInto missed a block it had just stored');
+  };
+  const diskIntoPair = await compare(rawDiskPut, diskPut, rawDiskGetInto, diskGetInto, diskCleanup);
   // A store that failed (a checksum worker that could not run, say) would look fast: refuse.
   const diskStats = disk.stats();
   if (diskStats.errors + diskStats.misses + diskStats.corrupt > 0) {
@@ -336,6 +355,9 @@ async function main(): Promise<void> {
       raw_get_holding_gbs: round(diskHoldPair.raw_get_gbs),
       get_beside_holding_gbs: round(diskHoldPair.get_gbs),
       vs_raw_holding: round(diskHoldPair.vs_raw),
+      raw_get_into_gbs: round(diskIntoPair.raw_get_gbs),
+      get_into_gbs: round(diskIntoPair.get_gbs),
+      into_vs_raw: round(diskIntoPair.vs_raw),
     },
     redis: pair(redisPair),
     host_vs_raw: round(hostPair.vs_raw),

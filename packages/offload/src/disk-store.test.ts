@@ -143,6 +143,88 @@ describe('DiskStore', () => {
     expect(sameBytes((await s.getMany([key(7)]))[0], value)).toBe(true);
   });
 
+  describe('getManyInto', () => {
+    it('reads blocks into views of one staging buffer, misses and blocks of another length left false', async () => {
+      const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+      const entries = [0, 1, 2].map((i) => ({ key: key(i), value: block(i, 3000) }));
+      await s.putMany([...entries, { key: key(5), value: block(5, 2999) }]);
+      const slab = new Uint8Array(5 * 3000).fill(0xee);
+      const targets = [0, 1, 2, 3, 4].map((i) => slab.subarray(i * 3000, (i + 1) * 3000));
+      const got = await s.getManyInto([key(2), key(9), key(0), key(5), key(1)], targets);
+      expect(got).toEqual([true, false, true, false, true]);
+      expect(sameBytes(targets[0], entries[2]?.value)).toBe(true);
+      expect(sameBytes(targets[2], entries[0]?.value)).toBe(true);
+      expect(sameBytes(targets[4], entries[1]?.value)).toBe(true);
+      // The block of another length stays stored, for a reader with the right target.
+      expect(sameBytes((await s.getMany([key(5)]))[0], block(5, 2999))).toBe(true);
+      expect(s.stats()).toMatchObject({ hits: 4, misses: 2, corrupt: 0, entries: 4 });
+    });
+
+    it('treats a flipped payload byte as a miss and deletes the file, as getMany does', async () => {
+      const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+      await s.putMany([{ key: key(7), value: block(7, 2000) }]);
+      const path = s.filePath(key(7));
+      const bytes = await readFile(path);
+      bytes[bytes.length - 1] = (bytes[bytes.length - 1] ?? 0) ^ 1;
+      await writeFile(path, bytes);
+      expect(await s.getManyInto([key(7)], [new Uint8Array(2000)])).toEqual([false]);
+      expect(await exists(path)).toBe(false);
+      expect(s.stats()).toMatchObject({ corrupt: 1, misses: 1, entries: 0 });
+    });
+
+    it('agrees with getMany on random blocks, with checksum workers on (property)', async () => {
+      const s = await DiskStore.open({
+        namespace: NS,
+        dir,
+        maxBytes: 1 << 24,
+        checksumThreads: 2,
+        checksumMinBytes: 1,
+      });
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(
+            fc.record({
+              id: fc.integer({ min: 0, max: 30 }),
+              len: fc.integer({ min: 1, max: 70_000 }),
+            }),
+            {
+              minLength: 1,
+              maxLength: 6,
+            },
+          ),
+          async (blocks) => {
+            await s.delete(blocks.map((b) => key(b.id)));
+            const stored = new Map(blocks.map((b) => [b.id, block(b.id, b.len)]));
+            await s.putMany([...stored].map(([id, value]) => ({ key: key(id), value })));
+            const keys = [...stored.keys()].map(key);
+            const viaGet = await s.getMany(keys);
+            const targets = [...stored.values()].map((v) => new Uint8Array(v.byteLength));
+            const viaInto = await s.getManyInto(keys, targets);
+            expect(viaInto.every(Boolean)).toBe(true);
+            expect(targets.every((t, i) => sameBytes(t, viaGet[i]))).toBe(true);
+          },
+        ),
+        { numRuns: 15, seed: 77 },
+      );
+      await s.close();
+    });
+
+    it('refuses targets that are not one Uint8Array per key', async () => {
+      const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
+      await expect(s.getManyInto([key(1), key(2)], [new Uint8Array(4)])).rejects.toMatchObject({
+        code: 'INVALID_VALUE',
+      });
+      const notBytes = [new Float32Array(4)] as unknown as Uint8Array[];
+      await expect(s.getManyInto([key(1)], notBytes)).rejects.toMatchObject({
+        code: 'INVALID_VALUE',
+      });
+      await expect(s.getManyInto(['nope'], [new Uint8Array(4)])).rejects.toMatchObject({
+        code: 'INVALID_KEY',
+      });
+      expect(s.stats()).toMatchObject({ hits: 0, misses: 0 });
+    });
+  });
+
   it('makes a failed write invisible and counts it', async () => {
     const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
     // A regular file where the block's subdirectory should be: every write there fails.

@@ -9,6 +9,7 @@ import {
   DEFAULT_CHECKSUM_MIN_BYTES,
   resolveChecksumThreads,
 } from './checksum-pool';
+import { OffloadError } from './errors';
 import {
   checkFrameHeader,
   encodeFrameHeader,
@@ -27,6 +28,7 @@ import type {
   OffloadStats,
 } from './types';
 import { checkBudget, checkEntries, checkKeys, checkOpen, checkPolicy, mapLimit } from './validate';
+import { xxh64 } from './xxh64';
 
 /** Options of {@link DiskStore}. */
 export interface DiskStoreOptions {
@@ -373,6 +375,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     key: BlockHash,
     path: string,
     track: boolean,
+    into?: Uint8Array,
   ): Promise<Uint8Array | undefined> {
     let fh: FileHandle;
     try {
@@ -391,10 +394,15 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     try {
       const st = await fh.stat();
       ino = st.ino;
-      // Header and payload in one readv, the payload into a buffer of exactly its own size: no
-      // copy, and the caller's array is the block and nothing else.
+      // A block of another length than the caller's target: a miss, the file left alone.
+      if (into !== undefined && st.size - FRAME_HEADER_BYTES !== into.byteLength) return undefined;
+      // Header and payload in one readv, the payload into a buffer of exactly its own size (or
+      // the caller's target): no copy, and the caller's array is the block and nothing else.
       const header = Buffer.allocUnsafe(Math.min(st.size, FRAME_HEADER_BYTES));
-      payload = Buffer.allocUnsafeSlow(Math.max(0, st.size - FRAME_HEADER_BYTES));
+      payload =
+        into === undefined
+          ? Buffer.allocUnsafeSlow(Math.max(0, st.size - FRAME_HEADER_BYTES))
+          : Buffer.from(into.buffer, into.byteOffset, into.byteLength);
       size = await readFully(fh, header, payload);
       // Verified at once, while the bytes just read are still in cache.
       const checked = checkFrameHeader(header.subarray(0, size), this.namespace, key);
@@ -406,7 +414,11 @@ export class DiskStore implements KvBlockStore, EvictionSource {
           // The payload buffer is this store's alone: on a worker it is moved there and back
           // (while the file is closed); inline it is hashed here and now.
           promised = checked;
-          hashing = this.checksum.ofOwned(payload);
+          // The caller's target cannot move to a worker: hashed here.
+          hashing =
+            into === undefined
+              ? this.checksum.ofOwned(payload)
+              : Promise.resolve({ sum: xxh64(payload), data: payload });
           hashing.catch(() => undefined); // awaited below, after the close
         }
       }
@@ -483,6 +495,44 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       else this.counters.hits++;
     }
     return out;
+  }
+
+  /**
+   * Reads and verifies blocks straight into the caller's buffers (a staging area reused from
+   * step to step, say): no allocation and no copy, where {@link DiskStore.getMany} hands back a
+   * fresh buffer per block. `targets[i]` receives block `keys[i]`, must be exactly as long as
+   * the block, and must not overlap another target. The checksum is computed on the calling
+   * thread (a caller's buffer cannot move to a worker).
+   * @returns per key, whether the block was read and verified into its target. On `false` (a
+   *   miss, a corrupt or foreign entry, deleted as by `getMany`, or a stored block of another
+   *   length, left alone) the target's bytes are unspecified.
+   * @throws {OffloadError} INVALID_KEY, INVALID_VALUE (not one `Uint8Array` target per key),
+   *   CLOSED.
+   */
+  async getManyInto(
+    keys: readonly BlockHash[],
+    targets: readonly Uint8Array[],
+  ): Promise<boolean[]> {
+    checkOpen(this.closed, this.tier);
+    checkKeys(keys);
+    if (
+      !Array.isArray(targets) ||
+      targets.length !== keys.length ||
+      !targets.every((t) => t instanceof Uint8Array)
+    ) {
+      throw new OffloadError(
+        'INVALID_VALUE',
+        `expected one Uint8Array target per key (${keys.length} keys)`,
+      );
+    }
+    const out = await mapLimit(keys, this.concurrency, (k, i) =>
+      this.readVerified(k, this.pathOf(k), true, targets[i]),
+    );
+    return out.map((v) => {
+      if (v === undefined) this.counters.misses++;
+      else this.counters.hits++;
+      return v !== undefined;
+    });
   }
 
   private async exists(key: BlockHash): Promise<boolean> {
