@@ -78,13 +78,13 @@ export const attentionSection: BenchSection = async (ctx) => {
     });
   const contiguousPlan = planFor(contiguous);
   const shuffledPlan = planFor(shuffled);
-  const timeDecode = (plan: PagedDecodePlan) =>
+  const timeDecode = (plan: PagedDecodePlan, options: { samples?: number; warmup?: number } = {}) =>
     medianMs(
       gpu,
       (e) => {
         for (const kvCache of caches) decode.encode(e, { plan, query, kvCache, output });
       },
-      { samples },
+      { samples, ...options },
     );
   const tShuffled = await timeDecode(shuffledPlan);
   const tContiguous = await timeDecode(contiguousPlan);
@@ -95,14 +95,7 @@ export const attentionSection: BenchSection = async (ctx) => {
   const pairRatios: number[] = [];
   for (let i = 0; i < PAIRS; i++) {
     const stream = await ctx.measureStream();
-    const t = await medianMs(
-      gpu,
-      (e) => {
-        for (const kvCache of caches)
-          decode.encode(e, { plan: shuffledPlan, query, kvCache, output });
-      },
-      { samples: 1, warmup: 0 },
-    );
+    const t = await timeDecode(shuffledPlan, { samples: 1, warmup: 0 });
     pairRatios.push(kvBytes / (t.ms / 1000) / 1e9 / stream);
   }
   pairRatios.sort((a, b) => a - b);

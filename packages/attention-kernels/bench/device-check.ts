@@ -20,6 +20,8 @@ const formats: KvFormat[] = [
   f16Format,
   ...['int8', 'fp8-e4m3', 'int4-g32'].map(kvFormat),
 ];
+const DECODE_KERNELS = ['hardware', 'software', 'tiled'] as const;
+const PREFILL_KERNELS = ['software', 'tiled'] as const;
 const gpu = await createGpu();
 console.log(JSON.stringify({ adapter: gpu.describe(), backend: gpu.backend }));
 let checks = 0;
@@ -54,11 +56,16 @@ try {
         maxBlocksPerSeq: fx.maxBlocksPerSeq,
       };
       const want = pagedDecodeAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
-      const kernel = await PagedDecodeAttention.create(gpu, fx.config);
       const kvCache = gpu.storageBuffer(fx.cache);
-      for (const numSplits of [1, 'auto'] as const) {
-        const got = await kernel.run({ ...args, kvCache, numSplits });
-        report('decode', format, { ...s, numSplits }, maxAbsDiff(got, want));
+      // Every kernel (not only the adapter's default) on the f16 GQA shape.
+      const kinds = format === f16Format && i === 0 ? DECODE_KERNELS : (['auto'] as const);
+      for (const kind of kinds) {
+        const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: kind });
+        for (const numSplits of [1, 'auto'] as const) {
+          const got = await kernel.run({ ...args, kvCache, numSplits });
+          const name = kind === 'auto' ? 'decode' : `decode-${kind}`;
+          report(name, format, { ...s, numSplits }, maxAbsDiff(got, want));
+        }
       }
       gpu.releaseBuffer(kvCache);
     }
@@ -71,50 +78,17 @@ try {
       pasts,
       queryLens,
     );
-    const kernel = await PagedPrefillAttention.create(gpu, fx.config);
-    const kvCache = gpu.storageBuffer(fx.cache);
-    const got = await kernel.run({ ...args, kvCache });
-    gpu.releaseBuffer(kvCache);
     const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
-    report('prefill', format, { pasts, queryLens }, maxAbsDiff(got, want));
+    const kvCache = gpu.storageBuffer(fx.cache);
+    const kinds = format === f16Format ? PREFILL_KERNELS : (['auto'] as const);
+    for (const kind of kinds) {
+      const kernel = await PagedPrefillAttention.create(gpu, fx.config, { kernel: kind });
+      const got = await kernel.run({ ...args, kvCache });
+      const name = kind === 'auto' ? 'prefill' : `prefill-${kind}`;
+      report(name, format, { pasts, queryLens }, maxAbsDiff(got, want));
+    }
+    gpu.releaseBuffer(kvCache);
   }
-  // Every kernel, whichever the adapter picks by default, on one shape (f16).
-  const shape = { numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16 };
-  const fx = pagedFixture(seededRng(5), {
-    ...shape,
-    format: f16Format,
-    contextLens: [1, 300, 2048],
-    spareBlocks: 3,
-  });
-  const query = randomQuery(seededRng(6), fx.config, 3);
-  const batch = {
-    blockTables: fx.blockTables,
-    contextLens: fx.contextLens,
-    numSeqs: 3,
-    maxBlocksPerSeq: fx.maxBlocksPerSeq,
-  };
-  const want = pagedDecodeAttentionCpu(fx.config, { ...batch, query, kvCache: fx.cache });
-  const kvCache = gpu.storageBuffer(fx.cache);
-  for (const kind of ['hardware', 'software', 'tiled'] as const) {
-    const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: kind });
-    const got = await kernel.run({ ...batch, query, kvCache, numSplits: 'auto' });
-    report(`decode-${kind}`, f16Format, shape, maxAbsDiff(got, want));
-  }
-  gpu.releaseBuffer(kvCache);
-  const pre = prefillBatchFixture(
-    seededRng(8),
-    { ...shape, format: f16Format, spareBlocks: 5 },
-    [0, 300],
-    [64, 9],
-  );
-  const preWant = pagedPrefillAttentionCpu(pre.fx.config, { ...pre.args, kvCache: pre.fx.cache });
-  const preCache = gpu.storageBuffer(pre.fx.cache);
-  for (const kind of ['software', 'tiled'] as const) {
-    const kernel = await PagedPrefillAttention.create(gpu, pre.fx.config, { kernel: kind });
-    const got = await kernel.run({ ...pre.args, kvCache: preCache });
-    report(`prefill-${kind}`, f16Format, shape, maxAbsDiff(got, preWant));
-  }
-  gpu.releaseBuffer(preCache);
 } finally {
   gpu.destroy();
 }

@@ -54,24 +54,19 @@ export const streamSection: BenchSection = async (ctx: BenchContext) => {
       label: `stream-${v.pattern}`,
     });
     const bind = gpu.bindGroup(pipeline, [src, sink]);
-    const run = async (samples: number): Promise<number> => {
-      const t = await medianMs(gpu, (e) => gpu.dispatch(e, pipeline, bind, v.groups), {
+    const time = (samples: number) =>
+      medianMs(gpu, (e) => gpu.dispatch(e, pipeline, bind, v.groups), {
         samples,
         repeat: gpu.hasTimestamps ? 1 : 4,
       });
-      return bytes / (t.ms / 1000) / 1e9;
-    };
-    const t = await medianMs(gpu, (e) => gpu.dispatch(e, pipeline, bind, v.groups), {
-      samples: ctx.quick ? 3 : 7,
-      repeat: gpu.hasTimestamps ? 1 : 4,
-    });
+    const t = await time(ctx.quick ? 3 : 7);
     const gbps = bytes / (t.ms / 1000) / 1e9;
     ctx.log(
       `stream read (${v.pattern}): ${(bytes / 2 ** 20).toFixed(0)} MiB in ${t.ms.toFixed(2)} ms → ${gbps.toFixed(2)} GB/s (${t.source})`,
     );
     if (gbps > best.gbps) {
       best = { gbps, ms: t.ms, pattern: v.pattern, source: t.source };
-      bestRun = run;
+      bestRun = async (samples) => bytes / ((await time(samples)).ms / 1000) / 1e9;
     }
   }
   ctx.streamReadGbps = best.gbps;

@@ -264,8 +264,7 @@ export class PagedDecodeAttention {
     const kernel: DecodeKernelKind =
       kind !== 'auto' ? kind : gpu.isSoftware ? 'software' : hwHeads > 0 ? 'hardware' : 'tiled';
     const target =
-      options.targetWorkgroups ??
-      (gpu.isSoftware ? 16 : kernel === 'hardware' ? 256 : kernel === 'tiled' ? 1024 : 256);
+      options.targetWorkgroups ?? (gpu.isSoftware ? 16 : kernel === 'tiled' ? 1024 : 256);
     if (!Number.isInteger(target) || target <= 0) {
       throw new AttentionKernelError(
         'INVALID_ARGUMENT',
@@ -307,10 +306,8 @@ export class PagedDecodeAttention {
 
   /** The pass-1 grid for `splits` splits of `numSeqs` sequences. */
   #grid(splits: number, numSeqs: number): [number, number, number] {
-    const units = (this.config.numQHeads / this.headsPerWorkgroup) | 0;
-    return this.kernel === 'software'
-      ? [Math.ceil(units / LANES_WORKGROUP), splits, numSeqs]
-      : [splits, units, numSeqs];
+    const perSeq = this.workgroupsPerSeq;
+    return this.kernel === 'software' ? [perSeq, splits, numSeqs] : [splits, perSeq, numSeqs];
   }
 
   /**

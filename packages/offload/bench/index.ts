@@ -210,23 +210,25 @@ async function main(): Promise<void> {
         await fh.close();
       }
     });
-  // `hold`: keep all the buffers read until the step ends, as a getMany caller holds its
-  // results; without it each buffer is dropped as soon as the next one is read.
-  const rawDiskGet = (hold: boolean) => async (r: number) => {
+  // How the raw read treats its buffers: `drop` each as soon as the next one is read (the
+  // issue's baseline), `hold` all until the step ends (as a getMany caller holds its results),
+  // or read `into` the staging buffers reused from step to step (as getManyInto does).
+  const staging = values.map((v) => Buffer.allocUnsafeSlow(v.byteLength));
+  const rawDiskGet = (mode: 'drop' | 'hold' | 'into') => async (r: number) => {
     const held: Buffer[] = [];
     await mapLimit(values, DISK_CONCURRENCY, async (_, i) => {
       const fh = await openFile(rawPath(r, i), 'r');
       try {
-        const st = await fh.stat();
-        const buf = Buffer.allocUnsafe(st.size);
-        await fh.read(buf, 0, st.size, 0);
-        if (hold) held[i] = buf;
-        else sink[1] = buf;
+        const buf =
+          mode === 'into' ? (staging[i] as Buffer) : Buffer.allocUnsafe((await fh.stat()).size);
+        await fh.read(buf, 0, buf.byteLength, 0);
+        if (mode === 'hold') held[i] = buf;
+        else if (mode === 'drop') sink[1] = buf;
       } finally {
         await fh.close();
       }
     });
-    if (hold) sink[1] = held;
+    if (mode === 'hold') sink[1] = held;
   };
   const diskCleanup = async (r: number) => {
     await disk.delete(keysOf(r));
@@ -236,29 +238,23 @@ async function main(): Promise<void> {
     sink[1] = await disk.getMany(keysOf(r));
   };
   const diskPut = (r: number) => disk.putMany(entriesOf(r));
-  const diskPair = await compare(rawDiskPut, diskPut, rawDiskGet(false), diskGet, diskCleanup);
+  const diskPair = await compare(rawDiskPut, diskPut, rawDiskGet('drop'), diskGet, diskCleanup);
   // The same, against a raw read that holds its 32 buffers as getMany's caller does (for the
   // README's account of the gap; disk_vs_raw above is the issue's baseline).
-  const diskHoldPair = await compare(rawDiskPut, diskPut, rawDiskGet(true), diskGet, diskCleanup);
+  const diskHoldPair = await compare(rawDiskPut, diskPut, rawDiskGet('hold'), diskGet, diskCleanup);
   // Reads into buffers the caller reuses (a staging area): getManyInto beside a raw read into
   // the same buffers, so that neither side allocates.
-  const staging = values.map((v) => Buffer.allocUnsafeSlow(v.byteLength));
-  const rawDiskGetInto = async (r: number) => {
-    await mapLimit(values, DISK_CONCURRENCY, async (_, i) => {
-      const fh = await openFile(rawPath(r, i), 'r');
-      try {
-        const buf = staging[i] as Buffer;
-        await fh.read(buf, 0, buf.byteLength, 0);
-      } finally {
-        await fh.close();
-      }
-    });
-  };
   const diskGetInto = async (r: number) => {
     const ok = await disk.getManyInto(keysOf(r), staging);
     if (!ok.every(Boolean)) throw new Error('getManyInto missed a block it had just stored');
   };
-  const diskIntoPair = await compare(rawDiskPut, diskPut, rawDiskGetInto, diskGetInto, diskCleanup);
+  const diskIntoPair = await compare(
+    rawDiskPut,
+    diskPut,
+    rawDiskGet('into'),
+    diskGetInto,
+    diskCleanup,
+  );
   // A store that failed (a checksum worker that could not run, say) would look fast: refuse.
   const diskStats = disk.stats();
   if (diskStats.errors + diskStats.misses + diskStats.corrupt > 0) {

@@ -487,9 +487,12 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   async getMany(keys: readonly BlockHash[]): Promise<(Uint8Array | undefined)[]> {
     checkOpen(this.closed, this.tier);
     checkKeys(keys);
-    const out = await mapLimit(keys, this.concurrency, (k) =>
-      this.readVerified(k, this.pathOf(k), true),
+    return this.countHits(
+      await mapLimit(keys, this.concurrency, (k) => this.readVerified(k, this.pathOf(k), true)),
     );
+  }
+
+  private countHits<T>(out: T[]): T[] {
     for (const v of out) {
       if (v === undefined) this.counters.misses++;
       else this.counters.hits++;
@@ -528,11 +531,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     const out = await mapLimit(keys, this.concurrency, (k, i) =>
       this.readVerified(k, this.pathOf(k), true, targets[i]),
     );
-    return out.map((v) => {
-      if (v === undefined) this.counters.misses++;
-      else this.counters.hits++;
-      return v !== undefined;
-    });
+    return this.countHits(out).map((v) => v !== undefined);
   }
 
   private async exists(key: BlockHash): Promise<boolean> {
