@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { type FileHandle, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,6 +10,7 @@ import {
   CHECKSUM_WORKER_SOURCE,
   Checksummer,
   ChecksumPool,
+  GIVE_UP_AFTER,
   resolveChecksumThreads,
 } from './checksum-pool';
 import { OffloadError } from './errors';
@@ -38,18 +39,25 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   await Promise.all(pools.splice(0).map((p) => p.close()));
+  await Promise.all(handles.splice(0).map((h) => h.close()));
   await rm(dir, { recursive: true, force: true });
 });
 
 let files = 0;
-/** Writes `bytes` to a new file behind `offset` bytes of something else; returns its path. */
-async function written(bytes: Uint8Array, offset: number): Promise<string> {
+const handles: FileHandle[] = [];
+/**
+ * Writes `bytes` to a new file behind `offset` bytes of something else; returns a descriptor
+ * open for reading (closed after the test).
+ */
+async function written(bytes: Uint8Array, offset: number): Promise<number> {
   const path = join(dir, `f${files++}`);
   const out = new Uint8Array(offset + bytes.byteLength);
   out.fill(0xa5, 0, offset);
   out.set(bytes, offset);
   await writeFile(path, out);
-  return path;
+  const h = await open(path, 'r');
+  handles.push(h);
+  return h.fd;
 }
 
 /** `bytes` as a view at `offset` into an ArrayBuffer of its own (as a store's read buffer). */
@@ -69,7 +77,7 @@ describe('ChecksumPool', () => {
         fc.nat({ max: 70 }),
         async (bytes, offset) => {
           const want = xxh64(bytes);
-          expect(await p.hashWritten(await written(bytes, offset), offset, bytes)).toBe(want);
+          expect(await p.hashFile(await written(bytes, offset), offset, bytes)).toBe(want);
           const moved = await p.hashTransfer(owned(bytes, offset));
           expect(moved.sum).toBe(want);
           expect(sameBytes(moved.data, bytes)).toBe(true);
@@ -86,8 +94,8 @@ describe('ChecksumPool', () => {
     // Sizes around and beyond the module's 1 MiB chunk, with 0..31-byte tails.
     const blocks = [0, 1, 2, 3, 4, 5].map((i) => block(i, (1 << 20) + 977 * i));
     const want = blocks.map((b) => xxh64(b));
-    const paths = await Promise.all(blocks.map((b) => written(b, 64)));
-    const fromFiles = await Promise.all(blocks.map((b, i) => p.hashWritten(paths[i]!, 64, b)));
+    const fds = await Promise.all(blocks.map((b) => written(b, 64)));
+    const fromFiles = await Promise.all(blocks.map((b, i) => p.hashFile(fds[i]!, 64, b)));
     const moved = await Promise.all(blocks.map((b, i) => p.hashTransfer(owned(b, i))));
     expect(fromFiles).toEqual(want);
     expect(moved.map((m) => m.sum)).toEqual(want);
@@ -102,7 +110,7 @@ describe('ChecksumPool', () => {
     const onDisk = block(1, 5000);
     const other = block(2, 5000);
     other.set(onDisk.subarray(4992), 4992); // same last 8 bytes (the tail), other stripes
-    expect(await p.hashWritten(await written(onDisk, 0), 0, other)).toBe(xxh64(onDisk));
+    expect(await p.hashFile(await written(onDisk, 0), 0, other)).toBe(xxh64(onDisk));
   });
 
   it('moves the buffer without a copy: the original is detached meanwhile', async () => {
@@ -116,15 +124,18 @@ describe('ChecksumPool', () => {
     expect(data.buffer.byteLength).toBe(16 + 4096 + 7);
   });
 
-  it('rejects with CHECKSUM_WORKER for a short or missing file, and keeps working', async () => {
+  it('answers undefined for a file shorter than the range, rejects an unreadable one, and keeps working', async () => {
     const p = pool(1);
     const bytes = block(1, 4096);
-    const short = await written(bytes.subarray(0, 2000), 0);
-    await expect(p.hashWritten(short, 0, bytes)).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
-    await expect(p.hashWritten(join(dir, 'absent'), 0, bytes)).rejects.toMatchObject({
-      code: 'CHECKSUM_WORKER',
-    });
-    expect(await p.hashWritten(await written(bytes, 0), 0, bytes)).toBe(xxh64(bytes));
+    // A file that ends inside the range (it changed): no digest, and not a worker failure.
+    expect(await p.hashFile(await written(bytes.subarray(0, 2000), 0), 0, bytes)).toBeUndefined();
+    expect(await p.hashFile(await written(bytes, 0), 64, bytes)).toBeUndefined();
+    // A descriptor that cannot be read (a directory): the worker reports an error.
+    const d = await open(dir, 'r');
+    handles.push(d);
+    await expect(p.hashFile(d.fd, 0, bytes)).rejects.toMatchObject({ code: 'CHECKSUM_WORKER' });
+    expect(await p.hashFile(await written(bytes, 0), 0, bytes)).toBe(xxh64(bytes));
+    expect(p.size).toBe(1);
   });
 
   it('rejects with CHECKSUM_WORKER when a worker dies, and starts a new one for later jobs', async () => {
@@ -133,7 +144,7 @@ describe('ChecksumPool', () => {
       code: 'CHECKSUM_WORKER',
     });
     const bytes = block(2, 4096);
-    await expect(p.hashWritten(await written(bytes, 0), 0, bytes)).rejects.toBeInstanceOf(
+    await expect(p.hashFile(await written(bytes, 0), 0, bytes)).rejects.toBeInstanceOf(
       OffloadError,
     );
     expect(p.size).toBe(0);
@@ -201,12 +212,12 @@ describe('Checksummer', () => {
       expect(c.offloads(1000)).toBe(true);
       const small = block(1, 999);
       const large = block(2, 5000);
-      // Below minBytes the file is not read at all (it does not even exist).
-      expect(await c.ofWritten(join(dir, 'absent'), 0, small)).toBe(xxh64(small));
+      // Below minBytes the file is not read at all (the descriptor is not even valid).
+      expect(await c.ofFile(-1, 0, small)).toBe(xxh64(small));
       const r0 = await c.ofOwned(small);
       expect(r0).toEqual({ sum: xxh64(small), data: small });
       expect(c.workers?.size).toBe(0); // nothing was sent to a worker yet
-      expect(await c.ofWritten(await written(large, 64), 64, large)).toBe(xxh64(large));
+      expect(await c.ofFile(await written(large, 64), 64, large)).toBe(xxh64(large));
       const r = await c.ofOwned(owned(large, 3));
       expect(r.sum).toBe(xxh64(large));
       expect(sameBytes(r.data, large)).toBe(true);
@@ -215,6 +226,21 @@ describe('Checksummer', () => {
       await c.close();
     }
     expect(c.workers).toBeUndefined();
+  });
+
+  it('a file that changed is not a worker failure: it never turns the threads off', async () => {
+    const c = new Checksummer(1, 1);
+    try {
+      const bytes = block(3, 4096);
+      for (let i = 0; i <= GIVE_UP_AFTER; i++) {
+        expect(await c.ofFile(await written(bytes.subarray(0, 100), 0), 0, bytes)).toBeUndefined();
+      }
+      expect(c.inlineAfterFailures).toBe(false);
+      expect(c.workers).toBeDefined();
+      expect(await c.ofFile(await written(bytes, 0), 0, bytes)).toBe(xxh64(bytes));
+    } finally {
+      await c.close();
+    }
   });
 
   it("sizes 'auto' from the cores: none on two or fewer, then one per spare core up to 8", () => {

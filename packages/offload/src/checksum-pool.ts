@@ -44,9 +44,10 @@ export function resolveChecksumThreads(threads: ChecksumThreads | undefined): nu
 }
 
 // The worker: instantiates the same stripe module and runs the stripe pass over the bytes it
-// is given (a transferred ArrayBuffer, handed back) or over a byte range of a file, returning
-// the four lanes. Inline CommonJS source, so there is no worker file to locate from dist, CJS, ESM or a
-// single-file bundle.
+// is given (a transferred ArrayBuffer, handed back) or over a byte range of a file the caller
+// holds open (worker threads share the process's descriptors), returning the four lanes, or
+// `short` when the file ends before the range does. Inline CommonJS source, so there is no
+// worker file to locate from dist, CJS, ESM or a single-file bundle.
 const WORKER_SOURCE = `
 'use strict';
 const { parentPort, workerData } = require('node:worker_threads');
@@ -61,22 +62,21 @@ parentPort.on('message', (m) => {
   try {
     for (let i = 0; i < 4; i++) state[i] = m.init[i];
     const body = m.len - (m.len % 32);
-    if (m.path !== undefined) {
-      // Bytes just written to a file: read from the page cache straight into the module's memory.
-      const fd = fs.openSync(m.path, 'r');
-      try {
-        for (let p = 0; p < body; ) {
-          const n = Math.min(CHUNK, body - p);
-          for (let got = 0; got < n; ) {
-            const r = fs.readSync(fd, mem, DATA + got, n - got, m.offset + p + got);
-            if (r === 0) throw new Error('file shorter than its payload');
-            got += r;
+    if (m.fd !== undefined) {
+      // Bytes in a file the caller holds open: read from the page cache straight into the
+      // module's memory (positioned reads: the caller's file offset is untouched).
+      for (let p = 0; p < body; ) {
+        const n = Math.min(CHUNK, body - p);
+        for (let got = 0; got < n; ) {
+          const r = fs.readSync(m.fd, mem, DATA + got, n - got, m.offset + p + got);
+          if (r === 0) {
+            parentPort.postMessage({ id: m.id, buf: m.buf, short: true }, back);
+            return;
           }
-          exp.stripes(DATA, DATA + n);
-          p += n;
+          got += r;
         }
-      } finally {
-        fs.closeSync(fd);
+        exp.stripes(DATA, DATA + n);
+        p += n;
       }
     } else {
       const data = new Uint8Array(m.buf, m.offset, m.len);
@@ -94,8 +94,14 @@ parentPort.on('message', (m) => {
 });
 `;
 
+/** A worker's answer: the stripe lanes, or `undefined` when the file was shorter than the range. */
+interface Done {
+  readonly buf: ArrayBufferLike | undefined;
+  readonly lanes: Xxh64Lanes | undefined;
+}
+
 interface Job {
-  readonly resolve: (r: { buf: ArrayBufferLike | undefined; lanes: Xxh64Lanes }) => void;
+  readonly resolve: (r: Done) => void;
   readonly reject: (e: unknown) => void;
 }
 
@@ -109,6 +115,7 @@ interface Reply {
   readonly id: number;
   readonly buf: ArrayBufferLike | undefined;
   readonly lanes?: Xxh64Lanes;
+  readonly short?: true;
   readonly error?: string;
 }
 
@@ -154,7 +161,7 @@ export class ChecksumPool {
       if (job === undefined) return;
       slot.jobs.delete(r.id);
       if (slot.jobs.size === 0) worker.unref();
-      if (r.lanes !== undefined) job.resolve({ buf: r.buf, lanes: r.lanes });
+      if (r.lanes !== undefined || r.short) job.resolve({ buf: r.buf, lanes: r.lanes });
       else job.reject(this.failure(`checksum worker failed: ${r.error ?? 'no result'}`));
     });
     const fail = (why: string) => {
@@ -195,8 +202,8 @@ export class ChecksumPool {
     offset: number,
     len: number,
     transfer: boolean,
-    path?: string,
-  ): Promise<{ buf: ArrayBufferLike | undefined; lanes: Xxh64Lanes }> {
+    fd?: number,
+  ): Promise<Done> {
     if (this.closed) {
       return Promise.reject(new OffloadError('CLOSED', 'the checksum pool was closed'));
     }
@@ -212,7 +219,7 @@ export class ChecksumPool {
       slot.jobs.set(id, { resolve, reject });
       if (slot.jobs.size === 1) slot.worker.ref(); // a pending result must keep the process alive
       try {
-        const msg = { id, buf, path, offset, len, init: xxh64InitLanes(0n) };
+        const msg = { id, buf, fd, offset, len, init: xxh64InitLanes(0n) };
         slot.worker.postMessage(msg, transfer ? [buf as ArrayBuffer] : []);
       } catch (e) {
         slot.jobs.delete(id);
@@ -232,20 +239,24 @@ export class ChecksumPool {
   async hashTransfer(data: Uint8Array): Promise<{ sum: bigint; data: Buffer }> {
     const { byteOffset, byteLength } = data;
     const { buf, lanes } = await this.run(data.buffer, byteOffset, byteLength, true);
+    if (lanes === undefined) throw this.failure('checksum worker answered without a digest');
     const back = Buffer.from(buf as ArrayBuffer, byteOffset, byteLength);
     return { sum: xxh64Finish(back, 0n, lanes), data: back };
   }
 
   /**
-   * XXH64 (seed 0) of `data`, which the caller has just written whole to `path` at `offset`:
+   * XXH64 (seed 0) of the `data.byteLength` bytes at `offset` of the open file `fd`, which hold
+   * the same bytes as `data` (the caller has just written `data` there, or read it from there):
    * the worker reads the file (from the page cache, straight into its hashing memory) for the
    * stripe pass, and this thread finishes with the last bytes of `data`. Nothing is copied on
-   * this thread. The file must not change until this resolves.
-   * @throws {OffloadError} CHECKSUM_WORKER if the worker fails or the file is short; CLOSED after `close()`.
+   * this thread. The caller keeps `fd` open, and the range unchanged, until this settles.
+   * @returns the digest, or `undefined` when the file ends before the range does (it changed:
+   *   not a worker failure).
+   * @throws {OffloadError} CHECKSUM_WORKER if the worker fails; CLOSED after `close()`.
    */
-  async hashWritten(path: string, offset: number, data: Uint8Array): Promise<bigint> {
-    const { lanes } = await this.run(undefined, offset, data.byteLength, false, path);
-    return xxh64Finish(data, 0n, lanes);
+  async hashFile(fd: number, offset: number, data: Uint8Array): Promise<bigint | undefined> {
+    const { lanes } = await this.run(undefined, offset, data.byteLength, false, fd);
+    return lanes === undefined ? undefined : xxh64Finish(data, 0n, lanes);
   }
 
   /** Ends every worker; pending and later jobs reject with `CLOSED`. Idempotent. */
@@ -307,14 +318,15 @@ export class Checksummer {
   }
 
   /**
-   * XXH64 of `data`, just written whole to `path` at `offset` (see
-   * {@link ChecksumPool.hashWritten}); inline when not offloaded.
+   * XXH64 of `data`, which the open file `fd` holds at `offset` (see
+   * {@link ChecksumPool.hashFile}); inline when not offloaded.
+   * @returns the digest, or `undefined` when the file turned out shorter than `data`.
    * @throws {OffloadError} CHECKSUM_WORKER, CLOSED.
    */
-  async ofWritten(path: string, offset: number, data: Uint8Array): Promise<bigint> {
+  async ofFile(fd: number, offset: number, data: Uint8Array): Promise<bigint | undefined> {
     const pool = this.pool;
     if (pool === undefined || data.byteLength < this.minBytes) return xxh64(data);
-    return this.watch(pool, pool.hashWritten(path, offset, data));
+    return this.watch(pool, pool.hashFile(fd, offset, data));
   }
 
   /**

@@ -45,6 +45,17 @@ function checksummer(s: DiskStore): Checksummer {
   return (s as unknown as { checksum: Checksummer }).checksum;
 }
 
+/** Counts calls to `pool.hashFile` from now on; returns the count so far. */
+function countHashFile(pool: ChecksumPool): () => number {
+  let calls = 0;
+  const real = pool.hashFile.bind(pool);
+  pool.hashFile = (...args) => {
+    calls++;
+    return real(...args);
+  };
+  return () => calls;
+}
+
 async function exists(path: string): Promise<boolean> {
   return stat(path).then(
     () => true,
@@ -126,18 +137,32 @@ describe('DiskStore with checksum worker threads', () => {
     ['the first payload byte', 0],
     ['a byte in the middle (hashed on a worker)', 150_000],
     ['a byte of the tail (finished on this thread)', 300_000],
-  ] as const)('detects a flip of %s: a deleted, counted miss', async (_, at) => {
-    const s = await store();
-    const value = block(3, 300_007);
-    await s.putMany([{ key: key(3), value }]);
-    const path = s.filePath(key(3));
-    const bytes = await readFile(path);
-    bytes[FRAME_HEADER_BYTES + at]! ^= 0x10;
-    await writeFile(path, bytes);
-    expect(await s.getMany([key(3)])).toEqual([undefined]);
-    expect(s.stats()).toMatchObject({ corrupt: 1, misses: 1, errors: 0 });
-    expect(await exists(path)).toBe(false);
-  });
+  ] as const)(
+    'detects a flip of %s, read or read into a target: a deleted, counted miss',
+    async (_, at) => {
+      const s = await store();
+      const value = block(3, 300_007);
+      await s.putMany([
+        { key: key(3), value },
+        { key: key(4), value },
+      ]);
+      for (const k of [key(3), key(4)]) {
+        const bytes = await readFile(s.filePath(k));
+        bytes[FRAME_HEADER_BYTES + at]! ^= 0x10;
+        await writeFile(s.filePath(k), bytes);
+      }
+      const pool = checksummer(s).workers!;
+      const fromFiles = countHashFile(pool);
+      expect(await s.getMany([key(3)])).toEqual([undefined]);
+      expect(fromFiles()).toBe(0); // its own buffer is moved to a worker, not read again
+      // Into a caller's target: a worker hashes the same bytes from the open file.
+      expect(await s.getManyInto([key(4)], [new Uint8Array(value.byteLength)])).toEqual([false]);
+      expect(fromFiles()).toBe(1);
+      expect(s.stats()).toMatchObject({ corrupt: 2, misses: 2, errors: 0 });
+      expect(await exists(s.filePath(key(3)))).toBe(false);
+      expect(await exists(s.filePath(key(4)))).toBe(false);
+    },
+  );
 
   it('answers a miss (not corruption) when a worker dies, and stores nothing', async () => {
     const s = await store();
@@ -148,10 +173,11 @@ describe('DiskStore with checksum worker threads', () => {
     c.workers = new ChecksumPool(2, CRASHING);
     try {
       expect(await s.getMany([key(5)])).toEqual([undefined]);
-      expect(s.stats()).toMatchObject({ errors: 1, corrupt: 0 });
+      expect(await s.getManyInto([key(5)], [new Uint8Array(value.byteLength)])).toEqual([false]);
+      expect(s.stats()).toMatchObject({ errors: 2, corrupt: 0 });
       expect(await exists(s.filePath(key(5)))).toBe(true); // the file is fine: kept
       expect(await s.putMany([{ key: key(6), value }])).toBe(0);
-      expect(s.stats().errors).toBe(2);
+      expect(s.stats().errors).toBe(3);
       expect(await exists(s.filePath(key(6)))).toBe(false);
       expect(await tempFiles(dir)).toEqual([]);
     } finally {

@@ -28,7 +28,6 @@ import type {
   OffloadStats,
 } from './types';
 import { checkBudget, checkEntries, checkKeys, checkOpen, checkPolicy, mapLimit } from './validate';
-import { xxh64 } from './xxh64';
 
 /** Options of {@link DiskStore}. */
 export interface DiskStoreOptions {
@@ -314,13 +313,13 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       await this.ensureDir(key);
       let fh: FileHandle;
       try {
-        fh = await open(tmp, 'wx');
+        fh = await open(tmp, 'wx+'); // readable too: a checksum worker reads it back
       } catch (e) {
         if (errno(e) !== 'ENOENT') throw e;
         // Our cached directory was removed by someone else: recreate it once.
         this.madeDirs.delete(join(this.nsDir, key.slice(0, 2)));
         await this.ensureDir(key);
-        fh = await open(tmp, 'wx');
+        fh = await open(tmp, 'wx+');
       }
       try {
         if (this.checksum.offloads(value.byteLength)) {
@@ -328,7 +327,8 @@ export class DiskStore implements KvBlockStore, EvictionSource {
           // page cache) and the real header is written over the blank one before the rename.
           // This thread copies nothing and hashes nothing.
           await writeFully(fh, BLANK_HEADER, value);
-          const sum = await this.checksum.ofWritten(tmp, FRAME_HEADER_BYTES, value);
+          const sum = await this.checksum.ofFile(fh.fd, FRAME_HEADER_BYTES, value);
+          if (sum === undefined) throw new Error('the temporary file is shorter than was written');
           await writeHeader(fh, encodeFrameHeader(this.namespace, key, value, sum));
         } else {
           // Inline, checksummed right before it is written, so the kernel copies bytes still in cache.
@@ -389,8 +389,10 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     let ino: number;
     let size: number;
     let fault: FrameFault | undefined;
-    let hashing: Promise<{ sum: bigint; data: Buffer }> | undefined;
+    // The digest (undefined: the file turned out shorter than its header said) and the bytes.
+    let hashing: Promise<{ sum: bigint | undefined; data: Buffer }> | undefined;
     let promised: { readonly len: number; readonly sum: bigint } | undefined;
+    let keepOpen = false;
     try {
       const st = await fh.stat();
       ino = st.ino;
@@ -411,31 +413,40 @@ export class DiskStore implements KvBlockStore, EvictionSource {
         if (size < st.size) payload = payload.subarray(0, size - header.byteLength);
         fault = payloadLengthFault(payload, checked);
         if (fault === undefined) {
-          // The payload buffer is this store's alone: on a worker it is moved there and back
-          // (while the file is closed); inline it is hashed here and now.
           promised = checked;
-          // The caller's target cannot move to a worker: hashed here.
+          const read = payload;
+          // The payload buffer is this store's alone: on a worker it is moved there and back
+          // (while the file is closed). The caller's target cannot move: a worker hashes the
+          // same bytes from the file, which stays open (and, renamed into place whole, never
+          // changes) until the digest is back. Inline both are hashed here and now.
           hashing =
             into === undefined
               ? this.checksum.ofOwned(payload)
-              : Promise.resolve({ sum: xxh64(payload), data: payload });
-          hashing.catch(() => undefined); // awaited below, after the close
+              : this.checksum
+                  .ofFile(fh.fd, FRAME_HEADER_BYTES, payload)
+                  .then((sum) => ({ sum, data: read }));
+          hashing.catch(() => undefined); // awaited below
+          keepOpen = into !== undefined;
         }
       }
     } catch {
       this.counters.errors++;
       return undefined;
     } finally {
-      await fh.close().catch(() => undefined);
+      // Closed now unless a worker still reads it (into a target): then after the digest.
+      if (!keepOpen) await fh.close().catch(() => undefined);
     }
     if (hashing !== undefined && promised !== undefined) {
       try {
         const hashed = await hashing;
         payload = hashed.data;
-        fault = payloadMatches(payload, promised, hashed.sum);
+        fault =
+          hashed.sum === undefined ? 'truncated' : payloadMatches(payload, promised, hashed.sum);
       } catch {
         this.counters.errors++; // a checksum worker failed: a miss, the file kept
         return undefined;
+      } finally {
+        if (keepOpen) await fh.close().catch(() => undefined);
       }
     }
     if (fault !== undefined) {
