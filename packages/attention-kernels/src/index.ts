@@ -56,6 +56,7 @@ export {
   type PagedAttentionConfig,
 } from './paged-decode-validation.js';
 export {
+  autoPrefillKernel,
   type PagedPrefillArgs,
   PagedPrefillAttention,
   type PagedPrefillBatch,

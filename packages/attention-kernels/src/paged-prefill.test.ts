@@ -1,4 +1,4 @@
-import type { Gpu } from '@kvasir/gpu';
+import { type Gpu, mesaVersion } from '@kvasir/gpu';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format } from './kv-format.js';
 import {
@@ -6,7 +6,11 @@ import {
   prefillBatchFixture,
   type AttentionShape as Shape,
 } from './paged-decode-fixtures.js';
-import { PagedPrefillAttention, type PagedPrefillOptions } from './paged-prefill.js';
+import {
+  autoPrefillKernel,
+  PagedPrefillAttention,
+  type PagedPrefillOptions,
+} from './paged-prefill.js';
 import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
 import { attentionErrorCode } from './testing/errors.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
@@ -71,9 +75,21 @@ describe('PagedPrefillAttention vs CPU reference', () => {
     });
   }
 
-  it('picks the software kernel on a software adapter, and refuses an unknown kernel', async () => {
+  it('picks its kernel by adapter and Mesa version, and refuses an unknown kernel', async () => {
     const config = { numQHeads: 4, numKvHeads: 2, headDim: 64, blockSize: 8, format: f32Format };
-    expect((await PagedPrefillAttention.create(gpu, config)).kernel).toBe('software');
+    const auto = (await PagedPrefillAttention.create(gpu, config)).kernel;
+    expect(auto).toBe(autoPrefillKernel(gpu));
+    if (gpu.isSoftware && (mesaVersion(gpu.adapterInfo)?.[0] ?? 0) < 25)
+      expect(auto).toBe('software');
+    const adapter = (isSoftware: boolean, description: string) => ({
+      isSoftware,
+      adapterInfo: { vendor: '', architecture: '', device: 'llvmpipe', description },
+    });
+    expect(autoPrefillKernel(adapter(true, 'OpenGL ES 3.2 Mesa 22.3.6'))).toBe('software');
+    expect(autoPrefillKernel(adapter(true, 'OpenGL ES 3.2 Mesa 24.2.8'))).toBe('software');
+    expect(autoPrefillKernel(adapter(true, 'OpenGL ES 3.2 Mesa 25.0.7-2~bpo12+1'))).toBe('tiled');
+    expect(autoPrefillKernel(adapter(true, 'SwiftShader'))).toBe('software');
+    expect(autoPrefillKernel(adapter(false, 'NVIDIA 580.159'))).toBe('tiled');
     const bogus = { kernel: 'hardware' } as unknown as PagedPrefillOptions;
     expect(await attentionErrorCode(() => PagedPrefillAttention.create(gpu, config, bogus))).toBe(
       'INVALID_ARGUMENT',

@@ -1,4 +1,4 @@
-import type { Gpu, GpuBinding } from '@kvasir/gpu';
+import { type Gpu, type GpuBinding, mesaVersion } from '@kvasir/gpu';
 import { AttentionKernelError } from './errors.js';
 import type { KvCacheLayout } from './layout.js';
 import {
@@ -26,10 +26,24 @@ export interface PagedPrefillOptions extends PagedKernelTuning {
    * Which kernel: `'tiled'` (workgroups of 64 invocations over tiles of 64 keys, rows and
    * block ids staged in workgroup memory), `'software'` (one invocation per few tokens × KV
    * head chunk, no workgroup memory and no barriers: the shape CPU-emulated adapters such as
-   * llvmpipe run fastest), or `'auto'` (default): `'software'` on software adapters, else
-   * `'tiled'`.
+   * llvmpipe run fastest), or `'auto'` (default): see {@link autoPrefillKernel}.
    */
   readonly kernel?: 'auto' | 'software' | 'tiled';
+}
+
+/**
+ * The prefill kernel `'auto'` picks: `'software'` on software adapters, except on Mesa 25 or
+ * later, and `'tiled'` everywhere else. On Mesa 22.3's llvmpipe the barrier-free software
+ * kernel runs 1.7× the tiled kernel's FLOP/s; on Mesa 25.0's llvmpipe it is the other way
+ * round (the tiled kernel 1.23× the software one), so the choice follows the Mesa version
+ * (Mesa 23 and 24 were not measured and keep the software kernel).
+ */
+export function autoPrefillKernel(
+  gpu: Pick<Gpu, 'isSoftware' | 'adapterInfo'>,
+): 'software' | 'tiled' {
+  if (!gpu.isSoftware) return 'tiled';
+  const mesa = mesaVersion(gpu.adapterInfo);
+  return mesa !== undefined && mesa[0] >= 25 ? 'tiled' : 'software';
 }
 
 /** Host-side description of one prefill chunk, turned into a {@link PagedPrefillPlan}. */
@@ -163,7 +177,7 @@ export class PagedPrefillAttention {
         `kernel must be 'auto', 'software' or 'tiled', got '${String(kind)}'`,
       );
     }
-    const kernel = kind === 'auto' ? (gpu.isSoftware ? 'software' : 'tiled') : kind;
+    const kernel = kind === 'auto' ? autoPrefillKernel(gpu) : kind;
     const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
     const rows = kernel === 'software' ? LANES_PREFILL_ROWS : MAX_ROWS_PER_WORKGROUP;
     const tpw = Math.max(1, Math.floor(rows / hpw));

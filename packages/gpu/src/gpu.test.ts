@@ -4,7 +4,14 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BufferUsage, createGpu, type Gpu, GpuError, splitWorkgroups } from './index.js';
+import {
+  BufferUsage,
+  createGpu,
+  type Gpu,
+  GpuError,
+  mesaVersion,
+  splitWorkgroups,
+} from './index.js';
 
 let gpu: Gpu;
 
@@ -58,6 +65,20 @@ describe('createGpu', () => {
     expect(gpu.describe()).toContain(gpu.backend);
     for (const f of gpu.features) expect(gpu.device.features.has(f as GPUFeatureName)).toBe(true);
     expect(gpu.hasTimestamps).toBe(gpu.device.features.has('timestamp-query'));
+  });
+
+  it("reads the Mesa version from the adapter's description, and none from other drivers", () => {
+    const of = (description: string, device = '') => mesaVersion({ description, device });
+    expect(of('OpenGL version OpenGL ES 3.2 Mesa 22.3.6')).toEqual([22, 3, 6]);
+    expect(of('OpenGL version OpenGL ES 3.2 Mesa 25.0.7-2~bpo12+1')).toEqual([25, 0, 7]);
+    expect(of('', 'llvmpipe (LLVM 19.1.7, 256 bits) Mesa 24.2')).toEqual([24, 2, 0]);
+    expect(of('NVIDIA 580.159')).toBeUndefined();
+    expect(of('Mesamorph 1.2.3')).toBeUndefined();
+    expect(of('')).toBeUndefined();
+    // This machine's adapter: llvmpipe always names its Mesa.
+    if (/llvmpipe/i.test(gpu.adapterInfo.device + gpu.adapterInfo.description)) {
+      expect(mesaVersion(gpu.adapterInfo)?.[0]).toBeGreaterThanOrEqual(20);
+    }
   });
 
   it('requests the adapter maximum of invocations per workgroup, not the default', async () => {

@@ -34,6 +34,19 @@ export interface GpuAdapterReport {
   description: string;
 }
 
+/**
+ * The Mesa version of a Mesa driver (llvmpipe, and Mesa's GPU drivers), from the adapter's
+ * description (e.g. `OpenGL ES 3.2 Mesa 22.3.6` or `Mesa 25.0.7-2~bpo12+1`); `undefined` for
+ * other drivers. Kernels pick shapes by it where Mesa versions compile them very differently.
+ */
+export function mesaVersion(
+  info: Pick<GpuAdapterReport, 'description' | 'device'>,
+): readonly [major: number, minor: number, patch: number] | undefined {
+  const m = /\bMesa (\d+)\.(\d+)(?:\.(\d+))?/.exec(`${info.description} ${info.device}`);
+  if (m === null) return undefined;
+  return [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)];
+}
+
 /** Everything `createGpu` learned about the device it opened. */
 export interface GpuDeviceReport {
   adapterInfo: GpuAdapterReport;

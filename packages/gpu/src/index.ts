@@ -17,6 +17,7 @@ export {
   type GpuDeviceReport,
   type GpuLimits,
   type GpuTiming,
+  mesaVersion,
   type PipelineDescriptor,
   splitWorkgroups,
   type Workgroups,
