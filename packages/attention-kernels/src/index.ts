@@ -63,6 +63,7 @@ export {
   type PagedPrefillOptions,
   PagedPrefillPlan,
   type PagedPrefillRunArgs,
+  type PrefillKernelKind,
 } from './paged-prefill.js';
 export { type PagedPrefillCpuArgs, pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
 export { ApplyRope, type ApplyRopeArgs } from './rope.js';

@@ -20,6 +20,9 @@ import {
 import { LANES_PREFILL_ROWS, LANES_WORKGROUP, pagedLanesShader } from './paged-lanes.wgsl.js';
 import { pagedPrefillShader } from './paged-prefill.wgsl.js';
 
+/** The prefill kernels (see {@link PagedPrefillOptions.kernel}). */
+export type PrefillKernelKind = 'software' | 'tiled';
+
 /** Options of {@link PagedPrefillAttention.create}. */
 export interface PagedPrefillOptions extends PagedKernelTuning {
   /**
@@ -28,7 +31,7 @@ export interface PagedPrefillOptions extends PagedKernelTuning {
    * head chunk, no workgroup memory and no barriers: the shape CPU-emulated adapters such as
    * llvmpipe run fastest), or `'auto'` (default): see {@link autoPrefillKernel}.
    */
-  readonly kernel?: 'auto' | 'software' | 'tiled';
+  readonly kernel?: PrefillKernelKind | 'auto';
 }
 
 /**
@@ -40,7 +43,7 @@ export interface PagedPrefillOptions extends PagedKernelTuning {
  */
 export function autoPrefillKernel(
   gpu: Pick<Gpu, 'isSoftware' | 'adapterInfo'>,
-): 'software' | 'tiled' {
+): PrefillKernelKind {
   if (!gpu.isSoftware) return 'tiled';
   const mesa = mesaVersion(gpu.adapterInfo);
   return mesa !== undefined && mesa[0] >= 25 ? 'tiled' : 'software';
@@ -135,7 +138,7 @@ export class PagedPrefillAttention {
   /** Consecutive tokens per work item (a tiled workgroup, or a software-kernel invocation). */
   readonly tokensPerWorkgroup: number;
   /** Which kernel was built (see {@link PagedPrefillOptions.kernel}). */
-  readonly kernel: 'software' | 'tiled';
+  readonly kernel: PrefillKernelKind;
   readonly #gpu: Gpu;
   readonly #pipeline: GPUComputePipeline;
 
@@ -145,7 +148,7 @@ export class PagedPrefillAttention {
     layout: KvCacheLayout,
     hpw: number,
     tpw: number,
-    kernel: 'software' | 'tiled',
+    kernel: PrefillKernelKind,
     pipeline: GPUComputePipeline,
   ) {
     this.kernel = kernel;
