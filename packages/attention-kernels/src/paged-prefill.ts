@@ -41,9 +41,7 @@ export interface PagedPrefillOptions extends PagedKernelTuning {
  * round (the tiled kernel 1.23× the software one), so the choice follows the Mesa version
  * (Mesa 23 and 24 were not measured and keep the software kernel).
  */
-export function autoPrefillKernel(
-  gpu: Pick<Gpu, 'isSoftware' | 'adapterInfo'>,
-): PrefillKernelKind {
+export function autoPrefillKernel(gpu: Pick<Gpu, 'isSoftware' | 'adapterInfo'>): PrefillKernelKind {
   if (!gpu.isSoftware) return 'tiled';
   const mesa = mesaVersion(gpu.adapterInfo);
   return mesa !== undefined && mesa[0] >= 25 ? 'tiled' : 'software';
