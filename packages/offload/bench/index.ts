@@ -1,6 +1,7 @@
 // Throughput of each tier's putMany/getMany with 2 MiB blocks beside the raw baseline of the
 // same medium measured in the same run, and the latency of one countPrefix over 1,000 keys.
 //   pnpm --filter @kvasir/offload bench --json
+import { execFileSync } from 'node:child_process';
 import { mkdir, mkdtemp, open as openFile, rm, unlink } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -38,6 +39,16 @@ async function timed(fn: () => Promise<unknown> | unknown): Promise<number> {
   return performance.now() - t0;
 }
 
+/** Wall time and this process's CPU time (user + system, all threads), both in ms. */
+async function timedCpu(
+  fn: () => Promise<unknown> | unknown,
+): Promise<{ ms: number; cpuMs: number }> {
+  const c0 = process.cpuUsage();
+  const ms = await timed(fn);
+  const c = process.cpuUsage(c0);
+  return { ms, cpuMs: (c.user + c.system) / 1000 };
+}
+
 async function mapLimit<T>(
   items: readonly T[],
   limit: number,
@@ -65,6 +76,17 @@ interface Pair {
   get_gbs: number;
   /** Median over reps of (raw put + raw get time) ÷ (store put + store get time). */
   vs_raw: number;
+  /**
+   * Cores this process kept busy (CPU time of all its threads, the I/O pool's included, ÷
+   * wall time; median over reps of put and get together), raw side and store side.
+   */
+  raw_cpu_cores: number;
+  cpu_cores: number;
+  /** CPU seconds of raw put + raw get per batch (median over reps), raw side and store side. */
+  raw_cpu_s: number;
+  cpu_s: number;
+  /** Wall seconds of raw put + raw get per batch (median over reps). */
+  raw_wall_s: number;
 }
 
 type Step = (rep: number) => Promise<unknown> | unknown;
@@ -82,25 +104,26 @@ async function compare(
   cleanup: Step,
   reps = REPS,
 ): Promise<Pair> {
+  type Timing = { ms: number; cpuMs: number };
   const t = {
-    rawPut: [] as number[],
-    put: [] as number[],
-    rawGet: [] as number[],
-    get: [] as number[],
+    rawPut: [] as Timing[],
+    put: [] as Timing[],
+    rawGet: [] as Timing[],
+    get: [] as Timing[],
   };
   // Collect garbage before each timed step (when run with --expose-gc) and alternate which side
   // goes first, so that neither side pays for the other's 64 MiB of allocations.
   const gc = (globalThis as { gc?: () => void }).gc ?? (() => undefined);
-  const step = async (fn: Step, r: number): Promise<number> => {
+  const step = async (fn: Step, r: number): Promise<Timing> => {
     gc();
-    return timed(() => fn(r));
+    return timedCpu(() => fn(r));
   };
   for (let r = 0; r <= reps; r++) {
     const rawFirst = r % 2 === 0;
-    let tp: number;
-    let trp: number;
-    let tg: number;
-    let trg: number;
+    let tp: Timing;
+    let trp: Timing;
+    let tg: Timing;
+    let trg: Timing;
     if (rawFirst) {
       trp = await step(rawPut, r);
       tp = await step(put, r);
@@ -121,18 +144,25 @@ async function compare(
   }
   const bytes = BLOCK * BLOCKS;
   const gbs = (ms: number) => bytes / (ms / 1000) / 1e9;
-  const [rp, p, rg, g] = [median(t.rawPut), median(t.put), median(t.rawGet), median(t.get)];
+  const ms = (xs: Timing[]) => median(xs.map((x) => x.ms));
+  const [rp, p, rg, g] = [ms(t.rawPut), ms(t.put), ms(t.rawGet), ms(t.get)];
+  const reps_ = t.put.map((_, i) => i);
+  const at = (xs: Timing[], i: number): Timing => xs[i] ?? { ms: Number.NaN, cpuMs: Number.NaN };
+  const sum = (a: Timing, b: Timing): Timing => ({ ms: a.ms + b.ms, cpuMs: a.cpuMs + b.cpuMs });
+  const raw = reps_.map((i) => sum(at(t.rawPut, i), at(t.rawGet, i)));
+  const store = reps_.map((i) => sum(at(t.put, i), at(t.get, i)));
   return {
     raw_put_gbs: gbs(rp),
     put_gbs: gbs(p),
     raw_get_gbs: gbs(rg),
     get_gbs: gbs(g),
     // Paired per rep (same moment, same machine load), then the median.
-    vs_raw: median(
-      t.put.map(
-        (_, i) => ((t.rawPut[i] ?? 0) + (t.rawGet[i] ?? 0)) / ((t.put[i] ?? 0) + (t.get[i] ?? 0)),
-      ),
-    ),
+    vs_raw: median(reps_.map((i) => (raw[i] as Timing).ms / (store[i] as Timing).ms)),
+    raw_cpu_cores: median(raw.map((x) => x.cpuMs / x.ms)),
+    cpu_cores: median(store.map((x) => x.cpuMs / x.ms)),
+    raw_cpu_s: median(raw.map((x) => x.cpuMs / 1000)),
+    cpu_s: median(store.map((x) => x.cpuMs / 1000)),
+    raw_wall_s: median(raw.map((x) => x.ms / 1000)),
   };
 }
 
@@ -318,6 +348,19 @@ async function main(): Promise<void> {
     crcMs.push(await timed(() => values.reduce((a, v) => a ^ crc32(v), 0)));
   }
 
+  // What fresh memory costs here: getMany hands out a new buffer per block, and every 4 KiB page
+  // of one is faulted in on first touch (by the kernel's read into it). Raw reads that drop
+  // their buffer at once reuse pages malloc already has; a caller that holds its blocks cannot.
+  // Measured in a new process, whose allocator has nothing to recycle yet.
+  const firstTouchUs = Number(
+    execFileSync(process.execPath, [
+      '-e',
+      `const n = ${BLOCK * BLOCKS}, b = Buffer.allocUnsafeSlow(n), t0 = performance.now();
+       for (let i = 0; i < n; i += 4096) b[i] = 1;
+       process.stdout.write(String((performance.now() - t0) * 1000 / (n / 4096)));`,
+    ]).toString(),
+  );
+
   await disk.close();
   await redis.close();
   raw.disconnect();
@@ -327,7 +370,8 @@ async function main(): Promise<void> {
   if (redisStats.errors > 0)
     throw new Error(`redis errors during the benchmark: ${redisStats.errors}`);
 
-  const pair = (p: Pair) => Object.fromEntries(Object.entries(p).map(([k, v]) => [k, round(v)]));
+  const pair = (p: Pair) =>
+    Object.fromEntries(Object.entries(p).map(([k, v]) => [k, round(v, k.endsWith('_s') ? 4 : 3)]));
   // The best a verified disk store that hashes on its calling thread could do here: the raw
   // baseline plus one XXH64 pass over every byte written and one over every byte read (seconds
   // per batch, medians of this run). Checksum worker threads (checksum_threads > 0) can beat it
@@ -336,6 +380,15 @@ async function main(): Promise<void> {
   const perBatch = (gbs: number) => 1 / gbs;
   const rawDisk = perBatch(diskPair.raw_put_gbs) + perBatch(diskPair.raw_get_gbs);
   const checksumBound = rawDisk / (rawDisk + 2 * perBatch(xxh64Gbs));
+  // The best any verified disk store could do here, threads or not: it must do the raw
+  // baseline's work (raw_cpu_s of CPU, on this machine's cores) plus one XXH64 pass over each
+  // byte written and read, which no amount of overlap removes. With every core busy and
+  // nothing else added, a batch takes max(raw wall, (raw CPU + hash CPU) / cores). When the raw
+  // I/O already keeps the cores busy (raw_cpu_cores near cores), this is the ceiling.
+  const cores = availableParallelism();
+  const hashCpuS = (2 * BLOCK * BLOCKS) / (xxh64Gbs * 1e9);
+  const coresBound =
+    diskPair.raw_wall_s / Math.max(diskPair.raw_wall_s, (diskPair.raw_cpu_s + hashCpuS) / cores);
   const result = {
     block_bytes: BLOCK,
     blocks_per_batch: BLOCKS,
@@ -348,6 +401,8 @@ async function main(): Promise<void> {
       raw_concurrency: DISK_CONCURRENCY,
       checksum_threads: disk.checksumThreads,
       checksum_bound_vs_raw: round(checksumBound),
+      cores_bound_vs_raw: round(coresBound),
+      hash_cpu_s: round(hashCpuS, 4),
       raw_get_holding_gbs: round(diskHoldPair.raw_get_gbs),
       get_beside_holding_gbs: round(diskHoldPair.get_gbs),
       vs_raw_holding: round(diskHoldPair.vs_raw),
@@ -362,7 +417,8 @@ async function main(): Promise<void> {
     redis_batch_exists_us: Math.round(median(existsUs)),
     xxh64_gbs: round(xxh64Gbs),
     crc32_gbs: round((BLOCK * BLOCKS) / (median(crcMs) / 1000) / 1e9),
-    cores: availableParallelism(),
+    first_touch_us_per_page: round(firstTouchUs),
+    cores,
     node: process.version,
   };
   if (json) console.log(JSON.stringify(result));
