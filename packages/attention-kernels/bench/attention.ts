@@ -154,6 +154,19 @@ export const attentionSection: BenchSection = async (ctx) => {
         );
       }
     }
+    // The subgroup kernel (opt-in until these figures say otherwise), where the adapter has
+    // subgroups: 128 invocations per workgroup, so more splits to fill the device.
+    if (gpu.features.has('subgroups')) {
+      const kernel = await PagedDecodeAttention.create(gpu, CONFIG, { kernel: 'subgroup' });
+      for (const numSplits of [1, 2, 4, 8]) {
+        sweep[`sweep_decode_sg_s${numSplits}`] = await sweepRatio(
+          kernel,
+          numSplits,
+          caches,
+          kvBytes,
+        );
+      }
+    }
     // Where the hardware kernel's time goes: the same KV bytes with a quarter of the arithmetic
     // (MHA, one query head per KV head), and twice the bytes with no f16 conversions (f32).
     const variants: [string, PagedAttentionConfig][] = [
@@ -175,6 +188,11 @@ export const attentionSection: BenchSection = async (ctx) => {
     // The kernel software adapters ran before the software-shaped one, for the README's account.
     const tiled = await PagedDecodeAttention.create(gpu, CONFIG, { kernel: 'tiled' });
     sweep.sweep_decode_tiled_s1 = await sweepRatio(tiled, 1, caches, kvBytes);
+    if (gpu.features.has('subgroups')) {
+      // A software adapter with subgroups (lavapipe): the subgroup kernel beside the others.
+      const sg = await PagedDecodeAttention.create(gpu, CONFIG, { kernel: 'subgroup' });
+      sweep.sweep_decode_sg_s1 = await sweepRatio(sg, 1, caches, kvBytes);
+    }
   }
   if (!gpu.isSoftware && !small) {
     // The headline figure again, last: drift between the two says how far to trust the sweep.

@@ -20,10 +20,19 @@ const formats: KvFormat[] = [
   f16Format,
   ...['int8', 'fp8-e4m3', 'int4-g32'].map(kvFormat),
 ];
-const DECODE_KERNELS = ['hardware', 'software', 'tiled'] as const;
+const DECODE_KERNELS = ['hardware', 'subgroup', 'software', 'tiled'] as const;
 const PREFILL_KERNELS = ['software', 'tiled'] as const;
 const gpu = await createGpu();
-console.log(JSON.stringify({ adapter: gpu.describe(), backend: gpu.backend }));
+const subgroups = gpu.features.has('subgroups');
+console.log(
+  JSON.stringify({
+    adapter: gpu.describe(),
+    backend: gpu.backend,
+    subgroup_sizes: subgroups
+      ? [gpu.adapterInfo.subgroupMinSize, gpu.adapterInfo.subgroupMaxSize]
+      : undefined,
+  }),
+);
 let checks = 0;
 let failed = 0;
 
@@ -57,8 +66,11 @@ try {
       };
       const want = pagedDecodeAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
       const kvCache = gpu.storageBuffer(fx.cache);
-      // Every kernel (not only the adapter's default) on the f16 GQA shape.
-      const kinds = format === f16Format && i === 0 ? DECODE_KERNELS : (['auto'] as const);
+      // Every kernel (not only the adapter's default) on the f16 GQA shape; the subgroup kernel
+      // (opt-in, where the adapter has subgroups) on every shape and format.
+      const kinds = (
+        format === f16Format && i === 0 ? DECODE_KERNELS : (['auto', 'subgroup'] as const)
+      ).filter((k) => k !== 'subgroup' || subgroups);
       for (const kind of kinds) {
         const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: kind });
         for (const numSplits of [1, 'auto'] as const) {

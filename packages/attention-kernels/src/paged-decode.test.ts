@@ -291,6 +291,15 @@ describe('PagedDecodeAttention input checks', () => {
     );
   });
 
+  it("refuses the subgroup kernel, naming what is missing, on an adapter without 'subgroups'", async () => {
+    const gpu = await testGpu();
+    expect(gpu.features.has('subgroups')).toBe(false);
+    expect(gpu.adapterInfo.subgroupMinSize).toBeUndefined();
+    const create = () => PagedDecodeAttention.create(gpu, config, { kernel: 'subgroup' });
+    expect(await code(create)).toBe('DEVICE_LIMIT');
+    await expect(create()).rejects.toThrow("'subgroups' feature");
+  });
+
   it('picks the software-shaped kernel on a software adapter', async () => {
     const gpu = await testGpu();
     expect(gpu.isSoftware).toBe(true);

@@ -10,12 +10,23 @@ import {
   resolveTuning,
   runPagedOnce,
 } from './paged-attention-common.js';
-import { DECODE_TILE, pagedAttentionShader, pagedDecodeReduceShader } from './paged-decode.wgsl.js';
+import {
+  type AttentionShaderOptions,
+  DECODE_TILE,
+  pagedAttentionShader,
+  pagedDecodeReduceShader,
+} from './paged-decode.wgsl.js';
 import {
   HW_WORKGROUP,
   hardwareDecodeWorkgroupBytes,
   pagedDecodeHardwareShader,
 } from './paged-decode-hw.wgsl.js';
+import {
+  pagedDecodeSubgroupShader,
+  SG_WORKGROUP,
+  subgroupDecodeWorkgroupBytes,
+  subgroupLanesPerRow,
+} from './paged-decode-sg.wgsl.js';
 import {
   headsPerWorkgroup,
   type PagedAttentionConfig,
@@ -28,7 +39,7 @@ import { LANES_WORKGROUP, pagedLanesShader } from './paged-lanes.wgsl.js';
 const MIN_SPLIT_TOKENS = 256;
 
 /** The pass-1 kernels of paged decode (see {@link PagedDecodeOptions.kernel}). */
-export type DecodeKernelKind = 'hardware' | 'software' | 'tiled';
+export type DecodeKernelKind = 'hardware' | 'subgroup' | 'software' | 'tiled';
 
 /** Options of {@link PagedDecodeAttention.create}. */
 export interface PagedDecodeOptions extends PagedKernelTuning {
@@ -36,14 +47,18 @@ export interface PagedDecodeOptions extends PagedKernelTuning {
    * Workgroups that fill the device; automatic split-K splits long contexts until a batch
    * reaches this many. Default: 256 for the hardware-shaped kernel (256 invocations each; on an
    * H200 one split per sequence at batch 32, 256 workgroups, measured faster than 2 or 4),
-   * 1024 for the tiled kernel on a hardware adapter, 16 on software adapters (a few CPU
-   * threads; a software-kernel workgroup is one 8-lane SIMD vector).
+   * 512 for the subgroup kernel (128 invocations each, about four per multiprocessor of a
+   * large GPU), 1024 for the tiled kernel on a hardware adapter, 16 on software adapters (a
+   * few CPU threads; a software-kernel workgroup is one 8-lane SIMD vector).
    */
   readonly targetWorkgroups?: number;
   /**
    * Which pass-1 kernel:
    * - `'hardware'`: 256 invocations per workgroup, scores then probabilities in workgroup
    *   memory, coalesced V reads (GPUs);
+   * - `'subgroup'`: 128 invocations per workgroup in lane groups that each own whole keys,
+   *   scores reduced with subgroup shuffles, no workgroup memory or barrier in the key loop
+   *   (adapters with the `subgroups` feature; not picked by `'auto'`);
    * - `'software'`: one invocation per (sequence, split, KV head × head chunk), no workgroup
    *   memory and no barriers (CPU-emulated adapters such as llvmpipe, where barriers spill every
    *   live value to memory);
@@ -71,6 +86,37 @@ function hardwareHeadsPerWorkgroup(gpu: Gpu, config: PagedAttentionConfig): numb
     if (bytes <= gpu.limits.maxComputeWorkgroupStorageSize) return h;
   }
   return 0;
+}
+
+/**
+ * Lanes per key row and heads per workgroup of the subgroup kernel, or `undefined` (with the
+ * reason) when the device cannot run it.
+ */
+function subgroupShape(
+  gpu: Gpu,
+  config: PagedAttentionConfig,
+): { lanesPerRow: number; heads: number } | { missing: string } {
+  const min = gpu.adapterInfo.subgroupMinSize;
+  if (!gpu.features.has('subgroups') || min === undefined || min < 1) {
+    return { missing: "the adapter's 'subgroups' feature (and its subgroup sizes)" };
+  }
+  if (gpu.limits.maxComputeInvocationsPerWorkgroup < SG_WORKGROUP) {
+    return { missing: `${SG_WORKGROUP} invocations per workgroup` };
+  }
+  const lanesPerRow = subgroupLanesPerRow(config.headDim, min);
+  const group = config.numQHeads / config.numKvHeads;
+  for (let h = headsPerWorkgroup(group); h >= 1; h--) {
+    if (group % h !== 0) continue;
+    const bytes = subgroupDecodeWorkgroupBytes({
+      headDim: config.headDim,
+      headsPerWorkgroup: h,
+      lanesPerRow,
+    });
+    if (bytes <= gpu.limits.maxComputeWorkgroupStorageSize) return { lanesPerRow, heads: h };
+  }
+  return {
+    missing: `${subgroupDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: 1, lanesPerRow })} bytes of workgroup memory`,
+  };
 }
 
 /** Host-side description of one decode step, turned into a {@link PagedDecodePlan}. */
@@ -245,10 +291,17 @@ export class PagedDecodeAttention {
   ): Promise<PagedDecodeAttention> {
     const layout = validateConfig(config);
     const kind = options.kernel ?? 'auto';
-    if (!['auto', 'hardware', 'software', 'tiled'].includes(kind)) {
+    if (!['auto', 'hardware', 'subgroup', 'software', 'tiled'].includes(kind)) {
       throw new AttentionKernelError(
         'INVALID_ARGUMENT',
-        `kernel must be 'auto', 'hardware', 'software' or 'tiled', got '${String(kind)}'`,
+        `kernel must be 'auto', 'hardware', 'subgroup', 'software' or 'tiled', got '${String(kind)}'`,
+      );
+    }
+    const sg = kind === 'subgroup' ? subgroupShape(gpu, config) : undefined;
+    if (sg !== undefined && 'missing' in sg) {
+      throw new AttentionKernelError(
+        'DEVICE_LIMIT',
+        `the subgroup decode kernel needs ${sg.missing}`,
       );
     }
     const hwHeads =
@@ -264,7 +317,8 @@ export class PagedDecodeAttention {
     const kernel: DecodeKernelKind =
       kind !== 'auto' ? kind : gpu.isSoftware ? 'software' : hwHeads > 0 ? 'hardware' : 'tiled';
     const target =
-      options.targetWorkgroups ?? (gpu.isSoftware ? 16 : kernel === 'tiled' ? 1024 : 256);
+      options.targetWorkgroups ??
+      (gpu.isSoftware ? 16 : { tiled: 1024, subgroup: 512, hardware: 256, software: 256 }[kernel]);
     if (!Number.isInteger(target) || target <= 0) {
       throw new AttentionKernelError(
         'INVALID_ARGUMENT',
@@ -272,12 +326,18 @@ export class PagedDecodeAttention {
       );
     }
     const hpw =
-      kernel === 'hardware' ? hwHeads : headsPerWorkgroup(config.numQHeads / config.numKvHeads);
+      kernel === 'hardware'
+        ? hwHeads
+        : sg !== undefined
+          ? sg.heads
+          : headsPerWorkgroup(config.numQHeads / config.numKvHeads);
     const tuning = resolveTuning(gpu, config.headDim, options);
     const common = pagedShaderOptions(config, layout, hpw, 1, tuning);
-    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}`;
+    const lanesPerRow = sg?.lanesPerRow ?? 1;
+    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}${sg === undefined ? '' : `-r${lanesPerRow}`}`;
     const shader = {
       hardware: pagedDecodeHardwareShader,
+      subgroup: (o: AttentionShaderOptions) => pagedDecodeSubgroupShader({ ...o, lanesPerRow }),
       software: pagedLanesShader,
       tiled: pagedAttentionShader,
     }[kernel];

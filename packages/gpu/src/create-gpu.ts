@@ -62,7 +62,11 @@ const REQUESTED_LIMITS: readonly (keyof GpuLimits)[] = [
   'minUniformBufferOffsetAlignment',
 ];
 
-const OPTIONAL_FEATURES: readonly GPUFeatureName[] = ['timestamp-query', 'shader-f16'];
+const OPTIONAL_FEATURES = [
+  'timestamp-query',
+  'shader-f16',
+  'subgroups',
+] as unknown as readonly GPUFeatureName[];
 
 const SOFTWARE_ADAPTER = /llvmpipe|lavapipe|softpipe|swiftshader|basic render|\bwarp\b/i;
 
@@ -293,6 +297,11 @@ async function openDevice(found: FoundAdapter, options: CreateGpuOptions): Promi
     device: info.device ?? '',
     description: info.description ?? '',
   };
+  const sg = info as { subgroupMinSize?: number; subgroupMaxSize?: number };
+  if (device.features.has('subgroups' as GPUFeatureName)) {
+    if (typeof sg.subgroupMinSize === 'number') adapterInfo.subgroupMinSize = sg.subgroupMinSize;
+    if (typeof sg.subgroupMaxSize === 'number') adapterInfo.subgroupMaxSize = sg.subgroupMaxSize;
+  }
   const text = `${adapterInfo.vendor} ${adapterInfo.architecture} ${adapterInfo.device} ${adapterInfo.description}`;
   const isFallback = (info as { isFallbackAdapter?: boolean }).isFallbackAdapter === true;
   // An adapter asked for at the compatibility level may still be a full core adapter.

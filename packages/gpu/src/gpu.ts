@@ -32,6 +32,12 @@ export interface GpuAdapterReport {
   architecture: string;
   device: string;
   description: string;
+  /**
+   * Smallest and largest subgroup size of the adapter, where it reports them (adapters with
+   * the `subgroups` feature: 32 on NVIDIA, 8 on lavapipe with AVX2); absent otherwise.
+   */
+  subgroupMinSize?: number;
+  subgroupMaxSize?: number;
 }
 
 /**
