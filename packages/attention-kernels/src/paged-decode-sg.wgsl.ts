@@ -90,6 +90,9 @@ export function pagedDecodeSubgroupShader(
   const group = o.numQHeads / o.numKvHeads;
   const split = o.mode === 'decode-split';
   const load = kvLoadFn(o);
+  // A step's U keys start at a multiple of U (splits start at multiples of 64): when U divides
+  // the block size they always share a block.
+  const sameBlock = o.blockSize % U === 0;
   // Names: query chunk j of row g, halves 0/1 (q{g}_{j}_{e}); accumulator the same (a...).
   const qn = (g: number, j: number, e: number) => `q${g}_${j}_${e}`;
   const an = (g: number, j: number, e: number) => `a${g}_${j}_${e}`;
@@ -208,12 +211,24 @@ ${each((g, j, e) => `  var ${an(g, j, e)} = vec4<f32>(0.0);`)}
 
   for (var k0 = key_begin; k0 < key_end; k0 += NG * U) {
     let first = k0 + grp * U;
+${
+  sameBlock
+    ? `    // The step's keys share one block (U divides the block size and every step starts at a
+    // multiple of U): one block-table read. Past the end they all read the last key.
+    let base = min(first, key_end - 1u);
+    let slab = meta_[bt + base / BLOCK_SIZE] * BLOCK_WORDS + 2u * kvh * SLAB_WORDS;
 ${rep(
   U,
-  (u) => `    let key${u} = min(first + ${u}u, key_end - 1u);
+  (u) => `    let slab${u} = slab;
+    let t${u} = min(first + ${u}u, key_end - 1u) % BLOCK_SIZE;`,
+)}`
+    : rep(
+        U,
+        (u) => `    let key${u} = min(first + ${u}u, key_end - 1u);
     let slab${u} = meta_[bt + key${u} / BLOCK_SIZE] * BLOCK_WORDS + 2u * kvh * SLAB_WORDS;
     let t${u} = key${u} % BLOCK_SIZE;`,
-)}
+      )
+}
 ${rep(U, (u) => rep(J, (j) => `    let k${u}_${j} = ${load}(slab${u}, t${u}, ch${j});`))}
 ${rep(U, (u) =>
   rep(

@@ -108,6 +108,11 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
       [5, 77],
     ],
     [
+      'block size 6 (a step of 4 keys can span two blocks)',
+      { numQHeads: 4, numKvHeads: 2, headDim: 32, blockSize: 6, format: f16Format },
+      [1, 13, 50],
+    ],
+    [
       'fp8 e4m3',
       { numQHeads: 4, numKvHeads: 2, headDim: 64, blockSize: 16, format: kvFormat('fp8-e4m3') },
       [40, 1],
