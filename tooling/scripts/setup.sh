@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 PNPM_VERSION=$(node -p "require('./package.json').packageManager.split('@')[1]")
-# Dawn dlopens the unversioned libEGL.so, which Debian ships only in libegl-dev.
-APT_PACKAGES=(libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri redis-server)
+# Dawn dlopens the unversioned libEGL.so, which Debian ships only in libegl-dev. libxcb-shm0 is
+# the one library Mesa's lavapipe (fetched by tooling/scripts/lavapipe.sh for the subgroup
+# kernel tests) links that the OpenGL packages do not already bring.
+APT_PACKAGES=(libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri libxcb-shm0 redis-server)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
