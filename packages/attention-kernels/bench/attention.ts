@@ -156,15 +156,23 @@ export const attentionSection: BenchSection = async (ctx) => {
     }
     // The subgroup kernel (opt-in until these figures say otherwise), where the adapter has
     // subgroups: 128 invocations per workgroup, so more splits to fill the device.
+    // Keys per step 4 is the default (sweep_decode_sg_s*); 2 and 8 trade registers for loads in
+    // flight (sweep_decode_sg_u2_s*, _u8_s*).
     if (gpu.features.has('subgroups')) {
-      const kernel = await PagedDecodeAttention.create(gpu, CONFIG, { kernel: 'subgroup' });
-      for (const numSplits of [1, 2, 4, 8]) {
-        sweep[`sweep_decode_sg_s${numSplits}`] = await sweepRatio(
-          kernel,
-          numSplits,
-          caches,
-          kvBytes,
-        );
+      for (const keys of [4, 2, 8] as const) {
+        const kernel = await PagedDecodeAttention.create(gpu, CONFIG, {
+          kernel: 'subgroup',
+          subgroupKeysPerStep: keys,
+        });
+        for (const numSplits of [1, 2, 4, 8]) {
+          const name = keys === 4 ? 'sg' : `sg_u${keys}`;
+          sweep[`sweep_decode_${name}_s${numSplits}`] = await sweepRatio(
+            kernel,
+            numSplits,
+            caches,
+            kvBytes,
+          );
+        }
       }
     }
     // Where the hardware kernel's time goes: the same KV bytes with a quarter of the arithmetic

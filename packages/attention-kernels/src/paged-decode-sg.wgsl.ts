@@ -11,7 +11,7 @@
  * held in its registers, and a butterfly of `subgroupShuffleXor` over the R lanes leaves every
  * lane with the full scores. Each lane then runs the same online softmax (its own copy of the
  * rows' max and sum) and accumulates p·V for its chunks of the V row. A lane group takes
- * {@link SG_KEYS} consecutive keys per step, their K loads all issued before any is used, and the
+ * `keysPerStep` ({@link SG_KEYS} by default) consecutive keys per step, their K loads all issued before any is used, and the
  * lane groups of a workgroup interleave over the split's keys. The lane groups' states (max, sum,
  * partial output) are merged once at the end through workgroup memory.
  *
@@ -32,8 +32,10 @@ import {
 
 /** Invocations per workgroup. */
 export const SG_WORKGROUP = 128;
-/** Consecutive keys a lane group scores per step (their loads in flight together). */
+/** Default consecutive keys a lane group scores per step (their loads in flight together). */
 export const SG_KEYS = 4;
+/** The keys-per-step values the kernel is generated for (each divides a split's 64-key grain). */
+export const SG_KEYS_CHOICES = [2, 4, 8] as const;
 
 /**
  * Lanes per key row for `headDim` on an adapter whose subgroups have at least
@@ -76,7 +78,7 @@ export function subgroupDecodeWorkgroupBytes(o: {
 
 /** Pass-1 source of the subgroup decode kernel (`mode` 'decode' or 'decode-split'). */
 export function pagedDecodeSubgroupShader(
-  o: AttentionShaderOptions & { readonly lanesPerRow: number },
+  o: AttentionShaderOptions & { readonly lanesPerRow: number; readonly keysPerStep?: number },
 ): string {
   if (o.mode === 'prefill') throw new RangeError('the subgroup kernel is decode-only');
   const R = o.lanesPerRow;
@@ -85,7 +87,10 @@ export function pagedDecodeSubgroupShader(
   }
   const G = o.headsPerWorkgroup;
   const D4 = o.headDim / 4;
-  const U = SG_KEYS;
+  const U = o.keysPerStep ?? SG_KEYS;
+  if (!(SG_KEYS_CHOICES as readonly number[]).includes(U)) {
+    throw new RangeError(`keysPerStep must be one of ${SG_KEYS_CHOICES.join(', ')}, got ${U}`);
+  }
   const { chunks, perLane: J, groups: NG, half } = geometry(o.headDim, R);
   const group = o.numQHeads / o.numKvHeads;
   const split = o.mode === 'decode-split';

@@ -2,7 +2,7 @@ import type { Gpu } from '@kvasir/gpu';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format, kvFormat } from './kv-format.js';
-import { PagedDecodeAttention } from './paged-decode.js';
+import { PagedDecodeAttention, type PagedDecodeOptions } from './paged-decode.js';
 import {
   type AttentionShape,
   type PagedFixture,
@@ -11,6 +11,7 @@ import {
 } from './paged-decode-fixtures.js';
 import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
 import { subgroupLanesPerRow } from './paged-decode-sg.wgsl.js';
+import { attentionErrorCode } from './testing/errors.js';
 import { lavapipeGpu } from './testing/lavapipe.js';
 import { maxAbsDiff, seededRng } from './testing/random.js';
 
@@ -131,6 +132,28 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
       COMPILE_TIMEOUT,
     );
   }
+
+  it(
+    'every keys-per-step (2, 4, 8) matches the reference, with keys past the end mid-step',
+    async () => {
+      // Contexts that end inside a step for every step size, and one shorter than a step.
+      const shape = { numQHeads: 4, numKvHeads: 2, headDim: 32, blockSize: 16, format: f16Format };
+      const fx = pagedFixture(seededRng(3), { ...shape, contextLens: [1, 3, 70, 133] });
+      for (const subgroupKeysPerStep of [2, 4, 8] as const) {
+        const kernel = await PagedDecodeAttention.create(gpu, fx.config, {
+          kernel: 'subgroup',
+          subgroupKeysPerStep,
+        });
+        await check(gpu, kernel, fx, 11, 1);
+        await check(gpu, kernel, fx, 12, 2);
+      }
+      const bad = { kernel: 'subgroup', subgroupKeysPerStep: 3 } as unknown as PagedDecodeOptions;
+      expect(await attentionErrorCode(() => PagedDecodeAttention.create(gpu, fx.config, bad))).toBe(
+        'INVALID_ARGUMENT',
+      );
+    },
+    COMPILE_TIMEOUT,
+  );
 
   it(
     'random batches (lengths, tables, splits) match the reference',

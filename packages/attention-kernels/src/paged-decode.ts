@@ -23,6 +23,8 @@ import {
 } from './paged-decode-hw.wgsl.js';
 import {
   pagedDecodeSubgroupShader,
+  SG_KEYS,
+  SG_KEYS_CHOICES,
   SG_WORKGROUP,
   subgroupDecodeWorkgroupBytes,
   subgroupLanesPerRow,
@@ -68,6 +70,12 @@ export interface PagedDecodeOptions extends PagedKernelTuning {
    *   adapter's limits allow it, else `'tiled'`.
    */
   readonly kernel?: DecodeKernelKind | 'auto';
+  /**
+   * Subgroup kernel only: consecutive keys each lane group scores per step, their K and V loads
+   * in flight together (2, 4 or 8; default 4). More keys hide more memory latency per lane and
+   * cost registers.
+   */
+  readonly subgroupKeysPerStep?: 2 | 4 | 8;
 }
 
 /**
@@ -297,6 +305,13 @@ export class PagedDecodeAttention {
         `kernel must be 'auto', 'hardware', 'subgroup', 'software' or 'tiled', got '${String(kind)}'`,
       );
     }
+    const keysPerStep = options.subgroupKeysPerStep ?? SG_KEYS;
+    if (!(SG_KEYS_CHOICES as readonly number[]).includes(keysPerStep)) {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        `subgroupKeysPerStep must be ${SG_KEYS_CHOICES.join(', ')}, got ${String(keysPerStep)}`,
+      );
+    }
     const sg = kind === 'subgroup' ? subgroupShape(gpu, config) : undefined;
     if (sg !== undefined && 'missing' in sg) {
       throw new AttentionKernelError(
@@ -334,10 +349,11 @@ export class PagedDecodeAttention {
     const tuning = resolveTuning(gpu, config.headDim, options);
     const common = pagedShaderOptions(config, layout, hpw, 1, tuning);
     const lanesPerRow = sg?.lanesPerRow ?? 1;
-    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}${sg === undefined ? '' : `-r${lanesPerRow}`}`;
+    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}${sg === undefined ? '' : `-r${lanesPerRow}-u${keysPerStep}`}`;
     const shader = {
       hardware: pagedDecodeHardwareShader,
-      subgroup: (o: AttentionShaderOptions) => pagedDecodeSubgroupShader({ ...o, lanesPerRow }),
+      subgroup: (o: AttentionShaderOptions) =>
+        pagedDecodeSubgroupShader({ ...o, lanesPerRow, keysPerStep }),
       software: pagedLanesShader,
       tiled: pagedAttentionShader,
     }[kernel];
