@@ -31,11 +31,11 @@ fetch() {
   fi
   echo "[lavapipe] fetching libvulkan1 and mesa-vulkan-drivers (bookworm-backports) into $root" >&2
   rm -rf "$root"
-  mkdir -p "$root/lists/partial" "$root/debs" "$root/root"
+  mkdir -p "$root/lists/partial" "$root/cache/archives/partial" "$root/debs" "$root/root"
   printf '%s\n' "deb http://deb.debian.org/debian bookworm main" \
     "deb http://deb.debian.org/debian bookworm-backports main" >"$root/sources.list"
   local apt_opts=(-o "Dir::Etc::sourcelist=$root/sources.list" -o "Dir::Etc::sourceparts=-"
-    -o "Dir::State::Lists=$root/lists" -o "APT::Get::List-Cleanup=0")
+    -o "Dir::State::Lists=$root/lists" -o "Dir::Cache=$root/cache" -o "APT::Get::List-Cleanup=0")
   apt-get "${apt_opts[@]}" update >/dev/null
   (
     cd "$root/debs"
