@@ -21,6 +21,7 @@
  */
 import {
   type AttentionShaderOptions,
+  DECODE_WORKGROUP_KEYS,
   f32Literal,
   kvLoadFn,
   MASK,
@@ -162,17 +163,7 @@ fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
   @builtin(local_invocation_index) lane: u32,
 ) {
-  let split = wid.x;
-  let seq = wid.z;
-  let kvh = wid.y / HEAD_CHUNKS;
-  let head0 = wid.y * G;
-  let ctx = meta_[params.ctx_offset + seq];
-  let key_begin = split * params.chunk_tokens;
-  // Whole workgroups past a short sequence's last split leave before any barrier.
-  if (key_begin >= ctx && split > 0u) {
-    return;
-  }
-  let key_end = min(ctx, key_begin + params.chunk_tokens);
+${DECODE_WORKGROUP_KEYS}
 
   for (var i = lane; i < G * D4; i += WG) {
     q_sh[i] = query[(seq * NUM_Q_HEADS + head0) * D4 + i] * ${f32Literal(o.qScale)};

@@ -20,6 +20,7 @@
  */
 import {
   type AttentionShaderOptions,
+  DECODE_WORKGROUP_KEYS,
   f32Literal,
   kvLoadFn,
   MASK,
@@ -179,17 +180,7 @@ fn main(
   @builtin(subgroup_invocation_id) sg_lane: u32,
   @builtin(subgroup_size) sg_size: u32,
 ) {
-  let split = wid.x;
-  let seq = wid.z;
-  let kvh = wid.y / HEAD_CHUNKS;
-  let head0 = wid.y * G;
-  let ctx = meta_[params.ctx_offset + seq];
-  let key_begin = split * params.chunk_tokens;
-  // Whole workgroups past a short sequence's last split leave before any barrier.
-  if (key_begin >= ctx && split > 0u) {
-    return;
-  }
-  let key_end = min(ctx, key_begin + params.chunk_tokens);
+${DECODE_WORKGROUP_KEYS}
   let bt = params.bt_offset + seq * params.max_blocks;
 
   for (var i = lane; i < G * D4; i += WG) {

@@ -3,48 +3,15 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format, kvFormat } from './kv-format.js';
 import { PagedDecodeAttention, type PagedDecodeOptions } from './paged-decode.js';
-import {
-  type AttentionShape,
-  type PagedFixture,
-  pagedFixture,
-  randomQuery,
-} from './paged-decode-fixtures.js';
-import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
+import { type AttentionShape, pagedFixture } from './paged-decode-fixtures.js';
 import { subgroupLanesPerRow } from './paged-decode-sg.wgsl.js';
+import { checkDecode } from './testing/decode-check.js';
 import { attentionErrorCode } from './testing/errors.js';
 import { lavapipeGpu } from './testing/lavapipe.js';
-import { maxAbsDiff, seededRng } from './testing/random.js';
+import { seededRng } from './testing/random.js';
 
-/** As in paged-decode.test.ts: f32 accumulation against the f64 reference. */
-const GPU_TOL = 2e-5;
 /** lavapipe (Mesa 25) compiles these kernels slowly the first time: up to a minute or two each. */
 const COMPILE_TIMEOUT = 300_000;
-
-async function check(
-  gpu: Gpu,
-  kernel: PagedDecodeAttention,
-  fx: PagedFixture,
-  seed: number,
-  numSplits: number | 'auto',
-): Promise<void> {
-  const numSeqs = fx.contextLens.length;
-  const query = randomQuery(seededRng(seed), fx.config, numSeqs);
-  const args = {
-    query,
-    blockTables: fx.blockTables,
-    contextLens: fx.contextLens,
-    numSeqs,
-    maxBlocksPerSeq: fx.maxBlocksPerSeq,
-  };
-  const kvCache = gpu.storageBuffer(fx.cache);
-  try {
-    const got = await kernel.run({ ...args, kvCache, numSplits });
-    const want = pagedDecodeAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
-    expect(maxAbsDiff(got, want)).toBeLessThan(GPU_TOL);
-  } finally {
-    gpu.releaseBuffer(kvCache);
-  }
-}
 
 describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU reference', () => {
   let gpu: Gpu;
@@ -126,8 +93,8 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
         const fx = pagedFixture(seededRng(7), { ...shape, contextLens: lens });
         const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: 'subgroup' });
         expect(kernel.kernel).toBe('subgroup');
-        await check(gpu, kernel, fx, 9, 1);
-        await check(gpu, kernel, fx, 10, 3);
+        await checkDecode(gpu, kernel, fx, 9, 1);
+        await checkDecode(gpu, kernel, fx, 10, 3);
       },
       COMPILE_TIMEOUT,
     );
@@ -144,8 +111,8 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
           kernel: 'subgroup',
           subgroupKeysPerStep,
         });
-        await check(gpu, kernel, fx, 11, 1);
-        await check(gpu, kernel, fx, 12, 2);
+        await checkDecode(gpu, kernel, fx, 11, 1);
+        await checkDecode(gpu, kernel, fx, 12, 2);
       }
       const bad = { kernel: 'subgroup', subgroupKeysPerStep: 3 } as unknown as PagedDecodeOptions;
       expect(await attentionErrorCode(() => PagedDecodeAttention.create(gpu, fx.config, bad))).toBe(
@@ -174,7 +141,7 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
           fc.integer({ min: 1, max: 2 ** 30 }),
           async (lens, numSplits, seed) => {
             const fx = pagedFixture(seededRng(seed), { ...shape, contextLens: lens });
-            await check(gpu, kernel, fx, seed + 1, numSplits);
+            await checkDecode(gpu, kernel, fx, seed + 1, numSplits);
           },
         ),
         { numRuns: 12 },

@@ -7,51 +7,13 @@ import {
   PagedDecodeAttention,
   type PagedDecodeOptions,
 } from './paged-decode.js';
-import {
-  type PagedFixture,
-  pagedFixture,
-  randomQuery,
-  type AttentionShape as Shape,
-} from './paged-decode-fixtures.js';
-import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
+import { pagedFixture, type AttentionShape as Shape } from './paged-decode-fixtures.js';
+import { checkDecode, DECODE_GPU_TOL } from './testing/decode-check.js';
 import { attentionErrorCode } from './testing/errors.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
 import { maxAbsDiff, seededRng } from './testing/random.js';
 
-/**
- * GPU (f32 accumulation, exp2) vs CPU reference (f64): values are in [-1, 1), so outputs are
- * too, and the measured error stays below 1e-6 even at 2,500 tokens; the tolerance leaves margin.
- */
-const GPU_TOL = 2e-5;
-
 afterAll(releaseTestGpu);
-
-async function check(
-  gpu: Gpu,
-  kernel: PagedDecodeAttention,
-  fx: PagedFixture,
-  seed: number,
-  numSplits: number | 'auto' = 'auto',
-): Promise<Float32Array> {
-  const numSeqs = fx.contextLens.length;
-  const query = randomQuery(seededRng(seed), fx.config, numSeqs);
-  const args = {
-    query,
-    blockTables: fx.blockTables,
-    contextLens: fx.contextLens,
-    numSeqs,
-    maxBlocksPerSeq: fx.maxBlocksPerSeq,
-  };
-  const kvCache = gpu.storageBuffer(fx.cache);
-  try {
-    const got = await kernel.run({ ...args, kvCache, numSplits });
-    const want = pagedDecodeAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
-    expect(maxAbsDiff(got, want)).toBeLessThan(GPU_TOL);
-    return got;
-  } finally {
-    gpu.releaseBuffer(kvCache);
-  }
-}
 
 describe('PagedDecodeAttention vs CPU reference', () => {
   let gpu: Gpu;
@@ -101,7 +63,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
         spareBlocks: 7,
       });
       const kernel = await PagedDecodeAttention.create(gpu, fx.config);
-      await check(gpu, kernel, fx, 1);
+      await checkDecode(gpu, kernel, fx, 1);
     });
   }
 
@@ -115,10 +77,10 @@ describe('PagedDecodeAttention vs CPU reference', () => {
       contextLens: [1, 33, 300, 2500],
     });
     const kernel = await PagedDecodeAttention.create(gpu, fx.config);
-    const whole = await check(gpu, kernel, fx, 2, 1);
-    const split = await check(gpu, kernel, fx, 2, 5);
+    const whole = await checkDecode(gpu, kernel, fx, 2, 1);
+    const split = await checkDecode(gpu, kernel, fx, 2, 5);
     // Same math in another order: the two paths agree to f32 rounding.
-    expect(maxAbsDiff(whole, split)).toBeLessThan(GPU_TOL);
+    expect(maxAbsDiff(whole, split)).toBeLessThan(DECODE_GPU_TOL);
     const plan = kernel.plan({
       blockTables: fx.blockTables,
       contextLens: fx.contextLens,
@@ -151,9 +113,9 @@ describe('PagedDecodeAttention vs CPU reference', () => {
         kernel: 'tiled',
       });
       expect(kernel.kernel).toBe('tiled');
-      outs.push(await check(gpu, kernel, fx, 3, 2));
+      outs.push(await checkDecode(gpu, kernel, fx, 3, 2));
     }
-    expect(maxAbsDiff(outs[0]!, outs[1]!)).toBeLessThan(GPU_TOL);
+    expect(maxAbsDiff(outs[0]!, outs[1]!)).toBeLessThan(DECODE_GPU_TOL);
     expect(
       await attentionErrorCode(() =>
         PagedDecodeAttention.create(gpu, { ...fx.config, headDim: 80 }, { vChunksPerLane: 4 }),
@@ -195,9 +157,9 @@ describe('PagedDecodeAttention vs CPU reference', () => {
         });
         const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: 'hardware' });
         expect(kernel.kernel).toBe('hardware');
-        const whole = await check(gpu, kernel, fx, 4, 1);
-        const split = await check(gpu, kernel, fx, 4, 3);
-        expect(maxAbsDiff(whole, split)).toBeLessThan(GPU_TOL);
+        const whole = await checkDecode(gpu, kernel, fx, 4, 1);
+        const split = await checkDecode(gpu, kernel, fx, 4, 3);
+        expect(maxAbsDiff(whole, split)).toBeLessThan(DECODE_GPU_TOL);
       });
     }
   });
@@ -219,8 +181,8 @@ describe('PagedDecodeAttention vs CPU reference', () => {
       });
       for (const kernel of ['software', 'tiled', 'hardware'] as const) {
         const k = await PagedDecodeAttention.create(gpu, fx.config, { kernel });
-        await check(gpu, k, fx, headDim, 1);
-        await check(gpu, k, fx, headDim, 2);
+        await checkDecode(gpu, k, fx, headDim, 1);
+        await checkDecode(gpu, k, fx, headDim, 2);
       }
     }
   }, 240_000);
@@ -236,7 +198,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
         contextLens: [70, 9],
       });
       const kernel = await PagedDecodeAttention.create(gpu, fx.config);
-      await check(gpu, kernel, fx, 6);
+      await checkDecode(gpu, kernel, fx, 6);
     }
   });
 
@@ -258,7 +220,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
         }),
         async ({ seed, lens, splits }) => {
           const fx = pagedFixture(seededRng(seed), { ...config, contextLens: lens });
-          await check(gpu, kernel, fx, seed, splits);
+          await checkDecode(gpu, kernel, fx, seed, splits);
         },
       ),
       { numRuns: 6, seed: 424242 },

@@ -79,21 +79,28 @@ export interface PagedDecodeOptions extends PagedKernelTuning {
 }
 
 /**
- * Heads per workgroup of the hardware-shaped kernel: the largest divisor of the group (at most
- * the software kernel's) whose workgroup memory fits the device; 0 when none does.
+ * Query heads per workgroup for a kernel whose workgroup memory is `bytesFor(heads)`: the
+ * largest divisor of the group (at most the software kernel's) that fits the device; 0 when
+ * none does.
  */
-function hardwareHeadsPerWorkgroup(gpu: Gpu, config: PagedAttentionConfig): number {
+function headsThatFit(
+  gpu: Gpu,
+  config: PagedAttentionConfig,
+  bytesFor: (heads: number) => number,
+): number {
   const group = config.numQHeads / config.numKvHeads;
-  if (gpu.limits.maxComputeInvocationsPerWorkgroup < HW_WORKGROUP) return 0;
   for (let h = headsPerWorkgroup(group); h >= 1; h--) {
-    if (group % h !== 0) continue;
-    const bytes = hardwareDecodeWorkgroupBytes({
-      headDim: config.headDim,
-      headsPerWorkgroup: h,
-    });
-    if (bytes <= gpu.limits.maxComputeWorkgroupStorageSize) return h;
+    if (group % h === 0 && bytesFor(h) <= gpu.limits.maxComputeWorkgroupStorageSize) return h;
   }
   return 0;
+}
+
+/** Heads per workgroup of the hardware-shaped kernel; 0 when the device cannot run it. */
+function hardwareHeadsPerWorkgroup(gpu: Gpu, config: PagedAttentionConfig): number {
+  if (gpu.limits.maxComputeInvocationsPerWorkgroup < HW_WORKGROUP) return 0;
+  return headsThatFit(gpu, config, (h) =>
+    hardwareDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: h }),
+  );
 }
 
 /**
@@ -112,19 +119,11 @@ function subgroupShape(
     return { missing: `${SG_WORKGROUP} invocations per workgroup` };
   }
   const lanesPerRow = subgroupLanesPerRow(config.headDim, min);
-  const group = config.numQHeads / config.numKvHeads;
-  for (let h = headsPerWorkgroup(group); h >= 1; h--) {
-    if (group % h !== 0) continue;
-    const bytes = subgroupDecodeWorkgroupBytes({
-      headDim: config.headDim,
-      headsPerWorkgroup: h,
-      lanesPerRow,
-    });
-    if (bytes <= gpu.limits.maxComputeWorkgroupStorageSize) return { lanesPerRow, heads: h };
-  }
-  return {
-    missing: `${subgroupDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: 1, lanesPerRow })} bytes of workgroup memory`,
-  };
+  const bytesFor = (h: number) =>
+    subgroupDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: h, lanesPerRow });
+  const heads = headsThatFit(gpu, config, bytesFor);
+  if (heads > 0) return { lanesPerRow, heads };
+  return { missing: `${bytesFor(1)} bytes of workgroup memory` };
 }
 
 /** Host-side description of one decode step, turned into a {@link PagedDecodePlan}. */

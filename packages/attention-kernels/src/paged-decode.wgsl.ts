@@ -147,6 +147,24 @@ export function rotateQSh(
 }
 
 /**
+ * WGSL statements that start the hardware and subgroup decode kernels (grid: split, KV head ×
+ * head chunk, sequence): the workgroup's KV head and first query head, and its key range
+ * [key_begin, key_end); workgroups past a short sequence's last split return (uniformly,
+ * before any barrier). Expects `wid`, `G` and `HEAD_CHUNKS`.
+ */
+export const DECODE_WORKGROUP_KEYS = `  let split = wid.x;
+  let seq = wid.z;
+  let kvh = wid.y / HEAD_CHUNKS;
+  let head0 = wid.y * G;
+  let ctx = meta_[params.ctx_offset + seq];
+  let key_begin = split * params.chunk_tokens;
+  // Whole workgroups past a short sequence's last split leave before any barrier.
+  if (key_begin >= ctx && split > 0u) {
+    return;
+  }
+  let key_end = min(ctx, key_begin + params.chunk_tokens);`;
+
+/**
  * The params struct and bindings of every pass-1 kernel (both decode shapes and prefill): the
  * dispatch code binds the same buffers whichever kernel it runs.
  */

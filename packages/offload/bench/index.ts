@@ -146,18 +146,21 @@ async function compare(
   const gbs = (ms: number) => bytes / (ms / 1000) / 1e9;
   const ms = (xs: Timing[]) => median(xs.map((x) => x.ms));
   const [rp, p, rg, g] = [ms(t.rawPut), ms(t.put), ms(t.rawGet), ms(t.get)];
-  const reps_ = t.put.map((_, i) => i);
-  const at = (xs: Timing[], i: number): Timing => xs[i] ?? { ms: Number.NaN, cpuMs: Number.NaN };
-  const sum = (a: Timing, b: Timing): Timing => ({ ms: a.ms + b.ms, cpuMs: a.cpuMs + b.cpuMs });
-  const raw = reps_.map((i) => sum(at(t.rawPut, i), at(t.rawGet, i)));
-  const store = reps_.map((i) => sum(at(t.put, i), at(t.get, i)));
+  // Put + get of each rep, raw side and store side.
+  const both = (puts: Timing[], gets: Timing[]): Timing[] =>
+    puts.map((p, i) => {
+      const g = gets[i] ?? { ms: Number.NaN, cpuMs: Number.NaN };
+      return { ms: p.ms + g.ms, cpuMs: p.cpuMs + g.cpuMs };
+    });
+  const raw = both(t.rawPut, t.rawGet);
+  const store = both(t.put, t.get);
   return {
     raw_put_gbs: gbs(rp),
     put_gbs: gbs(p),
     raw_get_gbs: gbs(rg),
     get_gbs: gbs(g),
     // Paired per rep (same moment, same machine load), then the median.
-    vs_raw: median(reps_.map((i) => (raw[i] as Timing).ms / (store[i] as Timing).ms)),
+    vs_raw: median(raw.map((r, i) => r.ms / (store[i] as Timing).ms)),
     raw_cpu_cores: median(raw.map((x) => x.cpuMs / x.ms)),
     cpu_cores: median(store.map((x) => x.cpuMs / x.ms)),
     raw_cpu_s: median(raw.map((x) => x.cpuMs / 1000)),
