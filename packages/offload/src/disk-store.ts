@@ -515,8 +515,9 @@ export class DiskStore implements KvBlockStore, EvictionSource {
    * Reads and verifies blocks straight into the caller's buffers (a staging area reused from
    * step to step, say): no allocation and no copy, where {@link DiskStore.getMany} hands back a
    * fresh buffer per block. `targets[i]` receives block `keys[i]`, must be exactly as long as
-   * the block, and must not overlap another target. The checksum is computed on the calling
-   * thread (a caller's buffer cannot move to a worker).
+   * the block, and must not overlap another target. A caller's buffer cannot move to a
+   * checksum worker: with workers, one hashes the same bytes from the still-open file; inline,
+   * the calling thread hashes the target, in place when it is a `stagingBuffers()` buffer.
    * @returns per key, whether the block was read and verified into its target. On `false` (a
    *   miss, a corrupt or foreign entry, deleted as by `getMany`, or a stored block of another
    *   length, left alone) the target's bytes are unspecified.

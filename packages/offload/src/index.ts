@@ -17,6 +17,7 @@ export {
 export { HostMemoryStore, type HostMemoryStoreOptions } from './host-memory-store';
 export { isBlockHash, KV_FORMAT_VERSION, type KvNamespaceSpec, kvNamespace } from './keys';
 export { RedisStore, type RedisStoreOptions, type RedisStoreStats } from './redis-store';
+export { isStagingBuffer, stagingBuffers } from './staging';
 export {
   type FetchOptions,
   type FetchResult,

@@ -2,6 +2,7 @@ import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { encodeFrame } from './frame';
 import { RedisStore, type RedisStoreOptions } from './redis-store';
+import { stagingBuffers } from './staging';
 import { block, key, NS, OTHER_NS, sameBytes } from './testing/fixtures';
 import { type RedisServerHandle, startRedisServer } from './testing/redis-server';
 
@@ -49,6 +50,21 @@ describe('RedisStore', () => {
     expect(await raw.exists(`test:${NS}:${key(0)}`)).toBe(1);
     expect((await raw.keys('*')).length).toBe(3);
     expect(s.stats()).toMatchObject({ hits: 3, misses: 1, puts: 3, errors: 0, status: 'ready' });
+  });
+
+  it('puts from staging buffers (checksummed in place), which are free to reuse at once', async () => {
+    const s = await store();
+    const staged = stagingBuffers(2, 70_001);
+    const want = [block(20, 70_001), block(21, 70_001)];
+    staged.forEach((b, i) => {
+      b.set(want[i] as Uint8Array);
+    });
+    expect(await s.putMany(staged.map((value, i) => ({ key: key(i), value })))).toBe(2);
+    for (const b of staged) b.fill(7);
+    const got = await s.getMany([key(0), key(1)]);
+    expect(sameBytes(got[0], want[0])).toBe(true);
+    expect(sameBytes(got[1], want[1])).toBe(true);
+    expect(s.stats()).toMatchObject({ hits: 2, corrupt: 0, errors: 0 });
   });
 
   it('counts a present prefix in one pipelined round trip and deletes', async () => {

@@ -137,9 +137,13 @@ export function xxh64WasmBytes(): Uint8Array {
   return moduleBytes;
 }
 
-let instance:
-  | { mem: Uint8Array; state: BigUint64Array; stripes: (p: number, end: number) => void }
-  | undefined;
+interface Hasher {
+  /** The module's memory, as bytes. */
+  mem: Uint8Array;
+  /** v1..v4, at bytes 0..31 of the memory. */
+  state: BigUint64Array;
+  stripes: (p: number, end: number) => void;
+}
 
 // The few WebAssembly names used here (this package compiles without the DOM library).
 interface WasmApi {
@@ -148,20 +152,61 @@ interface WasmApi {
     module: object,
     imports: object,
   ) => {
-    exports: { mem: { buffer: ArrayBuffer }; stripes: (p: number, end: number) => void };
+    exports: {
+      mem: { buffer: ArrayBuffer; grow(pages: number): number };
+      stripes: (p: number, end: number) => void;
+    };
   };
 }
 
-function wasm(): NonNullable<typeof instance> {
-  if (instance !== undefined) return instance;
+let compiled: object | undefined;
+
+/** A new instance of the stripe module, its memory grown once by `extraPages` (never again). */
+function instantiate(extraPages = 0): Hasher {
   const api = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
-  const exports = new api.Instance(new api.Module(xxh64WasmBytes()), {}).exports;
-  instance = {
+  compiled ??= new api.Module(xxh64WasmBytes());
+  const exports = new api.Instance(compiled, {}).exports;
+  // Growing replaces the memory's ArrayBuffer: take the views after it.
+  if (extraPages > 0) exports.mem.grow(extraPages);
+  return {
     mem: new Uint8Array(exports.mem.buffer),
     state: new BigUint64Array(exports.mem.buffer, 0, 4),
     stripes: exports.stripes,
   };
+}
+
+let instance: Hasher | undefined;
+
+function wasm(): Hasher {
+  instance ??= instantiate();
   return instance;
+}
+
+/** Instances whose memory holds staging buffers, by that memory's ArrayBuffer. */
+const staged = new WeakMap<ArrayBuffer, Hasher>();
+
+/**
+ * `count` buffers of `bytes` each, laid out `stride` bytes apart from {@link XXH64_DATA} in the
+ * memory of a stripe-module instance of their own, which hashes them where they lie: no copy
+ * into the module's memory first, which is half the cost of hashing an ordinary buffer. The
+ * memory is sized once and never grows, so the buffers stay valid for as long as they are
+ * referenced. Limits are the caller's to check (WebAssembly's 4 GiB).
+ */
+export function xxh64StagingBuffers(count: number, bytes: number, stride: number): Uint8Array[] {
+  const total = XXH64_DATA + count * stride;
+  const hasher = instantiate(Math.max(0, Math.ceil(total / 65536) - (CHUNK_PAGES + 1)));
+  const buffer = hasher.mem.buffer as ArrayBuffer;
+  staged.set(buffer, hasher);
+  return Array.from(
+    { length: count },
+    (_, i) => new Uint8Array(buffer, XXH64_DATA + i * stride, bytes),
+  );
+}
+
+/** The instance that hashes `data` in place, when `data` lies in staging memory past the state. */
+export function xxh64InPlace(data: Uint8Array): Hasher | undefined {
+  const hasher = staged.get(data.buffer as ArrayBuffer);
+  return hasher !== undefined && data.byteOffset >= XXH64_DATA ? hasher : undefined;
 }
 
 const rotl = (x: bigint, r: bigint): bigint => ((x << r) | (x >> (64n - r))) & M64;
@@ -185,10 +230,15 @@ export function xxh64InitLanes(seed = 0n): Xxh64Lanes {
  * hand the lanes to {@link xxh64Finish}.
  */
 export function xxh64Lanes(data: Uint8Array, seed = 0n): Xxh64Lanes {
-  const w = wasm();
+  const inPlace = xxh64InPlace(data);
+  const w = inPlace ?? wasm();
   const init = xxh64InitLanes(seed);
   for (let i = 0; i < 4; i++) w.state[i] = init[i]!;
   const body = data.byteLength - (data.byteLength % 32);
+  if (inPlace !== undefined) {
+    inPlace.stripes(data.byteOffset, data.byteOffset + body);
+    return [w.state[0]!, w.state[1]!, w.state[2]!, w.state[3]!];
+  }
   // The module sees only its own memory: copy in a chunk at a time (a copy runs at memory speed).
   for (let p = 0; p < body; ) {
     const n = Math.min(CHUNK, body - p);
