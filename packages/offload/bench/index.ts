@@ -241,8 +241,9 @@ async function main(): Promise<void> {
   });
   await mkdir(join(dir, 'raw'), { recursive: true });
   const rawPath = (r: number, i: number) => join(dir, 'raw', `${r}-${i}`);
-  const rawDiskPut = (r: number) =>
-    mapLimit(values, DISK_CONCURRENCY, async (v, i) => {
+  // Writes the bytes of `from` (the values, or the same bytes in staging buffers) as plain files.
+  const rawDiskPutFrom = (from: readonly Uint8Array[]) => (r: number) =>
+    mapLimit(from, DISK_CONCURRENCY, async (v, i) => {
       const fh = await openFile(rawPath(r, i), 'wx');
       try {
         await fh.write(v, 0, v.byteLength, 0);
@@ -250,26 +251,31 @@ async function main(): Promise<void> {
         await fh.close();
       }
     });
+  const rawDiskPut = rawDiskPutFrom(values);
   // How the raw read treats its buffers: `drop` each as soon as the next one is read (the
   // issue's baseline), `hold` all until the step ends (as a getMany caller holds its results),
-  // or read `into` the staging buffers reused from step to step (as getManyInto does).
+  // or read `into` buffers reused from step to step (as getManyInto does): `targets`.
   const staging = values.map((v) => Buffer.allocUnsafeSlow(v.byteLength));
-  const rawDiskGet = (mode: 'drop' | 'hold' | 'into') => async (r: number) => {
-    const held: Buffer[] = [];
-    await mapLimit(values, DISK_CONCURRENCY, async (_, i) => {
-      const fh = await openFile(rawPath(r, i), 'r');
-      try {
-        const buf =
-          mode === 'into' ? (staging[i] as Buffer) : Buffer.allocUnsafe((await fh.stat()).size);
-        await fh.read(buf, 0, buf.byteLength, 0);
-        if (mode === 'hold') held[i] = buf;
-        else if (mode === 'drop') sink[1] = buf;
-      } finally {
-        await fh.close();
-      }
-    });
-    if (mode === 'hold') sink[1] = held;
-  };
+  const rawDiskGet =
+    (mode: 'drop' | 'hold' | 'into', targets: readonly Uint8Array[] = staging) =>
+    async (r: number) => {
+      const held: Uint8Array[] = [];
+      await mapLimit(values, DISK_CONCURRENCY, async (_, i) => {
+        const fh = await openFile(rawPath(r, i), 'r');
+        try {
+          const buf =
+            mode === 'into'
+              ? (targets[i] as Uint8Array)
+              : Buffer.allocUnsafe((await fh.stat()).size);
+          await fh.read(buf, 0, buf.byteLength, 0);
+          if (mode === 'hold') held[i] = buf;
+          else if (mode === 'drop') sink[1] = buf;
+        } finally {
+          await fh.close();
+        }
+      });
+      if (mode === 'hold') sink[1] = held;
+    };
   const diskCleanup = async (r: number) => {
     await disk.delete(keysOf(r));
     await Promise.all(values.map((_, i) => unlink(rawPath(r, i))));
@@ -284,15 +290,15 @@ async function main(): Promise<void> {
   const diskHoldPair = await compare(rawDiskPut, diskPut, rawDiskGet('hold'), diskGet, diskCleanup);
   // Reads into buffers the caller reuses (a staging area): getManyInto beside a raw read into
   // the same buffers, so that neither side allocates.
-  const diskGetInto = async (r: number) => {
-    const ok = await disk.getManyInto(keysOf(r), staging);
+  const diskGetInto = (targets: readonly Uint8Array[]) => async (r: number) => {
+    const ok = await disk.getManyInto(keysOf(r), targets);
     if (!ok.every(Boolean)) throw new Error('getManyInto missed a block it had just stored');
   };
   const diskIntoPair = await compare(
     rawDiskPut,
     diskPut,
     rawDiskGet('into'),
-    diskGetInto,
+    diskGetInto(staging),
     diskCleanup,
   );
   // The same in staging buffers (stagingBuffers: memory the checksum reads in place): puts from
@@ -300,35 +306,13 @@ async function main(): Promise<void> {
   const stagedValues = stagingBuffers(BLOCKS, BLOCK);
   const stagedTargets = stagingBuffers(BLOCKS, BLOCK);
   for (const [i, s] of stagedValues.entries()) s.set(values[i] as Uint8Array);
-  const rawStagedPut = (r: number) =>
-    mapLimit(stagedValues, DISK_CONCURRENCY, async (v, i) => {
-      const fh = await openFile(rawPath(r, i), 'wx');
-      try {
-        await fh.write(v, 0, v.byteLength, 0);
-      } finally {
-        await fh.close();
-      }
-    });
-  const rawStagedGet = (r: number) =>
-    mapLimit(stagedTargets, DISK_CONCURRENCY, async (buf, i) => {
-      const fh = await openFile(rawPath(r, i), 'r');
-      try {
-        await fh.read(buf, 0, buf.byteLength, 0);
-      } finally {
-        await fh.close();
-      }
-    });
   const stagedPut = (r: number) =>
     disk.putMany(stagedValues.map((value, i) => ({ key: hexKey(r + 16, i), value })));
-  const stagedGet = async (r: number) => {
-    const ok = await disk.getManyInto(keysOf(r), stagedTargets);
-    if (!ok.every(Boolean)) throw new Error('getManyInto missed a block it had just stored');
-  };
   const diskStagedPair = await compare(
-    rawStagedPut,
+    rawDiskPutFrom(stagedValues),
     stagedPut,
-    rawStagedGet,
-    stagedGet,
+    rawDiskGet('into', stagedTargets),
+    diskGetInto(stagedTargets),
     diskCleanup,
   );
   // A store that failed (a checksum worker that could not run, say) would look fast: refuse.
