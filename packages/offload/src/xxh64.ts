@@ -235,16 +235,15 @@ export function xxh64Lanes(data: Uint8Array, seed = 0n): Xxh64Lanes {
   const init = xxh64InitLanes(seed);
   for (let i = 0; i < 4; i++) w.state[i] = init[i]!;
   const body = data.byteLength - (data.byteLength % 32);
-  if (inPlace !== undefined) {
-    inPlace.stripes(data.byteOffset, data.byteOffset + body);
-    return [w.state[0]!, w.state[1]!, w.state[2]!, w.state[3]!];
-  }
-  // The module sees only its own memory: copy in a chunk at a time (a copy runs at memory speed).
-  for (let p = 0; p < body; ) {
-    const n = Math.min(CHUNK, body - p);
-    w.mem.set(data.subarray(p, p + n), DATA);
-    w.stripes(DATA, DATA + n);
-    p += n;
+  if (inPlace !== undefined) inPlace.stripes(data.byteOffset, data.byteOffset + body);
+  else {
+    // The module sees only its own memory: copy in a chunk at a time (a copy runs at memory speed).
+    for (let p = 0; p < body; ) {
+      const n = Math.min(CHUNK, body - p);
+      w.mem.set(data.subarray(p, p + n), DATA);
+      w.stripes(DATA, DATA + n);
+      p += n;
+    }
   }
   return [w.state[0]!, w.state[1]!, w.state[2]!, w.state[3]!];
 }
