@@ -108,7 +108,10 @@ async function buildOffload(
  * Builds a ready engine from a configuration: model (or the embedded default), memory plan,
  * KV cache, eviction policy, offload tiers, scheduler.
  */
-export async function buildEngine(config: EngineConfig): Promise<BuiltEngine> {
+export async function buildEngine(
+  config: EngineConfig,
+  options: { readonly log?: (line: string) => void } = {},
+): Promise<BuiltEngine> {
   const { model, plan, path, isDefault } = await loadAndPlan(config);
   const evictionPolicy = await loadEvictionPolicy(config.evictionPolicy);
   const offload = await buildOffload(config, model);
@@ -122,6 +125,7 @@ export async function buildEngine(config: EngineConfig): Promise<BuiltEngine> {
     evictionPolicy,
     servedModelName,
     ...(offload ? { offload } : {}),
+    ...(options.log ? { log: options.log } : {}),
   });
   return {
     engine,

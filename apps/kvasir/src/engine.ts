@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { KvasirError } from '@kvasir/errors';
 import type { BlockHash, CachedPrefix, ExtraKeys } from '@kvasir/kv-allocator';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { Sampler, SamplingState } from '@kvasir/model';
@@ -41,6 +42,8 @@ export interface KvasirEngineOptions {
   readonly offload?: { readonly store: TieredStore; readonly tiers: readonly KvBlockStore[] };
   /** Name clients use; default the runner's model id. */
   readonly servedModelName?: string;
+  /** Where the engine reports failures it survived (a failed step); default stderr. */
+  readonly log?: (line: string) => void;
 }
 
 interface Choice {
@@ -72,6 +75,11 @@ export interface PrefixOffloadStats {
   readonly skippedImports: number;
   /** Failed reads, writes and lookups (never thrown into the engine). */
   readonly errors: number;
+  /**
+   * Blocks a lookup found listed but could not read back (deleted, or corrupt and dropped by
+   * the tier); each is written again the next time it is full.
+   */
+  readonly missingBlocks: number;
 }
 
 /** Blocks fetched for one request, waiting to be imported between engine steps. */
@@ -90,6 +98,21 @@ const PREFIX_FETCH_DEADLINE_MS = 2_000;
 const STORED_HASHES_LIMIT = 16_384;
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** Codes after which the device can run nothing more: the only step failures that are fatal. */
+const FATAL_CODES = new Set(['DEVICE_LOST', 'DESTROYED']);
+
+/** True when `error` (or an error it was caused by) says the device is gone. */
+export function isDeviceLost(error: unknown): boolean {
+  for (let e = error, depth = 0; e !== undefined && depth < 8; depth++) {
+    if (KvasirError.isInstance(e) && FATAL_CODES.has(e.code)) return true;
+    e = e instanceof Error ? e.cause : undefined;
+  }
+  return false;
+}
+
+const describeError = (error: unknown): string =>
+  error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 
 /** Deterministic per-choice seed: choice i of seed s always samples the same way. */
 function choiceSeed(seed: number | undefined, index: number): number | undefined {
@@ -145,6 +168,10 @@ export class KvasirEngine implements InferenceEngine {
   #prefixImportedBlocks = 0;
   #prefixSkipped = 0;
   #prefixErrors = 0;
+  #prefixMissing = 0;
+  #failedSteps = 0;
+  #failedRequests = 0;
+  readonly #log: (line: string) => void;
   /** Steps run so far (for tests and benchmarks). */
   steps = 0;
 
@@ -153,6 +180,7 @@ export class KvasirEngine implements InferenceEngine {
     this.runner = runner;
     this.config = config;
     this.#offload = options.offload;
+    this.#log = options.log ?? ((line) => process.stderr.write(`kvasir: ${line}\n`));
     const facts = runner.facts;
     this.kvCache = new KvCacheManager({
       numBlocks: facts.numBlocks,
@@ -201,6 +229,7 @@ export class KvasirEngine implements InferenceEngine {
       created: Math.floor(Date.now() / 1000),
       ownedBy: 'kvasir',
       maxModelLen,
+      vocabSize: facts.vocabSize,
     };
     this.#extraKeys = { modelId: this.modelCard.id };
     // Off by default where prefix blocks would compete with swapped-out blocks for a single
@@ -271,6 +300,21 @@ export class KvasirEngine implements InferenceEngine {
       },
       preemptions: { recompute: m.preemptionsRecompute, swap: m.preemptionsSwap },
       offloadHits,
+      evictions: kv.evictions,
+      failures: { steps: this.#failedSteps, requests: this.#failedRequests },
+      offloadTiers: (this.#offload?.tiers ?? []).map((tier) => {
+        const t = tier.stats();
+        const status = (t as { status?: unknown }).status;
+        return {
+          tier: t.tier,
+          ...(typeof status === 'string' ? { connected: status === 'ready' } : {}),
+          misses: t.misses,
+          corrupt: t.corrupt,
+          foreign: t.foreign,
+          errors: t.errors,
+          evictions: t.evictions,
+        };
+      }),
     };
   }
 
@@ -287,6 +331,7 @@ export class KvasirEngine implements InferenceEngine {
       importedTokens: this.#prefixImportedBlocks * this.runner.facts.kvLayout.blockSize,
       skippedImports: this.#prefixSkipped,
       errors: this.#prefixErrors,
+      missingBlocks: this.#prefixMissing,
     };
   }
 
@@ -309,6 +354,16 @@ export class KvasirEngine implements InferenceEngine {
       );
     }
     const facts = this.runner.facts;
+    const outside = request.promptTokens.findIndex(
+      (id) => !Number.isInteger(id) || id < 0 || id >= facts.vocabSize,
+    );
+    if (outside >= 0) {
+      throw new EngineError(
+        'INVALID_REQUEST',
+        `prompt: token ${outside} has id ${request.promptTokens[outside]}, outside the vocabulary [0, ${facts.vocabSize})`,
+        { details: { param: 'prompt' } },
+      );
+    }
     const promptBlocks = Math.ceil(request.promptTokens.length / facts.kvLayout.blockSize);
     if (promptBlocks > facts.numBlocks) {
       throw new EngineError(
@@ -433,6 +488,53 @@ export class KvasirEngine implements InferenceEngine {
   async step(): Promise<boolean> {
     const plan = this.scheduler.schedule();
     this.steps++;
+    try {
+      return await this.#runPlan(plan);
+    } catch (error) {
+      // Only a lost device ends the engine; any other failure ends the requests of this step.
+      if (isDeviceLost(error)) throw error;
+      this.#failStep(plan, error);
+      return true;
+    }
+  }
+
+  /**
+   * Ends every request of a step that threw: their blocks are freed without entering the prefix
+   * cache (the step may have left them half written), their streams fail with a clean error,
+   * and every other request goes on.
+   */
+  #failStep(plan: BatchPlan, error: unknown): void {
+    const ids = new Set<string>();
+    for (const row of plan.rows) ids.add(row.requestId);
+    for (const t of plan.swapOut) ids.add(t.requestId);
+    for (const t of plan.swapIn) ids.add(t.requestId);
+    this.#failedSteps++;
+    this.#log(
+      `step ${plan.step} failed (${describeError(error)}); ending its ${ids.size} request(s): ${[...ids].join(', ')}`,
+    );
+    for (const id of ids) {
+      this.#failRequest(
+        id,
+        { keepCached: false },
+        new EngineError('INTERNAL', 'the engine failed while running this request', {
+          cause: error,
+        }),
+      );
+    }
+  }
+
+  /** Ends one request with an error: the scheduler frees its blocks, its stream throws. */
+  #failRequest(requestId: string, options: { keepCached: boolean }, error: EngineError): void {
+    this.scheduler.abort(requestId, options);
+    const live = this.#live.get(requestId);
+    if (!live || live.finished) return;
+    this.#failedRequests++;
+    live.finished = true;
+    this.#live.delete(requestId);
+    live.queue.fail(error);
+  }
+
+  async #runPlan(plan: BatchPlan): Promise<boolean> {
     if (plan.swapOut.length > 0) await this.#swapOut(plan);
     const lost = plan.swapIn.length > 0 ? await this.#swapIn(plan) : undefined;
     if (plan.copies.length > 0) await this.runner.copyBlocks(plan.copies);
@@ -456,26 +558,21 @@ export class KvasirEngine implements InferenceEngine {
           continue;
         }
         const index = plan.sampleIndices[i]!;
-        const choice = live.choices[index]!;
-        const s = live.request.sampling;
-        const result = this.#sampler.sample(
-          row,
-          {
-            temperature: s.temperature,
-            topP: s.topP,
-            topK: s.topK,
-            minP: s.minP,
-            presencePenalty: s.presencePenalty,
-            frequencyPenalty: s.frequencyPenalty,
-            repetitionPenalty: s.repetitionPenalty,
-            logprobs: live.request.logprobs !== undefined,
-            topLogprobs: live.request.logprobs ?? 0,
-          },
-          choice.state,
-        );
-        tokenIds[i] = result.token;
-        logprobs[i] = result.logprob ?? 0;
-        this.#emitToken(live, index, result.token, result.logprob ?? 0, result.topLogprobs);
+        try {
+          const result = this.#sample(live, index, row);
+          tokenIds[i] = result.token;
+          logprobs[i] = result.logprob ?? 0;
+          this.#emitToken(live, index, result.token, result.logprob ?? 0, result.topLogprobs);
+        } catch (error) {
+          // The forward pass wrote this request's KV; only its sampling failed.
+          tokenIds[i] = 0;
+          this.#log(`sampling request ${requestId} failed (${describeError(error)})`);
+          this.#failRequest(
+            requestId,
+            { keepCached: true },
+            new EngineError('INTERNAL', 'sampling failed for this request', { cause: error }),
+          );
+        }
       }
     } else {
       seqIds = new Int32Array(0);
@@ -485,19 +582,36 @@ export class KvasirEngine implements InferenceEngine {
       const live = this.#live.get(output.requestId);
       if (live) this.#finish(live, output);
     }
-    // Requests whose swapped-out KV could not be read back end with an error (never wrong text).
+    // Requests whose swapped-out KV could not be read back end with an error (never wrong
+    // text); their blocks were hashed at swap-in but never written, so none stays cached.
     for (const requestId of lost ?? []) {
-      this.scheduler.abort(requestId);
-      const live = this.#live.get(requestId);
-      if (!live) continue;
-      live.finished = true;
-      this.#live.delete(requestId);
-      live.queue.fail(
+      this.#failRequest(
+        requestId,
+        { keepCached: false },
         new EngineError('INTERNAL', 'the KV cache of this request was lost from the offload tier'),
       );
     }
     return (
       plan.numTokens > 0 || plan.swapIn.length > 0 || plan.swapOut.length > 0 || outputs.length > 0
+    );
+  }
+
+  #sample(live: Live, index: number, row: Float32Array) {
+    const s = live.request.sampling;
+    return this.#sampler.sample(
+      row,
+      {
+        temperature: s.temperature,
+        topP: s.topP,
+        topK: s.topK,
+        minP: s.minP,
+        presencePenalty: s.presencePenalty,
+        frequencyPenalty: s.frequencyPenalty,
+        repetitionPenalty: s.repetitionPenalty,
+        logprobs: live.request.logprobs !== undefined,
+        topLogprobs: live.request.logprobs ?? 0,
+      },
+      live.choices[index]!.state,
     );
   }
 
@@ -699,6 +813,10 @@ export class KvasirEngine implements InferenceEngine {
     void write.finally(() => this.#pendingWrites.delete(write));
   }
 
+  #forgetStored(hash: BlockHash): void {
+    this.#storedHashes.delete(hash);
+  }
+
   #rememberStored(hash: BlockHash): void {
     this.#storedHashes.add(hash);
     if (this.#storedHashes.size > STORED_HASHES_LIMIT) {
@@ -727,6 +845,9 @@ export class KvasirEngine implements InferenceEngine {
       if (rest.length === 0) return;
       const started = performance.now();
       const m = await store.countPrefix(rest, { deadlineMs: PREFIX_FETCH_DEADLINE_MS });
+      // A block this process wrote that the tiers no longer have (deleted, or found corrupt and
+      // dropped) is written again the next time it is full.
+      if (m < rest.length) this.#forgetStored(rest[m]!);
       if (m <= 0) return;
       const left = PREFIX_FETCH_DEADLINE_MS - (performance.now() - started);
       if (left <= 0) {
@@ -741,6 +862,14 @@ export class KvasirEngine implements InferenceEngine {
         if (v === undefined || v.byteLength !== this.runner.facts.blockBytes) break;
         values.push(v);
       }
+      // Past the deadline a miss may only be late, not lost.
+      fetched.values.forEach((v, i) => {
+        if (fetched.expired > 0) return;
+        if (v === undefined || v.byteLength !== this.runner.facts.blockBytes) {
+          this.#prefixMissing++;
+          this.#forgetStored(keys[i]!);
+        }
+      });
       if (values.length === 0) {
         this.#prefixSkipped++;
         return;

@@ -135,14 +135,19 @@ export class BlockPool {
     this.refCounts[block]!++;
   }
 
-  /** Drops a reference; at zero a hashed block becomes cached, an unhashed one free. */
-  release(block: BlockId): void {
+  /**
+   * Drops a reference; at zero a hashed block becomes cached, an unhashed one free. With
+   * `keepCached: false` a block whose last reference this was is freed and forgets its hash:
+   * for content that was never written (a failed step), which no prefix lookup may ever hit.
+   */
+  release(block: BlockId, keepCached = true): void {
     const rc = --this.refCounts[block]!;
     if (rc > 0) return;
     if (rc < 0) {
       this.refCounts[block] = 0;
       throw new KvAllocatorError('DOUBLE_FREE', `block ${block} released more often than retained`);
     }
+    if (!keepCached) this.dropHash(block);
     if (this.hashes[block] !== undefined) {
       this.cached++;
       this.policy.insert(block);

@@ -3,6 +3,7 @@ export { KvAllocatorError, type KvAllocatorErrorCode } from './errors';
 export { hashBlock, rootHash } from './hash';
 export {
   type AllocateOptions,
+  type FreeOptions,
   KvCacheManager,
   type KvCacheManagerOptions,
 } from './kv-cache-manager';

@@ -8,7 +8,8 @@ type Op =
   | { kind: 'new'; tokens: number[]; usePrefix: boolean }
   | { kind: 'append'; pick: number; tokens: number[] }
   | { kind: 'fork'; pick: number }
-  | { kind: 'free'; pick: number };
+  | { kind: 'free'; pick: number }
+  | { kind: 'fail'; pick: number; tokens: number[] };
 
 // A small vocabulary and shared starts make prefix hits frequent.
 const tokenArb = fc.integer({ min: 0, max: 3 });
@@ -25,6 +26,12 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   }),
   fc.record({ kind: fc.constant('fork' as const), pick: fc.nat() }),
   fc.record({ kind: fc.constant('free' as const), pick: fc.nat() }),
+  // A step that allocated slots and then failed before writing them (copies included).
+  fc.record({
+    kind: fc.constant('fail' as const),
+    pick: fc.nat(),
+    tokens: fc.array(tokenArb, { minLength: 1, maxLength: 12 }),
+  }),
 );
 
 /**
@@ -93,6 +100,18 @@ function run(ops: Op[], numBlocks: number, blockSize: number, policy: 'lru' | 'l
         const child = nextId++;
         m.fork(seq, child);
         contents.set(child, [...contents.get(seq)!]);
+      } else if (op.kind === 'fail') {
+        // What the slots hold is garbage (-2): later prefix hits must never read them.
+        const all = [...contents.get(seq)!, ...op.tokens];
+        const r = m.allocateSlots(seq, op.tokens);
+        if (r.ok) for (const slot of r.slotMapping) memory[slot] = -2;
+        m.free(seq, { keepCached: false });
+        contents.delete(seq);
+        const hit = m.findCachedPrefix(all);
+        for (let pos = 0; pos < hit.numTokens; pos++) {
+          const block = hit.blocks[Math.floor(pos / blockSize)]!;
+          expect(memory[block * blockSize + (pos % blockSize)]).toBe(all[pos]);
+        }
       } else {
         m.free(seq);
         contents.delete(seq);

@@ -50,6 +50,19 @@ describe('KvCacheManager', () => {
     expect(s.prefixQueryTokens).toBe(13);
   });
 
+  it('free with keepCached: false forgets the blocks only that sequence held', () => {
+    const m = new KvCacheManager({ numBlocks: 16, blockSize: 4 });
+    m.allocateSlots('a', range(0, 8));
+    m.allocateSlots('b', [8, 9, 10, 11], { prefix: m.findCachedPrefix(range(0, 9)) });
+    // b's step failed: its own full block (tokens 8..11) must not be served to anyone.
+    m.free('b', { keepCached: false });
+    expect(m.findCachedPrefix(range(0, 13)).numTokens).toBe(8);
+    expect(m.stats()).toMatchObject({ usedBlocks: 2, cachedBlocks: 0, freeBlocks: 14 });
+    // a still holds blocks 0..7, which keep their hashes and are cached once a ends normally.
+    m.free('a');
+    expect(m.findCachedPrefix(range(0, 9)).numTokens).toBe(8);
+  });
+
   it('shares blocks of a running sequence too, by reference', () => {
     const m = new KvCacheManager({ numBlocks: 16, blockSize: 4 });
     m.allocateSlots('a', range(0, 8));

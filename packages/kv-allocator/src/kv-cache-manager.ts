@@ -30,6 +30,15 @@ export interface KvCacheManagerOptions {
   readonly hashSeed?: string;
 }
 
+/** Options of `KvCacheManager.free`. */
+export interface FreeOptions {
+  /**
+   * Keep the sequence's full blocks cached for prefix reuse (default true). False when their
+   * content was never written or cannot be trusted.
+   */
+  readonly keepCached?: boolean;
+}
+
 /** Options of `KvCacheManager.allocateSlots`. */
 export interface AllocateOptions {
   /** On a sequence's first call: cached blocks to adopt before the new tokens. */
@@ -290,13 +299,17 @@ export class KvCacheManager {
 
   /**
    * Releases a sequence's blocks, last block first (so under LRU a prefix's tail is reclaimed
-   * before its head). Full blocks stay cached for reuse until reclaimed.
+   * before its head). Full blocks stay cached for reuse until reclaimed, unless
+   * `keepCached` is false: then the blocks only this sequence held are freed and forget their
+   * hashes (their content cannot be trusted, e.g. the step that was to write it failed), while
+   * blocks other sequences still hold keep theirs.
    * @throws {KvAllocatorError} DOUBLE_FREE for a sequence freed before; UNKNOWN_SEQUENCE for
    *   one never seen.
    */
-  free(seqId: SeqId): void {
+  free(seqId: SeqId, options: FreeOptions = {}): void {
     const s = this.get(seqId);
-    for (let i = s.blocks.length - 1; i >= 0; i--) this.pool.release(s.blocks[i]!);
+    const keep = options.keepCached ?? true;
+    for (let i = s.blocks.length - 1; i >= 0; i--) this.pool.release(s.blocks[i]!, keep);
     this.seqs.delete(seqId);
     this.recentlyFreed.add(seqId);
     if (this.recentlyFreed.size > RECENTLY_FREED_CAPACITY) {

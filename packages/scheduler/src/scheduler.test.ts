@@ -647,6 +647,25 @@ describe('update and abort', () => {
     expect(sched.metrics().aborted).toBe(3);
   });
 
+  it('a step that failed: abort without keeping its blocks cached, and the rest runs on', () => {
+    const { sched, kv, runAll, outputs } = setup({ numBlocks: 16, blockSize: 4 });
+    const prompt = seqPrompt(9);
+    sched.add({ id: 'failed', promptTokenIds: prompt, maxTokens: 4 });
+    const plan = sched.schedule();
+    expect(plan.rows.map((r) => r.requestId)).toEqual(['failed']);
+    // The forward pass of this plan threw: nothing it was to write can be trusted.
+    sched.abort('failed', { keepCached: false });
+    expect(kv.stats()).toMatchObject({ usedBlocks: 0, cachedBlocks: 0 });
+    expect(kv.findCachedPrefix(prompt).numTokens).toBe(0);
+    // The same prompt afterwards computes from scratch and finishes normally.
+    sched.add({ id: 'again', promptTokenIds: prompt, maxTokens: 4 });
+    runAll();
+    expect([...outputs.values()].map((o) => [o.requestId, o.numCachedPromptTokens])).toEqual([
+      ['again', 0],
+    ]);
+    expect(kv.stats().usedBlocks).toBe(0);
+  });
+
   it('reports step events and budget use', () => {
     const { sched, events, runAll } = setup({ maxNumBatchedTokens: 10 });
     sched.add({ id: 'a', promptTokenIds: seqPrompt(5), maxTokens: 3 });

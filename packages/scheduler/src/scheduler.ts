@@ -363,11 +363,17 @@ export class Scheduler {
   /**
    * Ends a request now, whatever its state; its blocks and host slots come back at once.
    * Returns its output, or undefined when no live request has this id (already ended).
+   * `keepCached: false` is for a request whose KV cannot be trusted (the step that was to
+   * write it failed, or its swapped-out blocks were lost): blocks only it held are freed
+   * without entering the prefix cache.
    */
-  abort(requestId: string): RequestOutput | undefined {
+  abort(
+    requestId: string,
+    options: { readonly keepCached?: boolean } = {},
+  ): RequestOutput | undefined {
     const g = this.groups.get(requestId);
     if (!g || g.state === FINISHED) return undefined;
-    return this.finishGroup(g, 'abort', undefined, false);
+    return this.finishGroup(g, 'abort', undefined, false, options.keepCached ?? true);
   }
 
   /** True while any request is waiting, running or swapped out. */
@@ -686,7 +692,7 @@ export class Scheduler {
             slot = this.hostSlots.allocate();
             slotOf.set(b, slot);
             g.hostSlotList.push(slot);
-            st.swapOut.push({ gpuBlock: b, hostSlot: slot });
+            st.swapOut.push({ gpuBlock: b, hostSlot: slot, requestId: g.req.id });
           }
           slots[i] = slot;
         }
@@ -753,7 +759,7 @@ export class Scheduler {
         if (!res.ok) throw new Error('unreachable: swap-in was checked against free blocks');
         const table = this.kvCache.blockTable(s.id);
         for (let i = prefix.blocks.length; i < table.length; i++) {
-          st.swapIn.push({ gpuBlock: table[i]!, hostSlot: s.hostSlots[i]! });
+          st.swapIn.push({ gpuBlock: table[i]!, hostSlot: s.hostSlots[i]!, requestId: g.req.id });
         }
         s.hostSlots = null;
         s.allocated = true;
@@ -1132,9 +1138,10 @@ export class Scheduler {
     reason: FinishReason,
     detail: string | undefined,
     queue = true,
+    keepCached = true,
   ): RequestOutput {
     for (const s of g.seqs) {
-      if (s.allocated) this.kvCache.free(s.id);
+      if (s.allocated) this.kvCache.free(s.id, { keepCached });
       s.allocated = false;
       if (s.live) s.finishReason = reason;
       s.hostSlots = null;

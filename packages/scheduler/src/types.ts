@@ -40,6 +40,8 @@ export interface SwapTransfer {
   readonly gpuBlock: BlockId;
   /** Index of a host-tier slot, 0 ≤ hostSlot < `hostSwapBlocks`. */
   readonly hostSlot: number;
+  /** The request whose sequence holds the block. */
+  readonly requestId: string;
 }
 
 /** One sequence's part of a batch plan. */
