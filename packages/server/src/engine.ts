@@ -13,6 +13,11 @@ export interface ModelCard {
   readonly ownedBy: string;
   /** Longest context (prompt + generated tokens) a request may use. */
   readonly maxModelLen: number;
+  /**
+   * Token ids are `0 ≤ id < vocabSize`; when set, the server refuses prompts given as token ids
+   * outside it (400) before they reach the engine.
+   */
+  readonly vocabSize?: number;
 }
 
 /** One chat message after the server normalized its content to plain text. */
@@ -145,6 +150,29 @@ export interface EngineStats {
   readonly preemptions: Readonly<Record<string, number>>;
   /** Blocks found in each offload tier (`host`, `disk`, `redis`). */
   readonly offloadHits: Readonly<Record<string, number>>;
+  /** Cached prefix blocks the eviction policy reclaimed. */
+  readonly evictions?: number;
+  /** Steps that failed, and the requests they ended, while the engine went on serving. */
+  readonly failures?: { readonly steps: number; readonly requests: number };
+  /** Each offload tier's health and the entries it had to drop. */
+  readonly offloadTiers?: readonly OffloadTierStats[];
+}
+
+/** One offload tier as `/metrics` shows it. Counters are totals since start. */
+export interface OffloadTierStats {
+  /** `host`, `disk` or `redis`. */
+  readonly tier: string;
+  /** Whether the backend is reachable; undefined for tiers that cannot be disconnected. */
+  readonly connected?: boolean;
+  readonly misses: number;
+  /** Stored entries refused on read (truncated, checksum mismatch) and deleted. */
+  readonly corrupt: number;
+  /** Entries of another namespace or key, deleted on read. */
+  readonly foreign: number;
+  /** Backend failures (I/O errors, timeouts), each turned into a miss or a skipped write. */
+  readonly errors: number;
+  /** Entries reclaimed to stay within the tier's budget. */
+  readonly evictions: number;
 }
 
 /** Whether the engine can take requests. */

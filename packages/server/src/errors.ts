@@ -82,8 +82,11 @@ function codeOf(error: unknown): ServerErrorCode {
     if (typeof code === 'string' && code in FASTIFY_CODES) return FASTIFY_CODES[code]!;
     // JSON.parse failures surface as SyntaxError with a 400 statusCode from fastify.
     const statusCode = (error as { statusCode?: unknown }).statusCode;
-    if (statusCode === 400) return 'INVALID_REQUEST';
     if (statusCode === 413) return 'BODY_TOO_LARGE';
+    // Whatever else the framework refuses before a handler runs is the client's to fix.
+    if (typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500) {
+      return 'INVALID_REQUEST';
+    }
   }
   return 'INTERNAL';
 }

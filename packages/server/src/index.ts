@@ -11,6 +11,7 @@ export type {
   GenerationStream,
   InferenceEngine,
   ModelCard,
+  OffloadTierStats,
   SamplingParams,
   TokenLogprob,
   TopLogprob,

@@ -101,6 +101,69 @@ export class ServerMetrics {
     mirror('kvasir_offload_hits_total', 'KV blocks found in an offload tier.', ['tier'], (s) =>
       Object.entries(s.offloadHits).map(([tier, v]) => [{ tier }, v]),
     );
+    mirror(
+      'kvasir_kv_cache_evictions_total',
+      'Cached prefix blocks reclaimed by the eviction policy.',
+      [],
+      (s) => (s.evictions === undefined ? [] : [[{}, s.evictions]]),
+    );
+    mirror(
+      'kvasir_engine_failed_steps_total',
+      'Engine steps that failed; their requests ended with an error and the engine went on.',
+      [],
+      (s) => (s.failures === undefined ? [] : [[{}, s.failures.steps]]),
+    );
+    mirror(
+      'kvasir_engine_failed_requests_total',
+      'Requests ended with an error by a failed step.',
+      [],
+      (s) => (s.failures === undefined ? [] : [[{}, s.failures.requests]]),
+    );
+    new Gauge<'tier'>({
+      name: 'kvasir_offload_tier_up',
+      help: 'Whether an offload tier that can be disconnected (Redis) is reachable: 1 or 0.',
+      labelNames: ['tier'],
+      registers,
+      collect() {
+        this.reset();
+        for (const t of current().offloadTiers ?? []) {
+          if (t.connected !== undefined) this.set({ tier: t.tier }, t.connected ? 1 : 0);
+        }
+      },
+    });
+    const perTier = (
+      name: string,
+      help: string,
+      read: (t: NonNullable<EngineStats['offloadTiers']>[number]) => number,
+    ) =>
+      mirror(name, help, ['tier'], (s) =>
+        (s.offloadTiers ?? []).map((t) => [{ tier: t.tier }, read(t)]),
+      );
+    perTier(
+      'kvasir_offload_misses_total',
+      'Lookups an offload tier could not serve.',
+      (t) => t.misses,
+    );
+    perTier(
+      'kvasir_offload_corrupt_entries_total',
+      'Offload entries refused on read (truncated, checksum mismatch) and deleted.',
+      (t) => t.corrupt,
+    );
+    perTier(
+      'kvasir_offload_foreign_entries_total',
+      'Offload entries of another namespace or key, deleted on read.',
+      (t) => t.foreign,
+    );
+    perTier(
+      'kvasir_offload_errors_total',
+      'Offload backend failures (I/O errors, timeouts, Redis unreachable), each a miss or a skipped write.',
+      (t) => t.errors,
+    );
+    perTier(
+      'kvasir_offload_evictions_total',
+      'Offload entries reclaimed to stay within the tier budget.',
+      (t) => t.evictions,
+    );
 
     this.#ttft = new Histogram({
       name: 'kvasir_time_to_first_token_seconds',

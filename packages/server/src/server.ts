@@ -1,5 +1,6 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
-import type { ServerResponse } from 'node:http';
+import { type ServerResponse, STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { type ChoiceEmission, ChoiceOutput, type PlacedLogprob } from './choice-output.js';
@@ -92,6 +93,57 @@ function digest(text: string): Buffer {
   return createHash('sha256').update(text).digest();
 }
 
+/** The only routes served without the API key; every other route, unknown ones too, needs it. */
+const PUBLIC_ROUTES: ReadonlySet<string> = new Set(['/health', '/metrics']);
+
+/** What Node's HTTP parser rejects, in words a client can act on. */
+const PARSER_ERRORS: Readonly<Record<string, string>> = {
+  HPE_INVALID_HEADER_TOKEN: 'a header name or value holds a character HTTP does not allow',
+  HPE_LF_EXPECTED: 'a line ends in a bare CR or LF instead of CRLF',
+  HPE_CR_EXPECTED: 'a line ends in a bare LF instead of CRLF',
+  HPE_UNEXPECTED_CONTENT_LENGTH: 'Content-Length is given twice or together with Transfer-Encoding',
+  HPE_INVALID_CONTENT_LENGTH: 'Content-Length is not a number',
+  HPE_INVALID_TRANSFER_ENCODING: 'Transfer-Encoding is malformed',
+  HPE_INVALID_CHUNK_SIZE: 'a chunk size of the chunked body is malformed',
+  HPE_INVALID_METHOD: 'the request line has an unknown method',
+  HPE_INVALID_URL: 'the request line has a malformed target',
+  HPE_INVALID_VERSION: 'the request line has a malformed HTTP version',
+  HPE_INVALID_CONSTANT: 'the request line is malformed',
+  HPE_HEADER_OVERFLOW: 'the request headers are too large',
+};
+
+/**
+ * Answers a request Node's HTTP parser refused (it never reaches a route) in OpenAI's error
+ * shape, then closes the connection: after a framing error nothing later on it can be trusted.
+ */
+function answerClientError(error: Error & { code?: string }, socket: Socket): number | undefined {
+  if (error.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return undefined;
+  }
+  const status =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? 431
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? 408
+        : 400;
+  const reason =
+    (error.code && PARSER_ERRORS[error.code]) ??
+    (status === 408 ? 'the request was not received in time' : 'the request is not valid HTTP/1.1');
+  const body = JSON.stringify({
+    error: {
+      message: `malformed HTTP request: ${reason}`,
+      type: 'invalid_request_error',
+      param: null,
+      code: status === 408 ? 'request_timeout' : 'malformed_request',
+    },
+  });
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
+  return status;
+}
+
 /**
  * Builds an OpenAI-compatible HTTP server over an {@link InferenceEngine}: `POST
  * /v1/completions`, `POST /v1/chat/completions` (streaming or not), `GET /v1/models`, `GET
@@ -121,7 +173,11 @@ export function createServer(options: ServerOptions): KvasirServer {
     bodyLimit: options.bodyLimitBytes ?? 4 * 1024 * 1024,
     // Receiving the body must not take forever; generation time is bounded separately.
     requestTimeout: 60_000,
-    return503OnClosing: true,
+    // Draining is answered by the routes themselves (503 in OpenAI's error shape).
+    return503OnClosing: false,
+    clientErrorHandler: (error, socket) => {
+      if (answerClientError(error, socket) !== undefined) metrics.observeError('malformed_request');
+    },
   });
   const metrics = new ServerMetrics(() => engine.stats());
 
@@ -142,8 +198,12 @@ export function createServer(options: ServerOptions): KvasirServer {
     ),
   );
 
+  // Decided on the route that will run (the router's decoded, matched path), never on the raw
+  // URL: `/%761/models` and absolute-form targets reach the same routes as `/v1/models`.
   app.addHook('onRequest', async (request) => {
-    if (!keyDigest || !request.url.startsWith('/v1/')) return;
+    if (!keyDigest) return;
+    const route = request.routeOptions.url;
+    if (route !== undefined && PUBLIC_ROUTES.has(route)) return;
     const header = request.headers.authorization;
     const token = typeof header === 'string' && header.startsWith('Bearer ') ? header.slice(7) : '';
     if (!timingSafeEqual(digest(token), keyDigest)) {
@@ -256,6 +316,17 @@ export function createServer(options: ServerOptions): KvasirServer {
           {
             details: { param: promptParam },
           },
+        );
+      }
+    }
+    const vocabSize = model.vocabSize;
+    if (vocabSize !== undefined) {
+      const outside = promptTokens.findIndex((id) => id >= vocabSize);
+      if (outside >= 0) {
+        throw new EngineError(
+          'INVALID_REQUEST',
+          `${promptParam}: token ${outside} has id ${promptTokens[outside]}, outside the vocabulary of ${vocabSize} tokens`,
+          { details: { param: promptParam } },
         );
       }
     }

@@ -80,7 +80,14 @@ export class ScriptedEngine implements InferenceEngine {
 
   listModels(): readonly ModelCard[] {
     return [
-      { id: MODEL_ID, created: 1_700_000_000, ownedBy: 'kvasir-tests', maxModelLen: MAX_MODEL_LEN },
+      {
+        id: MODEL_ID,
+        created: 1_700_000_000,
+        ownedBy: 'kvasir-tests',
+        maxModelLen: MAX_MODEL_LEN,
+        // Token ids are code points (see tokenize).
+        vocabSize: 0x110000,
+      },
     ];
   }
 

@@ -54,6 +54,11 @@ export function registerPrefixOffloadMetrics(
     (s) => s.skippedImports,
   );
   counter(
+    'kvasir_offload_prefix_missing_blocks_total',
+    'Prefix blocks a lookup expected in the offload tiers but could not read back (deleted or corrupt); written again when next full.',
+    (s) => s.missingBlocks,
+  );
+  counter(
     'kvasir_offload_prefix_errors_total',
     'Failed prefix-offload reads, writes and lookups (never fatal to requests).',
     (s) => s.errors,
