@@ -1,3 +1,6 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { type RedisServerHandle, startRedisServer } from '@kvasir/offload/testing';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -134,6 +137,7 @@ describe('prefix offload below a tiny GPU cache (built CLI)', () => {
       const prompt = SHARED;
       const first = await ask(server, prompt);
       expect(await storedAtLeast(server, Math.floor(first.promptTokens / BLOCK))).toBe(true);
+      expect(await metric(server, 'kvasir_offload_tier_up{tier="redis"}')).toBe(1);
       await redis.stop();
       for (const other of OTHERS) await ask(server, `${other} ${other}`);
       const again = await ask(server, prompt);
@@ -142,6 +146,8 @@ describe('prefix offload below a tiny GPU cache (built CLI)', () => {
       // not bring it back.
       expect(again.cachedTokens).toBeLessThan(Math.floor((again.promptTokens - 1) / BLOCK) * BLOCK);
       expect(await metric(server, 'kvasir_offload_prefix_imported_tokens_total')).toBe(0);
+      expect(await metric(server, 'kvasir_offload_tier_up{tier="redis"}')).toBe(0);
+      expect(await metric(server, 'kvasir_offload_errors_total{tier="redis"}')).toBeGreaterThan(0);
       expect(
         await eventually(
           async () => (await metric(server, 'kvasir_kv_blocks{state="used"}')) === 0,
@@ -152,4 +158,77 @@ describe('prefix offload below a tiny GPU cache (built CLI)', () => {
       await redis.stop();
     }
   });
+
+  it('counts corrupted disk entries, writes the prefix again, and reuses the new copy', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvasir-disk-corrupt-'));
+    const server = await startServer([
+      ...tiny,
+      '--offload-host-bytes',
+      '0',
+      '--offload-disk-dir',
+      dir,
+    ]);
+    try {
+      const prompt = SHARED;
+      const first = await ask(server, prompt);
+      const full = Math.floor(first.promptTokens / BLOCK);
+      expect(await storedAtLeast(server, full)).toBe(true);
+      // Flip the last byte of every stored entry: each read now fails its checksum.
+      const files = walk(dir);
+      expect(files.length).toBeGreaterThanOrEqual(full);
+      for (const file of files) {
+        const bytes = readFileSync(file);
+        bytes[bytes.length - 1]! ^= 0xff;
+        writeFileSync(file, bytes);
+      }
+      for (const other of OTHERS) await ask(server, `${other} ${other}`);
+      const storedBefore = await settled(server, 'kvasir_offload_prefix_stored_blocks_total');
+      const again = await ask(server, prompt);
+      expect(again.text).toBe(first.text);
+      expect(
+        await metric(server, 'kvasir_offload_corrupt_entries_total{tier="disk"}'),
+      ).toBeGreaterThan(0);
+      expect(await metric(server, 'kvasir_offload_prefix_missing_blocks_total')).toBeGreaterThan(0);
+      expect(await metric(server, 'kvasir_kv_cache_evictions_total')).toBeGreaterThan(0);
+      // The recomputed prefix was written again, so a later eviction can still bring it back.
+      expect(
+        await eventually(
+          async () =>
+            (await metric(server, 'kvasir_offload_prefix_stored_blocks_total')) > storedBefore,
+        ),
+      ).toBe(true);
+      const importedBefore = await metric(server, 'kvasir_offload_prefix_imported_blocks_total');
+      for (const other of OTHERS) await ask(server, `${other} ${other}`);
+      const third = await ask(server, prompt);
+      expect(third.text).toBe(first.text);
+      expect(await metric(server, 'kvasir_offload_prefix_imported_blocks_total')).toBeGreaterThan(
+        importedBefore,
+      );
+    } finally {
+      expect(await server.stop()).toBe(0);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
+
+/** A counter's value once it has stopped moving (background writes done). */
+async function settled(server: ServerProcess, name: string): Promise<number> {
+  let last = await metric(server, name);
+  for (let quiet = 0; quiet < 4; ) {
+    await new Promise((r) => setTimeout(r, 50));
+    const now = await metric(server, name);
+    quiet = now === last ? quiet + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+function walk(dir: string): string[] {
+  const out: string[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...walk(path));
+    else if (entry.isFile()) out.push(path);
+  }
+  return out;
+}
