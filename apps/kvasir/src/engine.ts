@@ -1,6 +1,5 @@
-import { createHash } from 'node:crypto';
 import { KvasirError } from '@kvasir/errors';
-import type { BlockHash, CachedPrefix, ExtraKeys } from '@kvasir/kv-allocator';
+import type { EvictionPolicy, ExtraKeys } from '@kvasir/kv-allocator';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { Sampler, SamplingState } from '@kvasir/model';
 import type { KvBlockStore, TieredStore } from '@kvasir/offload';
@@ -29,15 +28,19 @@ import {
 } from '@kvasir/server';
 import { AsyncQueue } from './async-queue.js';
 import type { EngineConfig } from './config.js';
-import { KvasirAppError } from './errors.js';
+import type { KvConnector } from './kv-connector.js';
+import { PrefixOffloadConnector, type PrefixOffloadStats } from './prefix-offload-connector.js';
 import type { IncrementalDecoder, ModelRunner } from './runner.js';
+import { SwapConnector } from './swap-connector.js';
+
+export type { PrefixOffloadStats } from './prefix-offload-connector.js';
 
 /** Options of {@link KvasirEngine}. */
 export interface KvasirEngineOptions {
   readonly runner: ModelRunner;
   readonly config: EngineConfig;
   /** Eviction policy of the GPU block pool (from {@link loadEvictionPolicy}). */
-  readonly evictionPolicy?: import('@kvasir/kv-allocator').EvictionPolicy<number>;
+  readonly evictionPolicy?: EvictionPolicy<number>;
   /** Where swapped-out blocks go: the tiered store and its tiers (host, disk, Redis). */
   readonly offload?: { readonly store: TieredStore; readonly tiers: readonly KvBlockStore[] };
   /** Name clients use; default the runner's model id. */
@@ -63,40 +66,6 @@ interface Live {
   finished: boolean;
 }
 
-/** Counters of prefix offload (blocks written to and imported from the offload tiers). */
-export interface PrefixOffloadStats {
-  /** Full blocks written to the offload store after the step that filled them. */
-  readonly storedBlocks: number;
-  /** Blocks fetched from the offload store and imported into the GPU prefix cache. */
-  readonly importedBlocks: number;
-  /** Tokens of those blocks (what later prefix hits can reuse). */
-  readonly importedTokens: number;
-  /** Imports given up (no room, late or missing blocks, stale local prefix). */
-  readonly skippedImports: number;
-  /** Failed reads, writes and lookups (never thrown into the engine). */
-  readonly errors: number;
-  /**
-   * Blocks a lookup found listed but could not read back (deleted, or corrupt and dropped by
-   * the tier); each is written again the next time it is full.
-   */
-  readonly missingBlocks: number;
-}
-
-/** Blocks fetched for one request, waiting to be imported between engine steps. */
-interface PendingImport {
-  readonly tokens: readonly number[];
-  /** Index of the first fetched block in the prompt's block chain. */
-  readonly firstBlock: number;
-  readonly keys: readonly BlockHash[];
-  readonly values: readonly Uint8Array[];
-  readonly done: () => void;
-}
-
-/** Deadline of a prefix lookup plus fetch: past it the request just recomputes. */
-const PREFIX_FETCH_DEADLINE_MS = 2_000;
-/** Hashes remembered as already written, so a hot prefix is not rewritten every request. */
-const STORED_HASHES_LIMIT = 16_384;
-
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** Codes after which the device can run nothing more: the only step failures that are fatal. */
@@ -120,13 +89,6 @@ function choiceSeed(seed: number | undefined, index: number): number | undefined
   return (Math.abs(seed) + index * 0x9e3779b1) % 2 ** 32;
 }
 
-function swapKey(engineId: string, slot: number, generation: number): string {
-  return createHash('sha256')
-    .update(`swap:${engineId}:${slot}:${generation}`)
-    .digest('hex')
-    .slice(0, 32);
-}
-
 /**
  * The serving engine: owns the scheduler and the KV allocator, drives the model runner step by
  * step (schedule → swaps and block copies → forward → sampling → update → stream), and
@@ -144,31 +106,15 @@ export class KvasirEngine implements InferenceEngine {
   readonly #sampler = new Sampler();
   readonly #live = new Map<string, Live>();
   readonly #offload: KvasirEngineOptions['offload'];
-  readonly #engineId = `${process.pid}-${Date.now()}`;
+  readonly #swap: SwapConnector | undefined;
+  readonly #prefixOffload: PrefixOffloadConnector | undefined;
+  /** Called at fixed points of each request and step, in this order. */
+  readonly #connectors: readonly KvConnector[];
   #wake: (() => void) | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
   #failure: unknown;
-  /** Host slot → key of the block swapped into it (a fresh key per swap-out, so a late
-   * promotion or demotion of an old copy can never be read back for a reused slot). */
-  readonly #swapKeys = new Map<number, string>();
-  #swapGeneration = 0;
-  #swapHits = 0;
-  #swapMisses = 0;
-  /** Whether full blocks are written to, and prompts' prefixes imported from, the offload store. */
-  readonly #offloadPrefix: boolean;
   readonly #extraKeys: ExtraKeys;
-  /** Recently written block hashes, oldest first (bounded). */
-  readonly #storedHashes = new Set<BlockHash>();
-  /** Writes in flight (awaited by {@link stop} before the store closes). */
-  readonly #pendingWrites = new Set<Promise<void>>();
-  #imports: PendingImport[] = [];
-  #importSeq = 0;
-  #prefixStored = 0;
-  #prefixImportedBlocks = 0;
-  #prefixSkipped = 0;
-  #prefixErrors = 0;
-  #prefixMissing = 0;
   #failedSteps = 0;
   #failedRequests = 0;
   readonly #log: (line: string) => void;
@@ -234,10 +180,29 @@ export class KvasirEngine implements InferenceEngine {
     this.#extraKeys = { modelId: this.modelCard.id };
     // Off by default where prefix blocks would compete with swapped-out blocks for a single
     // budgeted tier: there, a prefix write could evict a block with no other copy.
-    this.#offloadPrefix =
-      this.#offload !== undefined &&
+    const offload = this.#offload;
+    this.#swap =
+      offload && config.preemptionMode === 'swap'
+        ? new SwapConnector(runner, offload.store)
+        : undefined;
+    this.#prefixOffload =
+      offload &&
       config.enablePrefixCaching &&
-      (config.offloadPrefix ?? !(config.preemptionMode === 'swap' && hostOnly));
+      (config.offloadPrefix ?? !(config.preemptionMode === 'swap' && hostOnly))
+        ? new PrefixOffloadConnector({
+            runner,
+            kvCache: this.kvCache,
+            store: offload.store,
+            extraKeys: this.#extraKeys,
+            wake: () => {
+              this.#ensureLoop();
+              this.#wake?.();
+            },
+          })
+        : undefined;
+    this.#connectors = [this.#swap, this.#prefixOffload].filter(
+      (c): c is NonNullable<typeof c> => c !== undefined,
+    );
   }
 
   listModels(): readonly ModelCard[] {
@@ -320,24 +285,26 @@ export class KvasirEngine implements InferenceEngine {
 
   /** Whether full blocks go to the offload tiers and prompts' prefixes are imported from them. */
   get prefixOffloadEnabled(): boolean {
-    return this.#offloadPrefix;
+    return this.#prefixOffload !== undefined;
   }
 
   /** Prefix offload counters (all zero when prefix offload is off). */
   prefixOffloadStats(): PrefixOffloadStats {
-    return {
-      storedBlocks: this.#prefixStored,
-      importedBlocks: this.#prefixImportedBlocks,
-      importedTokens: this.#prefixImportedBlocks * this.runner.facts.kvLayout.blockSize,
-      skippedImports: this.#prefixSkipped,
-      errors: this.#prefixErrors,
-      missingBlocks: this.#prefixMissing,
-    };
+    return (
+      this.#prefixOffload?.stats() ?? {
+        storedBlocks: 0,
+        importedBlocks: 0,
+        importedTokens: 0,
+        skippedImports: 0,
+        errors: 0,
+        missingBlocks: 0,
+      }
+    );
   }
 
   /** Swap-ins served by the offload store, and ones it could not serve. */
   swapStats(): { hits: number; misses: number } {
-    return { hits: this.#swapHits, misses: this.#swapMisses };
+    return this.#swap?.stats() ?? { hits: 0, misses: 0 };
   }
 
   async generate(request: GenerationRequest, signal: AbortSignal): Promise<GenerationStream> {
@@ -374,8 +341,8 @@ export class KvasirEngine implements InferenceEngine {
     }
     const stopTokens = new Set<number>(request.stopTokenIds);
     if (!request.ignoreEos) for (const eos of facts.eosTokenIds) stopTokens.add(eos);
-    if (this.#offloadPrefix) {
-      await this.#importPrefix(request.promptTokens);
+    if (this.#connectors.some((c) => c.onAdmit)) {
+      for (const c of this.#connectors) await c.onAdmit?.(request.promptTokens);
       if (this.#stopping || this.#failure !== undefined) {
         throw new EngineError('DRAINING', 'engine is shutting down');
       }
@@ -446,26 +413,25 @@ export class KvasirEngine implements InferenceEngine {
     }
     this.#wake?.();
     await this.#loop;
-    this.#dropImports();
-    // Blocks being written must reach the store before the caller closes it.
-    await Promise.all([...this.#pendingWrites]);
+    await Promise.all(this.#connectors.map((c) => c.close()));
   }
 
   #ensureLoop(): void {
     if (this.#loop) return;
     this.#loop = this.#run().catch((error: unknown) => {
       this.#failure = error;
-      this.#dropImports();
+      for (const c of this.#connectors) void c.close();
       for (const live of this.#live.values()) live.queue.fail(error);
       this.#live.clear();
     });
   }
 
   async #run(): Promise<void> {
+    const pending = () => this.#connectors.some((c) => c.hasPendingWork);
     while (!this.#stopping) {
-      // Imports run here, between steps: never while a plan is scheduled or running.
-      if (this.#imports.length > 0) await this.#runImports();
-      if (!this.scheduler.hasUnfinished() && this.#imports.length === 0) {
+      // Connector work that changes the allocator runs here, never while a plan is in flight.
+      for (const c of this.#connectors) if (c.hasPendingWork) await c.betweenSteps?.();
+      if (!this.scheduler.hasUnfinished() && !pending()) {
         await new Promise<void>((resolve) => {
           this.#wake = resolve;
         });
@@ -478,7 +444,6 @@ export class KvasirEngine implements InferenceEngine {
       if (worked) await yieldToEventLoop();
       else await new Promise<void>((resolve) => setTimeout(resolve, 1));
     }
-    this.#dropImports();
   }
 
   /**
@@ -535,8 +500,10 @@ export class KvasirEngine implements InferenceEngine {
   }
 
   async #runPlan(plan: BatchPlan): Promise<boolean> {
-    if (plan.swapOut.length > 0) await this.#swapOut(plan);
-    const lost = plan.swapIn.length > 0 ? await this.#swapIn(plan) : undefined;
+    const lost = new Set<string>();
+    for (const c of this.#connectors) {
+      for (const id of (await c.beforeForward?.(plan)) ?? []) lost.add(id);
+    }
     if (plan.copies.length > 0) await this.runner.copyBlocks(plan.copies);
     let seqIds: Int32Array = plan.sampleSeqIds;
     let tokenIds = new Int32Array(0);
@@ -544,7 +511,7 @@ export class KvasirEngine implements InferenceEngine {
     const numSamples = plan.logitsIndices.length;
     if (plan.numTokens > 0) {
       const logits = await this.runner.forward(plan);
-      if (this.#offloadPrefix) this.#storeFullBlocks(plan);
+      for (const c of this.#connectors) c.afterForward?.(plan);
       const vocab = this.runner.facts.vocabSize;
       tokenIds = new Int32Array(numSamples);
       logprobs = new Float64Array(numSamples);
@@ -584,7 +551,7 @@ export class KvasirEngine implements InferenceEngine {
     }
     // Requests whose swapped-out KV could not be read back end with an error (never wrong
     // text); their blocks were hashed at swap-in but never written, so none stays cached.
-    for (const requestId of lost ?? []) {
+    for (const requestId of lost) {
       this.#failRequest(
         requestId,
         { keepCached: false },
@@ -711,265 +678,5 @@ export class KvasirEngine implements InferenceEngine {
     live.finished = true;
     this.#live.delete(live.request.id);
     live.queue.end();
-  }
-
-  async #swapOut(plan: BatchPlan): Promise<void> {
-    const store = this.#offload?.store;
-    if (!store) throw new KvasirAppError('SWAP_LOST', 'swap preemption needs an offload store');
-    const data = await this.runner.readBlocks(plan.swapOut.map((t) => t.gpuBlock));
-    const entries = plan.swapOut.map((t, i) => {
-      const key = swapKey(this.#engineId, t.hostSlot, ++this.#swapGeneration);
-      this.#swapKeys.set(t.hostSlot, key);
-      return { key, value: data[i]! };
-    });
-    const stored = await store.putMany(entries);
-    if (stored !== entries.length) {
-      throw new KvasirAppError(
-        'SWAP_LOST',
-        `the offload store kept ${stored} of ${entries.length} swapped-out blocks`,
-      );
-    }
-  }
-
-  /** Copies swapped blocks back; returns the requests whose blocks the store no longer had. */
-  async #swapIn(plan: BatchPlan): Promise<Set<string> | undefined> {
-    const store = this.#offload?.store;
-    if (!store) throw new KvasirAppError('SWAP_LOST', 'swap preemption needs an offload store');
-    // A slot may appear more than once (blocks shared by forked sequences); an unknown slot is a
-    // lost block like any other miss.
-    const keys = plan.swapIn.map((t) => this.#swapKeys.get(t.hostSlot));
-    // A swapped-out block has no other copy: wait for it rather than let a deadline drop it.
-    const known = [...new Set(keys.filter((k): k is string => k !== undefined))];
-    const fetched = await store.fetch(known, { deadlineMs: 60_000 });
-    const byKey = new Map(known.map((k, i) => [k, fetched.values[i]]));
-    const values = keys.map((k) => (k === undefined ? undefined : byKey.get(k)));
-    const blocks: number[] = [];
-    const data: Uint8Array[] = [];
-    const lostBlocks = new Set<number>();
-    values.forEach((value, i) => {
-      const gpuBlock = plan.swapIn[i]!.gpuBlock;
-      if (value === undefined) lostBlocks.add(gpuBlock);
-      else {
-        blocks.push(gpuBlock);
-        data.push(value);
-      }
-    });
-    this.#swapHits += data.length;
-    this.#swapMisses += lostBlocks.size;
-    await this.runner.writeBlocks(blocks, data);
-    // The slot will be reused; drop the copy so it does not take the tier's budget.
-    for (const t of plan.swapIn) this.#swapKeys.delete(t.hostSlot);
-    await store.delete(known);
-    if (lostBlocks.size === 0) return undefined;
-    const lost = new Set<string>();
-    for (const row of plan.rows) {
-      if (row.blockTable.some((b) => lostBlocks.has(b))) lost.add(row.requestId);
-    }
-    return lost;
-  }
-
-  /**
-   * Writes the blocks that became full in this step to the offload store under their prefix
-   * hash. Not awaited: the read is queued on the model after this step's forward (so it sees
-   * exactly that content) and before any later write into the block.
-   */
-  #storeFullBlocks(plan: BatchPlan): void {
-    const store = this.#offload?.store;
-    if (!store) return;
-    const bs = this.runner.facts.kvLayout.blockSize;
-    const pool = this.kvCache.pool;
-    const blocks: number[] = [];
-    const keys: BlockHash[] = [];
-    for (const row of plan.rows) {
-      const first = row.contextLen - row.queryLen;
-      // Block j is newly full when its last slot, (j + 1)·bs − 1, was computed this step.
-      for (let j = Math.floor(first / bs); (j + 1) * bs <= row.contextLen; j++) {
-        if ((j + 1) * bs - 1 < first) continue;
-        const block = row.blockTable[j];
-        if (block === undefined) continue;
-        const hash = pool.hashOf(block);
-        if (hash === undefined || this.#storedHashes.has(hash)) continue;
-        this.#rememberStored(hash);
-        blocks.push(block);
-        keys.push(hash);
-      }
-    }
-    if (blocks.length === 0) return;
-    const write = this.runner
-      .readBlocks(blocks)
-      .then((data) => store.putMany(keys.map((key, i) => ({ key, value: data[i]! }))))
-      .then((stored) => {
-        this.#prefixStored += stored;
-        if (stored < keys.length) {
-          this.#prefixErrors++;
-          for (const k of keys) this.#storedHashes.delete(k);
-        }
-      })
-      .catch(() => {
-        this.#prefixErrors++;
-        for (const k of keys) this.#storedHashes.delete(k);
-      });
-    this.#pendingWrites.add(write);
-    void write.finally(() => this.#pendingWrites.delete(write));
-  }
-
-  #forgetStored(hash: BlockHash): void {
-    this.#storedHashes.delete(hash);
-  }
-
-  #rememberStored(hash: BlockHash): void {
-    this.#storedHashes.add(hash);
-    if (this.#storedHashes.size > STORED_HASHES_LIMIT) {
-      const oldest = this.#storedHashes.values().next().value;
-      if (oldest !== undefined) this.#storedHashes.delete(oldest);
-    }
-  }
-
-  /**
-   * Looks the prompt's blocks beyond the local GPU hit up in the offload store, fetches the ones
-   * present within a deadline and waits until the engine loop has imported them (or given up).
-   * Never throws: any failure means the request recomputes.
-   */
-  async #importPrefix(tokens: readonly number[]): Promise<void> {
-    const store = this.#offload?.store;
-    if (!store) return;
-    try {
-      const bs = this.runner.facts.kvLayout.blockSize;
-      // At least the last prompt token is computed: its logits are needed.
-      const maxBlocks = Math.floor((tokens.length - 1) / bs);
-      if (maxBlocks <= 0) return;
-      const hashes = this.kvCache.blockHashes(tokens, this.#extraKeys).slice(0, maxBlocks);
-      const local = this.kvCache.findCachedPrefix(tokens, this.#extraKeys, { record: false });
-      const firstBlock = local.blocks.length;
-      const rest = hashes.slice(firstBlock);
-      if (rest.length === 0) return;
-      const started = performance.now();
-      const m = await store.countPrefix(rest, { deadlineMs: PREFIX_FETCH_DEADLINE_MS });
-      // A block this process wrote that the tiers no longer have (deleted, or found corrupt and
-      // dropped) is written again the next time it is full.
-      if (m < rest.length) this.#forgetStored(rest[m]!);
-      if (m <= 0) return;
-      const left = PREFIX_FETCH_DEADLINE_MS - (performance.now() - started);
-      if (left <= 0) {
-        this.#prefixSkipped++;
-        return;
-      }
-      const keys = rest.slice(0, m);
-      const fetched = await store.fetch(keys, { deadlineMs: left });
-      // Only a leading run of well-sized blocks can extend the prefix.
-      const values: Uint8Array[] = [];
-      for (const v of fetched.values) {
-        if (v === undefined || v.byteLength !== this.runner.facts.blockBytes) break;
-        values.push(v);
-      }
-      // Past the deadline a miss may only be late, not lost.
-      fetched.values.forEach((v, i) => {
-        if (fetched.expired > 0) return;
-        if (v === undefined || v.byteLength !== this.runner.facts.blockBytes) {
-          this.#prefixMissing++;
-          this.#forgetStored(keys[i]!);
-        }
-      });
-      if (values.length === 0) {
-        this.#prefixSkipped++;
-        return;
-      }
-      if (this.#stopping || this.#failure !== undefined) return;
-      await new Promise<void>((resolve) => {
-        this.#imports.push({
-          tokens,
-          firstBlock,
-          keys: keys.slice(0, values.length),
-          values,
-          done: resolve,
-        });
-        this.#ensureLoop();
-        this.#wake?.();
-      });
-    } catch {
-      this.#prefixErrors++;
-    }
-  }
-
-  #dropImports(): void {
-    const pending = this.#imports;
-    this.#imports = [];
-    for (const job of pending) job.done();
-  }
-
-  async #runImports(): Promise<void> {
-    const pending = this.#imports;
-    this.#imports = [];
-    for (const job of pending) {
-      try {
-        await this.#importOne(job);
-      } catch {
-        // A failed import only means recompute; #importOne has already freed what it took.
-        this.#prefixErrors++;
-      } finally {
-        job.done();
-      }
-    }
-  }
-
-  /**
-   * Puts fetched blocks into the GPU prefix cache: a temporary sequence allocates them after the
-   * local prefix (the allocator hashes them from the tokens), the bytes are written, and freeing
-   * the sequence leaves them cached for the request's own prefix lookup.
-   */
-  async #importOne(job: PendingImport): Promise<void> {
-    const kv = this.kvCache;
-    const bs = this.runner.facts.kvLayout.blockSize;
-    // The local prefix may have grown or shrunk since the lookup.
-    let prefix: CachedPrefix = kv.findCachedPrefix(job.tokens, this.#extraKeys, { record: false });
-    const have = prefix.blocks.length;
-    const end = job.firstBlock + job.keys.length;
-    if (have < job.firstBlock || have >= end) {
-      if (have < job.firstBlock) this.#prefixSkipped++;
-      return;
-    }
-    let keys = job.keys.slice(have - job.firstBlock);
-    let values = job.values.slice(have - job.firstBlock);
-    // One block per hash: stop before a block some other block already holds.
-    const dup = keys.findIndex((k) => kv.pool.lookup(k) !== undefined);
-    if (dup >= 0) {
-      keys = keys.slice(0, dup);
-      values = values.slice(0, dup);
-    }
-    if (keys.length === 0) return;
-    if (!kv.isPrefixValid(prefix)) prefix = { numTokens: 0, blocks: [], hashes: [] };
-    if (prefix.blocks.length !== have) {
-      this.#prefixSkipped++;
-      return;
-    }
-    const seq = `offload-import:${++this.#importSeq}`;
-    const newTokens = job.tokens.slice(have * bs, (have + keys.length) * bs);
-    const result = kv.allocateSlots(seq, newTokens, { prefix, extraKeys: this.#extraKeys });
-    if (!result.ok) {
-      this.#prefixSkipped++;
-      return;
-    }
-    const table = kv.blockTable(seq);
-    const newBlocks = table.slice(have, have + keys.length);
-    const matches =
-      newBlocks.length === keys.length && newBlocks.every((b, i) => kv.pool.hashOf(b) === keys[i]);
-    let written = false;
-    try {
-      if (matches) {
-        await this.runner.writeBlocks(newBlocks, values);
-        written = true;
-      }
-    } catch {
-      this.#prefixErrors++;
-    } finally {
-      kv.free(seq);
-      if (!written) {
-        this.#prefixSkipped++;
-        // The new blocks carry their hashes but not their content: no request may ever hit
-        // them. Dropping the whole cached prefix set is rare (device failure) and always safe.
-        if (newBlocks.some((b) => kv.pool.hashOf(b) !== undefined)) kv.resetPrefixCache();
-      }
-    }
-    if (written) this.#prefixImportedBlocks += keys.length;
   }
 }

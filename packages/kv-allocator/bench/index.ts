@@ -43,7 +43,7 @@ function utilization(requests: BenchRequest[]) {
     if (running.length === 0) continue;
     let tokens = 0;
     for (const s of running) tokens += s.tokens;
-    pagedSum += tokens / (m.pool.numUsed * BLOCK_SIZE);
+    pagedSum += tokens / (m.blocks.numUsed * BLOCK_SIZE);
     // The baseline reserves each request's maximum length contiguously at admission.
     contiguousSum += tokens / (running.length * MAX_LEN);
     samples++;
@@ -90,7 +90,7 @@ function sharingSaving(requests: BenchRequest[], mode: 'parallel' | 'beam') {
       }
       let unshared = 0;
       for (const b of beams) unshared += Math.ceil(b.tokens / BLOCK_SIZE);
-      sharedSum += m.pool.numUsed;
+      sharedSum += m.blocks.numUsed;
       unsharedSum += unshared;
     }
     for (const b of beams) m.free(b.id);

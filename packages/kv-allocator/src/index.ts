@@ -3,6 +3,8 @@ export { KvAllocatorError, type KvAllocatorErrorCode } from './errors';
 export { hashBlock, rootHash } from './hash';
 export {
   type AllocateOptions,
+  type BlockPoolView,
+  type ExternalBlocks,
   type FreeOptions,
   KvCacheManager,
   type KvCacheManagerOptions,

@@ -147,9 +147,9 @@ function checkInvariants(
   let cached = 0;
   let free = 0;
   for (let b = 0; b < m.numBlocks; b++) {
-    expect(m.pool.refCount(b)).toBe(refs[b]);
+    expect(m.blocks.refCount(b)).toBe(refs[b]);
     if (refs[b]! > 0) used++;
-    else if (m.pool.hashOf(b) !== undefined) cached++;
+    else if (m.blocks.hashOf(b) !== undefined) cached++;
     else free++;
   }
   const s = m.stats();

@@ -63,13 +63,56 @@ describe('KvCacheManager', () => {
     expect(m.findCachedPrefix(range(0, 9)).numTokens).toBe(8);
   });
 
+  it('reserves blocks for externally computed KV after the local prefix, then publishes them', () => {
+    const m = new KvCacheManager({ numBlocks: 8, blockSize: 4 });
+    const tokens = range(0, 17); // four full blocks + 1
+    m.allocateSlots('local', tokens.slice(0, 4));
+    m.free('local'); // block 0 is cached locally
+    const r = m.reserveExternal(tokens, { maxBlocks: 2 })!;
+    expect(r.firstBlock).toBe(1);
+    expect(r.blocks).toHaveLength(2);
+    expect(r.hashes).toEqual(m.blockHashes(tokens).slice(1, 3));
+    // Held but not findable until their content is written and committed.
+    expect(m.findCachedPrefix(tokens).numTokens).toBe(4);
+    expect(m.stats().usedBlocks).toBe(2);
+    m.commitExternal(r);
+    const hit = m.findCachedPrefix(tokens);
+    expect(hit.numTokens).toBe(12);
+    expect(hit.blocks.slice(1)).toEqual(r.blocks);
+    expect(m.stats()).toMatchObject({ usedBlocks: 0, cachedBlocks: 3 });
+    // Nothing left to reserve up to the same length; the next block is.
+    expect(m.reserveExternal(tokens.slice(0, 12), { maxBlocks: 4 })).toBeUndefined();
+    expect(m.reserveExternal(tokens, { maxBlocks: 4 })!.firstBlock).toBe(3);
+  });
+
+  it('abortExternal frees reserved blocks without publishing them', () => {
+    const m = new KvCacheManager({ numBlocks: 4, blockSize: 4 });
+    const tokens = range(0, 12);
+    const r = m.reserveExternal(tokens, { maxBlocks: 8 })!;
+    expect(r.blocks).toHaveLength(3);
+    m.abortExternal(r);
+    expect(m.findCachedPrefix(tokens).numTokens).toBe(0);
+    expect(m.stats()).toMatchObject({ usedBlocks: 0, cachedBlocks: 0, freeBlocks: 4 });
+  });
+
+  it('reserveExternal never reclaims the local prefix it extends, and changes nothing without room', () => {
+    const m = new KvCacheManager({ numBlocks: 2, blockSize: 4 });
+    const tokens = range(0, 12);
+    m.allocateSlots('a', tokens.slice(0, 8));
+    m.free('a'); // both blocks cached: the local prefix of `tokens`
+    const before = m.stats();
+    expect(m.reserveExternal(tokens, { maxBlocks: 1 })).toBeUndefined();
+    expect(m.stats()).toEqual(before);
+    expect(m.findCachedPrefix(tokens).numTokens).toBe(8);
+  });
+
   it('shares blocks of a running sequence too, by reference', () => {
     const m = new KvCacheManager({ numBlocks: 16, blockSize: 4 });
     m.allocateSlots('a', range(0, 8));
     const prefix = m.findCachedPrefix(range(0, 9));
     expect(prefix.numTokens).toBe(8);
     m.allocateSlots('b', [8], { prefix });
-    expect(m.pool.refCount(prefix.blocks[0]!)).toBe(2);
+    expect(m.blocks.refCount(prefix.blocks[0]!)).toBe(2);
     expect(m.stats().usedBlocks).toBe(3);
   });
 
@@ -104,7 +147,7 @@ describe('KvCacheManager', () => {
     m.fork('p', 'c');
     const [full, partial] = m.blockTable('p');
     expect(m.blockTable('c')).toEqual([full, partial]);
-    expect(m.pool.refCount(partial!)).toBe(2);
+    expect(m.blocks.refCount(partial!)).toBe(2);
     const r = m.allocateSlots('c', [42]);
     expect(r.ok).toBe(true);
     if (!r.ok) return;
@@ -116,7 +159,7 @@ describe('KvCacheManager', () => {
     // The parent now owns its partial block alone and writes in place.
     const p = m.allocateSlots('p', [43]);
     expect(p.ok && p.copies).toEqual([]);
-    expect(m.pool.refCount(full!)).toBe(2);
+    expect(m.blocks.refCount(full!)).toBe(2);
   });
 
   it('does not copy when the shared last block is full', () => {

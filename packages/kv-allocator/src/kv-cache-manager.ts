@@ -30,6 +30,28 @@ export interface KvCacheManagerOptions {
   readonly hashSeed?: string;
 }
 
+/** Read-only view of the block pool behind a {@link KvCacheManager}. */
+export interface BlockPoolView {
+  refCount(block: BlockId): number;
+  /** The content hash of a full block, if it has one. */
+  hashOf(block: BlockId): BlockHash | undefined;
+  /** The block holding content `hash`, if cached or in use. */
+  lookup(hash: BlockHash): BlockId | undefined;
+  readonly numFree: number;
+  readonly numCached: number;
+  readonly numUsed: number;
+}
+
+/** Blocks reserved by `KvCacheManager.reserveExternal` for KV computed elsewhere. */
+export interface ExternalBlocks {
+  /** Index of the first reserved block in the token sequence's block chain. */
+  readonly firstBlock: number;
+  /** The reserved physical blocks, in chain order: write content into these. */
+  readonly blocks: readonly BlockId[];
+  /** The hash each block will be published under. */
+  readonly hashes: readonly BlockHash[];
+}
+
 /** Options of `KvCacheManager.free`. */
 export interface FreeOptions {
   /**
@@ -71,8 +93,9 @@ export class KvCacheManager {
   readonly blockSize: number;
   readonly numBlocks: number;
   readonly enablePrefixCaching: boolean;
-  /** The underlying pool (read-only use: reference counts, hashes, counts). */
-  readonly pool: BlockPool;
+  private readonly pool: BlockPool;
+  /** What the pool holds, read-only: reference counts, hashes, counts. */
+  readonly blocks: BlockPoolView;
   private readonly seed: string;
   private readonly seqs = new Map<SeqId, Sequence>();
   private readonly recentlyFreed = new Set<SeqId>();
@@ -90,6 +113,21 @@ export class KvCacheManager {
       ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
     });
     this.numBlocks = this.pool.numBlocks;
+    const pool = this.pool;
+    this.blocks = {
+      refCount: (block) => pool.refCount(block),
+      hashOf: (block) => pool.hashOf(block),
+      lookup: (hash) => pool.lookup(hash),
+      get numFree() {
+        return pool.numFree;
+      },
+      get numCached() {
+        return pool.numCached;
+      },
+      get numUsed() {
+        return pool.numUsed;
+      },
+    };
     this.enablePrefixCaching = options.enablePrefixCaching ?? true;
     this.seed = options.hashSeed ?? 'kvasir';
   }
@@ -343,6 +381,55 @@ export class KvCacheManager {
   /** Ids of the live sequences. */
   sequences(): IterableIterator<SeqId> {
     return this.seqs.keys();
+  }
+
+  /**
+   * Reserves blocks for the KV of `tokens`' full blocks that follow its locally cached prefix
+   * and were computed elsewhere (an offload tier, another replica), at most `maxBlocks` of them.
+   * The blocks are held (nothing can take them) but not yet findable: write their content,
+   * then {@link commitExternal} makes them cached prefix blocks, or {@link abortExternal}
+   * frees them. Returns undefined when there is nothing to reserve or no room (nothing
+   * changes). The local prefix is never reclaimed to make room.
+   * @throws {KvAllocatorError} INVALID_TOKEN for a token id that is not a u32 integer.
+   */
+  reserveExternal(
+    tokens: ArrayLike<number>,
+    options: { readonly extraKeys?: ExtraKeys; readonly maxBlocks: number },
+  ): ExternalBlocks | undefined {
+    if (!this.enablePrefixCaching) return undefined;
+    const local = this.findCachedPrefix(tokens, options.extraKeys, { record: false });
+    const first = local.blocks.length;
+    const hashes: BlockHash[] = [];
+    for (const hash of this.blockHashes(tokens, options.extraKeys).slice(first)) {
+      // One block per hash: stop before content some block already holds.
+      if (hashes.length >= options.maxBlocks || this.pool.lookup(hash) !== undefined) break;
+      hashes.push(hash);
+    }
+    if (hashes.length === 0) return undefined;
+    for (const b of local.blocks) this.pool.retain(b);
+    const blocks = this.pool.allocate(hashes.length);
+    for (const b of local.blocks) this.pool.release(b);
+    if (!blocks) return undefined;
+    return { firstBlock: first, blocks, hashes };
+  }
+
+  /**
+   * Publishes reserved blocks whose content has been written: each becomes a cached prefix
+   * block under its hash (unless another block took that hash meanwhile; then it is freed).
+   */
+  commitExternal(reserved: ExternalBlocks): void {
+    reserved.blocks.forEach((block, i) => {
+      if (this.pool.refCount(block) !== 1 || this.pool.hashOf(block) !== undefined) {
+        throw new KvAllocatorError('INVALID_ARGUMENT', `block ${block} is not a reserved block`);
+      }
+      this.pool.setHash(block, reserved.hashes[i]!);
+      this.pool.release(block);
+    });
+  }
+
+  /** Frees reserved blocks whose content could not be written. */
+  abortExternal(reserved: ExternalBlocks): void {
+    for (const block of reserved.blocks) this.pool.release(block, false);
   }
 
   /** Drops every cached (unreferenced) block, e.g. after the weights changed. Returns how many. */

@@ -587,14 +587,6 @@ export class Scheduler {
     return seen.size;
   }
 
-  private prefixStillCached(p: CachedPrefix): boolean {
-    const pool = this.kvCache.pool;
-    for (let i = 0; i < p.blocks.length; i++) {
-      if (pool.hashOf(p.blocks[i]!) !== p.hashes[i]) return false;
-    }
-    return true;
-  }
-
   /** Allocates the planned chunks; stops at the first sequence the pool cannot serve. */
   private allocate(g: Group, st: StepState): number {
     let done = 0;
@@ -605,7 +597,7 @@ export class Scheduler {
       let prefix: CachedPrefix | undefined;
       if (!s.allocated) {
         // An earlier sibling's allocation may have reclaimed this prefix's cached blocks.
-        prefix = this.prefixStillCached(s.prefix) ? s.prefix : EMPTY_PREFIX;
+        prefix = this.kvCache.isPrefixValid(s.prefix) ? s.prefix : EMPTY_PREFIX;
         start = prefix.numTokens;
         if (prefix !== s.prefix) s.chunk = Math.min(s.chunk, s.numTokens - start);
       }
