@@ -1,16 +1,10 @@
-import { KvasirError } from '@kvasir/errors';
 import type { EvictionPolicy, ExtraKeys } from '@kvasir/kv-allocator';
 import { KvCacheManager } from '@kvasir/kv-allocator';
-import { Sampler, SamplingState } from '@kvasir/model';
-import type { KvBlockStore, TieredStore } from '@kvasir/offload';
+import { Sampler } from '@kvasir/model';
 import {
   type BatchPlan,
-  fcfsPolicy,
-  longestPrefixMatchPolicy,
-  priorityPolicy,
-  type QueuePolicy,
   type RequestOutput,
-  Scheduler,
+  type Scheduler,
   SchedulerError,
 } from '@kvasir/scheduler';
 import {
@@ -18,19 +12,23 @@ import {
   EngineError,
   type EngineHealth,
   type EngineStats,
-  type FinishReason,
-  type GenerationEvent,
   type GenerationRequest,
   type GenerationStream,
   type InferenceEngine,
   type ModelCard,
-  type TokenLogprob,
 } from '@kvasir/server';
-import { AsyncQueue } from './async-queue.js';
+import { admit } from './admission.js';
 import type { EngineConfig } from './config.js';
+import { createScheduler, engineStats, isHostOnly, type OffloadTiers } from './engine-wiring.js';
+import { describeError, isDeviceLost } from './errors.js';
 import type { KvConnector } from './kv-connector.js';
-import { PrefixOffloadConnector, type PrefixOffloadStats } from './prefix-offload-connector.js';
-import type { IncrementalDecoder, ModelRunner } from './runner.js';
+import { LiveRequest } from './live-request.js';
+import {
+  NO_PREFIX_OFFLOAD,
+  PrefixOffloadConnector,
+  type PrefixOffloadStats,
+} from './prefix-offload-connector.js';
+import type { ModelRunner } from './runner.js';
 import { SwapConnector } from './swap-connector.js';
 
 export type { PrefixOffloadStats } from './prefix-offload-connector.js';
@@ -42,52 +40,14 @@ export interface KvasirEngineOptions {
   /** Eviction policy of the GPU block pool (from {@link loadEvictionPolicy}). */
   readonly evictionPolicy?: EvictionPolicy<number>;
   /** Where swapped-out blocks go: the tiered store and its tiers (host, disk, Redis). */
-  readonly offload?: { readonly store: TieredStore; readonly tiers: readonly KvBlockStore[] };
+  readonly offload?: OffloadTiers;
   /** Name clients use; default the runner's model id. */
   readonly servedModelName?: string;
   /** Where the engine reports failures it survived (a failed step); default stderr. */
   readonly log?: (line: string) => void;
 }
 
-interface Choice {
-  readonly state: SamplingState;
-  readonly decoder: IncrementalDecoder;
-  generated: number;
-  finished: boolean;
-}
-
-interface Live {
-  readonly request: GenerationRequest;
-  readonly queue: AsyncQueue<GenerationEvent>;
-  readonly choices: Choice[];
-  readonly stopTokens: Set<number>;
-  /** Choices the server ended (stop strings). */
-  readonly endedByServer: Set<number>;
-  finished: boolean;
-}
-
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
-
-/** Codes after which the device can run nothing more: the only step failures that are fatal. */
-const FATAL_CODES = new Set(['DEVICE_LOST', 'DESTROYED']);
-
-/** True when `error` (or an error it was caused by) says the device is gone. */
-export function isDeviceLost(error: unknown): boolean {
-  for (let e = error, depth = 0; e !== undefined && depth < 8; depth++) {
-    if (KvasirError.isInstance(e) && FATAL_CODES.has(e.code)) return true;
-    e = e instanceof Error ? e.cause : undefined;
-  }
-  return false;
-}
-
-const describeError = (error: unknown): string =>
-  error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-
-/** Deterministic per-choice seed: choice i of seed s always samples the same way. */
-function choiceSeed(seed: number | undefined, index: number): number | undefined {
-  if (seed === undefined) return undefined;
-  return (Math.abs(seed) + index * 0x9e3779b1) % 2 ** 32;
-}
 
 /**
  * The serving engine: owns the scheduler and the KV allocator, drives the model runner step by
@@ -104,7 +64,7 @@ export class KvasirEngine implements InferenceEngine {
   readonly scheduler: Scheduler;
   readonly modelCard: ModelCard;
   readonly #sampler = new Sampler();
-  readonly #live = new Map<string, Live>();
+  readonly #live = new Map<string, LiveRequest>();
   readonly #offload: KvasirEngineOptions['offload'];
   readonly #swap: SwapConnector | undefined;
   readonly #prefixOffload: PrefixOffloadConnector | undefined;
@@ -134,47 +94,12 @@ export class KvasirEngine implements InferenceEngine {
       enablePrefixCaching: config.enablePrefixCaching,
       ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
     });
-    const maxModelLen = Math.min(config.maxModelLen ?? facts.maxModelLen, facts.maxModelLen);
-    // With only a host tier, swap slots are what its budget holds; tiers below it (write-through)
-    // keep blocks the host tier evicts, so more slots than the host budget are safe.
-    const hostOnly = (this.#offload?.tiers.length ?? 0) === 1;
-    const hostSwapBlocks =
-      config.preemptionMode === 'swap' && this.#offload
-        ? (config.offload.swapBlocks ??
-          (hostOnly
-            ? Math.floor(config.offload.hostBytes / facts.blockBytes)
-            : 4 * facts.numBlocks))
-        : 0;
-    let queuePolicy: QueuePolicy;
-    switch (config.queuePolicy) {
-      case 'priority':
-        queuePolicy = priorityPolicy();
-        break;
-      case 'lpm':
-        queuePolicy = longestPrefixMatchPolicy();
-        break;
-      default:
-        queuePolicy = fcfsPolicy();
-    }
-    this.scheduler = new Scheduler({
-      kvCache: this.kvCache,
-      maxModelLen,
-      maxNumSeqs: config.maxNumSeqs,
-      maxNumBatchedTokens: config.enableChunkedPrefill
-        ? config.maxNumBatchedTokens
-        : Math.max(config.maxNumBatchedTokens, maxModelLen),
-      enableChunkedPrefill: config.enableChunkedPrefill,
-      enablePrefixCaching: config.enablePrefixCaching,
-      preemptionMode: config.preemptionMode,
-      hostSwapBlocks,
-      queuePolicy,
-      clock: () => performance.now() / 1000,
-    });
+    this.scheduler = createScheduler(config, this.kvCache, facts, this.#offload);
     this.modelCard = {
       id: options.servedModelName ?? config.servedModelName ?? facts.modelId,
       created: Math.floor(Date.now() / 1000),
       ownedBy: 'kvasir',
-      maxModelLen,
+      maxModelLen: this.scheduler.maxModelLen,
       vocabSize: facts.vocabSize,
     };
     this.#extraKeys = { modelId: this.modelCard.id };
@@ -188,7 +113,7 @@ export class KvasirEngine implements InferenceEngine {
     this.#prefixOffload =
       offload &&
       config.enablePrefixCaching &&
-      (config.offloadPrefix ?? !(config.preemptionMode === 'swap' && hostOnly))
+      (config.offloadPrefix ?? !(config.preemptionMode === 'swap' && isHostOnly(offload)))
         ? new PrefixOffloadConnector({
             runner,
             kvCache: this.kvCache,
@@ -240,47 +165,10 @@ export class KvasirEngine implements InferenceEngine {
   }
 
   stats(): EngineStats {
-    const kv = this.kvCache.stats();
-    const m = this.scheduler.metrics();
-    const offloadHits: Record<string, number> = {};
-    if (this.#offload) {
-      const byTier = this.#offload.store.stats().hitsByTier;
-      this.#offload.tiers.forEach((tier, i) => {
-        offloadHits[tier.tier] = byTier[i] ?? 0;
-      });
-    }
-    return {
-      kvCacheUsage: kv.usage,
-      blocks: {
-        total: kv.numBlocks,
-        used: kv.usedBlocks,
-        cached: kv.cachedBlocks,
-        free: kv.freeBlocks,
-      },
-      prefixCache: { queries: m.prefixQueryTokens, hits: m.prefixHitTokens },
-      requests: {
-        running: m.numRunning,
-        waiting: m.numWaiting,
-        preempted: m.numSwapped + m.numPreemptedWaiting,
-      },
-      preemptions: { recompute: m.preemptionsRecompute, swap: m.preemptionsSwap },
-      offloadHits,
-      evictions: kv.evictions,
-      failures: { steps: this.#failedSteps, requests: this.#failedRequests },
-      offloadTiers: (this.#offload?.tiers ?? []).map((tier) => {
-        const t = tier.stats();
-        const status = (t as { status?: unknown }).status;
-        return {
-          tier: t.tier,
-          ...(typeof status === 'string' ? { connected: status === 'ready' } : {}),
-          misses: t.misses,
-          corrupt: t.corrupt,
-          foreign: t.foreign,
-          errors: t.errors,
-          evictions: t.evictions,
-        };
-      }),
-    };
+    return engineStats(this.kvCache, this.scheduler, this.#offload, {
+      steps: this.#failedSteps,
+      requests: this.#failedRequests,
+    });
   }
 
   /** Whether full blocks go to the offload tiers and prompts' prefixes are imported from them. */
@@ -290,16 +178,7 @@ export class KvasirEngine implements InferenceEngine {
 
   /** Prefix offload counters (all zero when prefix offload is off). */
   prefixOffloadStats(): PrefixOffloadStats {
-    return (
-      this.#prefixOffload?.stats() ?? {
-        storedBlocks: 0,
-        importedBlocks: 0,
-        importedTokens: 0,
-        skippedImports: 0,
-        errors: 0,
-        missingBlocks: 0,
-      }
-    );
+    return this.#prefixOffload?.stats() ?? NO_PREFIX_OFFLOAD;
   }
 
   /** Swap-ins served by the offload store, and ones it could not serve. */
@@ -312,35 +191,10 @@ export class KvasirEngine implements InferenceEngine {
       throw new EngineError('DRAINING', 'engine is shutting down');
     }
     if (signal.aborted) throw new EngineError('INVALID_REQUEST', 'request was aborted');
-    const metrics = this.scheduler.metrics();
-    if (metrics.numWaiting >= this.config.maxWaiting) {
-      throw new EngineError(
-        'QUEUE_FULL',
-        `the waiting queue is full (${metrics.numWaiting} requests); retry later`,
-        { details: { retryAfterSeconds: 1 } },
-      );
-    }
-    const facts = this.runner.facts;
-    const outside = request.promptTokens.findIndex(
-      (id) => !Number.isInteger(id) || id < 0 || id >= facts.vocabSize,
-    );
-    if (outside >= 0) {
-      throw new EngineError(
-        'INVALID_REQUEST',
-        `prompt: token ${outside} has id ${request.promptTokens[outside]}, outside the vocabulary [0, ${facts.vocabSize})`,
-        { details: { param: 'prompt' } },
-      );
-    }
-    const promptBlocks = Math.ceil(request.promptTokens.length / facts.kvLayout.blockSize);
-    if (promptBlocks > facts.numBlocks) {
-      throw new EngineError(
-        'PROMPT_TOO_LONG',
-        `prompt: needs ${promptBlocks} KV blocks but the cache holds ${facts.numBlocks}`,
-        { details: { param: 'prompt' } },
-      );
-    }
-    const stopTokens = new Set<number>(request.stopTokenIds);
-    if (!request.ignoreEos) for (const eos of facts.eosTokenIds) stopTokens.add(eos);
+    const stopTokens = admit(request, this.runner.facts, {
+      waiting: this.scheduler.metrics().numWaiting,
+      maxWaiting: this.config.maxWaiting,
+    });
     if (this.#connectors.some((c) => c.onAdmit)) {
       for (const c of this.#connectors) await c.onAdmit?.(request.promptTokens);
       if (this.#stopping || this.#failure !== undefined) {
@@ -364,25 +218,9 @@ export class KvasirEngine implements InferenceEngine {
       }
       throw error;
     }
-    const live: Live = {
-      request,
-      queue: new AsyncQueue(),
-      choices: Array.from({ length: request.n }, (_, i) => ({
-        state: new SamplingState(choiceSeed(request.sampling.seed, i), request.promptTokens),
-        decoder: this.runner.codec.decoder(),
-        generated: 0,
-        finished: false,
-      })),
-      stopTokens,
-      endedByServer: new Set(),
-      finished: false,
-    };
+    const live = new LiveRequest(request, this.runner.codec, stopTokens);
     this.#live.set(request.id, live);
-    const onAbort = () => {
-      const output = this.scheduler.abort(request.id);
-      if (output) this.#finish(live, output);
-      else this.#endLive(live, 'abort');
-    };
+    const onAbort = () => this.#end(live, this.scheduler.abort(request.id));
     signal.addEventListener('abort', onAbort, { once: true });
     this.#ensureLoop();
     this.#wake?.();
@@ -390,14 +228,10 @@ export class KvasirEngine implements InferenceEngine {
     return {
       [Symbol.asyncIterator]: () => live.queue,
       finishChoice(index: number) {
-        const choice = live.choices[index];
-        if (!choice || choice.finished) return;
-        choice.finished = true;
-        live.endedByServer.add(index);
         // The scheduler frees blocks per request: once every choice has ended, end it now.
-        if (live.choices.every((c) => c.finished)) {
+        if (live.finishChoice(index) && live.allChoicesFinished) {
           const output = engine.scheduler.abort(request.id);
-          if (output) engine.#finish(live, output);
+          if (output) engine.#end(live, output);
         }
       },
     };
@@ -407,9 +241,7 @@ export class KvasirEngine implements InferenceEngine {
   async stop(): Promise<void> {
     this.#stopping = true;
     for (const live of [...this.#live.values()]) {
-      const output = this.scheduler.abort(live.request.id);
-      if (output) this.#finish(live, output);
-      else this.#endLive(live, 'abort');
+      this.#end(live, this.scheduler.abort(live.request.id));
     }
     this.#wake?.();
     await this.#loop;
@@ -421,7 +253,7 @@ export class KvasirEngine implements InferenceEngine {
     this.#loop = this.#run().catch((error: unknown) => {
       this.#failure = error;
       for (const c of this.#connectors) void c.close();
-      for (const live of this.#live.values()) live.queue.fail(error);
+      for (const live of this.#live.values()) live.fail(error);
       this.#live.clear();
     });
   }
@@ -477,26 +309,27 @@ export class KvasirEngine implements InferenceEngine {
     this.#log(
       `step ${plan.step} failed (${describeError(error)}); ending its ${ids.size} request(s): ${[...ids].join(', ')}`,
     );
-    for (const id of ids) {
-      this.#failRequest(
-        id,
-        { keepCached: false },
-        new EngineError('INTERNAL', 'the engine failed while running this request', {
-          cause: error,
-        }),
-      );
-    }
+    for (const id of ids) this.#failRequest(id, false, 'the engine failed on this request', error);
   }
 
-  /** Ends one request with an error: the scheduler frees its blocks, its stream throws. */
-  #failRequest(requestId: string, options: { keepCached: boolean }, error: EngineError): void {
-    this.scheduler.abort(requestId, options);
-    const live = this.#live.get(requestId);
-    if (!live || live.finished) return;
+  /**
+   * Ends one request with an `INTERNAL` error: the scheduler frees its blocks (kept for prefix
+   * reuse only when their content is sound), its stream throws.
+   */
+  #failRequest(id: string, keepCached: boolean, message: string, cause?: unknown): void {
+    this.scheduler.abort(id, { keepCached });
+    const live = this.#live.get(id);
+    if (!live || live.ended) return;
     this.#failedRequests++;
-    live.finished = true;
-    this.#live.delete(requestId);
-    live.queue.fail(error);
+    this.#live.delete(id);
+    live.fail(new EngineError('INTERNAL', message, { cause }));
+  }
+
+  /** Ends a request's stream: with the scheduler's output when it has one, else as aborted. */
+  #end(live: LiveRequest, output: RequestOutput | undefined): void {
+    if (output) live.finish(output);
+    else live.end('abort');
+    this.#live.delete(live.request.id);
   }
 
   async #runPlan(plan: BatchPlan): Promise<boolean> {
@@ -526,19 +359,15 @@ export class KvasirEngine implements InferenceEngine {
         }
         const index = plan.sampleIndices[i]!;
         try {
-          const result = this.#sample(live, index, row);
+          const result = live.sample(this.#sampler, index, row);
           tokenIds[i] = result.token;
           logprobs[i] = result.logprob ?? 0;
-          this.#emitToken(live, index, result.token, result.logprob ?? 0, result.topLogprobs);
+          live.emitToken(index, result.token, result.logprob ?? 0, result.topLogprobs);
         } catch (error) {
           // The forward pass wrote this request's KV; only its sampling failed.
           tokenIds[i] = 0;
           this.#log(`sampling request ${requestId} failed (${describeError(error)})`);
-          this.#failRequest(
-            requestId,
-            { keepCached: true },
-            new EngineError('INTERNAL', 'sampling failed for this request', { cause: error }),
-          );
+          this.#failRequest(requestId, true, 'sampling failed for this request', error);
         }
       }
     } else {
@@ -547,136 +376,13 @@ export class KvasirEngine implements InferenceEngine {
     const outputs = this.scheduler.update({ seqIds, tokenIds, logprobs });
     for (const output of outputs) {
       const live = this.#live.get(output.requestId);
-      if (live) this.#finish(live, output);
+      if (live) this.#end(live, output);
     }
     // Requests whose swapped-out KV could not be read back end with an error (never wrong
     // text); their blocks were hashed at swap-in but never written, so none stays cached.
-    for (const requestId of lost) {
-      this.#failRequest(
-        requestId,
-        { keepCached: false },
-        new EngineError('INTERNAL', 'the KV cache of this request was lost from the offload tier'),
-      );
-    }
+    for (const id of lost) this.#failRequest(id, false, 'its swapped-out KV cache was lost');
     return (
       plan.numTokens > 0 || plan.swapIn.length > 0 || plan.swapOut.length > 0 || outputs.length > 0
     );
-  }
-
-  #sample(live: Live, index: number, row: Float32Array) {
-    const s = live.request.sampling;
-    return this.#sampler.sample(
-      row,
-      {
-        temperature: s.temperature,
-        topP: s.topP,
-        topK: s.topK,
-        minP: s.minP,
-        presencePenalty: s.presencePenalty,
-        frequencyPenalty: s.frequencyPenalty,
-        repetitionPenalty: s.repetitionPenalty,
-        logprobs: live.request.logprobs !== undefined,
-        topLogprobs: live.request.logprobs ?? 0,
-      },
-      live.choices[index]!.state,
-    );
-  }
-
-  #emitToken(
-    live: Live,
-    index: number,
-    token: number,
-    logprob: number,
-    top: readonly { token: number; logprob: number }[],
-  ): void {
-    const choice = live.choices[index]!;
-    if (choice.finished) return;
-    choice.generated++;
-    let finishReason: FinishReason | undefined;
-    if (live.stopTokens.has(token)) finishReason = 'stop';
-    else if (choice.generated >= live.request.maxTokens) finishReason = 'length';
-    // A stop token ends the choice but is not part of its text.
-    let text = finishReason === 'stop' ? '' : choice.decoder.push(token);
-    if (finishReason !== undefined) {
-      text += choice.decoder.flush();
-      choice.finished = true;
-    }
-    const codec = this.runner.codec;
-    const logprobs: TokenLogprob[] | undefined =
-      live.request.logprobs === undefined
-        ? undefined
-        : [
-            {
-              tokenId: token,
-              token: codec.tokenText(token),
-              logprob,
-              top: top.map((t) => ({
-                tokenId: t.token,
-                token: codec.tokenText(t.token),
-                logprob: t.logprob,
-              })),
-            },
-          ];
-    live.queue.push({
-      kind: 'delta',
-      index,
-      tokenIds: [token],
-      text,
-      ...(logprobs ? { logprobs } : {}),
-      ...(finishReason ? { finishReason } : {}),
-    });
-  }
-
-  #finish(live: Live, output: RequestOutput): void {
-    if (live.finished) return;
-    if (output.finishReason === 'rejected') {
-      live.finished = true;
-      this.#live.delete(live.request.id);
-      live.queue.fail(
-        new EngineError(
-          'PROMPT_TOO_LONG',
-          output.reason ?? 'the request can never fit the KV cache',
-          {
-            details: { param: 'prompt' },
-          },
-        ),
-      );
-      return;
-    }
-    for (const seq of output.outputs) {
-      const choice = live.choices[seq.index];
-      if (!choice || choice.finished) continue;
-      choice.finished = true;
-      const reason: FinishReason =
-        seq.finishReason === 'stop' ? 'stop' : seq.finishReason === 'length' ? 'length' : 'abort';
-      live.queue.push({
-        kind: 'delta',
-        index: seq.index,
-        tokenIds: [],
-        text: choice.decoder.flush(),
-        finishReason: reason,
-      });
-    }
-    live.queue.push({
-      kind: 'usage',
-      promptTokens: output.numPromptTokens,
-      cachedPromptTokens: output.numCachedPromptTokens,
-      completionTokens: live.choices.reduce((sum, c) => sum + c.generated, 0),
-    });
-    this.#endLive(live, 'abort');
-  }
-
-  #endLive(live: Live, reason: FinishReason): void {
-    if (!live.finished) {
-      for (let i = 0; i < live.choices.length; i++) {
-        const choice = live.choices[i]!;
-        if (choice.finished) continue;
-        choice.finished = true;
-        live.queue.push({ kind: 'delta', index: i, tokenIds: [], text: '', finishReason: reason });
-      }
-    }
-    live.finished = true;
-    this.#live.delete(live.request.id);
-    live.queue.end();
   }
 }

@@ -23,6 +23,16 @@ export interface PrefixOffloadStats {
   readonly missingBlocks: number;
 }
 
+/** The counters of an engine without prefix offload. */
+export const NO_PREFIX_OFFLOAD: PrefixOffloadStats = {
+  storedBlocks: 0,
+  importedBlocks: 0,
+  importedTokens: 0,
+  skippedImports: 0,
+  errors: 0,
+  missingBlocks: 0,
+};
+
 /** Blocks fetched for one prompt, waiting to be imported between engine steps. */
 interface PendingImport {
   readonly tokens: readonly number[];

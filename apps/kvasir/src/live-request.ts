@@ -1,0 +1,194 @@
+import { type Sampler, SamplingState } from '@kvasir/model';
+import type { RequestOutput } from '@kvasir/scheduler';
+import {
+  EngineError,
+  type FinishReason,
+  type GenerationEvent,
+  type GenerationRequest,
+  type TokenLogprob,
+} from '@kvasir/server';
+import { AsyncQueue } from './async-queue.js';
+import type { IncrementalDecoder, TextCodec } from './runner.js';
+
+interface Choice {
+  readonly state: SamplingState;
+  readonly decoder: IncrementalDecoder;
+  generated: number;
+  finished: boolean;
+}
+
+/** Deterministic per-choice seed: choice i of seed s always samples the same way. */
+function choiceSeed(seed: number | undefined, index: number): number | undefined {
+  if (seed === undefined) return undefined;
+  return (Math.abs(seed) + index * 0x9e3779b1) % 2 ** 32;
+}
+
+/**
+ * One admitted request as its client sees it: per-choice sampling state and incremental
+ * decoders, and the queue of events its stream yields. Every way a request can end goes through
+ * {@link finish}, {@link end} or {@link fail}, each of which ends the stream exactly once.
+ */
+export class LiveRequest {
+  readonly request: GenerationRequest;
+  /** What the stream yields: deltas of every choice, then one usage event. */
+  readonly queue = new AsyncQueue<GenerationEvent>();
+  readonly #choices: Choice[];
+  readonly #stopTokens: ReadonlySet<number>;
+  readonly #codec: TextCodec;
+  #ended = false;
+
+  constructor(request: GenerationRequest, codec: TextCodec, stopTokens: ReadonlySet<number>) {
+    this.request = request;
+    this.#codec = codec;
+    this.#stopTokens = stopTokens;
+    this.#choices = Array.from({ length: request.n }, (_, i) => ({
+      state: new SamplingState(choiceSeed(request.sampling.seed, i), request.promptTokens),
+      decoder: codec.decoder(),
+      generated: 0,
+      finished: false,
+    }));
+  }
+
+  /** True once the stream has ended (finished, aborted or failed). */
+  get ended(): boolean {
+    return this.#ended;
+  }
+
+  /** True when every choice has ended (each on its own, or all at once). */
+  get allChoicesFinished(): boolean {
+    return this.#choices.every((c) => c.finished);
+  }
+
+  /**
+   * Ends one choice early (the server found a stop string); false when it had already ended.
+   */
+  finishChoice(index: number): boolean {
+    const choice = this.#choices[index];
+    if (!choice || choice.finished) return false;
+    choice.finished = true;
+    return true;
+  }
+
+  /** Samples choice `index`'s next token from its logits row. */
+  sample(sampler: Sampler, index: number, row: Float32Array) {
+    const s = this.request.sampling;
+    return sampler.sample(
+      row,
+      {
+        temperature: s.temperature,
+        topP: s.topP,
+        topK: s.topK,
+        minP: s.minP,
+        presencePenalty: s.presencePenalty,
+        frequencyPenalty: s.frequencyPenalty,
+        repetitionPenalty: s.repetitionPenalty,
+        logprobs: this.request.logprobs !== undefined,
+        topLogprobs: this.request.logprobs ?? 0,
+      },
+      this.#choices[index]!.state,
+    );
+  }
+
+  /** Streams a sampled token of choice `index`, ending the choice on a stop token or its limit. */
+  emitToken(
+    index: number,
+    token: number,
+    logprob: number,
+    top: readonly { token: number; logprob: number }[],
+  ): void {
+    const choice = this.#choices[index]!;
+    if (choice.finished) return;
+    choice.generated++;
+    let finishReason: FinishReason | undefined;
+    if (this.#stopTokens.has(token)) finishReason = 'stop';
+    else if (choice.generated >= this.request.maxTokens) finishReason = 'length';
+    // A stop token ends the choice but is not part of its text.
+    let text = finishReason === 'stop' ? '' : choice.decoder.push(token);
+    if (finishReason !== undefined) {
+      text += choice.decoder.flush();
+      choice.finished = true;
+    }
+    const codec = this.#codec;
+    const logprobs: TokenLogprob[] | undefined =
+      this.request.logprobs === undefined
+        ? undefined
+        : [
+            {
+              tokenId: token,
+              token: codec.tokenText(token),
+              logprob,
+              top: top.map((t) => ({
+                tokenId: t.token,
+                token: codec.tokenText(t.token),
+                logprob: t.logprob,
+              })),
+            },
+          ];
+    this.queue.push({
+      kind: 'delta',
+      index,
+      tokenIds: [token],
+      text,
+      ...(logprobs ? { logprobs } : {}),
+      ...(finishReason ? { finishReason } : {}),
+    });
+  }
+
+  /** Ends the stream with the scheduler's output: last deltas, then the usage event. */
+  finish(output: RequestOutput): void {
+    if (this.#ended) return;
+    if (output.finishReason === 'rejected') {
+      this.fail(
+        new EngineError(
+          'PROMPT_TOO_LONG',
+          output.reason ?? 'the request can never fit the KV cache',
+          {
+            details: { param: 'prompt' },
+          },
+        ),
+      );
+      return;
+    }
+    for (const seq of output.outputs) {
+      const choice = this.#choices[seq.index];
+      if (!choice || choice.finished) continue;
+      choice.finished = true;
+      const reason: FinishReason =
+        seq.finishReason === 'stop' ? 'stop' : seq.finishReason === 'length' ? 'length' : 'abort';
+      this.queue.push({
+        kind: 'delta',
+        index: seq.index,
+        tokenIds: [],
+        text: this.#choices[seq.index]!.decoder.flush(),
+        finishReason: reason,
+      });
+    }
+    this.queue.push({
+      kind: 'usage',
+      promptTokens: output.numPromptTokens,
+      cachedPromptTokens: output.numCachedPromptTokens,
+      completionTokens: this.#choices.reduce((sum, c) => sum + c.generated, 0),
+    });
+    this.end('abort');
+  }
+
+  /** Ends every choice still open with `reason` and closes the stream. */
+  end(reason: FinishReason): void {
+    if (!this.#ended) {
+      this.#choices.forEach((choice, i) => {
+        if (choice.finished) return;
+        choice.finished = true;
+        this.queue.push({ kind: 'delta', index: i, tokenIds: [], text: '', finishReason: reason });
+      });
+    }
+    this.#ended = true;
+    this.queue.end();
+  }
+
+  /** Ends the stream with an error its iterator throws. */
+  fail(error: unknown): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.queue.fail(error);
+  }
+}
