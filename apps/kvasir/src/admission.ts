@@ -1,4 +1,4 @@
-import { EngineError, type GenerationRequest } from '@kvasir/server';
+import { EngineError, type GenerationRequest } from '@kvasir/server/spec';
 import type { ModelFacts } from './runner.js';
 
 /**

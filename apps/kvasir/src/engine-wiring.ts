@@ -7,7 +7,7 @@ import {
   type QueuePolicy,
   Scheduler,
 } from '@kvasir/scheduler';
-import type { EngineStats } from '@kvasir/server';
+import type { EngineStats } from '@kvasir/server/spec';
 import type { EngineConfig } from './config.js';
 import type { ModelFacts } from './runner.js';
 

@@ -16,7 +16,7 @@ import {
   type GenerationStream,
   type InferenceEngine,
   type ModelCard,
-} from '@kvasir/server';
+} from '@kvasir/server/spec';
 import { admit } from './admission.js';
 import type { EngineConfig } from './config.js';
 import { createScheduler, engineStats, isHostOnly, type OffloadTiers } from './engine-wiring.js';

@@ -6,7 +6,7 @@ import {
   type GenerationEvent,
   type GenerationRequest,
   type TokenLogprob,
-} from '@kvasir/server';
+} from '@kvasir/server/spec';
 import { AsyncQueue } from './async-queue.js';
 import type { IncrementalDecoder, TextCodec } from './runner.js';
 

@@ -1,6 +1,6 @@
 import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
 import type { BatchPlan } from '@kvasir/scheduler';
-import type { ChatMessage } from '@kvasir/server';
+import type { ChatMessage } from '@kvasir/server/spec';
 
 /** Turns token ids back into text while streaming, never splitting a multi-byte character. */
 export interface IncrementalDecoder {
