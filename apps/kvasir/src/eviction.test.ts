@@ -1,6 +1,7 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { describe, expect, it } from 'vitest';
 import { KvasirAppError } from './errors.js';
@@ -10,6 +11,7 @@ const MRU_MODULE = `
 export default function createPolicy() {
   const order = [];
   return {
+    specificationVersion: 'v1',
     name: 'mru',
     insert(k) { order.push(k); },
     touch(k) { const i = order.indexOf(k); if (i >= 0) { order.splice(i, 1); order.push(k); } },
@@ -43,15 +45,75 @@ describe('loadEvictionPolicy', () => {
     expect(kv.findCachedPrefix([3, 4, 9]).numTokens).toBe(0);
   });
 
+  it('loads a module written with defineEvictionPolicy, exported as an instance', async () => {
+    // Inside the app's folder, so the module resolves @kvasir/kv-allocator as a user's would.
+    const dir = await mkdtemp(join(fileURLToPath(new URL('..', import.meta.url)), '.policy.tmp.'));
+    try {
+      await writeFile(
+        join(dir, 'newest.mjs'),
+        `import { defineEvictionPolicy } from '@kvasir/kv-allocator';
+const keys = new Set();
+export default defineEvictionPolicy({
+  name: 'newest',
+  insert: (k) => keys.add(k),
+  touch: () => {},
+  remove: (k) => keys.delete(k),
+  chooseVictim: () => [...keys].at(-1),
+});
+`,
+      );
+      const policy = await loadEvictionPolicy('newest.mjs', dir);
+      expect(policy.name).toBe('newest');
+      expect(policy.specificationVersion).toBe('v1');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a class, an unversioned object and a future version, saying what to export', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kvasir-policy-'));
+    const cases: [string, string, RegExp][] = [
+      [
+        'class.mjs',
+        "export default class Mru { constructor() { this.specificationVersion = 'v1'; } }",
+        /exports a class; export an instance or a factory such as \(\) => new Mru\(\)/,
+      ],
+      [
+        'plain.mjs',
+        "export default { name: 'p', insert() {}, touch() {}, remove() {}, chooseVictim() {} };",
+        /defineEvictionPolicy/,
+      ],
+      [
+        'future.mjs',
+        "export default { specificationVersion: 'v9', name: 'f', insert() {}, touch() {}, remove() {}, chooseVictim() {} };",
+        /"v9" is not supported/,
+      ],
+      ['none.mjs', 'export const x = 1;', /has no default export/],
+    ];
+    for (const [file, source, message] of cases) {
+      await writeFile(join(dir, file), source);
+      await expect(loadEvictionPolicy(file, dir)).rejects.toSatisfy(
+        (e: unknown) =>
+          KvasirAppError.isInstance(e) && e.code === 'POLICY_LOAD' && message.test(e.message),
+      );
+    }
+  });
+
   it('explains a module that exports no policy', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'kvasir-policy-'));
-    await writeFile(join(dir, 'bad.mjs'), 'export default { insert() {} };\n');
+    await writeFile(
+      join(dir, 'bad.mjs'),
+      "export default { specificationVersion: 'v1', name: 'bad', insert() {} };\n",
+    );
     await expect(loadEvictionPolicy('bad.mjs', dir)).rejects.toSatisfy(
       (e: unknown) =>
         KvasirAppError.isInstance(e) && e.code === 'POLICY_LOAD' && /touch/.test(e.message),
     );
     await expect(loadEvictionPolicy('missing.mjs', dir)).rejects.toSatisfy(
-      (e: unknown) => KvasirAppError.isInstance(e) && e.code === 'POLICY_LOAD',
+      (e: unknown) =>
+        KvasirAppError.isInstance(e) &&
+        e.code === 'POLICY_LOAD' &&
+        /expected lru, lfu, fifo or a path/.test(e.message),
     );
   });
 });

@@ -112,6 +112,7 @@ describe('custom eviction policy from a file (built CLI)', () => {
 export default function createPolicy() {
   const queue = [];
   return {
+    specificationVersion: 'v1',
     name: 'logging-fifo',
     insert(k) { queue.push(k); },
     touch() {},

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { BlockPool } from './block-pool';
 import { KvAllocatorError } from './errors';
+import { defineEvictionPolicy } from './policies/eviction-policy';
 import { FifoPolicy } from './policies/fifo-policy';
-import type { EvictionPolicy } from './types';
 
 describe('BlockPool', () => {
   it('hands out free blocks first and keeps freed hashed blocks cached', () => {
@@ -48,9 +48,10 @@ describe('BlockPool', () => {
     expect(pool.allocate(1)).toBeUndefined();
   });
 
-  it('works with a user policy written as a plain object (most recently freed first)', () => {
+  it('works with a user policy made by defineEvictionPolicy (most recently freed first)', () => {
     const stack: number[] = [];
-    const mru: EvictionPolicy<number> = {
+    const mru = defineEvictionPolicy<number>({
+      name: 'mru',
       insert: (k) => stack.push(k),
       touch: () => {},
       remove: (k) => {
@@ -58,7 +59,7 @@ describe('BlockPool', () => {
         if (i >= 0) stack.splice(i, 1);
       },
       chooseVictim: () => stack[stack.length - 1],
-    };
+    });
     const pool = new BlockPool({ numBlocks: 3, evictionPolicy: mru });
     const blocks = pool.allocate(3)!;
     blocks.forEach((b, i) => {
@@ -71,12 +72,13 @@ describe('BlockPool', () => {
   });
 
   it('reports a policy that names a block it may not reclaim, without losing blocks', () => {
-    const liar: EvictionPolicy<number> = {
+    const liar = defineEvictionPolicy<number>({
+      name: 'liar',
       insert() {},
       touch() {},
       remove() {},
       chooseVictim: () => 0,
-    };
+    });
     const pool = new BlockPool({ numBlocks: 2, evictionPolicy: liar });
     const [a, b] = pool.allocate(2)!;
     pool.setHash(b!, 'hb');

@@ -1,6 +1,7 @@
 import { assertInteger, KvAllocatorError } from './errors';
+import type { EvictionPolicy } from './policies/eviction-policy';
 import { LruPolicy } from './policies/lru-policy';
-import type { BlockHash, BlockId, EvictionPolicy } from './types';
+import type { BlockHash, BlockId } from './types';
 
 /** Options of `BlockPool`. */
 export interface BlockPoolOptions {

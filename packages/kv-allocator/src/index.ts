@@ -10,13 +10,21 @@ export {
   type KvCacheManagerOptions,
 } from './kv-cache-manager';
 export { blocksThatFit, kvBytesPerBlock, kvBytesPerToken } from './layout';
+export {
+  defineEvictionPolicy,
+  EVICTION_POLICY_SPECIFICATION_VERSION,
+  type EvictionPolicy,
+  type EvictionPolicyHooks,
+  validateEvictionPolicy,
+} from './policies/eviction-policy';
 export { FifoPolicy } from './policies/fifo-policy';
 export { LfuPolicy, type LfuPolicyOptions } from './policies/lfu-policy';
 export { LruPolicy } from './policies/lru-policy';
 export {
   createEvictionPolicy,
   type EvictionPolicyName,
-  validateEvictionPolicy,
+  evictionPolicies,
+  isEvictionPolicyName,
 } from './policies/registry';
 export type {
   AllocateResult,
@@ -24,7 +32,6 @@ export type {
   BlockHash,
   BlockId,
   CachedPrefix,
-  EvictionPolicy,
   ExtraKeys,
   KvCacheStats,
   KvLayout,

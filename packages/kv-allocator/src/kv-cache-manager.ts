@@ -1,13 +1,13 @@
 import { BlockPool } from './block-pool';
 import { assertInteger, KvAllocatorError } from './errors';
 import { hashBlock, rootHash } from './hash';
+import type { EvictionPolicy } from './policies/eviction-policy';
 import type {
   AllocateResult,
   BlockCopy,
   BlockHash,
   BlockId,
   CachedPrefix,
-  EvictionPolicy,
   ExtraKeys,
   KvCacheStats,
   SeqId,

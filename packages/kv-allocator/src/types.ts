@@ -40,29 +40,6 @@ export interface KvLayout {
   readonly scaleBytesPerTokenHead?: number;
 }
 
-/**
- * Decides which cached, unreferenced entry is reclaimed first. Keys are block ids inside
- * `BlockPool`; @kvasir/offload uses the same contract with its own string keys. A plain
- * object with these four functions is a valid policy.
- */
-export interface EvictionPolicy<K = BlockId> {
-  /** Optional name for stats and logs. */
-  readonly name?: string;
-  /** `key` became evictable (its content is cached and nothing references it). */
-  insert(key: K): void;
-  /** `key` was used again (a cache hit); policies that count or order by use update here. */
-  touch(key: K): void;
-  /** `key` is no longer evictable: it was reused, or reclaimed. */
-  remove(key: K): void;
-  /** The evictable key to reclaim next, or undefined when none. Must not modify state. */
-  chooseVictim(): K | undefined;
-  /**
-   * Optional: the key's content is gone for good (a block reclaimed for new tokens). Policies
-   * that remember history across reuse (LFU) drop it here. Called after `remove`.
-   */
-  forget?(key: K): void;
-}
-
 /** A longest cached prefix, as found by `KvCacheManager.findCachedPrefix`. */
 export interface CachedPrefix {
   /** Number of prompt tokens covered by the cached blocks (a multiple of the block size). */

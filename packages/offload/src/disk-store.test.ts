@@ -3,7 +3,13 @@ import { mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type BlockHash, type EvictionPolicy, FifoPolicy, LfuPolicy } from '@kvasir/kv-allocator';
+import {
+  type BlockHash,
+  defineEvictionPolicy,
+  type EvictionPolicy,
+  FifoPolicy,
+  LfuPolicy,
+} from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DiskStore } from './disk-store';
@@ -292,7 +298,8 @@ describe('DiskStore', () => {
     for (const make of [() => new FifoPolicy<BlockHash>(), () => new LfuPolicy<BlockHash>()]) {
       const inner = make();
       const chosen: BlockHash[] = [];
-      const spy: EvictionPolicy<BlockHash> = {
+      const spy = defineEvictionPolicy<BlockHash>({
+        name: 'spy',
         insert: (k) => inner.insert(k),
         touch: (k) => inner.touch(k),
         remove: (k) => inner.remove(k),
@@ -301,7 +308,7 @@ describe('DiskStore', () => {
           if (v !== undefined) chosen.push(v);
           return v;
         },
-      };
+      });
       const sub = await mkdtemp(join(dir, 'pol-'));
       const frame = encodeFrameHeader(NS, key(0), block(0, 500)).byteLength + 500;
       const s = await DiskStore.open({

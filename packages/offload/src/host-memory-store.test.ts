@@ -1,4 +1,10 @@
-import { type BlockHash, type EvictionPolicy, FifoPolicy, LfuPolicy } from '@kvasir/kv-allocator';
+import {
+  type BlockHash,
+  defineEvictionPolicy,
+  type EvictionPolicy,
+  FifoPolicy,
+  LfuPolicy,
+} from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { OffloadError } from './errors';
@@ -128,13 +134,13 @@ describe('HostMemoryStore', () => {
       () => {
         // A plain-object policy: evict the lexicographically largest key.
         const keys = new Set<BlockHash>();
-        return {
+        return defineEvictionPolicy<BlockHash>({
           name: 'largest-key',
           insert: (k) => void keys.add(k),
           touch: () => undefined,
           remove: (k) => void keys.delete(k),
           chooseVictim: () => [...keys].sort().at(-1),
-        };
+        });
       },
     ];
     for (const make of makers) {
@@ -144,7 +150,8 @@ describe('HostMemoryStore', () => {
           (ops) => {
             const inner = make();
             let lastChoice: BlockHash | undefined;
-            const spy: EvictionPolicy<BlockHash> = {
+            const spy = defineEvictionPolicy<BlockHash>({
+              name: 'spy',
               insert: (k) => inner.insert(k),
               touch: (k) => inner.touch(k),
               remove: (k) => inner.remove(k),
@@ -152,7 +159,7 @@ describe('HostMemoryStore', () => {
                 lastChoice = inner.chooseVictim();
                 return lastChoice;
               },
-            };
+            });
             const s = new HostMemoryStore({ namespace: NS, maxBytes: 4 * 100, policy: spy });
             let ok = true;
             s.onEvict((k, v) => {
@@ -175,7 +182,13 @@ describe('HostMemoryStore', () => {
     const s = new HostMemoryStore({
       namespace: NS,
       maxBytes: 300,
-      policy: { insert() {}, touch() {}, remove() {}, chooseVictim: () => undefined },
+      policy: defineEvictionPolicy<BlockHash>({
+        name: 'forgetful',
+        insert() {},
+        touch() {},
+        remove() {},
+        chooseVictim: () => undefined,
+      }),
     });
     for (let i = 0; i < 10; i++) s.putManySync([{ key: key(i), value: block(i, 100) }]);
     expect(s.stats().bytes).toBe(300);

@@ -1,4 +1,4 @@
-import type { EvictionPolicy } from '../types';
+import { EVICTION_POLICY_SPECIFICATION_VERSION, type EvictionPolicy } from './eviction-policy';
 
 /** Options of `LfuPolicy`. */
 export interface LfuPolicyOptions {
@@ -16,6 +16,7 @@ export interface LfuPolicyOptions {
  * count when the key's content is gone (the block was reclaimed and will hold new tokens).
  */
 export class LfuPolicy<K = number> implements EvictionPolicy<K> {
+  readonly specificationVersion = EVICTION_POLICY_SPECIFICATION_VERSION;
   readonly name = 'lfu';
   /** count → keys with that count, in least-recent-first order. */
   private readonly buckets = new Map<number, Map<K, true>>();

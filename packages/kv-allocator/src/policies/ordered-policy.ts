@@ -1,10 +1,11 @@
-import type { EvictionPolicy } from '../types';
+import { EVICTION_POLICY_SPECIFICATION_VERSION, type EvictionPolicy } from './eviction-policy';
 
 /**
  * A policy whose victim is the first key of a `Map` in insertion order: subclasses decide only
  * what `insert` and `touch` do to that order. O(1) for every hook.
  */
 export abstract class InsertionOrderPolicy<K> implements EvictionPolicy<K> {
+  readonly specificationVersion = EVICTION_POLICY_SPECIFICATION_VERSION;
   abstract readonly name: string;
   /** Evictable keys, the next victim first. */
   protected readonly order = new Map<K, true>();

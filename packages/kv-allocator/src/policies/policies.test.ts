@@ -1,10 +1,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { EvictionPolicy } from '../types';
+import { defineEvictionPolicy, validateEvictionPolicy } from './eviction-policy';
 import { FifoPolicy } from './fifo-policy';
 import { LfuPolicy } from './lfu-policy';
 import { LruPolicy } from './lru-policy';
-import { createEvictionPolicy, validateEvictionPolicy } from './registry';
+import { createEvictionPolicy, evictionPolicies } from './registry';
 
 describe('LruPolicy', () => {
   it('evicts the least recently inserted or touched key', () => {
@@ -142,21 +142,45 @@ describe('built-in policies against naive models', () => {
 });
 
 describe('validateEvictionPolicy', () => {
-  it('accepts a plain object with the four hooks', () => {
-    const plain: EvictionPolicy<number> = {
+  it('accepts a policy made by defineEvictionPolicy, stamped v1', () => {
+    const policy = defineEvictionPolicy<number>({
+      name: 'none',
+      insert() {},
+      touch() {},
+      remove() {},
+      chooseVictim: () => undefined,
+    });
+    expect(policy.specificationVersion).toBe('v1');
+    expect(validateEvictionPolicy(policy)).toBe(policy);
+  });
+
+  it('refuses an unversioned or future-versioned object, naming the fix', () => {
+    const hooks = {
+      name: 'x',
       insert() {},
       touch() {},
       remove() {},
       chooseVictim: () => undefined,
     };
-    expect(validateEvictionPolicy(plain)).toBe(plain);
+    expect(() => validateEvictionPolicy(hooks)).toThrow(/defineEvictionPolicy/);
+    expect(() => validateEvictionPolicy({ ...hooks, specificationVersion: 'v2' })).toThrow(
+      /"v2" is not supported/,
+    );
   });
 
   it('names the missing hook', () => {
-    expect(() => validateEvictionPolicy({ insert() {}, touch() {}, remove() {} })).toThrow(
-      /chooseVictim/,
-    );
+    expect(() =>
+      defineEvictionPolicy({ name: 'y', insert() {}, touch() {}, remove() {} } as never),
+    ).toThrow(/chooseVictim/);
     expect(() => validateEvictionPolicy(42)).toThrow(/object/);
     expect(() => createEvictionPolicy('arc' as never)).toThrow(/unknown eviction policy/);
+  });
+
+  it('every built-in in the registry is a valid v1 policy under its own name', () => {
+    for (const [name, make] of Object.entries(evictionPolicies)) {
+      const policy = validateEvictionPolicy(make());
+      expect(policy.name).toBe(name);
+      expect(createEvictionPolicy(name as never).name).toBe(name);
+    }
   });
 });

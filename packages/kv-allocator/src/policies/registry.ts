@@ -1,5 +1,5 @@
 import { KvAllocatorError } from '../errors';
-import type { EvictionPolicy } from '../types';
+import type { EvictionPolicy } from './eviction-policy';
 import { FifoPolicy } from './fifo-policy';
 import { LfuPolicy } from './lfu-policy';
 import { LruPolicy } from './lru-policy';
@@ -7,44 +7,28 @@ import { LruPolicy } from './lru-policy';
 /** Names of the built-in eviction policies. */
 export type EvictionPolicyName = 'lru' | 'lfu' | 'fifo';
 
+/** The built-in eviction policies by name, each a factory of a fresh policy. */
+export const evictionPolicies: Readonly<Record<EvictionPolicyName, <K>() => EvictionPolicy<K>>> = {
+  lru: () => new LruPolicy(),
+  lfu: () => new LfuPolicy(),
+  fifo: () => new FifoPolicy(),
+};
+
+/** True for the name of a built-in eviction policy. */
+export const isEvictionPolicyName = (name: string): name is EvictionPolicyName =>
+  Object.hasOwn(evictionPolicies, name);
+
 /**
  * A built-in policy by name.
  * @throws {KvAllocatorError} INVALID_ARGUMENT for an unknown name.
  */
 export function createEvictionPolicy<K = number>(name: EvictionPolicyName): EvictionPolicy<K> {
-  switch (name) {
-    case 'lru':
-      return new LruPolicy<K>();
-    case 'lfu':
-      return new LfuPolicy<K>();
-    case 'fifo':
-      return new FifoPolicy<K>();
-    default:
-      throw new KvAllocatorError(
-        'INVALID_ARGUMENT',
-        `unknown eviction policy "${String(name)}" (expected lru, lfu or fifo)`,
-        { details: { name } },
-      );
+  if (!isEvictionPolicyName(name)) {
+    throw new KvAllocatorError(
+      'INVALID_ARGUMENT',
+      `unknown eviction policy "${String(name)}" (expected ${Object.keys(evictionPolicies).join(', ')})`,
+      { details: { name } },
+    );
   }
-}
-
-/**
- * Checks that `value` satisfies the `EvictionPolicy` contract (four functions), e.g. a policy
- * loaded from a user's module, and returns it typed.
- * @throws {KvAllocatorError} INVALID_ARGUMENT naming the missing hook.
- */
-export function validateEvictionPolicy<K = number>(value: unknown): EvictionPolicy<K> {
-  if (typeof value !== 'object' || value === null) {
-    throw new KvAllocatorError('INVALID_ARGUMENT', 'an eviction policy must be an object');
-  }
-  for (const hook of ['insert', 'touch', 'remove', 'chooseVictim'] as const) {
-    if (typeof (value as Record<string, unknown>)[hook] !== 'function') {
-      throw new KvAllocatorError(
-        'INVALID_ARGUMENT',
-        `eviction policy is missing the function "${hook}" (needs insert, touch, remove, chooseVictim)`,
-        { details: { hook } },
-      );
-    }
-  }
-  return value as EvictionPolicy<K>;
+  return evictionPolicies[name]<K>();
 }

@@ -1,0 +1,77 @@
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { KvasirAppError } from './errors.js';
+
+/** What {@link loadPlugin} needs to know of one kind of plug-in. */
+export interface PluginKind<T> {
+  /** Shown in errors: `eviction policy`. */
+  readonly kind: string;
+  /** The owning library's check of its contract; throws naming what is wrong. */
+  readonly validate: (value: unknown) => T;
+  /** What else the setting could have named, for the error of a module that cannot load. */
+  readonly alternatives?: string;
+}
+
+/**
+ * Loads a user's plug-in module. Its default export (or an export named `plugin`) is either the
+ * plug-in itself, an object of the owning library's versioned contract (made with its
+ * `define…()` helper), or a factory: a function of no arguments returning one, called for each
+ * use. A class is not a factory: export `() => new MyPolicy()` or an instance.
+ *
+ * @returns a factory of validated plug-ins (an exported object is returned by every call).
+ * @throws KvasirAppError `POLICY_LOAD` when the module cannot be imported, exports nothing
+ *   usable, or what it makes breaks the contract.
+ */
+export async function loadPlugin<T>(
+  modulePath: string,
+  plugin: PluginKind<T>,
+  baseDir = process.cwd(),
+): Promise<() => T> {
+  const path = resolve(baseDir, modulePath);
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+  } catch (error) {
+    throw new KvasirAppError(
+      'POLICY_LOAD',
+      `cannot load ${plugin.kind} module ${path}: ${(error as Error).message}${plugin.alternatives ? ` (expected ${plugin.alternatives})` : ''}`,
+      { cause: error },
+    );
+  }
+  const exported = mod.default ?? mod.plugin;
+  const fail = (why: string, cause?: unknown): never => {
+    throw new KvasirAppError('POLICY_LOAD', `${plugin.kind} module ${path} ${why}`, { cause });
+  };
+  const check = (value: unknown): T => {
+    try {
+      return plugin.validate(value);
+    } catch (error) {
+      return fail(`does not export a valid ${plugin.kind}: ${(error as Error).message}`, error);
+    }
+  };
+  if (typeof exported === 'function') {
+    const factory = exported as () => unknown;
+    const make = (): T => {
+      let value: unknown;
+      try {
+        value = factory();
+      } catch (error) {
+        if (error instanceof TypeError && /class constructor/i.test(error.message)) {
+          return fail(
+            `exports a class; export an instance or a factory such as () => new ${factory.name || 'MyPolicy'}()`,
+            error,
+          );
+        }
+        return fail(`threw from its factory: ${(error as Error).message}`, error);
+      }
+      return check(value);
+    };
+    make(); // a broken factory fails at start-up, not at first use
+    return make;
+  }
+  if (typeof exported === 'object' && exported !== null) {
+    const value = check(exported);
+    return () => value;
+  }
+  return fail(`has no default export (export default a ${plugin.kind} or a factory of one)`);
+}
