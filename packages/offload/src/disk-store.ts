@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { FileHandle } from 'node:fs/promises';
-import { mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { access, constants, mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
 import {
   Checksummer,
@@ -99,6 +99,57 @@ async function writeFully(fh: FileHandle, header: Uint8Array, payload: Uint8Arra
 // place like this: the real header is written over it first).
 const BLANK_HEADER = new Uint8Array(FRAME_HEADER_BYTES);
 
+/**
+ * `mkdir -p` that always settles. Node's own `mkdir(path, { recursive: true })` never does where
+ * the kernel answers ENOENT under an existing parent (as in `/proc`): it retries the same pair of
+ * calls for ever. Here each level is tried at most twice.
+ */
+async function makeDirectory(path: string): Promise<void> {
+  try {
+    await mkdir(path);
+    return;
+  } catch (e) {
+    const code = errno(e);
+    if (code === 'EEXIST') return checkDirectory(path, e);
+    const parent = dirname(path);
+    if (code !== 'ENOENT' || parent === path) throw e;
+  }
+  await makeDirectory(dirname(path));
+  try {
+    await mkdir(path);
+  } catch (e) {
+    if (errno(e) !== 'EEXIST') throw e;
+    await checkDirectory(path, e);
+  }
+}
+
+async function checkDirectory(path: string, error: unknown): Promise<void> {
+  if (!(await stat(path)).isDirectory()) {
+    throw Object.assign(new Error(`${path} exists and is not a directory`), {
+      code: 'ENOTDIR',
+      cause: error,
+    });
+  }
+}
+
+const FS_REASONS: Readonly<Record<string, string>> = {
+  ENOTDIR: 'a component of the path is a file, not a directory',
+  ENOENT: 'it cannot be created there',
+  EACCES: 'permission denied',
+  EPERM: 'operation not permitted',
+  EROFS: 'read-only file system',
+  ENOSPC: 'no space left on the device',
+  ELOOP: 'too many symbolic links',
+  ENAMETOOLONG: 'the path is too long',
+};
+
+function describeFsError(e: unknown): string {
+  const code = errno(e);
+  const reason = code === undefined ? undefined : FS_REASONS[code];
+  if (reason !== undefined) return `${reason} (${code})`;
+  return e instanceof Error ? e.message : String(e);
+}
+
 async function writeHeader(fh: FileHandle, header: Uint8Array): Promise<void> {
   for (let at = 0; at < header.byteLength; ) {
     const r = await fh.write(header, at, header.byteLength - at, at);
@@ -162,8 +213,9 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   /**
    * Opens (creating if needed) the store and rebuilds its index from the directory, oldest file
    * first into the policy; evicts down to the budget if the directory holds more.
-   * @throws {OffloadError} INVALID_KEY, INVALID_OPTIONS for bad options.
-   * @throws the file-system error when the directory cannot be created or listed.
+   * @throws {OffloadError} INVALID_KEY, INVALID_OPTIONS for bad options; UNAVAILABLE (the
+   *   file-system error as its `cause`) when the directory cannot be created, is not a
+   *   directory, or cannot be listed or written.
    */
   static async open(options: DiskStoreOptions): Promise<DiskStore> {
     const store = new DiskStore(options);
@@ -171,13 +223,19 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       await store.rebuild(options.staleTempMs ?? 10 * 60_000);
     } catch (e) {
       await store.close();
-      throw e;
+      throw new OffloadError(
+        'UNAVAILABLE',
+        `disk store directory ${options.dir} cannot be used: ${describeFsError(e)}`,
+        { cause: e, details: { dir: options.dir, errno: errno(e) } },
+      );
     }
     return store;
   }
 
   private async rebuild(staleTempMs: number): Promise<void> {
-    await mkdir(this.nsDir, { recursive: true });
+    await makeDirectory(this.nsDir);
+    // Checked now: a directory that cannot be written would only show up as misses later.
+    await access(this.nsDir, constants.W_OK | constants.X_OK);
     const found: { key: BlockHash; size: number; mtime: number }[] = [];
     const now = Date.now();
     for (const sub of await readdir(this.nsDir, { withFileTypes: true })) {
@@ -294,7 +352,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   private async ensureDir(key: BlockHash): Promise<void> {
     const sub = join(this.nsDir, key.slice(0, 2));
     if (this.madeDirs.has(sub)) return;
-    await mkdir(sub, { recursive: true });
+    await makeDirectory(sub);
     this.madeDirs.add(sub);
   }
 

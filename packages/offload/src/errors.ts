@@ -13,13 +13,19 @@ export type OffloadErrorCode =
   /** The store was closed. */
   | 'CLOSED'
   /**
+   * A store cannot be opened at all: `DiskStore.open` on a directory that cannot be created, is
+   * not a directory, or cannot be written. Only opening throws it; later failures are misses.
+   */
+  | 'UNAVAILABLE'
+  /**
    * A checksum worker thread failed (it crashed, or could not start or be reached). Stores never
    * throw it: the block concerned is a miss (or not stored) and counted in `errors`.
    */
   | 'CHECKSUM_WORKER';
 
 /**
- * Thrown by @kvasir/offload for misuse only: bad keys, values or options, or a closed store.
+ * Thrown by @kvasir/offload for misuse (bad keys, values or options, a closed store) and when a
+ * store cannot be opened at all (`UNAVAILABLE`).
  * An unreachable Redis, a full disk or a corrupted entry is not misuse: those calls report
  * misses and count the failure in `stats()`, so a failing tier never stops the engine.
  */

@@ -16,7 +16,12 @@ export {
 } from './frame';
 export { HostMemoryStore, type HostMemoryStoreOptions } from './host-memory-store';
 export { isBlockHash, KV_FORMAT_VERSION, type KvNamespaceSpec, kvNamespace } from './keys';
-export { RedisStore, type RedisStoreOptions, type RedisStoreStats } from './redis-store';
+export {
+  checkRedisUrl,
+  RedisStore,
+  type RedisStoreOptions,
+  type RedisStoreStats,
+} from './redis-store';
 export { isStagingBuffer, stagingBuffers } from './staging';
 export {
   type FetchOptions,

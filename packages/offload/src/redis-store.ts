@@ -21,6 +21,32 @@ const PREFIX_SCRIPT_SHA = createHash('sha1').update(PREFIX_SCRIPT).digest('hex')
 /** Redis refuses strings over 512 MB (`proto-max-bulk-len`); leave room for the header. */
 const REDIS_MAX_VALUE = 512 * 1024 * 1024 - 4096;
 
+/**
+ * Checks that `url` is one a {@link RedisStore} can connect to: `redis://` or `rediss://` with
+ * a host (ioredis would read `http://foo` as `foo:6379` and retry it for ever).
+ * @throws {OffloadError} INVALID_OPTIONS naming what is wrong.
+ */
+export function checkRedisUrl(url: string): void {
+  let parsed: URL | undefined;
+  try {
+    parsed = new URL(url);
+  } catch {
+    parsed = undefined;
+  }
+  if (parsed === undefined || (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:')) {
+    throw new OffloadError(
+      'INVALID_OPTIONS',
+      `Redis URL ${JSON.stringify(url)} is not a redis:// or rediss:// URL (e.g. redis://127.0.0.1:6379)`,
+      { details: { url } },
+    );
+  }
+  if (parsed.hostname === '') {
+    throw new OffloadError('INVALID_OPTIONS', `Redis URL ${JSON.stringify(url)} has no host`, {
+      details: { url },
+    });
+  }
+}
+
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions {
   /** Namespace fingerprint from `kvNamespace()`. */
@@ -84,7 +110,10 @@ export class RedisStore implements KvBlockStore {
   private unavailable = 0;
   private closed = false;
 
-  /** @throws {OffloadError} INVALID_KEY for a malformed namespace, INVALID_OPTIONS for bad options. */
+  /**
+   * @throws {OffloadError} INVALID_KEY for a malformed namespace, INVALID_OPTIONS for bad options
+   *   (a `url` that is not `redis://` or `rediss://` among them).
+   */
   constructor(options: RedisStoreOptions) {
     checkNamespace(options.namespace);
     this.namespace = options.namespace;
@@ -102,6 +131,7 @@ export class RedisStore implements KvBlockStore {
       REDIS_MAX_VALUE,
     );
     this.maxBatchBytes = checkBudget('maxBatchBytes', options.maxBatchBytes ?? 64 * 1024 * 1024);
+    if (options.url !== undefined && options.client === undefined) checkRedisUrl(options.url);
     if (options.client !== undefined) {
       this.client = options.client;
       this.ownsClient = false;
