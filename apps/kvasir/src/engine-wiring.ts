@@ -1,12 +1,6 @@
 import type { KvCacheManager } from '@kvasir/kv-allocator';
 import type { KvBlockStore, TieredStore } from '@kvasir/offload';
-import {
-  fcfsPolicy,
-  longestPrefixMatchPolicy,
-  priorityPolicy,
-  type QueuePolicy,
-  Scheduler,
-} from '@kvasir/scheduler';
+import { queuePolicies, Scheduler } from '@kvasir/scheduler';
 import type { EngineStats } from '@kvasir/server/spec';
 import type { EngineConfig } from './config.js';
 import type { ModelFacts } from './runner.js';
@@ -20,12 +14,6 @@ export interface OffloadTiers {
 /** With only a host tier, swap slots and prefix blocks would compete for one budget. */
 export const isHostOnly = (offload: OffloadTiers | undefined): boolean =>
   (offload?.tiers.length ?? 0) === 1;
-
-const QUEUE_POLICIES: Readonly<Record<EngineConfig['queuePolicy'], () => QueuePolicy>> = {
-  fcfs: fcfsPolicy,
-  priority: priorityPolicy,
-  lpm: longestPrefixMatchPolicy,
-};
 
 /** The scheduler an engine runs, configured from the engine config and the model's facts. */
 export function createScheduler(
@@ -55,7 +43,7 @@ export function createScheduler(
     enablePrefixCaching: config.enablePrefixCaching,
     preemptionMode: config.preemptionMode,
     hostSwapBlocks,
-    queuePolicy: (QUEUE_POLICIES[config.queuePolicy] ?? fcfsPolicy)(),
+    queuePolicy: queuePolicies[config.queuePolicy](),
     clock: () => performance.now() / 1000,
   });
 }

@@ -79,17 +79,18 @@ describe('preemption policy', () => {
   });
   it('picks the lowest priority, then the latest arrival', () => {
     const p = lowestPriorityLatestArrival();
+    const ids = (list: RunningRequest[]) => list.map((r, i) => ({ ...r, requestId: `r${i}` }));
     expect(
-      p.chooseVictim([
-        run({ priority: 1 }),
-        run({ priority: 3 }),
-        run({ priority: 2, arrivalTime: 9 }),
-      ]),
-    ).toBe(1);
+      p.chooseVictim(
+        ids([run({ priority: 1 }), run({ priority: 3 }), run({ priority: 2, arrivalTime: 9 })]),
+      ),
+    ).toBe('r1');
     expect(
-      p.chooseVictim([run({ arrivalTime: 1 }), run({ arrivalTime: 5 }), run({ arrivalTime: 3 })]),
-    ).toBe(1);
-    expect(p.chooseVictim([run({ arrivalIndex: 1 }), run({ arrivalIndex: 2 })])).toBe(1);
+      p.chooseVictim(
+        ids([run({ arrivalTime: 1 }), run({ arrivalTime: 5 }), run({ arrivalTime: 3 })]),
+      ),
+    ).toBe('r1');
+    expect(p.chooseVictim(ids([run({ arrivalIndex: 1 }), run({ arrivalIndex: 2 })]))).toBe('r1');
   });
 });
 

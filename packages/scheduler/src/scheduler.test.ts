@@ -1,7 +1,12 @@
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { describe, expect, it } from 'vitest';
 import { SchedulerError } from './errors';
-import { longestPrefixMatchPolicy, type PreemptionPolicy, priorityPolicy } from './policies';
+import {
+  definePreemptionPolicy,
+  defineQueuePolicy,
+  longestPrefixMatchPolicy,
+  priorityPolicy,
+} from './policies';
 import { Scheduler, type SchedulerOptions } from './scheduler';
 import { FakeExecutor, referenceOutput } from './testing/fake-executor';
 import type { BatchPlan, RequestOutput, SchedulerEvent, SchedulerRequest } from './types';
@@ -321,16 +326,55 @@ describe('preemption', () => {
     for (const o of group.outputs) expect(o.tokenIds).toHaveLength(20);
   });
 
-  it('uses a custom preemption policy given as a plain object', () => {
+  it('refuses unversioned policies and a victim that is not a candidate, naming them', () => {
+    const kvCache = new KvCacheManager({ numBlocks: 4, blockSize: 4 });
+    expectError(
+      () =>
+        new Scheduler({
+          kvCache,
+          maxModelLen: 64,
+          queuePolicy: { name: 'old', rank: () => 0 } as never,
+        }),
+      'INVALID_POLICY',
+      /defineQueuePolicy/,
+    );
+    expectError(
+      () =>
+        new Scheduler({
+          kvCache,
+          maxModelLen: 64,
+          preemptionPolicy: {
+            specificationVersion: 'v2',
+            name: 'new',
+            chooseVictim: () => '',
+          } as never,
+        }),
+      'INVALID_POLICY',
+      /"v2" is not supported/,
+    );
+    const { sched, step } = setup({
+      numBlocks: 4,
+      preemptionPolicy: definePreemptionPolicy({ name: 'wrong', chooseVictim: () => 'nobody' }),
+      queuePolicy: defineQueuePolicy({ name: 'fifo', rank: (r) => r.arrivalIndex }),
+    });
+    sched.add({ id: 'a', promptTokenIds: seqPrompt(6), maxTokens: 20 });
+    sched.add({ id: 'b', promptTokenIds: seqPrompt(6, 30), maxTokens: 20 });
+    expect(() => {
+      for (let i = 0; i < 40; i++) step();
+    }).toThrow(/preemption policy wrong chose "nobody"/);
+  });
+
+  it('uses a custom preemption policy made by definePreemptionPolicy', () => {
     const seen: string[][] = [];
-    const firstArrival: PreemptionPolicy = {
+    const firstArrival = definePreemptionPolicy({
+      name: 'first-arrival',
       chooseVictim(c) {
         seen.push(c.map((x) => x.requestId));
         let best = 0;
         for (let i = 1; i < c.length; i++) if (c[i]!.arrivalIndex < c[best]!.arrivalIndex) best = i;
-        return best;
+        return c[best]!.requestId;
       },
-    };
+    });
     const { sched, runAll, events } = setup({
       numBlocks: 6,
       preemptionPolicy: firstArrival,

@@ -9,6 +9,8 @@ import {
   type QueuedRequest,
   type QueuePolicy,
   type RunningRequest,
+  validatePreemptionPolicy,
+  validateQueuePolicy,
 } from './policies';
 import type {
   BatchPlan,
@@ -291,17 +293,10 @@ export class Scheduler {
     }
     this.watermarkBlocks = Math.floor(wm * kv.numBlocks);
     this.hostSlots = new HostSlotPool(o.hostSwapBlocks ?? 0);
-    this.queuePolicy = o.queuePolicy ?? fcfsPolicy();
-    if (typeof this.queuePolicy.rank !== 'function') {
-      throw new SchedulerError('INVALID_CONFIG', 'queuePolicy must have a rank(req, ctx) function');
-    }
-    this.preemptionPolicy = o.preemptionPolicy ?? lowestPriorityLatestArrival();
-    if (typeof this.preemptionPolicy.chooseVictim !== 'function') {
-      throw new SchedulerError(
-        'INVALID_CONFIG',
-        'preemptionPolicy must have a chooseVictim(candidates) function',
-      );
-    }
+    this.queuePolicy = validateQueuePolicy(o.queuePolicy ?? fcfsPolicy());
+    this.preemptionPolicy = validatePreemptionPolicy(
+      o.preemptionPolicy ?? lowestPriorityLatestArrival(),
+    );
     if (o.eosTokenId !== undefined) int('eosTokenId', o.eosTokenId, 0);
     this.eosTokenId = o.eosTokenId;
     this.clockFn = o.clock;
@@ -462,12 +457,12 @@ export class Scheduler {
     for (const r of this.running) {
       if (r.state === RUNNING && r.scheduledStep !== step) candidates.push(r);
     }
-    const i = this.preemptionPolicy.chooseVictim(candidates);
-    const victim = candidates[i];
+    const id = this.preemptionPolicy.chooseVictim(candidates);
+    const victim = candidates.find((c) => c.requestId === id);
     if (!victim) {
       throw new SchedulerError(
         'INVALID_POLICY',
-        `preemptionPolicy returned ${String(i)} for ${candidates.length} candidates`,
+        `preemption policy ${this.preemptionPolicy.name} chose ${JSON.stringify(id)}, which is not one of the ${candidates.length} candidates`,
       );
     }
     return victim;
