@@ -10,22 +10,8 @@ export {
   type KvCacheManagerOptions,
 } from './kv-cache-manager';
 export { blocksThatFit, kvBytesPerBlock, kvBytesPerToken } from './layout';
-export {
-  defineEvictionPolicy,
-  EVICTION_POLICY_SPECIFICATION_VERSION,
-  type EvictionPolicy,
-  type EvictionPolicyHooks,
-  validateEvictionPolicy,
-} from './policies/eviction-policy';
-export { FifoPolicy } from './policies/fifo-policy';
-export { LfuPolicy, type LfuPolicyOptions } from './policies/lfu-policy';
-export { LruPolicy } from './policies/lru-policy';
-export {
-  createEvictionPolicy,
-  type EvictionPolicyName,
-  evictionPolicies,
-  isEvictionPolicyName,
-} from './policies/registry';
+// The eviction-policy plug-in surface, also published alone as `@kvasir/kv-allocator/policies`.
+export * from './policies';
 export type {
   AllocateResult,
   BlockCopy,

@@ -3,13 +3,7 @@ import { mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  type BlockHash,
-  defineEvictionPolicy,
-  type EvictionPolicy,
-  FifoPolicy,
-  LfuPolicy,
-} from '@kvasir/kv-allocator';
+import { type BlockHash, defineEvictionPolicy, FifoPolicy, LfuPolicy } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DiskStore } from './disk-store';

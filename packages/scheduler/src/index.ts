@@ -1,26 +1,7 @@
 export { SchedulerError, type SchedulerErrorCode } from './errors';
 export { HostSlotPool } from './host-slots';
-export {
-  definePreemptionPolicy,
-  defineQueuePolicy,
-  fcfsPolicy,
-  type LongestPrefixMatchOptions,
-  longestPrefixMatchPolicy,
-  lowestPriorityLatestArrival,
-  PREEMPTION_POLICY_SPECIFICATION_VERSION,
-  type PreemptionPolicy,
-  type PriorityPolicyOptions,
-  priorityPolicy,
-  QUEUE_POLICY_SPECIFICATION_VERSION,
-  type QueueContext,
-  type QueuedRequest,
-  type QueuePolicy,
-  type QueuePolicyName,
-  queuePolicies,
-  type RunningRequest,
-  validatePreemptionPolicy,
-  validateQueuePolicy,
-} from './policies';
+// The policy contracts and built-ins (src/policies.ts names each export).
+export * from './policies';
 export { Scheduler, type SchedulerOptions } from './scheduler';
 export type {
   BatchPlan,
