@@ -1,3 +1,4 @@
+import { f16BitsToF32, f32ToF16Bits, roundToF16 } from '@kvasir/quantizer';
 import { AttentionKernelError } from './errors.js';
 import { QUANTIZED_KV_FORMATS } from './kv-format-quantized.js';
 
@@ -138,54 +139,9 @@ export interface KvFormat {
   ): void;
 }
 
-const f32Scratch = new Float32Array(1);
-const u32Scratch = new Uint32Array(f32Scratch.buffer);
-
-/**
- * IEEE binary16 bits of `x`, rounded to nearest even, with subnormals, infinities (overflow
- * rounds to ±inf) and NaN (a quiet NaN keeping the top payload bits). Matches WGSL
- * `pack2x16float` for every finite f16-range input on the adapters we test.
- */
-export function f32ToF16Bits(x: number): number {
-  f32Scratch[0] = x;
-  const bits = u32Scratch[0]!;
-  const sign = (bits >>> 16) & 0x8000;
-  const exp = (bits >>> 23) & 0xff;
-  const mant = bits & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant !== 0 ? 0x200 | (mant >>> 13) : 0);
-  const e = exp - 112; // rebias 127 → 15
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    const full = mant | 0x800000;
-    const shift = 14 - e;
-    let half = full >>> shift;
-    const rem = full & ((1 << shift) - 1);
-    const halfway = 1 << (shift - 1);
-    if (rem > halfway || (rem === halfway && (half & 1) === 1)) half++;
-    return sign | half;
-  }
-  let half = (e << 10) | (mant >>> 13);
-  const rem = mant & 0x1fff;
-  // A carry out of the mantissa correctly bumps the exponent, up to infinity.
-  if (rem > 0x1000 || (rem === 0x1000 && (half & 1) === 1)) half++;
-  return sign | half;
-}
-
-/** The f32 value of IEEE binary16 bits `h` (exact: every f16 is an f32). */
-export function f16BitsToF32(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >>> 10) & 0x1f;
-  const mant = h & 0x3ff;
-  if (exp === 0) return sign * mant * 2 ** -24;
-  if (exp === 0x1f) return mant === 0 ? sign * Number.POSITIVE_INFINITY : Number.NaN;
-  return sign * (1024 + mant) * 2 ** (exp - 25);
-}
-
-/** Round `x` through f16 and back (what an f16 cache stores). */
-export function roundToF16(x: number): number {
-  return f16BitsToF32(f32ToF16Bits(x));
-}
+// The conversions live with the other number formats in @kvasir/quantizer; re-exported here
+// for the kernels' existing users.
+export { f16BitsToF32, f32ToF16Bits, roundToF16 };
 
 function wordRead(o: KvWgslOptions, cacheVar: string): (w: string) => string {
   return (o.cacheElement ?? 'vec4<u32>') === 'vec4<u32>'

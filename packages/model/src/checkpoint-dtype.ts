@@ -1,3 +1,4 @@
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '@kvasir/quantizer';
 import { ModelError } from './errors.js';
 
 /** Element types a checkpoint tensor may hold. `Q8_0` is GGUF's 34-byte block of 32 int8 values with an f16 scale. */
@@ -36,66 +37,9 @@ export function dtypeUnitBytes(dtype: TensorDtype): number {
   return dtype === 'F32' ? 4 : dtype === 'Q8_0' ? Q8_0_BLOCK_BYTES : 2;
 }
 
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
-
-/** IEEE half bits → number. */
-export function f16BitsToF32(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  if (exp === 0) return sign * frac * 2 ** -24;
-  if (exp === 31) return frac ? Number.NaN : sign * Number.POSITIVE_INFINITY;
-  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
-}
-
-/** number → IEEE half bits, round to nearest even, overflow to infinity. */
-export function f32ToF16Bits(value: number): number {
-  f32[0] = value;
-  const x = u32[0]!;
-  const sign = (x >>> 16) & 0x8000;
-  const exp = (x >>> 23) & 0xff;
-  let mant = x & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  let e = exp - 127 + 15;
-  if (e >= 31) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    const shift = 14 - e;
-    const halfway = 1 << (shift - 1);
-    const rem = mant & ((1 << shift) - 1);
-    let m = mant >>> shift;
-    if (rem > halfway || (rem === halfway && (m & 1) === 1)) m++;
-    return sign | m;
-  }
-  let m = mant >>> 13;
-  const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && (m & 1) === 1)) {
-    m++;
-    if (m === 0x400) {
-      m = 0;
-      e++;
-      if (e >= 31) return sign | 0x7c00;
-    }
-  }
-  return sign | (e << 10) | m;
-}
-
-/** bfloat16 bits → number. */
-export function bf16BitsToF32(b: number): number {
-  u32[0] = (b & 0xffff) << 16;
-  return f32[0]!;
-}
-
-/** number → bfloat16 bits, round to nearest even (NaN stays NaN). */
-export function f32ToBf16Bits(value: number): number {
-  f32[0] = value;
-  const x = u32[0]!;
-  if ((x & 0x7fffffff) > 0x7f800000) return ((x >>> 16) | 0x40) & 0xffff;
-  const rounded = x + 0x7fff + ((x >>> 16) & 1);
-  return (rounded >>> 16) & 0xffff;
-}
+// One definition of the half-precision conversions: @kvasir/quantizer's (re-exported for the
+// package's existing users).
+export { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits };
 
 /**
  * Quantizes float values to Q8_0 blocks exactly as llama.cpp's reference quantizer does:

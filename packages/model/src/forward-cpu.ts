@@ -1,7 +1,7 @@
+import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
 import type { ModelConfig } from './config.js';
 import type { NormalizedPlan } from './forward-plan.js';
 import { applyRopeRows, ropeTables } from './forward-rope.js';
-import { f16BitsToF32, f32ToF16Bits } from './kernels/f16.js';
 import { embeddingRef, matmulRef, rmsNormRef } from './kernels/reference.js';
 import type { PackedWeight } from './kernels/weight-format.js';
 import { type KvCacheSpec, kvRowWord } from './kv-cache.js';

@@ -24,6 +24,13 @@ export {
 } from './format.js';
 export { type HadamardSize, hadamardF32, isHadamardSize, wgslHadamard } from './hadamard.js';
 export {
+  bf16BitsToF32,
+  f16BitsToF32,
+  f32ToBf16Bits,
+  f32ToF16Bits,
+  roundToF16,
+} from './ieee-half.js';
+export {
   INT4_MAX,
   INT8_MAX,
   type Int4GroupParams,

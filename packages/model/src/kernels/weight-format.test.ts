@@ -1,6 +1,6 @@
+import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { f16BitsToF32, f32ToF16Bits } from './f16';
 import { packWeight, unpackWeight } from './weight-format';
 
 describe('f16 conversion', () => {

@@ -1,4 +1,4 @@
-import { f16BitsToF32, f32ToF16Bits } from './f16';
+import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
 
 /**
  * How a dense weight matrix is stored in GPU (and CPU-backend) memory.
