@@ -16,6 +16,8 @@ export interface MaxRateOptions extends Omit<SimulationOptions, 'workload'> {
   readonly maxRate?: number;
   /** Bisection steps once the answer is bracketed (each halves the log-interval). Default 8. */
   readonly iterations?: number;
+  /** Called after each simulated rate, for progress reports. */
+  readonly onProbe?: (probe: RateProbe & { readonly underBound: boolean }) => void;
 }
 
 /** One probed rate. */
@@ -31,6 +33,13 @@ export interface MaxRateResult {
   /** The simulation at `maxRate` (undefined when 0). */
   readonly atMaxRate: SimulationResult | undefined;
   readonly probes: readonly RateProbe[];
+  /**
+   * What ended the search: `latency` when the answer lies between a rate under the bound and
+   * one over it (a real result); `max-rate` when even `maxRate` stayed under the bound, so
+   * `maxRate` is only a lower limit of the answer (too few requests to load the system);
+   * `min-rate` when even `minRate` was over the bound (`maxRate` is 0).
+   */
+  readonly limitedBy: 'latency' | 'max-rate' | 'min-rate';
 }
 
 /**
@@ -61,8 +70,14 @@ export function findMaxRate(options: MaxRateOptions): MaxRateResult {
       }),
     });
     results.set(r, result);
+    const underBound = result.meanNormalizedLatencyS <= bound;
     probes.push({ rate: r, meanNormalizedLatencyS: result.meanNormalizedLatencyS });
-    return result.meanNormalizedLatencyS <= bound;
+    options.onProbe?.({
+      rate: r,
+      meanNormalizedLatencyS: result.meanNormalizedLatencyS,
+      underBound,
+    });
+    return underBound;
   };
   let lo = 0;
   let hi = 0;
@@ -76,7 +91,7 @@ export function findMaxRate(options: MaxRateOptions): MaxRateResult {
       }
       lo = rate;
     }
-    if (hi === 0) return { maxRate: lo, atMaxRate: results.get(lo), probes };
+    if (hi === 0) return { maxRate: lo, atMaxRate: results.get(lo), probes, limitedBy: 'max-rate' };
   } else {
     hi = rate;
     while (rate > minRate) {
@@ -87,12 +102,12 @@ export function findMaxRate(options: MaxRateOptions): MaxRateResult {
       }
       hi = rate;
     }
-    if (lo === 0) return { maxRate: 0, atMaxRate: undefined, probes };
+    if (lo === 0) return { maxRate: 0, atMaxRate: undefined, probes, limitedBy: 'min-rate' };
   }
   for (let i = 0; i < iterations; i++) {
     const mid = Math.sqrt(lo * hi);
     if (probe(mid)) lo = mid;
     else hi = mid;
   }
-  return { maxRate: lo, atMaxRate: results.get(lo), probes };
+  return { maxRate: lo, atMaxRate: results.get(lo), probes, limitedBy: 'latency' };
 }
