@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import { KvasirAppError } from '../errors.js';
 import { type Summary, summarize } from './stats.js';
 
 /** Options of {@link runLoad}. */
@@ -154,11 +155,36 @@ async function oneRequest(
 }
 
 /**
+ * Refuses a load that would send nothing or never end (no clients, no time, no prompts).
+ * @throws KvasirAppError `INVALID_CONFIG` naming the option.
+ */
+export function checkLoadOptions(options: LoadOptions): void {
+  const bad = (what: string) => {
+    throw new KvasirAppError('INVALID_CONFIG', `bench: ${what}`, { details: { options } });
+  };
+  if (!Number.isInteger(options.concurrency) || options.concurrency < 1) {
+    bad(`concurrency must be an integer ≥ 1, got ${options.concurrency}`);
+  }
+  if (!(options.durationSec > 0)) bad(`duration must be > 0 s, got ${options.durationSec}`);
+  if (options.mode === 'rate' && !((options.ratePerSec ?? 1) > 0)) {
+    bad(`rate must be > 0 requests/s, got ${options.ratePerSec}`);
+  }
+  if (
+    options.maxRequests !== undefined &&
+    (!Number.isInteger(options.maxRequests) || options.maxRequests < 1)
+  ) {
+    bad(`max requests must be an integer ≥ 1, got ${options.maxRequests}`);
+  }
+  if (options.prompts.length === 0) bad('no prompts to send');
+}
+
+/**
  * Drives an OpenAI-compatible server with streaming completions and measures what clients see:
  * time to first token, time per output token, end-to-end latency, throughput and errors.
+ * @throws KvasirAppError `INVALID_CONFIG` for options that would send nothing or never end.
  */
 export async function runLoad(options: LoadOptions): Promise<LoadReport> {
-  if (options.prompts.length === 0) throw new Error('runLoad: no prompts');
+  checkLoadOptions(options);
   const records: RequestRecord[] = [];
   const runStart = performance.now();
   const deadline = runStart + options.durationSec * 1000;

@@ -2,11 +2,12 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { createServer } from '@kvasir/server';
 import cliProgress from 'cli-progress';
-import { type LoadReport, runLoad } from '../bench/load.js';
+import { checkLoadOptions, type LoadOptions, type LoadReport, runLoad } from '../bench/load.js';
 import { syntheticPrompts } from '../bench/prompts.js';
 import { renderLoadChart } from '../bench/svg.js';
 import { type BuiltEngine, buildEngine } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
+import { KvasirAppError } from '../errors.js';
 
 /** Options of `kvasir bench`. */
 export interface BenchOptions {
@@ -33,17 +34,38 @@ async function loadPrompts(options: BenchOptions): Promise<string[]> {
   if (!options.promptsFile) {
     return syntheticPrompts(256, options.promptWords, options.seed, options.sharedPrefixWords);
   }
-  const text = await readFile(options.promptsFile, 'utf8');
-  return text
-    .split('\n')
-    .map((line) => line.trim())
-    .filter((line) => line.length > 0)
-    .map((line) => {
-      if (!line.startsWith('{')) return line;
-      const parsed = JSON.parse(line) as { prompt?: string };
-      return parsed.prompt ?? '';
-    })
-    .filter((p) => p.length > 0);
+  const file = options.promptsFile;
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (error) {
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `cannot read --prompts-file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+      { cause: error },
+    );
+  }
+  const prompts: string[] = [];
+  for (const [i, raw] of text.split('\n').entries()) {
+    const line = raw.trim();
+    if (line.length === 0) continue;
+    if (!line.startsWith('{')) {
+      prompts.push(line);
+      continue;
+    }
+    let parsed: { prompt?: unknown };
+    try {
+      parsed = JSON.parse(line) as { prompt?: unknown };
+    } catch (error) {
+      throw new KvasirAppError(
+        'INVALID_CONFIG',
+        `--prompts-file ${file} line ${i + 1} is not valid JSON: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+    if (typeof parsed.prompt === 'string' && parsed.prompt.length > 0) prompts.push(parsed.prompt);
+  }
+  return prompts;
 }
 
 /** A running server for a bench run: the given URL, or an in-process engine on a free port. */
@@ -52,7 +74,9 @@ export async function benchTarget(
   url: string | undefined,
 ): Promise<{ url: string; built?: BuiltEngine; close(): Promise<void> }> {
   if (url) return { url, close: async () => {} };
-  if (!config) throw new Error('benchTarget: an engine config is needed in-process');
+  if (!config) {
+    throw new KvasirAppError('INVALID_CONFIG', 'bench: an engine config is needed in-process');
+  }
   const built = await buildEngine(config);
   const server = createServer({ engine: built.engine, port: 0, maxN: 16 });
   const local = await server.listen();
@@ -66,38 +90,61 @@ export async function benchTarget(
   };
 }
 
-/** Runs one load phase with a progress bar on stderr. */
+/**
+ * Runs one load phase with a progress bar (on stderr unless `stream` is given). The bar fills
+ * with finished requests under `maxRequests`, otherwise with elapsed seconds of the duration.
+ */
 export async function loadWithProgress(
   label: string,
   options: Parameters<typeof runLoad>[0],
   progress: boolean,
+  stream: NodeJS.WritableStream = process.stderr,
 ): Promise<LoadReport> {
+  checkLoadOptions(options);
+  const byRequests = options.maxRequests !== undefined;
+  // Payload names must not be cli-progress's own (value, total, percentage, duration, eta...).
+  const format = byRequests
+    ? `${label} [{bar}] {value}/{total} requests, {failed} failed, {secs}s (at most {limit}s)`
+    : `${label} [{bar}] {secs}s/{limit}s, {done} done, {failed} failed`;
   const bar = progress
     ? new cliProgress.SingleBar(
-        {
-          format: `${label} [{bar}] {value} done, {failed} failed, {elapsed}s/{duration}s`,
-          stream: process.stderr,
-          hideCursor: false,
-        },
+        { format, stream, hideCursor: false },
         cliProgress.Presets.shades_classic,
       )
     : undefined;
   const started = Date.now();
-  bar?.start(options.maxRequests ?? 0, 0, { failed: 0, elapsed: 0, duration: options.durationSec });
-  const timer = setInterval(() => {
-    bar?.update({ elapsed: Math.round((Date.now() - started) / 1000) });
-  }, 500);
+  const seconds = () => Math.round((Date.now() - started) / 1000);
+  let done = 0;
+  let failed = 0;
+  bar?.start(
+    byRequests ? (options.maxRequests ?? 1) : Math.max(1, Math.ceil(options.durationSec)),
+    0,
+    {
+      done,
+      failed,
+      secs: 0,
+      limit: options.durationSec,
+    },
+  );
+  const refresh = () => {
+    if (!bar) return;
+    const payload = { done, failed, secs: seconds() };
+    if (byRequests) bar.update(done, payload);
+    else bar.update(Math.min(bar.getTotal(), seconds()), payload);
+  };
+  const timer = setInterval(refresh, 500);
   try {
     return await runLoad({
       ...options,
-      onProgress: (done, failed) => {
-        if (!bar) return;
-        if (done > bar.getTotal()) bar.setTotal(done);
-        bar.update(done, { failed, elapsed: Math.round((Date.now() - started) / 1000) });
+      onProgress: (d, f) => {
+        done = d;
+        failed = f;
+        refresh();
       },
     });
   } finally {
     clearInterval(timer);
+    refresh();
     bar?.stop();
   }
 }
@@ -107,25 +154,26 @@ export async function benchCommand(
   config: EngineConfig | undefined,
   options: BenchOptions,
 ): Promise<void> {
-  const prompts = await loadPrompts(options);
+  const load: Omit<LoadOptions, 'url'> = {
+    ...(options.apiKey ? { apiKey: options.apiKey } : {}),
+    ...(options.model ? { model: options.model } : {}),
+    mode: options.rate ? 'rate' : 'closed',
+    concurrency: options.concurrency,
+    ...(options.rate ? { ratePerSec: options.rate } : {}),
+    durationSec: options.durationSec,
+    ...(options.maxRequests ? { maxRequests: options.maxRequests } : {}),
+    prompts: await loadPrompts(options),
+    maxTokens: options.maxTokens,
+    seed: options.seed,
+  };
+  // Before an engine is built for nothing.
+  checkLoadOptions({ ...load, url: options.url ?? '' });
   const target = await benchTarget(config, options.url);
   let report: LoadReport;
   try {
     report = await loadWithProgress(
       options.rate ? `rate ${options.rate}/s` : `concurrency ${options.concurrency}`,
-      {
-        url: target.url,
-        ...(options.apiKey ? { apiKey: options.apiKey } : {}),
-        ...(options.model ? { model: options.model } : {}),
-        mode: options.rate ? 'rate' : 'closed',
-        concurrency: options.concurrency,
-        ...(options.rate ? { ratePerSec: options.rate } : {}),
-        durationSec: options.durationSec,
-        ...(options.maxRequests ? { maxRequests: options.maxRequests } : {}),
-        prompts,
-        maxTokens: options.maxTokens,
-        seed: options.seed,
-      },
+      { ...load, url: target.url },
       options.progress,
     );
   } finally {

@@ -22,6 +22,25 @@ export interface SimulateOptions {
   /** Mean normalized latency bound (s/token) for the rate search. */
   readonly latencyBound: number;
   readonly json: boolean;
+  /** Progress on stderr: one line per simulated rate (rewritten in place on a terminal). */
+  readonly progress?: boolean;
+}
+
+/** Progress lines on stderr; on a terminal one line, rewritten. */
+function progressWriter(enabled: boolean): { line(text: string): void; end(): void } {
+  const tty = process.stderr.isTTY === true;
+  let shown = false;
+  return {
+    line(text) {
+      if (!enabled) return;
+      if (tty) process.stderr.write(`\r\x1b[2K[kvasir] ${text}`);
+      else process.stderr.write(`[kvasir] ${text}\n`);
+      shown = true;
+    },
+    end() {
+      if (enabled && tty && shown) process.stderr.write('\r\x1b[2K');
+    },
+  };
 }
 
 const SYSTEMS: readonly SystemKind[] = ['kvasir', 'orca', 'static'];
@@ -56,8 +75,10 @@ export async function simulateCommand(options: SimulateOptions): Promise<void> {
   const kind = options.workload as 'sharegpt' | 'alpaca' | 'shared-prefix';
   const workload = { kind, numRequests: options.requests, seed: options.seed };
   const rows: Record<string, unknown>[] = [];
+  const progress = progressWriter(options.progress ?? true);
   for (const system of SYSTEMS) {
     if (options.rate !== undefined) {
+      progress.line(`${system}: simulating ${options.requests} requests at ${options.rate} req/s`);
       const r: SimulationResult = simulate({
         model,
         hardware,
@@ -66,16 +87,24 @@ export async function simulateCommand(options: SimulateOptions): Promise<void> {
       });
       rows.push({ rate: options.rate, ...r });
     } else {
+      let probes = 0;
       const r = findMaxRate({
         model,
         hardware,
         system,
         workload,
         latencyBound: options.latencyBound,
+        onProbe: (p) => {
+          probes++;
+          progress.line(
+            `${system}: rate ${p.rate.toFixed(2)} req/s → ${p.meanNormalizedLatencyS.toFixed(3)} s/token (${p.underBound ? 'under' : 'over'} the bound; probe ${probes})`,
+          );
+        },
       });
       rows.push({
         system,
         max_rate: r.maxRate,
+        limited_by: r.limitedBy,
         ...(r.atMaxRate
           ? {
               mean_normalized_latency_s: r.atMaxRate.meanNormalizedLatencyS,
@@ -87,6 +116,7 @@ export async function simulateCommand(options: SimulateOptions): Promise<void> {
       });
     }
   }
+  progress.end();
   const result = {
     hardware,
     model,
@@ -102,9 +132,19 @@ export async function simulateCommand(options: SimulateOptions): Promise<void> {
   const lines = [`${model} on ${hardware}, ${kind} workload (${options.requests} requests)`];
   for (const row of rows) {
     if (options.rate === undefined) {
-      lines.push(
-        `  ${String(row.system).padEnd(7)} max rate ${Number(row.max_rate).toFixed(2)} req/s under ${options.latencyBound} s/token`,
-      );
+      const name = String(row.system).padEnd(7);
+      const rate = Number(row.max_rate).toFixed(2);
+      if (row.limited_by === 'max-rate') {
+        lines.push(
+          `  ${name} max rate ≥ ${rate} req/s: the search's upper bound, not a result (${options.requests} requests stay under ${options.latencyBound} s/token at any rate; simulate more --requests)`,
+        );
+      } else if (row.limited_by === 'min-rate') {
+        lines.push(
+          `  ${name} no rate meets ${options.latencyBound} s/token, not even the search's lowest (raise --latency-bound)`,
+        );
+      } else {
+        lines.push(`  ${name} max rate ${rate} req/s under ${options.latencyBound} s/token`);
+      }
     } else {
       const r = row as unknown as SimulationResult;
       lines.push(
