@@ -1,18 +1,11 @@
 import { basename, resolve } from 'node:path';
-import {
-  DiskStore,
-  HostMemoryStore,
-  type KvBlockStore,
-  kvNamespace,
-  RedisStore,
-  TieredStore,
-} from '@kvasir/offload';
 import { defaultCacheDir, type EngineConfig } from './config.js';
 import { DEFAULT_MODEL_NAME, ensureDefaultModel } from './default-model.js';
 import { KvasirEngine } from './engine.js';
 import { loadEvictionPolicy } from './eviction.js';
-import { type MemoryPlan, planMemory } from './memory-plan.js';
+import { deviceMemory, type MemoryPlan, planMemory } from './memory-plan.js';
 import { type LoadedModel, loadModelRunner } from './model-runner.js';
+import { checkSwapSpace, openOffloadTiers, type SwapSpace } from './offload-tiers.js';
 
 /** An engine with everything it was built from, for banners, `info` and shutdown. */
 export interface BuiltEngine {
@@ -24,6 +17,8 @@ export interface BuiltEngine {
   readonly isDefaultModel: boolean;
   /** Names of the offload tiers in order (`host`, `disk`, `redis`). */
   readonly offloadTiers: readonly string[];
+  /** What preemption does: recompute, or swap and where to. */
+  readonly preemption: SwapSpace;
   /** Stops the loop, closes offload stores and releases the device. */
   close(): Promise<void>;
 }
@@ -49,8 +44,10 @@ export async function loadAndPlan(config: EngineConfig): Promise<{
 }> {
   const { path, isDefault } = await resolveModelPath(config);
   const model = await loadModelRunner(path, config);
+  const memory = deviceMemory(config.gpuMemoryBytes, model.device);
   const plan = planMemory({
-    deviceBytes: config.gpuMemoryBytes,
+    deviceBytes: memory.bytes,
+    memorySource: memory.source,
     fraction: config.gpuMemoryFraction,
     weightBytes: model.weightBytes,
     activationBytes: model.activationBytes(config.maxNumBatchedTokens, config.maxNumSeqs),
@@ -59,49 +56,6 @@ export async function loadAndPlan(config: EngineConfig): Promise<{
     ...(config.numGpuBlocks === undefined ? {} : { numBlocksOverride: config.numGpuBlocks }),
   });
   return { model, plan, path, isDefault };
-}
-
-async function buildOffload(
-  config: EngineConfig,
-  model: LoadedModel,
-): Promise<{ store: TieredStore; tiers: KvBlockStore[] } | undefined> {
-  const o = config.offload;
-  if (o.hostBytes === 0 && !o.diskDir && !o.redisUrl) return undefined;
-  const layout = model.kvLayout;
-  const namespace = kvNamespace({
-    modelId: model.modelId,
-    weightDigest: model.weightDigest,
-    kvDtype: config.kvDtype,
-    blockSize: layout.blockSize,
-    numLayers: layout.numLayers,
-    numKvHeads: layout.numKvHeads,
-    headDim: layout.headDim,
-  });
-  const tiers: KvBlockStore[] = [];
-  if (o.hostBytes > 0) tiers.push(new HostMemoryStore({ namespace, maxBytes: o.hostBytes }));
-  if (o.diskDir) {
-    tiers.push(
-      await DiskStore.open({
-        namespace,
-        dir: resolve(o.diskDir),
-        maxBytes: o.diskBytes ?? 4 * 1024 ** 3,
-      }),
-    );
-  }
-  if (o.redisUrl) {
-    const redis = new RedisStore({ namespace, url: o.redisUrl });
-    // Writes before the connection is up would be dropped (the store never queues offline).
-    if (!(await redis.ready(5_000))) {
-      process.stderr.write(
-        `[kvasir] Redis at ${o.redisUrl} is not reachable yet: that tier reports misses until it is\n`,
-      );
-    }
-    tiers.push(redis);
-  }
-  // Write-through: a swapped-out block is in every tier before the step goes on, so a block the
-  // host tier evicts is still found below it.
-  const store = new TieredStore({ tiers, writeMode: 'write-through' });
-  return { store, tiers };
 }
 
 /**
@@ -113,8 +67,18 @@ export async function buildEngine(
   options: { readonly log?: (line: string) => void } = {},
 ): Promise<BuiltEngine> {
   const { model, plan, path, isDefault } = await loadAndPlan(config);
-  const evictionPolicy = await loadEvictionPolicy(config.evictionPolicy);
-  const offload = await buildOffload(config, model);
+  let evictionPolicy: Awaited<ReturnType<typeof loadEvictionPolicy>>;
+  let offload: Awaited<ReturnType<typeof openOffloadTiers>> | undefined;
+  let preemption: SwapSpace;
+  try {
+    evictionPolicy = await loadEvictionPolicy(config.evictionPolicy);
+    offload = await openOffloadTiers(config, model);
+    preemption = checkSwapSpace(config, plan, offload?.tiers.map((t) => t.tier) ?? []);
+  } catch (error) {
+    await offload?.store.close();
+    await model.dispose();
+    throw error;
+  }
   const runner = await model.allocate(plan.numBlocks);
   const servedModelName =
     config.servedModelName ??
@@ -134,6 +98,7 @@ export async function buildEngine(
     modelPath: path,
     isDefaultModel: isDefault,
     offloadTiers: offload ? offload.tiers.map((t) => t.tier) : [],
+    preemption,
     async close() {
       await engine.stop();
       await offload?.store.close();

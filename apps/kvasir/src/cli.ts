@@ -1,23 +1,12 @@
-import { KvasirError } from '@kvasir/errors';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command } from 'commander';
 import { benchCommand } from './commands/bench.js';
 import { generateCommand } from './commands/generate.js';
 import { infoCommand } from './commands/info.js';
 import { addEngineOptions, resolveEngineConfig } from './commands/options.js';
+import { collect, int, num } from './commands/parsers.js';
 import { serveCommand } from './commands/serve.js';
 import { simulateCommand } from './commands/simulate.js';
-
-const int = (value: string): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n)) throw new InvalidArgumentError('expected an integer');
-  return n;
-};
-const num = (value: string): number => {
-  const n = Number(value);
-  if (!Number.isFinite(n)) throw new InvalidArgumentError('expected a number');
-  return n;
-};
-const collect = (value: string, previous: string[]) => [...previous, value];
+import { userMessage } from './errors.js';
 
 const program = new Command()
   .name('kvasir')
@@ -28,6 +17,7 @@ const program = new Command()
 
 addEngineOptions(
   program.command('serve').description('serve a model over an OpenAI-compatible HTTP API'),
+  { server: true },
 ).action(async (_opts, cmd: Command) => {
   await serveCommand(await resolveEngineConfig(cmd));
 });
@@ -37,11 +27,11 @@ addEngineOptions(
     .command('generate')
     .description('generate text for one prompt in-process')
     .argument('<prompt>', 'the prompt')
-    .option('-n, --max-tokens <n>', 'tokens to generate', int, 64)
-    .option('-t, --temperature <t>', 'sampling temperature (0 = greedy)', num, 0.8)
-    .option('--top-p <p>', 'nucleus sampling', num, 1)
-    .option('--top-k <k>', 'top-k sampling (0 = off)', int, 0)
-    .option('-s, --seed <seed>', 'sampling seed', int)
+    .option('-n, --max-tokens <n>', 'tokens to generate', int(1), 64)
+    .option('-t, --temperature <t>', 'sampling temperature (0 = greedy)', num(), 0.8)
+    .option('--top-p <p>', 'nucleus sampling', num({ positive: true }), 1)
+    .option('--top-k <k>', 'top-k sampling (0 = off)', int(0), 0)
+    .option('-s, --seed <seed>', 'sampling seed', int())
     .option('--chat', 'apply the chat template to the prompt as a user message', false)
     .option('--stop <text>', 'stop string (repeatable)', collect, [] as string[]),
 ).action(async (prompt: string, opts, cmd: Command) => {
@@ -73,16 +63,21 @@ program
   .option('--hardware <name>', 'hardware profile', 'A100-40GB')
   .option('--model-profile <name>', 'model profile', 'OPT-13B')
   .option('--workload <name>', 'workload: sharegpt, alpaca, shared-prefix', 'sharegpt')
-  .option('--rate <r>', 'request rate to simulate (req/s); omit to search the maximum rate', num)
-  .option('--requests <n>', 'requests in the workload', int, 1000)
-  .option('--seed <seed>', 'workload seed', int, 1)
+  .option(
+    '--rate <r>',
+    'request rate to simulate (req/s); omit to search the maximum rate',
+    num({ positive: true }),
+  )
+  .option('--requests <n>', 'requests in the workload', int(1), 1000)
+  .option('--seed <seed>', 'workload seed', int(), 1)
   .option(
     '--latency-bound <s>',
     'mean normalized latency bound for the rate search (s/token)',
-    num,
+    num({ positive: true }),
     0.4,
   )
   .option('--json', 'print one JSON object', false)
+  .option('--no-progress', 'no progress lines on stderr')
   .action(async (opts) => {
     await simulateCommand(opts);
   });
@@ -92,26 +87,31 @@ addEngineOptions(
     .command('bench')
     .description('load generator against a URL or an in-process engine')
     .option('--url <url>', 'server to load (default: start an in-process engine)')
+    .option('--api-key <key>', 'bearer key of the --url server')
     .option('--model-name <id>', 'model id to request')
     .option(
       '--concurrency <n>',
       'concurrent clients (closed loop), or the in-flight cap with --rate',
-      int,
+      int(1),
       8,
     )
-    .option('--rate <r>', 'Poisson arrivals per second instead of a closed loop', num)
-    .option('--duration <s>', 'seconds to send requests', num, 30)
-    .option('--max-requests <n>', 'stop after this many requests', int)
-    .option('--max-tokens <n>', 'tokens per request (EOS ignored)', int, 32)
-    .option('--prompt-words <n>', 'words per synthetic prompt', int, 32)
+    .option(
+      '--rate <r>',
+      'Poisson arrivals per second instead of a closed loop',
+      num({ positive: true }),
+    )
+    .option('--duration <s>', 'seconds to send requests', num({ positive: true }), 30)
+    .option('--max-requests <n>', 'stop after this many requests', int(1))
+    .option('--max-tokens <n>', 'tokens per request (EOS ignored)', int(1), 32)
+    .option('--prompt-words <n>', 'words per synthetic prompt', int(1), 32)
     .option(
       '--shared-prefix-words <n>',
       'shared system-prompt words in every synthetic prompt',
-      int,
+      int(0),
       0,
     )
     .option('--prompts-file <file>', 'prompts, one per line (or JSONL with a "prompt" field)')
-    .option('--bench-seed <seed>', 'seed of the synthetic prompts and arrivals', int, 1)
+    .option('--bench-seed <seed>', 'seed of the synthetic prompts and arrivals', int(), 1)
     .option('--json', 'print one JSON object', false)
     .option('--out <dir>', 'write the full JSON report and an SVG chart here')
     .option('--no-progress', 'no progress bar'),
@@ -137,12 +137,6 @@ addEngineOptions(
 });
 
 program.parseAsync(process.argv).catch((error: unknown) => {
-  if (KvasirError.isInstance(error)) {
-    process.stderr.write(`kvasir: ${error.message} [${error.code}]\n`);
-  } else {
-    process.stderr.write(
-      `kvasir: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-    );
-  }
+  process.stderr.write(`kvasir: ${userMessage(error)}\n`);
   process.exit(1);
 });

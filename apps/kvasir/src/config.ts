@@ -1,13 +1,41 @@
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { checkRedisUrl } from '@kvasir/offload';
 import { z } from 'zod';
 import { KvasirAppError } from './errors.js';
 
 const positiveInt = z.number().int().min(1);
 
-/** Everything `kvasir serve` (and `generate`, `info`, `bench` in-process) can be told. */
-export const engineConfigSchema = z.object({
+/** `redis://` or `rediss://` with a host: @kvasir/offload's own rule, checked before start-up. */
+const redisUrl = z.string().check((ctx) => {
+  try {
+    checkRedisUrl(ctx.value);
+  } catch (error) {
+    ctx.issues.push({ code: 'custom', message: (error as Error).message, input: ctx.value });
+  }
+});
+
+/** The offload tiers below the device (`offload` in a config file). */
+const offloadConfigSchema = z.strictObject({
+  /** Host-memory tier budget in bytes (also the swap space). */
+  hostBytes: z
+    .number()
+    .int()
+    .min(0)
+    .default(256 * 1024 * 1024),
+  diskDir: z.string().min(1).optional(),
+  diskBytes: z.number().int().min(1).optional(),
+  redisUrl: redisUrl.optional(),
+  /** Host slots for swap preemption (default: what the host budget holds). */
+  swapBlocks: z.number().int().min(0).optional(),
+});
+
+/**
+ * Everything `kvasir serve` (and `generate`, `info`, `bench` in-process) can be told. Strict: an
+ * unknown key (a typo such as `prot`) is refused, not ignored.
+ */
+export const engineConfigSchema = z.strictObject({
   /** HF directory or `.gguf` file; empty = the embedded random default model. */
   model: z.string().optional(),
   /** Name clients pass as `model`; default: the directory's name. */
@@ -16,13 +44,14 @@ export const engineConfigSchema = z.object({
   kvDtype: z
     .enum(['f32', 'f16', 'int8', 'int8-h8', 'fp8-e4m3', 'fp8-e5m2', 'int4', 'int4-h32'])
     .default('f32'),
-  blockSize: z.union([z.literal(8), z.literal(16), z.literal(32)]).default(16),
+  blockSize: z.literal([8, 16, 32]).default(16),
   /**
-   * Device memory the engine plans with, in bytes (WebGPU cannot report it). Default 512 MiB,
-   * which suits the software adapter; set it to your GPU's memory.
+   * Memory the engine plans with, in bytes. WebGPU cannot report it: there the default is
+   * 512 MiB, which suits the software adapter (set it to your GPU's memory). On the CPU backend
+   * the default is the host memory available at start-up.
    */
-  gpuMemoryBytes: positiveInt.default(512 * 1024 * 1024),
-  /** Fraction of the device's memory budget the engine may use for weights plus KV cache. */
+  gpuMemoryBytes: positiveInt.optional(),
+  /** Fraction of that memory the engine may use for weights, activations and KV cache. */
   gpuMemoryFraction: z.number().gt(0).max(1).default(0.9),
   /** Overrides the computed number of KV blocks (handy for tests that force preemption). */
   numGpuBlocks: positiveInt.optional(),
@@ -43,22 +72,8 @@ export const engineConfigSchema = z.object({
    * preemption with a single tier (prefix blocks would compete with swapped-out ones).
    */
   offloadPrefix: z.boolean().optional(),
-  offload: z
-    .object({
-      /** Host-memory tier budget in bytes (also the swap space). */
-      hostBytes: z
-        .number()
-        .int()
-        .min(0)
-        .default(256 * 1024 * 1024),
-      diskDir: z.string().optional(),
-      diskBytes: z.number().int().min(1).optional(),
-      redisUrl: z.string().optional(),
-      /** Host slots for swap preemption (default: what the host budget holds). */
-      swapBlocks: z.number().int().min(0).optional(),
-    })
-    .prefault({}),
-  host: z.string().default('127.0.0.1'),
+  offload: offloadConfigSchema.prefault({}),
+  host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8000),
   apiKey: z.string().optional(),
   /** Where the embedded default model is created. */
@@ -72,40 +87,165 @@ export type EngineConfig = z.infer<typeof engineConfigSchema>;
 /** Engine configuration as written by a user (every field optional). */
 export type EngineConfigInput = z.input<typeof engineConfigSchema>;
 
+/** The keys of each object of the configuration, by path (`''` for the top level). */
+export const CONFIG_KEYS: Readonly<Record<string, readonly string[]>> = {
+  '': Object.keys(engineConfigSchema.shape),
+  offload: Object.keys(offloadConfigSchema.shape),
+};
+
+/** Edit distance with adjacent transpositions (`prot` → `port` is 1). */
+function editDistance(a: string, b: string): number {
+  const rows = a.length + 1;
+  const cols = b.length + 1;
+  const d = new Int32Array(rows * cols);
+  for (let i = 0; i < rows; i++) d[i * cols] = i;
+  for (let j = 0; j < cols; j++) d[j] = j;
+  for (let i = 1; i < rows; i++) {
+    for (let j = 1; j < cols; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let v = Math.min(
+        d[(i - 1) * cols + j]! + 1,
+        d[i * cols + j - 1]! + 1,
+        d[(i - 1) * cols + j - 1]! + cost,
+      );
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
+        v = Math.min(v, d[(i - 2) * cols + j - 2]! + 1);
+      }
+      d[i * cols + j] = v;
+    }
+  }
+  return d[rows * cols - 1]!;
+}
+
+/** The candidate closest to `word` when it is close enough to be the one meant. */
+export function closestMatch(word: string, candidates: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Number.POSITIVE_INFINITY;
+  for (const candidate of candidates) {
+    const distance = editDistance(word.toLowerCase(), candidate.toLowerCase());
+    if (distance < bestDistance) {
+      best = candidate;
+      bestDistance = distance;
+    }
+  }
+  return bestDistance <= Math.max(2, Math.floor(word.length / 3)) ? best : undefined;
+}
+
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let v = input;
+  for (const k of path) {
+    v = typeof v === 'object' && v !== null ? (v as Record<PropertyKey, unknown>)[k] : undefined;
+  }
+  return v;
+}
+
+/**
+ * How messages name a setting given its key path (`blockSize`, `offload.redisUrl`): the flag or
+ * the config file it came from. Default: the path.
+ */
+export type SettingName = (path: string) => string;
+
 /**
  * Validates a configuration object.
- * @throws KvasirAppError `INVALID_CONFIG` naming the first offending field.
+ * @throws KvasirAppError `INVALID_CONFIG` naming the first offending setting (through `name`):
+ *   for an unknown key, the closest valid one; for a value outside a set, the allowed values.
  */
-export function parseEngineConfig(input: unknown): EngineConfig {
+export function parseEngineConfig(input: unknown, name: SettingName = (p) => p): EngineConfig {
   const result = engineConfigSchema.safeParse(input);
   if (result.success) return result.data;
   const issue = result.error.issues[0];
-  const path = issue?.path.join('.') ?? '';
+  if (issue === undefined) throw new KvasirAppError('INVALID_CONFIG', 'invalid configuration');
+  const path = issue.path.join('.');
+  if (issue.code === 'unrecognized_keys') {
+    const known = CONFIG_KEYS[path] ?? [];
+    const named = issue.keys.map((key) => {
+      const near = closestMatch(key, known);
+      const full = (k: string) => (path ? `${path}.${k}` : k);
+      return `${name(full(key))}${near ? ` (did you mean "${full(near)}"?)` : ''}`;
+    });
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `invalid configuration: unknown key${named.length > 1 ? 's' : ''} ${named.join(', ')}; the valid keys${path ? ` of ${path}` : ''} are ${known.join(', ')}`,
+      { details: { path, keys: issue.keys } },
+    );
+  }
+  const message =
+    issue.code === 'invalid_value'
+      ? `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(', ')}, got ${JSON.stringify(valueAt(input, issue.path))}`
+      : issue.message;
   throw new KvasirAppError(
     'INVALID_CONFIG',
-    `invalid configuration${path ? ` at ${path}` : ''}: ${issue?.message ?? 'unknown problem'}`,
+    `invalid configuration at ${path ? name(path) : 'the top level'}: ${message}`,
     { details: { path } },
   );
 }
 
 /**
+ * Where JSON.parse gave up. V8 names a character offset in most messages, but not for an
+ * unexpected token: then it is the shortest prefix that fails on that token (every shorter one
+ * only runs out of input), found by bisection.
+ */
+function jsonErrorOffset(text: string, message: string): number | undefined {
+  const at = /at position (\d+)/.exec(message);
+  if (at) return Number(at[1]);
+  if (/end of JSON input/.test(message)) return text.length;
+  if (!message.startsWith('Unexpected token')) return undefined;
+  const failsOnToken = (length: number): boolean => {
+    try {
+      JSON.parse(text.slice(0, length));
+      return false;
+    } catch (error) {
+      return (error as Error).message.startsWith('Unexpected token');
+    }
+  };
+  let lo = 0;
+  let hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (failsOnToken(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo > 0 ? lo - 1 : undefined;
+}
+
+/** JSON.parse's complaint as `reason at line L, column C`. */
+function jsonSyntaxError(text: string, error: unknown): string {
+  const raw = error instanceof Error ? error.message : String(error);
+  const offset = jsonErrorOffset(text, raw);
+  const reason = raw
+    .replace(/\s*in JSON at position \d+.*$/s, '')
+    .replace(/ of JSON input$/, ' of the file')
+    .replace(/^(Unexpected token '.+?'), ".*$/s, '$1');
+  if (offset === undefined) return reason;
+  const lines = text.slice(0, offset).split('\n');
+  return `${reason} at line ${lines.length}, column ${(lines.at(-1)?.length ?? 0) + 1}`;
+}
+
+/**
  * Reads a JSON configuration file (keys as in {@link engineConfigSchema}).
- * @throws KvasirAppError `INVALID_CONFIG` when unreadable or not a JSON object.
+ * @throws KvasirAppError `INVALID_CONFIG` when unreadable, not JSON (the message gives line and
+ *   column) or not a JSON object.
  */
 export async function readConfigFile(path: string): Promise<EngineConfigInput> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
   } catch (error) {
-    throw new KvasirAppError('INVALID_CONFIG', `cannot read config file ${path}`, { cause: error });
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `cannot read config file ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+      { cause: error },
+    );
   }
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new KvasirAppError('INVALID_CONFIG', `config file ${path} is not valid JSON`, {
-      cause: error,
-    });
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `config file ${path} is not valid JSON: ${jsonSyntaxError(text, error)}`,
+      { cause: error, details: { path } },
+    );
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new KvasirAppError('INVALID_CONFIG', `config file ${path} must hold a JSON object`);

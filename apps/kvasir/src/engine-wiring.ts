@@ -15,6 +15,23 @@ export interface OffloadTiers {
 export const isHostOnly = (offload: OffloadTiers | undefined): boolean =>
   (offload?.tiers.length ?? 0) === 1;
 
+/**
+ * Blocks swap preemption may move out of the device (0: every preemption recomputes). With the
+ * host tier alone, what its budget holds; with a disk or Redis tier below (write-through keeps
+ * there the blocks the host tier evicts), four times the device's blocks.
+ */
+export function swapSpaceBlocks(
+  config: EngineConfig,
+  facts: Pick<ModelFacts, 'blockBytes' | 'numBlocks'>,
+  tiers: readonly string[],
+): number {
+  if (config.preemptionMode !== 'swap' || tiers.length === 0) return 0;
+  if (config.offload.swapBlocks !== undefined) return config.offload.swapBlocks;
+  return tiers.every((t) => t === 'host')
+    ? Math.floor(config.offload.hostBytes / facts.blockBytes)
+    : 4 * facts.numBlocks;
+}
+
 /** The scheduler an engine runs, configured from the engine config and the model's facts. */
 export function createScheduler(
   config: EngineConfig,
@@ -23,15 +40,7 @@ export function createScheduler(
   offload: OffloadTiers | undefined,
 ): Scheduler {
   const maxModelLen = Math.min(config.maxModelLen ?? facts.maxModelLen, facts.maxModelLen);
-  // With only a host tier, swap slots are what its budget holds; tiers below it (write-through)
-  // keep blocks the host tier evicts, so more slots than the host budget are safe.
-  const hostSwapBlocks =
-    config.preemptionMode === 'swap' && offload
-      ? (config.offload.swapBlocks ??
-        (isHostOnly(offload)
-          ? Math.floor(config.offload.hostBytes / facts.blockBytes)
-          : 4 * facts.numBlocks))
-      : 0;
+  const hostSwapBlocks = swapSpaceBlocks(config, facts, offload?.tiers.map((t) => t.tier) ?? []);
   return new Scheduler({
     kvCache,
     maxModelLen,

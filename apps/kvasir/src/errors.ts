@@ -7,7 +7,11 @@ export type KvasirAppErrorCode =
   | 'MODEL_LOAD'
   | 'OUT_OF_MEMORY'
   | 'ENGINE_STOPPED'
-  | 'SWAP_LOST';
+  | 'SWAP_LOST'
+  /** `serve` cannot bind its `--host`/`--port` (in use, not this machine's, not permitted). */
+  | 'LISTEN_FAILED'
+  /** An offload tier cannot be opened at start-up (a disk directory that cannot be used). */
+  | 'OFFLOAD_UNAVAILABLE';
 
 /** An error of the `kvasir` app (configuration, policy loading, engine life cycle). */
 export class KvasirAppError extends KvasirError<KvasirAppErrorCode> {}
@@ -27,3 +31,13 @@ export function isDeviceLost(error: unknown): boolean {
 /** `Name: message` of an error, for one-line logs (no stack). */
 export const describeError = (error: unknown): string =>
   error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+
+/**
+ * The line a user sees for an error that ends a command: a typed error's message and code; for
+ * anything else its name and message, never its stack (`KVASIR_DEBUG=1` adds it).
+ */
+export function userMessage(error: unknown): string {
+  const stack = process.env.KVASIR_DEBUG && error instanceof Error ? `\n${error.stack}` : '';
+  if (KvasirError.isInstance(error)) return `${error.message} [${error.code}]${stack}`;
+  return `unexpected ${describeError(error)} (KVASIR_DEBUG=1 prints where)${stack}`;
+}

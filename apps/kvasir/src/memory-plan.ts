@@ -1,3 +1,4 @@
+import { freemem } from 'node:os';
 import {
   blocksThatFit,
   type KvLayout,
@@ -6,10 +7,43 @@ import {
 } from '@kvasir/kv-allocator';
 import { KvasirAppError } from './errors.js';
 
+/** What WebGPU gets planned with when not told: it cannot report its memory. */
+export const WEBGPU_DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024;
+
+/** Where the memory a plan splits comes from. */
+export type MemorySource = 'configured' | 'webgpu-default' | 'host-available';
+
+/**
+ * Host memory this process may still take: what the OS reports available, within a cgroup
+ * (container) limit when there is one.
+ */
+export function hostAvailableBytes(): number {
+  const available = freemem();
+  const limit = process.constrainedMemory?.() ?? 0;
+  return limit > 0 && limit < available ? limit : available;
+}
+
+/**
+ * The memory to plan with: the configured bytes; else, on the CPU backend (whose weights, KV
+ * cache and activations are all host memory), the host's available memory; else WebGPU's
+ * fixed default.
+ */
+export function deviceMemory(
+  configured: number | undefined,
+  device: 'webgpu' | 'cpu',
+  hostBytes: () => number = hostAvailableBytes,
+): { readonly bytes: number; readonly source: MemorySource } {
+  if (configured !== undefined) return { bytes: configured, source: 'configured' };
+  if (device === 'cpu') return { bytes: hostBytes(), source: 'host-available' };
+  return { bytes: WEBGPU_DEFAULT_MEMORY_BYTES, source: 'webgpu-default' };
+}
+
 /** Inputs of {@link planMemory}. */
 export interface MemoryPlanInput {
   /** Device memory the engine may plan with (bytes). */
   readonly deviceBytes: number;
+  /** Where `deviceBytes` came from (default `configured`). */
+  readonly memorySource?: MemorySource;
   /** Fraction of it for weights + activations + KV cache. */
   readonly fraction: number;
   /** Weights as resident on the device. */
@@ -25,6 +59,9 @@ export interface MemoryPlanInput {
 
 /** How the device memory is split, as `kvasir info` prints it. */
 export interface MemoryPlan {
+  /** The memory split (`fraction` of it is the budget), and where that figure came from. */
+  readonly deviceBytes: number;
+  readonly memorySource: MemorySource;
   readonly budgetBytes: number;
   readonly weightBytes: number;
   readonly activationBytes: number;
@@ -67,6 +104,8 @@ export function planMemory(input: MemoryPlanInput): MemoryPlan {
     );
   }
   return {
+    deviceBytes: input.deviceBytes,
+    memorySource: input.memorySource ?? 'configured',
     budgetBytes: budget,
     weightBytes: input.weightBytes,
     activationBytes: input.activationBytes,

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { basename } from 'node:path';
-import { createGpu, type Gpu } from '@kvasir/gpu';
+import { createGpu, type Gpu, type GpuBackendOption } from '@kvasir/gpu';
 import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
 import {
   type CheckpointReader,
@@ -17,6 +17,7 @@ import type { BatchPlan } from '@kvasir/scheduler';
 import type { ChatMessage } from '@kvasir/server';
 import type { EngineConfig } from './config.js';
 import { KvasirAppError } from './errors.js';
+import { probeGpu } from './gpu-probe.js';
 import type { ModelRunner, TextCodec } from './runner.js';
 
 /** A model whose weights are loaded, before its KV cache is allocated. */
@@ -30,6 +31,8 @@ export interface LoadedModel {
   readonly maxBindingBytes: number;
   /** Backend and adapter, in words. */
   readonly backend: string;
+  /** Where weights and KV cache live: a WebGPU device, or host memory (the CPU backend). */
+  readonly device: 'webgpu' | 'cpu';
   /** Scratch memory one step needs at this batch size. */
   activationBytes(maxTokens: number, maxSeqs: number): number;
   /** Allocates the paged KV cache and returns the runner the engine drives. */
@@ -50,10 +53,21 @@ const KV_FORMATS: Readonly<Record<EngineConfig['kvDtype'], KvFormatName>> = {
   'int4-h32': 'int4-g32-h32',
 };
 
-/** Opens a WebGPU device through @kvasir/gpu (hardware first, then the software adapter). */
-export async function openGpu(): Promise<Gpu> {
+const GPU_BACKENDS: readonly string[] = ['vulkan', 'metal', 'd3d12', 'opengles'];
+
+/**
+ * Opens a WebGPU device through @kvasir/gpu: on `backend` when given (the one a probe found, so
+ * that Dawn does not try, and warn about, the others), else hardware first, then the software
+ * adapter.
+ */
+export async function openGpu(backend?: string): Promise<Gpu> {
   try {
-    return await createGpu({ label: 'kvasir' });
+    return await createGpu({
+      label: 'kvasir',
+      ...(backend !== undefined && GPU_BACKENDS.includes(backend)
+        ? { backend: backend as GpuBackendOption }
+        : {}),
+    });
   } catch (error) {
     throw new KvasirAppError('MODEL_LOAD', `no WebGPU device: ${(error as Error).message}`, {
       cause: error,
@@ -126,11 +140,18 @@ function asAppError(error: unknown, what: string): KvasirAppError {
  */
 export async function loadModelRunner(path: string, config: EngineConfig): Promise<LoadedModel> {
   let gpu: Gpu | undefined;
-  if (config.backend === 'webgpu' || config.backend === 'auto') {
-    gpu = await (config.backend === 'webgpu' ? openGpu() : openGpu().catch(() => undefined));
-    if (gpu && config.backend === 'auto' && gpu.isSoftware) {
-      gpu.destroy();
-      gpu = undefined;
+  if (config.backend !== 'cpu') {
+    // Dawn is loaded into this process only when there is an adapter to use: its native
+    // warnings cannot be kept off stderr here, only in the probe's child process.
+    const found = await probeGpu();
+    if (process.env.KVASIR_DEBUG && found.log) process.stderr.write(found.log);
+    if (config.backend === 'webgpu') {
+      if (!found.ok) {
+        throw new KvasirAppError('MODEL_LOAD', `no WebGPU device: ${found.message}`);
+      }
+      gpu = await openGpu(found.probe.backend);
+    } else if (found.ok && !found.probe.isSoftware) {
+      gpu = await openGpu(found.probe.backend).catch(() => undefined);
     }
   }
   const releaseGpu = () => {
@@ -198,6 +219,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     // The CPU keeps one typed array per layer.
     maxBindingBytes: onGpu ? onGpu.limits.maxStorageBufferBindingSize : 2 ** 31 - 1,
     backend: backendText,
+    device: onGpu ? 'webgpu' : 'cpu',
     activationBytes(maxTokens, maxSeqs) {
       const perToken = 4 * (4 * c.hiddenSize + 2 * qDim + 2 * kvDim + 2 * c.intermediateSize);
       return maxTokens * perToken + maxSeqs * c.vocabSize * 4;

@@ -1,6 +1,12 @@
 import { loadAndPlan } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
-import { formatBytes } from '../memory-plan.js';
+import { formatBytes, type MemorySource } from '../memory-plan.js';
+
+const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
+  configured: '--gpu-memory-bytes',
+  'webgpu-default': 'WebGPU default; set --gpu-memory-bytes to the GPU memory',
+  'host-available': 'host memory available',
+};
 
 /** `kvasir info`: adapter, model and memory plan, without serving. */
 export async function infoCommand(config: EngineConfig, json: boolean): Promise<void> {
@@ -26,7 +32,8 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         bytes_per_block: plan.kvBytesPerBlock,
       },
       memory_plan: {
-        device_bytes: config.gpuMemoryBytes,
+        device_bytes: plan.deviceBytes,
+        memory_source: plan.memorySource,
         fraction: config.gpuMemoryFraction,
         budget_bytes: plan.budgetBytes,
         weight_bytes: plan.weightBytes,
@@ -49,7 +56,7 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       `shape            ${layout.numLayers} layers, ${layout.numKvHeads} KV heads × ${layout.headDim}, context ${model.maxModelLen}`,
       `weights          ${formatBytes(plan.weightBytes)}`,
       `KV per token     ${formatBytes(plan.kvBytesPerToken)} (${config.kvDtype}); per block of ${layout.blockSize}: ${formatBytes(plan.kvBytesPerBlock)}`,
-      `memory budget    ${formatBytes(plan.budgetBytes)} = ${config.gpuMemoryFraction} × ${formatBytes(config.gpuMemoryBytes)}`,
+      `memory budget    ${formatBytes(plan.budgetBytes)} = ${config.gpuMemoryFraction} × ${formatBytes(plan.deviceBytes)} (${MEMORY_SOURCES[plan.memorySource]})`,
       `activations      ${formatBytes(plan.activationBytes)} (${config.maxNumBatchedTokens} tokens/step, ${config.maxNumSeqs} seqs)`,
       `KV cache         ${plan.numBlocks} blocks = ${plan.numTokens} tokens = ${formatBytes(plan.kvCacheBytes)} (limited by ${plan.limitedBy})`,
       `                 ${report.memory_plan.max_concurrent_full_contexts} sequences at the full ${model.maxModelLen}-token context`,

@@ -2,6 +2,7 @@ import { createServer, handleShutdownSignals } from '@kvasir/server';
 import { buildEngine } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
 import type { PrefixOffloadStats } from '../engine.js';
+import { listenError } from '../listen-error.js';
 import { formatBytes } from '../memory-plan.js';
 
 type Registry = ReturnType<typeof createServer>['metrics']['registry'];
@@ -80,7 +81,7 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     url = await server.listen();
   } catch (error) {
     await built.close();
-    throw error;
+    throw listenError(error, config.host, config.port);
   }
   const card = built.engine.modelCard;
   const plan = built.plan;
@@ -90,7 +91,7 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     `  model      ${card.id}  (${built.modelPath})`,
     `  backend    ${built.model.backend}`,
     `  KV cache   ${plan.numBlocks} blocks × ${built.model.kvLayout.blockSize} tokens = ${plan.numTokens} tokens (${formatBytes(plan.kvCacheBytes)}, ${config.kvDtype}); weights ${formatBytes(plan.weightBytes)}`,
-    `  scheduler  max ${config.maxNumSeqs} seqs, ${config.maxNumBatchedTokens} tokens/step, prefix caching ${config.enablePrefixCaching ? 'on' : 'off'}, preemption ${config.preemptionMode}, eviction ${config.evictionPolicy}`,
+    `  scheduler  max ${config.maxNumSeqs} seqs, ${config.maxNumBatchedTokens} tokens/step, prefix caching ${config.enablePrefixCaching ? 'on' : 'off'}, preemption ${built.preemption.description}, eviction ${config.evictionPolicy}`,
     `  offload    ${built.offloadTiers.length > 0 ? built.offloadTiers.join(' → ') : 'none'}${built.engine.prefixOffloadEnabled ? ' (prefix blocks shared through it)' : ''}`,
     `  auth       ${config.apiKey ? 'bearer API key required on /v1' : 'none (set --api-key or KVASIR_API_KEY)'}`,
   ];
