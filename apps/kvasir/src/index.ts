@@ -19,7 +19,7 @@ export { KvasirEngine } from './engine.js';
 export type { KvasirAppErrorCode } from './errors.js';
 export { KvasirAppError } from './errors.js';
 export { loadEvictionPolicy } from './eviction.js';
-export type { MemoryPlan, MemoryPlanInput } from './memory-plan.js';
+export type { MemoryPlan, MemoryPlanInput, MemorySource } from './memory-plan.js';
 export { formatBytes, planMemory } from './memory-plan.js';
 export type { LoadedModel } from './model-runner.js';
 export { loadModelRunner } from './model-runner.js';
