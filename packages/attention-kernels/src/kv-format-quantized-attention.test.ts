@@ -19,32 +19,23 @@ import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
 import { PagedPrefillAttention } from './paged-prefill.js';
 import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
+import { FULL_MATRIX } from './testing/matrix.js';
 import { maxAbsDiff, randomBlockTables, randomFloats, seededRng } from './testing/random.js';
 import { WriteKvCache } from './write-kv-cache.js';
 import { writeKvCacheReference } from './write-kv-cache-reference.js';
 
 afterAll(releaseTestGpu);
 
-const numQHeads = 8;
-const numKvHeads = 2;
-const headDim = 64;
 const blockSize = 16;
+const numKvHeads = 2;
 const contextLens = [37, 70, 16];
 const numBlocks = 12;
 const totalTokens = contextLens.reduce((a, b) => a + b, 0);
-
-/** Keys: every 16th channel has 8× the spread and an offset of 8 (outlier channels). */
-function keysWithOutliers(seed: number): Float32Array {
-  const rng = seededRng(seed);
-  const k = randomFloats(rng, totalTokens * numKvHeads * headDim, 1.5);
-  for (let i = 0; i < k.length; i++) if (i % 16 === 5) k[i] = k[i]! * 8 + 8;
-  return k;
-}
+const prefillLens = [5, 70, 3];
+const prefillStarts = Uint32Array.from([0, 5, 75]);
 
 const rng = seededRng(2024);
 const { blockTables, maxBlocksPerSeq } = randomBlockTables(rng, contextLens, blockSize, numBlocks);
-const key = keysWithOutliers(7);
-const value = randomFloats(seededRng(8), totalTokens * numKvHeads * headDim, 1.5);
 /** Token i of sequence s goes to slot table[s][i / B] · B + i % B; rows are concatenated. */
 const slots = new Int32Array(totalTokens);
 {
@@ -57,43 +48,66 @@ const slots = new Int32Array(totalTokens);
   });
 }
 
-function cacheFor(format: KvFormat): Uint32Array {
-  const layout = kvCacheLayout({ numKvHeads, headDim, blockSize, format });
-  const cache = new Uint32Array(numBlocks * layout.blockWords);
-  writeKvCacheReference(layout, cache, key, value, slots);
-  return cache;
+/**
+ * K/V, queries and their f32 references for one attention shape. Keys: every 16th channel has
+ * 8× the spread and an offset of 8 (outlier channels).
+ */
+function attentionCase(numQHeads: number, headDim: number) {
+  const key = randomFloats(seededRng(7), totalTokens * numKvHeads * headDim, 1.5);
+  for (let i = 0; i < key.length; i++) if (i % 16 === 5) key[i] = key[i]! * 8 + 8;
+  const value = randomFloats(seededRng(8), totalTokens * numKvHeads * headDim, 1.5);
+  const config = (format: KvFormat) => ({ numQHeads, numKvHeads, headDim, blockSize, format });
+  const cacheFor = (format: KvFormat): Uint32Array => {
+    const layout = kvCacheLayout(config(format));
+    const cache = new Uint32Array(numBlocks * layout.blockWords);
+    writeKvCacheReference(layout, cache, key, value, slots);
+    return cache;
+  };
+  const decodeQuery = randomFloats(seededRng(9), contextLens.length * numQHeads * headDim, 1);
+  const prefillQuery = randomFloats(seededRng(10), 78 * numQHeads * headDim, 1);
+  const decodeArgs = (cache: Uint32Array) => ({
+    query: decodeQuery,
+    kvCache: cache,
+    blockTables,
+    contextLens: Uint32Array.from(contextLens),
+    numSeqs: contextLens.length,
+    maxBlocksPerSeq,
+  });
+  const prefillArgs = (cache: Uint32Array) => ({
+    query: prefillQuery,
+    kvCache: cache,
+    blockTables,
+    queryStarts: prefillStarts,
+    queryLens: Uint32Array.from(prefillLens),
+    contextLens: Uint32Array.from(contextLens),
+    numSeqs: contextLens.length,
+    maxBlocksPerSeq,
+  });
+  const f32Cache = cacheFor(f32Format);
+  return {
+    key,
+    value,
+    config,
+    cacheFor,
+    decodeArgs,
+    prefillArgs,
+    decodeRef: pagedDecodeAttentionCpu(config(f32Format), decodeArgs(f32Cache)),
+    prefillRef: pagedPrefillAttentionCpu(config(f32Format), prefillArgs(f32Cache)),
+  };
 }
 
-const config = (format: KvFormat) => ({ numQHeads, numKvHeads, headDim, blockSize, format });
-const decodeArgs = (cache: Uint32Array, query: Float32Array) => ({
-  query,
-  kvCache: cache,
-  blockTables,
-  contextLens: Uint32Array.from(contextLens),
-  numSeqs: contextLens.length,
-  maxBlocksPerSeq,
-});
-const decodeQuery = randomFloats(seededRng(9), contextLens.length * numQHeads * headDim, 1);
-const prefillLens = [5, 70, 3];
-const prefillStarts = Uint32Array.from([0, 5, 75]);
-const prefillQuery = randomFloats(seededRng(10), 78 * numQHeads * headDim, 1);
-const prefillArgs = (cache: Uint32Array) => ({
-  query: prefillQuery,
-  kvCache: cache,
-  blockTables,
-  queryStarts: prefillStarts,
-  queryLens: Uint32Array.from(prefillLens),
-  contextLens: Uint32Array.from(contextLens),
-  numSeqs: contextLens.length,
-  maxBlocksPerSeq,
-});
-
-const f32Cache = cacheFor(f32Format);
-const decodeRef = pagedDecodeAttentionCpu(config(f32Format), decodeArgs(f32Cache, decodeQuery));
-const prefillRef = pagedPrefillAttentionCpu(config(f32Format), prefillArgs(f32Cache));
+/** GQA 8/2 at head dim 64: the shape the accuracy floors below were measured on. */
+const accuracy = attentionCase(8, 64);
+/**
+ * The GPU kernels against the CPU on the same quantized cache. Their code depends on the shape
+ * only through the constants compiled in, and the software adapter compiles a head dim 64
+ * kernel of a rotated format for up to two minutes, so CI uses GQA 4/2 at head dim 32 (one int4
+ * group and one 32-point rotation per row); KVASIR_FULL_MATRIX=1 runs the accuracy shape.
+ */
+const kernels = FULL_MATRIX ? accuracy : attentionCase(4, 32);
 
 // Static fp8 scales calibrated from the K/V themselves (amax → 448), so they must reach the kernel.
-const staticScales = calibrateKv('fp8-e4m3', key, value);
+const staticScales = calibrateKv('fp8-e4m3', accuracy.key, accuracy.value);
 
 /**
  * Accuracy floors (attention-output cosine versus f32 K/V, decode and prefill), a little below
@@ -113,12 +127,12 @@ const CASES: { format: KvFormat; cosine: number }[] = [
 /** Writes the K/V through the GPU writer (quantizing on write), returning the cache buffer. */
 async function gpuCache(format: KvFormat): Promise<GPUBuffer> {
   const gpu = await testGpu();
-  const c = { numKvHeads, headDim, blockSize, format };
+  const c = kernels.config(format);
   const kvCache = gpu.storageBuffer(numBlocks * kvCacheLayout(c).blockWords * 4);
   const writer = await WriteKvCache.create(gpu, c);
   await writer.run({
-    key: gpu.storageBuffer(key),
-    value: gpu.storageBuffer(value),
+    key: gpu.storageBuffer(kernels.key),
+    value: gpu.storageBuffer(kernels.value),
     slotMapping: gpu.storageBuffer(slots),
     kvCache,
     numTokens: totalTokens,
@@ -127,48 +141,47 @@ async function gpuCache(format: KvFormat): Promise<GPUBuffer> {
   return kvCache;
 }
 
-/**
- * llvmpipe compiles a kernel on its first dispatch: the software-shaped kernels of the larger
- * formats took up to 38 s here with Mesa's shader cache off (a fresh CI machine).
- */
-const COMPILE_TIMEOUT = 180_000;
-
 describe.each(CASES.map((c) => [c.format.name, c] as const))('%s attention', (_n, c) => {
-  const cache = cacheFor(c.format);
-  const cpuDecode = pagedDecodeAttentionCpu(config(c.format), decodeArgs(cache, decodeQuery));
-  const cpuPrefill = pagedPrefillAttentionCpu(config(c.format), prefillArgs(cache));
-
   it(`CPU decode and prefill reach cosine ≥ ${c.cosine} against f32`, () => {
-    expect(compareTensors(decodeRef, cpuDecode).cosine).toBeGreaterThanOrEqual(c.cosine);
-    expect(compareTensors(prefillRef, cpuPrefill).cosine).toBeGreaterThanOrEqual(c.cosine);
+    const cache = accuracy.cacheFor(c.format);
+    const cpuDecode = pagedDecodeAttentionCpu(
+      accuracy.config(c.format),
+      accuracy.decodeArgs(cache),
+    );
+    const cpuPrefill = pagedPrefillAttentionCpu(
+      accuracy.config(c.format),
+      accuracy.prefillArgs(cache),
+    );
+    expect(compareTensors(accuracy.decodeRef, cpuDecode).cosine).toBeGreaterThanOrEqual(c.cosine);
+    expect(compareTensors(accuracy.prefillRef, cpuPrefill).cosine).toBeGreaterThanOrEqual(c.cosine);
   });
 
-  it(
-    'GPU decode (one split and split-K) matches the CPU on the same quantized cache',
-    async () => {
-      const gpu = await testGpu();
-      const kvCache = await gpuCache(c.format);
-      const decode = await PagedDecodeAttention.create(gpu, config(c.format));
-      for (const numSplits of [1, 3]) {
-        const out = await decode.run({ ...decodeArgs(cache, decodeQuery), kvCache, numSplits });
-        // Same dequantized K/V on both sides; only the f32 summation order differs.
-        expect(maxAbsDiff(out, cpuDecode)).toBeLessThan(2e-4);
-        expect(compareTensors(decodeRef, out).cosine).toBeGreaterThanOrEqual(c.cosine);
-      }
-    },
-    COMPILE_TIMEOUT,
-  );
+  // The split-K pass reads and rotates K/V with the same code as the single pass, each pass one
+  // more compile on the software adapter: CI runs split-K on int8 (paged-decode.test.ts runs it
+  // on f32 and f16), KVASIR_FULL_MATRIX=1 on every format.
+  const splitK = FULL_MATRIX || c.format === int8KvFormat;
+  it(`GPU decode (${splitK ? 'one split and split-K' : 'one split'}) matches the CPU on the same quantized cache`, async () => {
+    const gpu = await testGpu();
+    const cache = kernels.cacheFor(c.format);
+    const cpu = pagedDecodeAttentionCpu(kernels.config(c.format), kernels.decodeArgs(cache));
+    const kvCache = await gpuCache(c.format);
+    const decode = await PagedDecodeAttention.create(gpu, kernels.config(c.format));
+    for (const numSplits of splitK ? [1, 3] : [1]) {
+      const out = await decode.run({ ...kernels.decodeArgs(cache), kvCache, numSplits });
+      // Same dequantized K/V on both sides; only the f32 summation order differs.
+      expect(maxAbsDiff(out, cpu)).toBeLessThan(2e-4);
+      expect(compareTensors(kernels.decodeRef, out).cosine).toBeGreaterThanOrEqual(c.cosine);
+    }
+  });
 
-  it(
-    'GPU prefill matches the CPU on the same quantized cache',
-    async () => {
-      const gpu = await testGpu();
-      const kvCache = await gpuCache(c.format);
-      const prefill = await PagedPrefillAttention.create(gpu, config(c.format));
-      const out = await prefill.run({ ...prefillArgs(cache), kvCache });
-      expect(maxAbsDiff(out, cpuPrefill)).toBeLessThan(2e-4);
-      expect(compareTensors(prefillRef, out).cosine).toBeGreaterThanOrEqual(c.cosine);
-    },
-    COMPILE_TIMEOUT,
-  );
+  it('GPU prefill matches the CPU on the same quantized cache', async () => {
+    const gpu = await testGpu();
+    const cache = kernels.cacheFor(c.format);
+    const cpu = pagedPrefillAttentionCpu(kernels.config(c.format), kernels.prefillArgs(cache));
+    const kvCache = await gpuCache(c.format);
+    const prefill = await PagedPrefillAttention.create(gpu, kernels.config(c.format));
+    const out = await prefill.run({ ...kernels.prefillArgs(cache), kvCache });
+    expect(maxAbsDiff(out, cpu)).toBeLessThan(2e-4);
+    expect(compareTensors(kernels.prefillRef, out).cosine).toBeGreaterThanOrEqual(c.cosine);
+  });
 });

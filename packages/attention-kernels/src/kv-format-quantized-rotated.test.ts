@@ -10,6 +10,7 @@ import { kvCacheLayout } from './layout.js';
 import { PagedDecodeAttention } from './paged-decode.js';
 import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
+import { FULL_MATRIX } from './testing/matrix.js';
 import { maxAbsDiff, randomBlockTables, randomFloats, seededRng } from './testing/random.js';
 import { WriteKvCache } from './write-kv-cache.js';
 import { writeKvCacheReference } from './write-kv-cache-reference.js';
@@ -89,15 +90,17 @@ describe('rotated formats: the error of each rotation run is bounded by its scal
   });
 });
 
-// Floors a little below what these inputs reach: int8-h8 0.99994 (plain int8 0.99978),
-// int4-g32-h32 0.99391 (plain int4-g32 0.98952).
+// Floors a little below what these inputs reach at head dim 128, GQA 8/2: int8-h8 0.99994
+// (plain int8 0.99978), int4-g32-h32 0.99391 (plain int4-g32 0.98952). The software adapter
+// compiles a head dim 128 kernel of a rotated format for minutes, so CI runs the smallest head
+// dim with more than one rotation run per row (32 for h8, 64 for h32) and GQA 4/2;
+// KVASIR_FULL_MATRIX=1 runs the benchmark shape.
+const numQHeads = FULL_MATRIX ? 8 : 4;
 describe.each([
-  [int8H8KvFormat, 0.9999],
-  [int4H32KvFormat, 0.993],
-] as const)('%s at head dim 128 (the benchmark head dim), GQA 8/2', (format: KvFormat, floor) => {
-  const numQHeads = 8;
+  { format: int8H8KvFormat as KvFormat, floor: 0.9999, headDim: FULL_MATRIX ? 128 : 32 },
+  { format: int4H32KvFormat as KvFormat, floor: 0.993, headDim: FULL_MATRIX ? 128 : 64 },
+])(`$format.name at head dim $headDim, GQA ${numQHeads}/2`, ({ format, floor, headDim }) => {
   const numKvHeads = 2;
-  const headDim = 128;
   const blockSize = 16;
   const contextLens = [33, 100];
   const numBlocks = 12;
@@ -164,5 +167,5 @@ describe.each([
     }
     const reference = pagedDecodeAttentionCpu(config(f32Format), args(cacheFor(f32Format)));
     expect(compareTensors(reference, out).cosine).toBeGreaterThanOrEqual(floor);
-  }, 240_000); // four decode pipelines to compile on the software adapter
+  });
 });

@@ -11,6 +11,7 @@ import { pagedFixture, type AttentionShape as Shape } from './paged-decode-fixtu
 import { checkDecode, DECODE_GPU_TOL } from './testing/decode-check.js';
 import { attentionErrorCode } from './testing/errors.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
+import { FULL_MATRIX, withFullMatrix } from './testing/matrix.js';
 import { maxAbsDiff, seededRng } from './testing/random.js';
 
 afterAll(releaseTestGpu);
@@ -21,40 +22,62 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     gpu = await testGpu();
   });
 
-  const cases: [string, Shape, number[]][] = [
+  // Each case on the smallest shape that still shows it: the software adapter JIT-compiles each
+  // shape's kernels (the unrolled code grows with head dim × heads per workgroup), and
+  // KVASIR_FULL_MATRIX=1 adds the serving-sized shapes.
+  const cases = withFullMatrix<[string, Shape, number[]]>(
     [
-      'MHA, f32, block 8, partial last blocks, context 1',
-      { numQHeads: 4, numKvHeads: 4, headDim: 64, blockSize: 8, format: f32Format },
-      [1, 7, 8, 9, 130],
+      [
+        'MHA, f32, block 8, partial last blocks, context 1',
+        { numQHeads: 4, numKvHeads: 4, headDim: 64, blockSize: 8, format: f32Format },
+        [1, 7, 8, 9, 130],
+      ],
+      [
+        'MQA, f16, block 32, head dim 48 (chunks not a multiple of 4)',
+        { numQHeads: 4, numKvHeads: 1, headDim: 48, blockSize: 32, format: f16Format },
+        [5, 64, 65],
+      ],
+      [
+        'GQA group 3, f32, block 16, head dim 32, soft-cap',
+        { numQHeads: 6, numKvHeads: 2, headDim: 32, blockSize: 16, format: f32Format, softCap: 5 },
+        [3, 100],
+      ],
+      [
+        'MHA with 12 KV heads (two software-kernel workgroups per sequence, 4 idle lanes), f16',
+        { numQHeads: 12, numKvHeads: 12, headDim: 32, blockSize: 16, format: f16Format },
+        [2, 45, 130],
+      ],
+      [
+        'MQA group 16 (two head chunks per KV head), f16, block 16, head dim 16',
+        { numQHeads: 16, numKvHeads: 1, headDim: 16, blockSize: 16, format: f16Format },
+        [40, 17],
+      ],
     ],
     [
-      'MQA, f16, block 32, head dim 80',
-      { numQHeads: 8, numKvHeads: 1, headDim: 80, blockSize: 32, format: f16Format },
-      [5, 64, 65],
+      [
+        'MQA, f16, block 32, head dim 80',
+        { numQHeads: 8, numKvHeads: 1, headDim: 80, blockSize: 32, format: f16Format },
+        [5, 64, 65],
+      ],
+      [
+        'GQA group 3, f32, block 16, head dim 96, soft-cap',
+        {
+          numQHeads: 12,
+          numKvHeads: 4,
+          headDim: 96,
+          blockSize: 16,
+          format: f32Format,
+          softCap: 5,
+        },
+        [3, 100],
+      ],
+      [
+        'MQA group 16 (two head chunks per KV head), f16, block 16, head dim 64',
+        { numQHeads: 16, numKvHeads: 1, headDim: 64, blockSize: 16, format: f16Format },
+        [40, 17],
+      ],
     ],
-    [
-      'GQA group 3, f32, block 16, head dim 96, soft-cap',
-      {
-        numQHeads: 12,
-        numKvHeads: 4,
-        headDim: 96,
-        blockSize: 16,
-        format: f32Format,
-        softCap: 5,
-      },
-      [3, 100],
-    ],
-    [
-      'MHA with 12 KV heads (two software-kernel workgroups per sequence, 4 idle lanes), f16',
-      { numQHeads: 12, numKvHeads: 12, headDim: 32, blockSize: 16, format: f16Format },
-      [2, 45, 130],
-    ],
-    [
-      'MQA group 16 (two head chunks per KV head), f16, block 16',
-      { numQHeads: 16, numKvHeads: 1, headDim: 64, blockSize: 16, format: f16Format },
-      [40, 17],
-    ],
-  ];
+  );
   for (const [name, shape, lens] of cases) {
     it(name, async () => {
       const fx = pagedFixture(seededRng(lens.length * 31 + shape.headDim), {
@@ -67,37 +90,42 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     });
   }
 
-  it('GQA 8/2, f16, head dim 128: split-K on and off agree over a 2,500-token context', async () => {
-    const fx = pagedFixture(seededRng(99), {
-      numQHeads: 8,
-      numKvHeads: 2,
-      headDim: 128,
-      blockSize: 16,
-      format: f16Format,
-      contextLens: [1, 33, 300, 2500],
+  for (const [numQHeads, headDim] of withFullMatrix<readonly [number, number]>(
+    [[4, 32]],
+    [[8, 128]],
+  )) {
+    it(`GQA ${numQHeads}/2, f16, head dim ${headDim}: split-K on and off agree over a 2,500-token context`, async () => {
+      const fx = pagedFixture(seededRng(99), {
+        numQHeads,
+        numKvHeads: 2,
+        headDim,
+        blockSize: 16,
+        format: f16Format,
+        contextLens: [1, 33, 300, 2500],
+      });
+      const kernel = await PagedDecodeAttention.create(gpu, fx.config);
+      const whole = await checkDecode(gpu, kernel, fx, 2, 1);
+      const split = await checkDecode(gpu, kernel, fx, 2, 5);
+      // Same math in another order: the two paths agree to f32 rounding.
+      expect(maxAbsDiff(whole, split)).toBeLessThan(DECODE_GPU_TOL);
+      const plan = kernel.plan({
+        blockTables: fx.blockTables,
+        contextLens: fx.contextLens,
+        numSeqs: 4,
+        maxBlocksPerSeq: fx.maxBlocksPerSeq,
+        numSplits: 5,
+      });
+      expect(plan.numSplits).toBe(5);
+      expect(plan.chunkTokens % 64).toBe(0);
+      plan.release();
     });
-    const kernel = await PagedDecodeAttention.create(gpu, fx.config);
-    const whole = await checkDecode(gpu, kernel, fx, 2, 1);
-    const split = await checkDecode(gpu, kernel, fx, 2, 5);
-    // Same math in another order: the two paths agree to f32 rounding.
-    expect(maxAbsDiff(whole, split)).toBeLessThan(DECODE_GPU_TOL);
-    const plan = kernel.plan({
-      blockTables: fx.blockTables,
-      contextLens: fx.contextLens,
-      numSeqs: 4,
-      maxBlocksPerSeq: fx.maxBlocksPerSeq,
-      numSplits: 5,
-    });
-    expect(plan.numSplits).toBe(5);
-    expect(plan.chunkTokens % 64).toBe(0);
-    plan.release();
-  });
+  }
 
   it('the tiled kernel under both code-generation tunings (queries in registers or workgroup memory, 2 or 4 V chunks per lane) matches the reference', async () => {
     const fx = pagedFixture(seededRng(41), {
-      numQHeads: 8,
+      numQHeads: FULL_MATRIX ? 8 : 4,
       numKvHeads: 2,
-      headDim: 96,
+      headDim: FULL_MATRIX ? 96 : 32,
       blockSize: 16,
       format: f16Format,
       contextLens: [3, 130],
@@ -124,30 +152,58 @@ describe('PagedDecodeAttention vs CPU reference', () => {
   });
 
   describe('the hardware-shaped kernel (forced on this adapter)', () => {
-    const hwCases: [string, Shape, number[]][] = [
+    // Sub-chunks are 256 keys whatever the head dim; the key subsets (256 / (head dim / 8))
+    // and the heads that fit the workgroup memory depend on it.
+    const hwCases = withFullMatrix<[string, Shape, number[]]>(
       [
-        'GQA 8/2, f16, d128: sub-chunk edges 1, 255, 256, 257 and 600 tokens',
-        { numQHeads: 8, numKvHeads: 2, headDim: 128, blockSize: 16, format: f16Format },
-        [1, 255, 256, 257, 600],
+        [
+          'GQA 4/2, f16, d32: sub-chunk edges 1, 255, 256, 257 and 600 tokens',
+          { numQHeads: 4, numKvHeads: 2, headDim: 32, blockSize: 16, format: f16Format },
+          [1, 255, 256, 257, 600],
+        ],
+        [
+          'MQA group 8 (4 heads fit the workgroup memory), f32, d48, block 32, soft-cap (42 key subsets, a ragged merge tree)',
+          {
+            numQHeads: 8,
+            numKvHeads: 1,
+            headDim: 48,
+            blockSize: 32,
+            format: f32Format,
+            softCap: 4,
+          },
+          [70, 300],
+        ],
+        [
+          'MHA, int8, d32, block 8',
+          { numQHeads: 3, numKvHeads: 3, headDim: 32, blockSize: 8, format: kvFormat('int8') },
+          [9, 513],
+        ],
       ],
       [
-        'MQA group 8, f32, d80, block 32, soft-cap (25 key subsets, a ragged merge tree)',
-        {
-          numQHeads: 8,
-          numKvHeads: 1,
-          headDim: 80,
-          blockSize: 32,
-          format: f32Format,
-          softCap: 4,
-        },
-        [70, 300],
+        [
+          'GQA 8/2, f16, d128: sub-chunk edges 1, 255, 256, 257 and 600 tokens',
+          { numQHeads: 8, numKvHeads: 2, headDim: 128, blockSize: 16, format: f16Format },
+          [1, 255, 256, 257, 600],
+        ],
+        [
+          'MQA group 8, f32, d80, block 32, soft-cap (25 key subsets, a ragged merge tree)',
+          {
+            numQHeads: 8,
+            numKvHeads: 1,
+            headDim: 80,
+            blockSize: 32,
+            format: f32Format,
+            softCap: 4,
+          },
+          [70, 300],
+        ],
+        [
+          'MHA, int8, d96, block 8',
+          { numQHeads: 3, numKvHeads: 3, headDim: 96, blockSize: 8, format: kvFormat('int8') },
+          [9, 513],
+        ],
       ],
-      [
-        'MHA, int8, d96, block 8',
-        { numQHeads: 3, numKvHeads: 3, headDim: 96, blockSize: 8, format: kvFormat('int8') },
-        [9, 513],
-      ],
-    ];
+    );
     for (const [name, shape, lens] of hwCases) {
       it(name, async () => {
         const fx = pagedFixture(seededRng(lens.length * 13 + shape.headDim), {
@@ -164,13 +220,18 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     }
   });
 
-  it('small head dims (16, 32, 48, 112): every kernel, split-K on and off', async () => {
-    for (const [headDim, numQHeads, numKvHeads] of [
+  const smallDims = withFullMatrix<readonly [number, number, number]>(
+    [
       [16, 4, 1],
-      [32, 8, 2],
       [48, 6, 3],
+    ],
+    [
+      [32, 8, 2],
       [112, 4, 4],
-    ] as const) {
+    ],
+  );
+  it(`small head dims (${smallDims.map((d) => d[0]).join(', ')}): every kernel, split-K on and off`, async () => {
+    for (const [headDim, numQHeads, numKvHeads] of smallDims) {
       const fx = pagedFixture(seededRng(headDim), {
         numQHeads,
         numKvHeads,
@@ -185,14 +246,14 @@ describe('PagedDecodeAttention vs CPU reference', () => {
         await checkDecode(gpu, k, fx, headDim, 2);
       }
     }
-  }, 240_000);
+  });
 
   it('a quantized format plugs in unchanged: an int8 cache matches the reference', async () => {
     for (const name of ['int8']) {
       const fx = pagedFixture(seededRng(61), {
-        numQHeads: 8,
+        numQHeads: FULL_MATRIX ? 8 : 4,
         numKvHeads: 2,
-        headDim: 128,
+        headDim: FULL_MATRIX ? 128 : 32,
         blockSize: 16,
         format: kvFormat(name),
         contextLens: [70, 9],
@@ -206,7 +267,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     const config = {
       numQHeads: 4,
       numKvHeads: 2,
-      headDim: 64,
+      headDim: FULL_MATRIX ? 64 : 32,
       blockSize: 8,
       format: f16Format,
     };

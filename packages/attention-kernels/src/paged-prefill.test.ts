@@ -14,6 +14,7 @@ import {
 import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
 import { attentionErrorCode } from './testing/errors.js';
 import { releaseTestGpu, testGpu } from './testing/gpu.js';
+import { withFullMatrix } from './testing/matrix.js';
 import { maxAbsDiff, seededRng } from './testing/random.js';
 
 /** GPU (f32 accumulation, exp2) vs CPU reference (f64); measured errors are below 1e-6. */
@@ -27,38 +28,69 @@ describe('PagedPrefillAttention vs CPU reference', () => {
     gpu = await testGpu();
   });
 
-  const cases: [string, Shape, number[], number[]][] = [
+  // Each case on the smallest head dim that still shows it (the software adapter JIT-compiles
+  // every shape's kernels, seconds each at head dim 128); KVASIR_FULL_MATRIX=1 adds the
+  // serving-sized shapes.
+  const cases = withFullMatrix<[string, Shape, number[], number[]]>(
     [
-      'GQA 8/2, f16, head dim 128: fresh prompt, chunked prefill and a prefix hit in one batch',
-      { numQHeads: 8, numKvHeads: 2, headDim: 128, blockSize: 16, format: f16Format },
-      [0, 37, 100],
-      [20, 9, 1],
+      [
+        'GQA 4/2, f16, block 8, head dim 32: fresh prompt, chunked prefill and a prefix hit in one batch',
+        { numQHeads: 4, numKvHeads: 2, headDim: 32, blockSize: 8, format: f16Format },
+        [0, 37, 100],
+        [20, 9, 1],
+      ],
+      [
+        'MHA, f32, block 8, head dim 16: odd chunk sizes over partial blocks',
+        { numQHeads: 3, numKvHeads: 3, headDim: 16, blockSize: 8, format: f32Format },
+        [13, 0],
+        [70, 5],
+      ],
+      [
+        'MQA, f16, block 32, head dim 48 (chunks not a multiple of 4), soft-cap',
+        { numQHeads: 4, numKvHeads: 1, headDim: 48, blockSize: 32, format: f16Format, softCap: 3 },
+        [31, 2],
+        [33, 1],
+      ],
+      [
+        'GQA group 3, f32, block 16, head dim 16: a chunk after a 2,000-token prefix',
+        { numQHeads: 6, numKvHeads: 2, headDim: 16, blockSize: 16, format: f32Format },
+        [2000],
+        [24],
+      ],
     ],
     [
-      'MHA, f32, block 8, head dim 64: odd chunk sizes over partial blocks',
-      { numQHeads: 3, numKvHeads: 3, headDim: 64, blockSize: 8, format: f32Format },
-      [13, 0],
-      [70, 5],
+      [
+        'GQA 8/2, f16, head dim 128: fresh prompt, chunked prefill and a prefix hit in one batch',
+        { numQHeads: 8, numKvHeads: 2, headDim: 128, blockSize: 16, format: f16Format },
+        [0, 37, 100],
+        [20, 9, 1],
+      ],
+      [
+        'MHA, f32, block 8, head dim 64: odd chunk sizes over partial blocks',
+        { numQHeads: 3, numKvHeads: 3, headDim: 64, blockSize: 8, format: f32Format },
+        [13, 0],
+        [70, 5],
+      ],
+      [
+        'MQA, f16, block 32, head dim 80, soft-cap',
+        { numQHeads: 4, numKvHeads: 1, headDim: 80, blockSize: 32, format: f16Format, softCap: 3 },
+        [31, 2],
+        [33, 1],
+      ],
+      [
+        'GQA 4/2, f16, head dim 32 (a small model): a chunk after a prefix and a fresh prompt',
+        { numQHeads: 4, numKvHeads: 2, headDim: 32, blockSize: 8, format: f16Format },
+        [50, 0],
+        [9, 20],
+      ],
+      [
+        'GQA group 3, f32, block 16, head dim 96: a chunk after a 2,000-token prefix',
+        { numQHeads: 6, numKvHeads: 2, headDim: 96, blockSize: 16, format: f32Format },
+        [2000],
+        [24],
+      ],
     ],
-    [
-      'MQA, f16, block 32, head dim 80, soft-cap',
-      { numQHeads: 4, numKvHeads: 1, headDim: 80, blockSize: 32, format: f16Format, softCap: 3 },
-      [31, 2],
-      [33, 1],
-    ],
-    [
-      'GQA 4/2, f16, head dim 32 (a small model): a chunk after a prefix and a fresh prompt',
-      { numQHeads: 4, numKvHeads: 2, headDim: 32, blockSize: 8, format: f16Format },
-      [50, 0],
-      [9, 20],
-    ],
-    [
-      'GQA group 3, f32, block 16, head dim 96: a chunk after a 2,000-token prefix',
-      { numQHeads: 6, numKvHeads: 2, headDim: 96, blockSize: 16, format: f32Format },
-      [2000],
-      [24],
-    ],
-  ];
+  );
   for (const [name, shape, pasts, queryLens] of cases) {
     it(`${name} (software and tiled kernels)`, async () => {
       const rng = seededRng(pasts.length * 17 + shape.headDim);
@@ -100,23 +132,25 @@ describe('PagedPrefillAttention vs CPU reference', () => {
 describe('PagedPrefillAttention tunings', () => {
   it('the tiled kernel with queries in workgroup memory and 2 V chunks per lane (the hardware default) matches the reference', async () => {
     const gpu = await testGpu();
-    const shape = { numQHeads: 8, numKvHeads: 2, headDim: 64, blockSize: 16, format: f16Format };
-    const { fx, args } = prefillBatchFixture(
-      seededRng(12),
-      { ...shape, spareBlocks: 3 },
-      [40, 0],
-      [9, 17],
-    );
-    const kernel = await PagedPrefillAttention.create(gpu, fx.config, {
-      kernel: 'tiled',
-      queryInRegisters: false,
-      vChunksPerLane: 2,
-    });
-    const kvCache = gpu.storageBuffer(fx.cache);
-    const got = await kernel.run({ ...args, kvCache });
-    gpu.releaseBuffer(kvCache);
-    const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
-    expect(maxAbsDiff(got, want)).toBeLessThan(GPU_TOL);
+    for (const headDim of withFullMatrix([32], [64])) {
+      const shape = { numQHeads: 8, numKvHeads: 2, headDim, blockSize: 16, format: f16Format };
+      const { fx, args } = prefillBatchFixture(
+        seededRng(12),
+        { ...shape, spareBlocks: 3 },
+        [40, 0],
+        [9, 17],
+      );
+      const kernel = await PagedPrefillAttention.create(gpu, fx.config, {
+        kernel: 'tiled',
+        queryInRegisters: false,
+        vChunksPerLane: 2,
+      });
+      const kvCache = gpu.storageBuffer(fx.cache);
+      const got = await kernel.run({ ...args, kvCache });
+      gpu.releaseBuffer(kvCache);
+      const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
+      expect(maxAbsDiff(got, want)).toBeLessThan(GPU_TOL);
+    }
   });
 });
 
