@@ -5,7 +5,7 @@ import { maxRelDiff } from './kernels/test-util.js';
 import { kvBlockBytes } from './kv-blocks.js';
 import type { KvFormatName } from './kv-cache.js';
 import { type LoadModelOptions, loadModel, type Model } from './model.js';
-import { seqPlan, tempCheckpoint, tinyConfig } from './model.test-util.js';
+import { releaseTestGpu, seqPlan, tempCheckpoint, testGpu, tinyConfig } from './model.test-util.js';
 
 const config = tinyConfig();
 const vocab = config.vocabSize;
@@ -18,7 +18,14 @@ const next = 7;
 let ckpt: Awaited<ReturnType<typeof tempCheckpoint>>;
 const models: Model[] = [];
 const load = async (backend: 'cpu' | 'webgpu', opts: Partial<LoadModelOptions> = {}) => {
-  const m = await loadModel(ckpt.dir, { backend, numBlocks, blockSize, kvFormat: 'f32', ...opts });
+  const m = await loadModel(ckpt.dir, {
+    backend,
+    numBlocks,
+    blockSize,
+    kvFormat: 'f32',
+    ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
+    ...opts,
+  });
   models.push(m);
   return m;
 };
@@ -28,6 +35,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   for (const m of models) await m.destroy();
+  await releaseTestGpu();
   await ckpt?.cleanup();
 });
 

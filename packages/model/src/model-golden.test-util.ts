@@ -6,7 +6,7 @@ import { parseHfConfig } from './config.js';
 import golden from './fixtures/golden-logits.json' with { type: 'json' };
 import { maxRelDiff } from './kernels/test-util.js';
 import { loadModel } from './model.js';
-import { seqPlan } from './model.test-util.js';
+import { seqPlan, testGpu } from './model.test-util.js';
 import { writeRandomCheckpoint } from './random-checkpoint.js';
 
 /**
@@ -26,6 +26,7 @@ export function goldenFixtureSuite(backend: 'cpu' | 'webgpu', title: string): vo
             numBlocks: 4,
             blockSize: 16,
             kvFormat: 'f32',
+            ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
           });
           const logits = await m.forward(seqPlan(c.tokenIds, 0, [3], 16));
           expect(maxRelDiff(logits, Float32Array.from(c.logits.flat()))).toBeLessThan(1e-4);

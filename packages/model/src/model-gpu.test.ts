@@ -2,7 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { maxRelDiff } from './kernels/test-util.js';
 import { loadModel } from './model.js';
 import { modelSuite } from './model.test-suite.js';
-import { mergePlans, seqPlan, tempCheckpoint, tinyConfig } from './model.test-util.js';
+import {
+  mergePlans,
+  releaseTestGpu,
+  seqPlan,
+  tempCheckpoint,
+  testGpu,
+  tinyConfig,
+} from './model.test-util.js';
 import { goldenFixtureSuite } from './model-golden.test-util.js';
 
 modelSuite('webgpu');
@@ -34,7 +41,7 @@ describe('WebGPU forward vs CPU forward', () => {
         weightDtype: 'f16' as const,
       };
       const cpu = await loadModel(ckpt.dir, { ...opts, backend: 'cpu' });
-      const gpu = await loadModel(ckpt.dir, { ...opts, backend: 'webgpu' });
+      const gpu = await loadModel(ckpt.dir, { ...opts, backend: 'webgpu', gpu: await testGpu() });
       const toks = Array.from({ length: 40 }, (_, i) => (i * 13 + 5) % config.vocabSize);
       const warm = seqPlan(toks.slice(0, 20), 0, [3, 4], 16);
       const step = mergePlans([
@@ -54,3 +61,5 @@ describe('WebGPU forward vs CPU forward', () => {
 });
 
 goldenFixtureSuite('webgpu', 'WebGPU backend');
+
+afterAll(releaseTestGpu);

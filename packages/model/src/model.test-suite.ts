@@ -7,7 +7,15 @@ import { klDivergence, naiveForward } from './forward-naive.test-util.js';
 import { convertToGguf } from './gguf-convert.js';
 import { maxRelDiff } from './kernels/test-util.js';
 import { type LoadModelOptions, loadModel, type Model } from './model.js';
-import { mergePlans, row, seqPlan, tempCheckpoint, tinyConfig } from './model.test-util.js';
+import {
+  mergePlans,
+  releaseTestGpu,
+  row,
+  seqPlan,
+  tempCheckpoint,
+  testGpu,
+  tinyConfig,
+} from './model.test-util.js';
 import { generate } from './model-generate.js';
 
 function argmax(x: Float32Array): number {
@@ -32,6 +40,7 @@ export function modelSuite(
       numBlocks: 32,
       blockSize,
       kvFormat: 'f32',
+      ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
       ...extra,
       ...opts,
     });
@@ -45,6 +54,7 @@ export function modelSuite(
   });
   afterAll(async () => {
     for (const m of models) await m.destroy();
+    await releaseTestGpu();
     await ckpt?.cleanup();
   });
 

@@ -2,9 +2,30 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createGpu, type Gpu } from '@kvasir/gpu';
 import { type ModelConfig, makeModelConfig } from './config.js';
 import type { ForwardPlan } from './forward-plan.js';
 import { writeRandomCheckpoint } from './random-checkpoint.js';
+
+let sharedGpu: Promise<Gpu> | undefined;
+
+/**
+ * One `Gpu` for the WebGPU models of a test file (vitest runs each file in its own worker), as
+ * the app shares one device: the software adapter compiles each kernel once per device, seconds
+ * each, so a model loaded on a fresh device pays again for every kernel. Call
+ * {@link releaseTestGpu} in `afterAll`, after destroying the models.
+ */
+export function testGpu(): Promise<Gpu> {
+  sharedGpu ??= createGpu({ label: 'kvasir-model-test' });
+  return sharedGpu;
+}
+
+/** Destroys the file's shared `Gpu` (see {@link testGpu}). */
+export async function releaseTestGpu(): Promise<void> {
+  const gpu = sharedGpu;
+  sharedGpu = undefined;
+  if (gpu !== undefined) (await gpu).destroy();
+}
 
 /** A tiny GQA config the tests run on every backend (head dim 64: what GPU attention takes). */
 export function tinyConfig(over: Partial<ModelConfig> = {}): ModelConfig {

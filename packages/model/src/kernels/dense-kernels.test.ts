@@ -9,6 +9,7 @@ import {
   rmsNormRef,
   swigluRef,
 } from './reference';
+import { rmsNormWgsl } from './rms-norm.wgsl';
 import { readF32, runPass, storage, testDevice, uniformU32 } from './test-gpu';
 import { maxRelDiff, randomF32 } from './test-util';
 import { type PackedWeight, packWeight, unpackWeight, type WeightFormat } from './weight-format';
@@ -195,5 +196,14 @@ describe('norm, embedding and element-wise kernels vs CPU reference', () => {
     expect(
       maxRelDiff(await readF32(device, xb, count * 4), biasAddRef(a.slice(), m, n, bias)),
     ).toBeLessThan(1e-6);
+  });
+});
+
+describe('pipeline cache', () => {
+  it('is shared by every DenseKernels on one device (a second model compiles nothing)', () => {
+    const code = rmsNormWgsl(64, 1e-5, false);
+    const first = kernels.pipeline(code);
+    expect(new DenseKernels(device).pipeline(code)).toBe(first);
+    expect(kernels.pipeline(rmsNormWgsl(64, 1e-5, true))).not.toBe(first);
   });
 });

@@ -43,16 +43,29 @@ function perRowOp(p: GPUComputePipeline, g: GPUBindGroup): DenseOp {
 }
 
 /**
+ * Compiled pipelines per device, shared by every `DenseKernels` on it: models loaded one after
+ * another on one device (the app's, a test file's) compile each kernel once. A software adapter
+ * spends seconds on each first dispatch.
+ */
+const pipelinesByDevice = new WeakMap<GPUDevice, Map<string, GPUComputePipeline>>();
+
+/**
  * Builds and caches the dense-kernel pipelines of one device and prepares their launches.
  * Nothing here submits: every op encodes into the caller's compute pass, so a whole forward
  * step is one submission.
  */
 export class DenseKernels {
   readonly #device: GPUDevice;
-  readonly #pipelines = new Map<string, GPUComputePipeline>();
+  readonly #pipelines: Map<string, GPUComputePipeline>;
 
   constructor(device: GPUDevice) {
     this.#device = device;
+    let cache = pipelinesByDevice.get(device);
+    if (cache === undefined) {
+      cache = new Map();
+      pipelinesByDevice.set(device, cache);
+    }
+    this.#pipelines = cache;
   }
 
   /** Pipeline for a WGSL module (cached by source text). */
