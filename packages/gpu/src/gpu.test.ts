@@ -118,7 +118,8 @@ describe('createGpu', () => {
         process.execPath,
         ['--import', 'tsx', fixture],
         {
-          timeout: 50_000,
+          // A hang detector under the test's own (300 s): a busy machine starts tsx slowly.
+          timeout: 240_000,
           cwd: fileURLToPath(new URL('..', import.meta.url)),
           // No Vulkan here is assumed by this test only when the suite itself runs on OpenGL ES.
           env: { ...process.env, EGL_PLATFORM: 'x11', DISPLAY: '' },
@@ -389,7 +390,7 @@ describe('timing and lifetime', () => {
         const child = execFile(
           process.execPath,
           ['--import', 'tsx', fixture],
-          { timeout: 50_000, cwd: fileURLToPath(new URL('..', import.meta.url)) },
+          { timeout: 240_000, cwd: fileURLToPath(new URL('..', import.meta.url)) },
           (error, out) =>
             resolve({ code: error ? ((error.code as number) ?? -1) : 0, stdout: out }),
         );
