@@ -84,8 +84,8 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
         ONE,
       ],
       [
-        // One rotation run per row, across all four lanes of the row; the workgroups' rows
-        // make several runs of the query rotation.
+        // One rotation run per row, across all four lanes of the row (int8-h8 above has four
+        // runs per row).
         'int4 groups of 32 with a 32-point rotation',
         {
           numQHeads: 2,
