@@ -1,0 +1,14 @@
+/** A seeded generator of floats uniform in [0, 1). */
+export type SeededRandom = () => number;
+
+/**
+ * mulberry32: a small seeded generator of floats uniform in [0, 1). Same seed, same sequence,
+ * on every platform. Not for cryptography, and not the sampler's generator.
+ */
+export function seededRandom(seed: number): SeededRandom;
+
+/** `n` floats uniform in [-scale, scale). */
+export function randomFloats(random: SeededRandom, n: number, scale?: number): Float32Array;
+
+/** A standard normal sample (Box–Muller). */
+export function normal(random: SeededRandom): number;
