@@ -256,6 +256,22 @@ describe('prefix caching', () => {
     expect(m.prefixHitTokens).toBe(8);
   });
 
+  it('skipPrefixCache computes the whole prompt, and its blocks still serve later requests', () => {
+    const { sched, outputs, runAll, step } = setup();
+    const prompt = seqPrompt(12);
+    sched.add({ id: 'first', promptTokenIds: prompt, maxTokens: 2 });
+    runAll();
+    sched.add({ id: 'scored', promptTokenIds: prompt, maxTokens: 1, skipPrefixCache: true });
+    const plan = step();
+    expect(plan.rows[0]!.queryLen).toBe(12);
+    expect(plan.positions[0]).toBe(0);
+    runAll();
+    expect(outputs.get('scored')!.numCachedPromptTokens).toBe(0);
+    sched.add({ id: 'later', promptTokenIds: prompt, maxTokens: 1 });
+    runAll();
+    expect(outputs.get('later')!.numCachedPromptTokens).toBe(8);
+  });
+
   it('a prefix shorter than one block never hits', () => {
     const { sched, runAll, outputs } = setup();
     sched.add({ id: 'a', promptTokenIds: [1, 2, 3, 9], maxTokens: 1 });

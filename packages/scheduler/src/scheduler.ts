@@ -522,7 +522,7 @@ export class Scheduler {
   /** `keep`: tokens at the end that must be computed (1: the last, whose logits are needed). */
   private lookupPrefix(s: Seq, keep: number): void {
     s.prefix = EMPTY_PREFIX;
-    if (!this.enablePrefixCaching) return;
+    if (!this.enablePrefixCaching || s.group.req.skipPrefixCache) return;
     const p = this.kvCache.findCachedPrefix(
       s.tokens.subarray(0, s.numTokens),
       s.group.req.extraKeys,

@@ -33,6 +33,12 @@ export interface SchedulerRequest {
   readonly arrivalTime?: number;
   /** Mixed into prefix-cache hashes (model, adapter, cache salt). */
   readonly extraKeys?: ExtraKeys;
+  /**
+   * Compute every prompt token instead of reusing cached prefix blocks (a request that needs
+   * the logits of its whole prompt, such as prompt log-probabilities). Its full blocks still
+   * enter the prefix cache for other requests. Default false.
+   */
+  readonly skipPrefixCache?: boolean;
 }
 
 /** A block transfer between GPU memory and a host slot, for swap preemption. */

@@ -103,6 +103,9 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
   if (req.ignoreEos !== undefined && typeof req.ignoreEos !== 'boolean') {
     invalid('ignoreEos', 'must be a boolean', req.ignoreEos);
   }
+  if (req.skipPrefixCache !== undefined && typeof req.skipPrefixCache !== 'boolean') {
+    invalid('skipPrefixCache', 'must be a boolean', req.skipPrefixCache);
+  }
   if (req.priority !== undefined) {
     if (typeof req.priority !== 'number' || !Number.isFinite(req.priority)) {
       invalid('priority', `must be a finite number, got ${typeof req.priority}`, req.priority);
