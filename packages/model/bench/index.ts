@@ -1,10 +1,10 @@
 // Decode/prefill benchmark of the forward pass on the adapter present (llvmpipe in CI).
 // `pnpm --filter @kvasir/model bench --json` prints one JSON object.
 import { BufferUsage, createGpu, type Gpu } from '@kvasir/gpu';
-import type { CheckpointReader, TensorInfo } from '../src/checkpoint.js';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
-import type { ForwardPlan } from '../src/forward-plan.js';
-import { loadModel, type Model } from '../src/model.js';
+import type { ForwardPlan } from '../src/execution/forward-plan.js';
+import { loadModel, type Model } from '../src/execution/model.js';
+import type { CheckpointReader, TensorInfo } from '../src/formats/checkpoint-reader.js';
 
 const json = process.argv.includes('--json');
 const log = (s: string) => {

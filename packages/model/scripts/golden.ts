@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ModelConfig, makeModelConfig, toHfConfig } from '../src/config.js';
-import { writeRandomCheckpoint } from '../src/random-checkpoint.js';
+import { writeRandomCheckpoint } from '../src/formats/random-checkpoint.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const python = process.env.KVASIR_GOLDEN_PYTHON ?? '/usr/bin/python3';

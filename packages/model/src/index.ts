@@ -1,15 +1,35 @@
 // --- files, config, checkpoints (model-files) ---
 
-export type { ChatMessage, ChatTemplateOptions } from './chat-template.js';
-export { renderChatTemplate } from './chat-template.js';
+export type { Architecture, ExpectedTensor, ModelConfig, RopeScaling } from './config.js';
+export {
+  expectedTensors,
+  makeModelConfig,
+  parameterCount,
+  parseHfConfig,
+  ropeInvFrequencies,
+  toHfConfig,
+  validateModelConfig,
+} from './config.js';
+export type { ModelErrorCode } from './errors.js';
+export { ModelError } from './errors.js';
 export type {
   CheckpointReader,
   OpenCheckpointOptions,
   ReadChunksOptions,
   TensorInfo,
-} from './checkpoint.js';
-export { openCheckpoint, validateCheckpointTensors } from './checkpoint.js';
-export type { TensorDtype } from './checkpoint-dtype.js';
+} from './formats/checkpoint-reader.js';
+export { openCheckpoint, validateCheckpointTensors } from './formats/checkpoint-reader.js';
+export type {
+  LoadProgress,
+  LoadProgressCallback,
+  LoadProgressEvent,
+  LoadProgressOptions,
+  TensorChunk,
+} from './formats/checkpoint-stream.js';
+export { createLoadProgress, streamCheckpoint } from './formats/checkpoint-stream.js';
+export type { GqaConversion } from './formats/convert-gqa.js';
+export { convertToGqa, meanPoolHeads } from './formats/convert-gqa.js';
+export type { TensorDtype } from './formats/dtype.js';
 export {
   bf16BitsToF32,
   decodeToF32,
@@ -22,38 +42,16 @@ export {
   Q8_0_BLOCK_BYTES,
   Q8_0_BLOCK_VALUES,
   quantizeQ8_0,
-} from './checkpoint-dtype.js';
-export type {
-  LoadProgress,
-  LoadProgressCallback,
-  LoadProgressEvent,
-  LoadProgressOptions,
-  TensorChunk,
-} from './checkpoint-progress.js';
-export { createLoadProgress, streamCheckpoint } from './checkpoint-progress.js';
-export type { Architecture, ExpectedTensor, ModelConfig, RopeScaling } from './config.js';
-export {
-  expectedTensors,
-  makeModelConfig,
-  parameterCount,
-  parseHfConfig,
-  ropeInvFrequencies,
-  toHfConfig,
-  validateModelConfig,
-} from './config.js';
-export type { GqaConversion } from './convert-gqa.js';
-export { convertToGqa, meanPoolHeads } from './convert-gqa.js';
-export type { DetokenizerOptions, TokenDecoder } from './detokenizer.js';
-export { IncrementalDetokenizer } from './detokenizer.js';
-export type { ModelErrorCode } from './errors.js';
-export { ModelError } from './errors.js';
+} from './formats/dtype.js';
+export type { ConvertToGgufOptions } from './formats/gguf/convert.js';
+export { convertToGguf } from './formats/gguf/convert.js';
 export type {
   GgufHeader,
   GgufTensorEntry,
   GgufTensorToWrite,
   GgufTypedValue,
   GgufValueType,
-} from './gguf.js';
+} from './formats/gguf/reader.js';
 export {
   configFromGguf,
   ggufToHfName,
@@ -62,23 +60,22 @@ export {
   permuteQkRows,
   readGgufHeader,
   writeGguf,
-} from './gguf.js';
-export type { ConvertToGgufOptions } from './gguf-convert.js';
-export { convertToGguf } from './gguf-convert.js';
-export type { RandomCheckpoint, RandomCheckpointOptions } from './random-checkpoint.js';
+} from './formats/gguf/reader.js';
+export type { RandomCheckpoint, RandomCheckpointOptions } from './formats/random-checkpoint.js';
 export {
   LLAMA3_CHAT_TEMPLATE,
   RANDOM_SPECIAL_TOKENS,
   randomTensors,
   writeRandomCheckpoint,
-} from './random-checkpoint.js';
-export type { SafetensorsEntry, SafetensorsHeader, TensorToWrite } from './safetensors.js';
+} from './formats/random-checkpoint.js';
+export type { SafetensorsEntry, SafetensorsHeader, TensorToWrite } from './formats/safetensors.js';
 export {
   openSafetensorsCheckpoint,
   readSafetensorsHeader,
   writeSafetensors,
-} from './safetensors.js';
-export type { SampleResult, SamplingParams, TokenLogprob } from './sampling.js';
+} from './formats/safetensors.js';
+export { Rng } from './sampling/rng.js';
+export type { SampleResult, SamplingParams, TokenLogprob } from './sampling/sampler.js';
 export {
   applyPenalties,
   logprobs,
@@ -86,37 +83,55 @@ export {
   SamplingState,
   sample,
   validateSamplingParams,
-} from './sampling.js';
-export { Rng } from './sampling-rng.js';
-export type { TokenizerFiles } from './tokenizer.js';
-export { ModelTokenizer } from './tokenizer.js';
-export type { GgufTokenizerJson } from './tokenizer-gguf.js';
-export {
-  ggufTokenizerMetadata,
-  LLAMA3_SPLIT_PATTERN,
-  QWEN2_SPLIT_PATTERN,
-  tokenizerJsonFromGguf,
-} from './tokenizer-gguf.js';
-export type { ByteLevelBpe, ByteLevelTokenizerSpec } from './tokenizer-train.js';
+} from './sampling/sampler.js';
+export type { ByteLevelBpe, ByteLevelTokenizerSpec } from './tokenizer/byte-level-bpe.js';
 export {
   buildByteLevelTokenizerJson,
   byteLevelAlphabet,
   GPT2_SPLIT_PATTERN,
   trainByteLevelBpe,
-} from './tokenizer-train.js';
+} from './tokenizer/byte-level-bpe.js';
+export type { ChatMessage, ChatTemplateOptions } from './tokenizer/chat-template.js';
+export { renderChatTemplate } from './tokenizer/chat-template.js';
+export type { DetokenizerOptions, TokenDecoder } from './tokenizer/detokenizer.js';
+export { IncrementalDetokenizer } from './tokenizer/detokenizer.js';
+export type { GgufTokenizerJson } from './tokenizer/gguf-tokenizer.js';
+export {
+  ggufTokenizerMetadata,
+  LLAMA3_SPLIT_PATTERN,
+  QWEN2_SPLIT_PATTERN,
+  tokenizerJsonFromGguf,
+} from './tokenizer/gguf-tokenizer.js';
+export type { TokenizerFiles } from './tokenizer/tokenizer.js';
+export { ModelTokenizer } from './tokenizer/tokenizer.js';
 
 // --- end model-files ---
 
-export { CpuForward, pagedAttentionCpu } from './forward-cpu.js';
+export { CpuForward, pagedAttentionCpu } from './backends/cpu/cpu-forward.js';
 export type {
   ForwardBlockCopy,
   ForwardPlan,
   ForwardSeq,
   NormalizedPlan,
   PlanLimits,
-} from './forward-plan.js';
-export { normalizePlan } from './forward-plan.js';
-export { applyRopeRows, ropeTables } from './forward-rope.js';
+} from './execution/forward-plan.js';
+export { normalizePlan } from './execution/forward-plan.js';
+export type { GenerateOptions } from './execution/generate.js';
+export { generate } from './execution/generate.js';
+export { kvBlockBytes } from './execution/kv-blocks.js';
+export type { KvCacheSpec, KvFormatName } from './execution/kv-cache.js';
+export { kvCacheSpec, kvRowWord } from './execution/kv-cache.js';
+export type { LoadModelOptions, Model } from './execution/model.js';
+export { loadModel } from './execution/model.js';
+export { applyRopeRows, ropeTables } from './execution/rope.js';
+export type {
+  LayerWeights,
+  LoadWeightsOptions,
+  ModelWeights,
+  WeightAllocator,
+  WeightSink,
+} from './execution/weights.js';
+export { hostAllocator, loadWeights } from './execution/weights.js';
 // --- execution (model-exec) ---
 export type { GpuWeight } from './kernels/dense-kernels.js';
 export { DenseKernels, GEMV_MAX_ROWS } from './kernels/dense-kernels.js';
@@ -144,19 +159,4 @@ export {
   unpackWeight,
   wordsPerRow,
 } from './kernels/weight-format.js';
-export { kvBlockBytes } from './kv-blocks.js';
-export type { KvCacheSpec, KvFormatName } from './kv-cache.js';
-export { kvCacheSpec, kvRowWord } from './kv-cache.js';
-export type { LoadModelOptions, Model } from './model.js';
-export { loadModel } from './model.js';
-export type { GenerateOptions } from './model-generate.js';
-export { generate } from './model-generate.js';
-export type {
-  LayerWeights,
-  LoadWeightsOptions,
-  ModelWeights,
-  WeightAllocator,
-  WeightSink,
-} from './weights.js';
-export { hostAllocator, loadWeights } from './weights.js';
 // --- end model-exec ---

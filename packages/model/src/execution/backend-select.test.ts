@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { seqPlan, tempCheckpoint, tinyConfig } from '../testing/model.js';
 import { loadModel } from './model.js';
-import { seqPlan, tempCheckpoint, tinyConfig } from './model.test-util.js';
 
 // A machine with no WebGPU adapter at all: device acquisition fails the way @kvasir/gpu does.
 vi.mock('@kvasir/gpu', async (importOriginal) => {

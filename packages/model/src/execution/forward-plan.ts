@@ -1,4 +1,4 @@
-import { ModelError } from './errors.js';
+import { ModelError } from '../errors.js';
 
 /** One sequence of a {@link ForwardPlan}. */
 export interface ForwardSeq {

@@ -1,6 +1,6 @@
-import { ModelError } from './errors.js';
+import { ModelError } from '../errors.js';
+import { type SamplingParams, SamplingState, sample } from '../sampling/sampler.js';
 import type { Model } from './model.js';
-import { type SamplingParams, SamplingState, sample } from './sampling.js';
 
 /** Options of {@link generate}. */
 export interface GenerateOptions {

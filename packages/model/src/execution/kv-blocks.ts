@@ -1,4 +1,4 @@
-import { ModelError } from './errors.js';
+import { ModelError } from '../errors.js';
 import type { KvCacheSpec } from './kv-cache.js';
 
 /**

@@ -5,8 +5,8 @@ import {
   kvCacheLayout,
   QUANTIZED_KV_FORMATS,
 } from '@kvasir/attention-kernels';
-import type { ModelConfig } from './config.js';
-import { ModelError } from './errors.js';
+import type { ModelConfig } from '../config.js';
+import { ModelError } from '../errors.js';
 
 /**
  * KV element formats the model can allocate: `f32`, `f16`, and `@kvasir/attention-kernels`'

@@ -1,5 +1,5 @@
-import { modelSuite } from './model.test-suite.js';
-import { goldenFixtureSuite } from './model-golden.test-util.js';
+import { goldenFixtureSuite } from '../testing/golden-suite.js';
+import { modelSuite } from '../testing/model-suite.js';
 
 modelSuite('cpu');
 

@@ -1,7 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { maxRelDiff } from './kernels/test-util.js';
-import { loadModel } from './model.js';
-import { modelSuite } from './model.test-suite.js';
+import { goldenFixtureSuite } from '../testing/golden-suite.js';
 import {
   mergePlans,
   releaseTestGpu,
@@ -9,8 +7,10 @@ import {
   tempCheckpoint,
   testGpu,
   tinyConfig,
-} from './model.test-util.js';
-import { goldenFixtureSuite } from './model-golden.test-util.js';
+} from '../testing/model.js';
+import { modelSuite } from '../testing/model-suite.js';
+import { maxRelDiff } from '../testing/random.js';
+import { loadModel } from './model.js';
 
 modelSuite('webgpu');
 

@@ -1,8 +1,8 @@
-import { type CheckpointReader, openCheckpoint } from './checkpoint.js';
-import { createLoadProgress, type LoadProgress } from './checkpoint-progress.js';
-import type { ModelConfig } from './config.js';
-import { ModelError } from './errors.js';
-import { CpuForward } from './forward-cpu.js';
+import { CpuForward } from '../backends/cpu/cpu-forward.js';
+import type { ModelConfig } from '../config.js';
+import { ModelError } from '../errors.js';
+import { type CheckpointReader, openCheckpoint } from '../formats/checkpoint-reader.js';
+import { createLoadProgress, type LoadProgress } from '../formats/checkpoint-stream.js';
 import { type ForwardPlan, normalizePlan } from './forward-plan.js';
 import { checkKvBlockArgs, cpuKvBlockIo, type KvBlockIo, kvBlockBytes } from './kv-blocks.js';
 import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from './kv-cache.js';
@@ -142,7 +142,7 @@ export async function loadModel(
     let executor: Executor | undefined;
     let backend: 'webgpu' | 'cpu' = 'cpu';
     if (spec0 !== 'cpu' || options.gpu !== undefined) {
-      const { createGpuExecutor } = await import('./backend-gpu.js');
+      const { createGpuExecutor } = await import('../backends/webgpu/gpu-executor.js');
       executor = await createGpuExecutor(reader, kv, weightOpts, {
         gpu: options.gpu,
         required: spec0 === 'webgpu' || options.gpu !== undefined,

@@ -1,4 +1,4 @@
-import { type ModelConfig, ropeInvFrequencies } from './config.js';
+import { type ModelConfig, ropeInvFrequencies } from '../config.js';
 
 /**
  * RoPE cos/sin tables `[positions][headDim/2]` in f32, computed as PyTorch does for HF Llama

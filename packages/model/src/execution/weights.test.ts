@@ -1,9 +1,9 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from './checkpoint.js';
-import { convertToGguf } from './gguf-convert.js';
-import { packWeight, unpackWeight } from './kernels/weight-format.js';
-import { tempCheckpoint, tinyConfig } from './model.test-util.js';
+import { openCheckpoint } from '../formats/checkpoint-reader.js';
+import { convertToGguf } from '../formats/gguf/convert.js';
+import { packWeight, unpackWeight } from '../kernels/weight-format.js';
+import { tempCheckpoint, tinyConfig } from '../testing/model.js';
 import { hostAllocator, loadWeights } from './weights.js';
 
 describe('loadWeights', () => {

@@ -1,8 +1,8 @@
-import type { CheckpointReader } from './checkpoint.js';
-import { decodeToF32 } from './checkpoint-dtype.js';
-import type { LoadProgress } from './checkpoint-progress.js';
-import type { ModelConfig } from './config.js';
-import { ModelError } from './errors.js';
+import type { ModelConfig } from '../config.js';
+import { ModelError } from '../errors.js';
+import type { CheckpointReader } from '../formats/checkpoint-reader.js';
+import type { LoadProgress } from '../formats/checkpoint-stream.js';
+import { decodeToF32 } from '../formats/dtype.js';
 import {
   DEFAULT_INT8_GROUP_SIZE,
   type PackedWeight,
@@ -10,7 +10,7 @@ import {
   packRows,
   type WeightFormat,
   wordsPerRow,
-} from './kernels/weight-format.js';
+} from '../kernels/weight-format.js';
 
 /** Where packed rows of one matrix go (a host array or a GPU buffer). */
 export interface WeightSink<W> {

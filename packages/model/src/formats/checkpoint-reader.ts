@@ -1,15 +1,10 @@
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
-import {
-  decodeToF32,
-  dtypeByteLength,
-  dtypeUnitBytes,
-  type TensorDtype,
-} from './checkpoint-dtype.js';
-import { expectedTensors, type ModelConfig } from './config.js';
-import { fileIoError, ModelError } from './errors.js';
+import { expectedTensors, type ModelConfig } from '../config.js';
+import { fileIoError, ModelError } from '../errors.js';
+import { decodeToF32, dtypeByteLength, dtypeUnitBytes, type TensorDtype } from './dtype.js';
 
-export type { TensorDtype } from './checkpoint-dtype.js';
+export type { TensorDtype } from './dtype.js';
 
 /** Description of one tensor in a checkpoint, under its canonical Hugging Face name. */
 export interface TensorInfo {
@@ -366,6 +361,6 @@ export async function openCheckpoint(
     const { openSafetensorsCheckpoint } = await import('./safetensors.js');
     return openSafetensorsCheckpoint(path, options);
   }
-  const { openGgufCheckpoint } = await import('./gguf.js');
+  const { openGgufCheckpoint } = await import('./gguf/reader.js');
   return openGgufCheckpoint(path, options);
 }

@@ -3,13 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from './checkpoint.js';
+import { makeModelConfig } from '../config.js';
+import { openCheckpoint } from './checkpoint-reader.js';
 import {
   createLoadProgress,
   type LoadProgressEvent,
   streamCheckpoint,
-} from './checkpoint-progress.js';
-import { makeModelConfig } from './config.js';
+} from './checkpoint-stream.js';
 import { writeRandomCheckpoint } from './random-checkpoint.js';
 
 let dir: string;

@@ -1,5 +1,5 @@
 import cliProgress from 'cli-progress';
-import type { CheckpointReader, ReadChunksOptions, TensorInfo } from './checkpoint.js';
+import type { CheckpointReader, ReadChunksOptions, TensorInfo } from './checkpoint-reader.js';
 
 /** One progress update while a checkpoint is read. */
 export interface LoadProgressEvent {

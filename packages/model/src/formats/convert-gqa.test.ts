@@ -2,10 +2,10 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from './checkpoint.js';
-import { makeModelConfig } from './config.js';
+import { makeModelConfig } from '../config.js';
+import { ModelError } from '../errors.js';
+import { openCheckpoint } from './checkpoint-reader.js';
 import { convertToGqa } from './convert-gqa.js';
-import { ModelError } from './errors.js';
 import { writeRandomCheckpoint } from './random-checkpoint.js';
 
 const mha = makeModelConfig({

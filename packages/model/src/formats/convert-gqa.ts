@@ -1,9 +1,9 @@
 import { copyFile, mkdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type CheckpointReader, openCheckpoint } from './checkpoint.js';
-import type { TensorDtype } from './checkpoint-dtype.js';
-import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from './config.js';
-import { ModelError } from './errors.js';
+import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from '../config.js';
+import { ModelError } from '../errors.js';
+import { type CheckpointReader, openCheckpoint } from './checkpoint-reader.js';
+import type { TensorDtype } from './dtype.js';
 import { type TensorToWrite, writeSafetensors } from './safetensors.js';
 
 /** What {@link convertToGqa} produced. */

@@ -1,5 +1,5 @@
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '@kvasir/quantizer';
-import { ModelError } from './errors.js';
+import { ModelError } from '../errors.js';
 
 /** Element types a checkpoint tensor may hold. `Q8_0` is GGUF's 34-byte block of 32 int8 values with an f16 scale. */
 export type TensorDtype = 'F32' | 'F16' | 'BF16' | 'Q8_0';

@@ -3,8 +3,8 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseHfConfig, toHfConfig } from './config.js';
-import golden from './fixtures/golden-logits.json' with { type: 'json' };
+import { parseHfConfig, toHfConfig } from '../config.js';
+import golden from '../fixtures/golden-logits.json' with { type: 'json' };
 import { writeRandomCheckpoint } from './random-checkpoint.js';
 
 describe('golden fixture', () => {

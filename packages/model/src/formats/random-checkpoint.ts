@@ -1,11 +1,11 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { TensorDtype } from './checkpoint-dtype.js';
-import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from './config.js';
-import { fileIoError, ModelError } from './errors.js';
+import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from '../config.js';
+import { fileIoError, ModelError } from '../errors.js';
+import { Rng } from '../sampling/rng.js';
+import { buildByteLevelTokenizerJson, trainByteLevelBpe } from '../tokenizer/byte-level-bpe.js';
+import type { TensorDtype } from './dtype.js';
 import { type TensorToWrite, writeSafetensors } from './safetensors.js';
-import { Rng } from './sampling-rng.js';
-import { buildByteLevelTokenizerJson, trainByteLevelBpe } from './tokenizer-train.js';
 
 /** Special tokens of the random checkpoint's tokenizer, ids 256–260 (Llama 3 names). */
 export const RANDOM_SPECIAL_TOKENS = [

@@ -2,10 +2,10 @@ import { mkdtemp, open, readFile, rm, truncate, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from './checkpoint.js';
-import { expectModelError } from './checkpoint.test-util.js';
-import { f16BitsToF32, f32ToF16Bits } from './checkpoint-dtype.js';
-import { expectedTensors, makeModelConfig } from './config.js';
+import { expectedTensors, makeModelConfig } from '../config.js';
+import { expectModelError } from '../testing/checkpoint.js';
+import { openCheckpoint } from './checkpoint-reader.js';
+import { f16BitsToF32, f32ToF16Bits } from './dtype.js';
 import { randomTensors, writeRandomCheckpoint } from './random-checkpoint.js';
 import { writeSafetensors } from './safetensors.js';
 

@@ -1,15 +1,15 @@
 import { type FileHandle, open, readFile, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
+import { parseHfConfig } from '../config.js';
+import { fileIoError, ModelError } from '../errors.js';
 import {
   FileCheckpointReader,
   type OpenCheckpointOptions,
   type TensorInfo,
   type TensorLocation,
   validateCheckpointTensors,
-} from './checkpoint.js';
-import { dtypeByteLength, type TensorDtype } from './checkpoint-dtype.js';
-import { parseHfConfig } from './config.js';
-import { fileIoError, ModelError } from './errors.js';
+} from './checkpoint-reader.js';
+import { dtypeByteLength, type TensorDtype } from './dtype.js';
 import {
   storedByteLength,
   type TensorToWrite,

@@ -1,6 +1,6 @@
 import { type FileHandle, open } from 'node:fs/promises';
-import { dtypeByteLength, encodeFromF32, type TensorDtype } from './checkpoint-dtype.js';
-import { fileIoError, ModelError } from './errors.js';
+import { fileIoError, ModelError } from '../errors.js';
+import { dtypeByteLength, encodeFromF32, type TensorDtype } from './dtype.js';
 
 /** A tensor to write: raw bytes already in `dtype`, or float32 values encoded on write. */
 export interface TensorToWrite {

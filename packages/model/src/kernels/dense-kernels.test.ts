@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DenseKernels, type GpuWeight } from './dense-kernels';
+import { readF32, runPass, storage, testDevice, uniformU32 } from '../testing/gpu.js';
+import { maxRelDiff, randomF32 } from '../testing/random.js';
+import { DenseKernels, type GpuWeight } from './dense-kernels.js';
 import {
   addRef,
   biasAddRef,
@@ -8,11 +10,9 @@ import {
   matmulRef,
   rmsNormRef,
   swigluRef,
-} from './reference';
-import { rmsNormWgsl } from './rms-norm.wgsl';
-import { readF32, runPass, storage, testDevice, uniformU32 } from './test-gpu';
-import { maxRelDiff, randomF32 } from './test-util';
-import { type PackedWeight, packWeight, unpackWeight, type WeightFormat } from './weight-format';
+} from './reference.js';
+import { rmsNormWgsl } from './rms-norm.wgsl.js';
+import { type PackedWeight, packWeight, unpackWeight, type WeightFormat } from './weight-format.js';
 
 let device: GPUDevice;
 let kernels: DenseKernels;

@@ -1,10 +1,16 @@
 /// <reference types="@webgpu/types" />
-import { addWgsl, biasAddWgsl, ELEMENTWISE_WORKGROUP, swigluWgsl } from './elementwise.wgsl';
-import { embeddingWgsl } from './embedding.wgsl';
-import { gemvRows, gemvWgsl, type MatmulShaderOptions, TILE, tiledMatmulWgsl } from './matmul.wgsl';
-import type { MatmulEpilogue } from './reference';
-import { rmsNormWgsl } from './rms-norm.wgsl';
-import type { WeightFormat } from './weight-format';
+import { addWgsl, biasAddWgsl, ELEMENTWISE_WORKGROUP, swigluWgsl } from './elementwise.wgsl.js';
+import { embeddingWgsl } from './embedding.wgsl.js';
+import {
+  gemvRows,
+  gemvWgsl,
+  type MatmulShaderOptions,
+  TILE,
+  tiledMatmulWgsl,
+} from './matmul.wgsl.js';
+import type { MatmulEpilogue } from './reference.js';
+import { rmsNormWgsl } from './rms-norm.wgsl.js';
+import type { WeightFormat } from './weight-format.js';
 
 /** A packed weight resident on the GPU (see {@link PackedWeight}). */
 export interface GpuWeight {

@@ -1,5 +1,5 @@
-import type { WeightFormat } from './weight-format';
-import { weightLoadWgsl } from './weight-load.wgsl';
+import type { WeightFormat } from './weight-format.js';
+import { weightLoadWgsl } from './weight-load.wgsl.js';
 
 /**
  * Embedding gather from a packed table `[vocab][h]`: a workgroup per token copies (and

@@ -1,6 +1,6 @@
-import type { MatmulEpilogue } from './reference';
-import type { WeightFormat } from './weight-format';
-import { weightLoadWgsl } from './weight-load.wgsl';
+import type { MatmulEpilogue } from './reference.js';
+import type { WeightFormat } from './weight-format.js';
+import { weightLoadWgsl } from './weight-load.wgsl.js';
 
 /** Shape and options that select one matmul shader. */
 export interface MatmulShaderOptions {

@@ -1,6 +1,6 @@
 // CPU reference twins of the dense WGSL kernels. Same inputs, same packed weight words, same
 // epilogues; they define what the GPU kernels must compute and run the CPU backend.
-import { type PackedWeight, unpackRow } from './weight-format';
+import { type PackedWeight, unpackRow } from './weight-format.js';
 
 /** What a matmul does with each result `v = Σ_k x[m][k]·W[n][k]`. */
 export type MatmulEpilogue =

@@ -1,7 +1,7 @@
 import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { packWeight, unpackWeight } from './weight-format';
+import { packWeight, unpackWeight } from './weight-format.js';
 
 describe('f16 conversion', () => {
   it('round-trips every finite half exactly', () => {

@@ -1,4 +1,4 @@
-import type { WeightFormat } from './weight-format';
+import type { WeightFormat } from './weight-format.js';
 
 /**
  * WGSL declarations of a packed weight (`w`, and `wScales` for int8) and `loadW(row, k4)`,

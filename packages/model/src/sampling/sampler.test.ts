@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ModelError } from './errors.js';
-import { applyPenalties, logprobs, Sampler, SamplingState, sample } from './sampling.js';
+import { ModelError } from '../errors.js';
+import { applyPenalties, logprobs, Sampler, SamplingState, sample } from './sampler.js';
 
 function softmax(x: ArrayLike<number>, t = 1): number[] {
   const arr = Array.from(x, (v) => v / t);

@@ -1,5 +1,5 @@
-import { ModelError } from './errors.js';
-import { Rng } from './sampling-rng.js';
+import { ModelError } from '../errors.js';
+import { Rng } from './rng.js';
 
 /**
  * How one request picks its next token. Every field is optional; the defaults sample from the

@@ -1,5 +1,5 @@
 import { expect } from 'vitest';
-import { ModelError } from './errors.js';
+import { ModelError } from '../errors.js';
 
 /** Awaits `p` and asserts it rejects with a {@link ModelError} of `code` whose message contains `mention`. */
 export async function expectModelError(

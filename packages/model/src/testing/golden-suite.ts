@@ -2,12 +2,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseHfConfig } from './config.js';
-import golden from './fixtures/golden-logits.json' with { type: 'json' };
-import { maxRelDiff } from './kernels/test-util.js';
-import { loadModel } from './model.js';
-import { seqPlan, testGpu } from './model.test-util.js';
-import { writeRandomCheckpoint } from './random-checkpoint.js';
+import { parseHfConfig } from '../config.js';
+import { loadModel } from '../execution/model.js';
+import golden from '../fixtures/golden-logits.json' with { type: 'json' };
+import { writeRandomCheckpoint } from '../formats/random-checkpoint.js';
+import { seqPlan, testGpu } from './model.js';
+import { maxRelDiff } from './random.js';
 
 /**
  * The golden PyTorch fixture on one backend: each case's random checkpoint, prefilled on

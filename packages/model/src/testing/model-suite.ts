@@ -2,11 +2,10 @@
 // model-gpu.test.ts.
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from './checkpoint.js';
-import { klDivergence, naiveForward } from './forward-naive.test-util.js';
-import { convertToGguf } from './gguf-convert.js';
-import { maxRelDiff } from './kernels/test-util.js';
-import { type LoadModelOptions, loadModel, type Model } from './model.js';
+import { generate } from '../execution/generate.js';
+import { type LoadModelOptions, loadModel, type Model } from '../execution/model.js';
+import { openCheckpoint } from '../formats/checkpoint-reader.js';
+import { convertToGguf } from '../formats/gguf/convert.js';
 import {
   mergePlans,
   releaseTestGpu,
@@ -15,8 +14,9 @@ import {
   tempCheckpoint,
   testGpu,
   tinyConfig,
-} from './model.test-util.js';
-import { generate } from './model-generate.js';
+} from './model.js';
+import { klDivergence, naiveForward } from './naive-forward.js';
+import { maxRelDiff } from './random.js';
 
 function argmax(x: Float32Array): number {
   let b = 0;

@@ -3,9 +3,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createGpu, type Gpu } from '@kvasir/gpu';
-import { type ModelConfig, makeModelConfig } from './config.js';
-import type { ForwardPlan } from './forward-plan.js';
-import { writeRandomCheckpoint } from './random-checkpoint.js';
+import { type ModelConfig, makeModelConfig } from '../config.js';
+import type { ForwardPlan } from '../execution/forward-plan.js';
+import { writeRandomCheckpoint } from '../formats/random-checkpoint.js';
 
 let sharedGpu: Promise<Gpu> | undefined;
 

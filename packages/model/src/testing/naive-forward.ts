@@ -1,8 +1,9 @@
 // Test-only: a plain dense transformer forward over a whole sequence, with no paging, no KV
 // cache, no packed weights and no shared code with the engine's kernels: the independent
 // "full recompute" the paged forward is checked against.
-import type { CheckpointReader } from './checkpoint.js';
-import { ropeInvFrequencies } from './config.js';
+
+import { ropeInvFrequencies } from '../config.js';
+import type { CheckpointReader } from '../formats/checkpoint-reader.js';
 
 /** Logits `[tokens.length][vocab]` of a causal forward over `tokens` from position 0. */
 export async function naiveForward(

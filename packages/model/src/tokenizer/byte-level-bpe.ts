@@ -1,4 +1,4 @@
-import { ModelError } from './errors.js';
+import { ModelError } from '../errors.js';
 
 /** GPT-2's pre-tokenization pattern (contractions, letters, numbers, punctuation, spaces). */
 export const GPT2_SPLIT_PATTERN =

@@ -1,5 +1,5 @@
 import { Template } from '@huggingface/jinja';
-import { ModelError } from './errors.js';
+import { ModelError } from '../errors.js';
 
 /** One chat message as chat templates expect it. Extra fields (tool calls, names) pass through. */
 export interface ChatMessage {

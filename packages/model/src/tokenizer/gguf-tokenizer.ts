@@ -1,6 +1,6 @@
-import { ModelError } from './errors.js';
-import type { GgufTypedValue } from './gguf.js';
-import { byteLevelBpeModel, GPT2_SPLIT_PATTERN } from './tokenizer-train.js';
+import { ModelError } from '../errors.js';
+import type { GgufTypedValue } from '../formats/gguf/reader.js';
+import { byteLevelBpeModel, GPT2_SPLIT_PATTERN } from './byte-level-bpe.js';
 
 /** Llama 3's pre-tokenization pattern (numbers in groups of up to three). */
 export const LLAMA3_SPLIT_PATTERN =

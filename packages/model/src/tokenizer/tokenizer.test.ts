@@ -3,11 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeModelConfig } from '../config.js';
+import { ModelError } from '../errors.js';
+import { writeRandomCheckpoint } from '../formats/random-checkpoint.js';
 import { renderChatTemplate } from './chat-template.js';
-import { makeModelConfig } from './config.js';
 import { IncrementalDetokenizer } from './detokenizer.js';
-import { ModelError } from './errors.js';
-import { writeRandomCheckpoint } from './random-checkpoint.js';
 import { ModelTokenizer } from './tokenizer.js';
 
 let root: string;

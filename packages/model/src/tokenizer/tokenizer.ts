@@ -1,10 +1,10 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import { ModelError } from '../errors.js';
 import { type ChatMessage, type ChatTemplateOptions, renderChatTemplate } from './chat-template.js';
 import { type DetokenizerOptions, IncrementalDetokenizer } from './detokenizer.js';
-import { ModelError } from './errors.js';
-import { tokenizerJsonFromGguf } from './tokenizer-gguf.js';
+import { tokenizerJsonFromGguf } from './gguf-tokenizer.js';
 
 /** Where a tokenizer came from, and its special tokens. */
 export interface TokenizerFiles {
@@ -115,7 +115,7 @@ export class ModelTokenizer {
       throw new ModelError('IO', `tokenizer path ${path} does not exist`, { cause: e });
     }
     if (!isDir) {
-      const { openGgufCheckpoint } = await import('./gguf.js');
+      const { openGgufCheckpoint } = await import('../formats/gguf/reader.js');
       const r = await openGgufCheckpoint(path);
       try {
         return ModelTokenizer.fromGguf(r.metadata, extraEosTokenIds);

@@ -1,11 +1,11 @@
 import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
-import type { ModelConfig } from './config.js';
-import type { NormalizedPlan } from './forward-plan.js';
-import { applyRopeRows, ropeTables } from './forward-rope.js';
-import { embeddingRef, matmulRef, rmsNormRef } from './kernels/reference.js';
-import type { PackedWeight } from './kernels/weight-format.js';
-import { type KvCacheSpec, kvRowWord } from './kv-cache.js';
-import type { ModelWeights } from './weights.js';
+import type { ModelConfig } from '../../config.js';
+import type { NormalizedPlan } from '../../execution/forward-plan.js';
+import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
+import { applyRopeRows, ropeTables } from '../../execution/rope.js';
+import type { ModelWeights } from '../../execution/weights.js';
+import { embeddingRef, matmulRef, rmsNormRef } from '../../kernels/reference.js';
+import type { PackedWeight } from '../../kernels/weight-format.js';
 
 /** Encodes one K or V row into the cache (f32 words or f16 pairs). */
 export function encodeKvRow(

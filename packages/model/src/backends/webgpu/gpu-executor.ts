@@ -6,23 +6,23 @@ import {
   WriteKvCache,
 } from '@kvasir/attention-kernels';
 import { createGpu, type Gpu } from '@kvasir/gpu';
-import type { CheckpointReader } from './checkpoint.js';
-import type { ModelConfig } from './config.js';
-import { ModelError } from './errors.js';
-import type { NormalizedPlan } from './forward-plan.js';
-import { ropeTables } from './forward-rope.js';
-import { DenseKernels, type GpuWeight } from './kernels/dense-kernels.js';
-import { ropeKvWriteWgsl } from './kernels/rope-kv-write.wgsl.js';
-import { wordsPerRow } from './kernels/weight-format.js';
-import { gpuKvBlockIo, type KvBlockIo } from './kv-blocks.js';
-import type { KvCacheSpec } from './kv-cache.js';
-import type { Executor } from './model.js';
+import type { ModelConfig } from '../../config.js';
+import { ModelError } from '../../errors.js';
+import type { NormalizedPlan } from '../../execution/forward-plan.js';
+import { gpuKvBlockIo, type KvBlockIo } from '../../execution/kv-blocks.js';
+import type { KvCacheSpec } from '../../execution/kv-cache.js';
+import type { Executor } from '../../execution/model.js';
+import { ropeTables } from '../../execution/rope.js';
 import {
   type LoadWeightsOptions,
   loadWeights,
   type ModelWeights,
   type WeightAllocator,
-} from './weights.js';
+} from '../../execution/weights.js';
+import type { CheckpointReader } from '../../formats/checkpoint-reader.js';
+import { DenseKernels, type GpuWeight } from '../../kernels/dense-kernels.js';
+import { ropeKvWriteWgsl } from '../../kernels/rope-kv-write.wgsl.js';
+import { wordsPerRow } from '../../kernels/weight-format.js';
 
 const STORAGE = 0x80 | 0x8 | 0x4; // STORAGE | COPY_DST | COPY_SRC
 const UNIFORM = 0x40 | 0x8; // UNIFORM | COPY_DST

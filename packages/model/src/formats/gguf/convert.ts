@@ -1,17 +1,17 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type CheckpointReader, openCheckpoint } from './checkpoint.js';
-import type { TensorDtype } from './checkpoint-dtype.js';
-import { expectedTensors, ropeInvFrequencies } from './config.js';
-import { ModelError } from './errors.js';
+import { expectedTensors, ropeInvFrequencies } from '../../config.js';
+import { ModelError } from '../../errors.js';
+import { ggufTokenizerMetadata } from '../../tokenizer/gguf-tokenizer.js';
+import { type CheckpointReader, openCheckpoint } from '../checkpoint-reader.js';
+import type { TensorDtype } from '../dtype.js';
 import {
   type GgufTensorToWrite,
   type GgufTypedValue,
   hfToGgufName,
   permuteQkRows,
   writeGguf,
-} from './gguf.js';
-import { ggufTokenizerMetadata } from './tokenizer-gguf.js';
+} from './reader.js';
 
 /** Options of {@link convertToGguf}. */
 export interface ConvertToGgufOptions {

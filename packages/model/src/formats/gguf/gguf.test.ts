@@ -3,20 +3,20 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from './checkpoint.js';
-import { expectModelError } from './checkpoint.test-util.js';
-import { dequantizeQ8_0, f16BitsToF32, quantizeQ8_0 } from './checkpoint-dtype.js';
-import { makeModelConfig, ropeInvFrequencies } from './config.js';
+import { makeModelConfig, ropeInvFrequencies } from '../../config.js';
+import { expectModelError } from '../../testing/checkpoint.js';
+import { ModelTokenizer } from '../../tokenizer/tokenizer.js';
+import { openCheckpoint } from '../checkpoint-reader.js';
+import { dequantizeQ8_0, f16BitsToF32, quantizeQ8_0 } from '../dtype.js';
+import { writeRandomCheckpoint } from '../random-checkpoint.js';
+import { convertToGguf } from './convert.js';
 import {
   configFromGguf,
   openGgufCheckpoint,
   permuteQkRows,
   readGgufHeader,
   writeGguf,
-} from './gguf.js';
-import { convertToGguf } from './gguf-convert.js';
-import { writeRandomCheckpoint } from './random-checkpoint.js';
-import { ModelTokenizer } from './tokenizer.js';
+} from './reader.js';
 
 const config = makeModelConfig({
   hiddenSize: 64,

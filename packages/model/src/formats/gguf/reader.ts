@@ -1,5 +1,7 @@
 import { type FileHandle, open } from 'node:fs/promises';
 import { basename } from 'node:path';
+import { type ModelConfig, type RopeScaling, validateModelConfig } from '../../config.js';
+import { fileIoError, ModelError } from '../../errors.js';
 import {
   type CheckpointReader,
   FileCheckpointReader,
@@ -7,16 +9,14 @@ import {
   type TensorInfo,
   type TensorLocation,
   validateCheckpointTensors,
-} from './checkpoint.js';
-import { decodeToF32, dtypeByteLength, type TensorDtype } from './checkpoint-dtype.js';
-import { type ModelConfig, type RopeScaling, validateModelConfig } from './config.js';
-import { fileIoError, ModelError } from './errors.js';
+} from '../checkpoint-reader.js';
+import { decodeToF32, dtypeByteLength, type TensorDtype } from '../dtype.js';
 import {
   storedByteLength,
   type TensorToWrite,
   tensorBytes,
   writeFileWith,
-} from './tensor-write.js';
+} from '../tensor-write.js';
 
 /** GGUF metadata value types (the `gguf_type` enum). */
 export type GgufValueType =
