@@ -54,7 +54,10 @@ export interface GenerationRequest {
   readonly promptTokens: readonly number[];
   /** Number of independent choices (parallel sampling); they share the prompt's KV blocks. */
   readonly n: number;
-  /** Maximum tokens to generate per choice. */
+  /**
+   * Maximum tokens to generate per choice: at least 1, or 0 with {@link echo} (score the
+   * prompt only: every choice ends with `length` and no token).
+   */
   readonly maxTokens: number;
   readonly sampling: SamplingParams;
   /**
@@ -66,6 +69,14 @@ export interface GenerationRequest {
   readonly stopTokenIds: readonly number[];
   /** When true, EOS does not end a choice (for benchmarks). */
   readonly ignoreEos: boolean;
+  /**
+   * Return the prompt as well (OpenAI's legacy `echo`): the stream yields one
+   * {@link PromptEvent} before any delta, with the prompt's log-probabilities when
+   * {@link logprobs} is set. An engine computes those over every prompt token (no prefix-cache
+   * reuse for such a request). Engines that cannot reject the request with an `EngineError`
+   * `INVALID_REQUEST`; an engine that ignores the field fails the request in the server (500).
+   */
+  readonly echo?: boolean;
 }
 
 /** One alternative token with its log-probability. */
@@ -80,6 +91,26 @@ export interface TopLogprob {
 export interface TokenLogprob extends TopLogprob {
   /** The `logprobs` best alternatives, most likely first. */
   readonly top: readonly TopLogprob[];
+}
+
+/** One prompt token as echoed back: its text and log-probability given the tokens before it. */
+export interface PromptTokenLogprob {
+  readonly tokenId: number;
+  /** The token's text, as in {@link TopLogprob.token}. */
+  readonly token: string;
+  /** `null` for the first prompt token, which nothing predicts. */
+  readonly logprob: number | null;
+  /** The request's `logprobs` most likely tokens at this position, most likely first; `null` for the first. */
+  readonly top: readonly TopLogprob[] | null;
+}
+
+/** The prompt, echoed: sent once, before any delta, when the request asked for `echo`. */
+export interface PromptEvent {
+  readonly kind: 'prompt';
+  /** The prompt's text as the engine decodes its tokens (special tokens skipped). */
+  readonly text: string;
+  /** One entry per prompt token, when the request asked for log-probabilities. */
+  readonly logprobs?: readonly PromptTokenLogprob[];
 }
 
 /**
@@ -116,7 +147,7 @@ export interface UsageEvent {
 }
 
 /** What a generation stream yields. */
-export type GenerationEvent = ChoiceDelta | UsageEvent;
+export type GenerationEvent = ChoiceDelta | UsageEvent | PromptEvent;
 
 /** A running generation, returned once the engine has admitted the request. */
 export interface GenerationStream extends AsyncIterable<GenerationEvent> {

@@ -3,6 +3,8 @@ import { EngineError } from './errors.js';
 
 const MAX_STOP_STRINGS = 16;
 const MAX_TOP_LOGPROBS = 20;
+/** Prompts in one batched completions request (each is generated as its own request). */
+export const MAX_BATCH_PROMPTS = 256;
 
 const tokenId = z.number().int().min(0);
 
@@ -35,11 +37,13 @@ export const completionBodySchema = z.object({
   prompt: z.union([
     z.string(),
     z.array(tokenId).min(1),
-    z.array(z.string()).length(1),
-    z.array(z.array(tokenId).min(1)).length(1),
+    z.array(z.string()).min(1).max(MAX_BATCH_PROMPTS),
+    z.array(z.array(tokenId).min(1)).min(1).max(MAX_BATCH_PROMPTS),
   ]),
+  // 0 only with echo (scoring the prompt); checked where the fields meet.
+  max_tokens: z.number().int().min(0).nullish(),
   logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
-  echo: z.literal(false).nullish(),
+  echo: z.boolean().nullish(),
   best_of: z.number().int().min(1).nullish(),
   suffix: z.null().optional(),
 });

@@ -11,6 +11,8 @@ import type {
   GenerationStream,
   InferenceEngine,
   ModelCard,
+  PromptEvent,
+  TopLogprob,
 } from './engine.js';
 import { EngineError, errorAnswer } from './errors.js';
 import { ServerMetrics } from './metrics.js';
@@ -70,7 +72,14 @@ type Kind = 'completion' | 'chat';
 
 interface Prepared {
   readonly kind: Kind;
+  /** The first (usually only) prompt's request. */
   readonly request: GenerationRequest;
+  /** One request per prompt of a batch, in order (`request` is the first). */
+  readonly requests: readonly GenerationRequest[];
+  /** Completions `echo`: each choice's text and log-probabilities start with its prompt's. */
+  readonly echo: boolean;
+  /** The prompt text each request echoes when the client sent text (token ids: the engine's). */
+  readonly promptTexts: readonly (string | undefined)[];
   readonly stops: readonly string[];
   readonly stream: boolean;
   readonly includeUsage: boolean;
@@ -269,10 +278,12 @@ export function createServer(options: ServerOptions): KvasirServer {
         details: { param: 'n' },
       });
     }
-    let promptTokens: readonly number[];
+    let prompts: readonly (string | readonly number[])[];
     let logprobs: number | undefined;
     let maxTokens: number | null | undefined;
     let promptParam: string;
+    let echo = false;
+    const stream = body.stream ?? false;
     if (kind === 'completion') {
       const b = body as CompletionBody;
       if (b.best_of != null && b.best_of !== n) {
@@ -280,14 +291,34 @@ export function createServer(options: ServerOptions): KvasirServer {
           details: { param: 'best_of' },
         });
       }
-      const prompt = Array.isArray(b.prompt) && b.prompt.length === 1 ? b.prompt[0]! : b.prompt;
-      promptTokens =
-        typeof prompt === 'string'
-          ? await engine.tokenize(model.id, prompt)
-          : (prompt as readonly number[]);
+      prompts =
+        typeof b.prompt === 'string' || typeof b.prompt[0] === 'number'
+          ? [b.prompt as string | readonly number[]]
+          : (b.prompt as readonly (string | readonly number[])[]);
+      echo = b.echo ?? false;
       logprobs = b.logprobs ?? undefined;
       maxTokens = b.max_tokens ?? 16;
       promptParam = 'prompt';
+      if (maxTokens === 0 && !echo) {
+        throw new EngineError(
+          'INVALID_REQUEST',
+          'max_tokens: 0 is allowed only with echo (to score the prompt)',
+          { details: { param: 'max_tokens' } },
+        );
+      }
+      // The echoed prompt and its log-probabilities are sent whole, before any token.
+      if (stream && echo) {
+        throw new EngineError('INVALID_REQUEST', 'echo: not supported with stream', {
+          details: { param: 'echo' },
+        });
+      }
+      if (stream && prompts.length > 1) {
+        throw new EngineError(
+          'INVALID_REQUEST',
+          'prompt: a batch of prompts is not supported with stream; send one request per prompt',
+          { details: { param: 'prompt' } },
+        );
+      }
     } else {
       const b = body as ChatBody;
       const messages: ChatMessage[] = b.messages.map((m) => ({
@@ -298,7 +329,7 @@ export function createServer(options: ServerOptions): KvasirServer {
             : (m.content ?? []).map((part) => part.text).join(''),
         ...(m.name === undefined ? {} : { name: m.name }),
       }));
-      promptTokens = await engine.applyChatTemplate(model.id, messages);
+      prompts = [await engine.applyChatTemplate(model.id, messages)];
       if (b.top_logprobs != null && !b.logprobs) {
         throw new EngineError('INVALID_REQUEST', 'top_logprobs: requires logprobs to be true', {
           details: { param: 'top_logprobs' },
@@ -308,13 +339,76 @@ export function createServer(options: ServerOptions): KvasirServer {
       maxTokens = b.max_completion_tokens ?? b.max_tokens;
       promptParam = 'messages';
     }
+    const stop = body.stop == null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`;
+    const requests: GenerationRequest[] = [];
+    for (const [i, prompt] of prompts.entries()) {
+      const param = prompts.length > 1 ? `${promptParam}[${i}]` : promptParam;
+      const promptTokens =
+        typeof prompt === 'string' ? await engine.tokenize(model.id, prompt) : prompt;
+      const room = checkPrompt(model, promptTokens, param);
+      if (maxTokens != null && maxTokens > room) {
+        if (kind === 'chat' || body.max_tokens != null) {
+          const field =
+            kind === 'chat' && (body as ChatBody).max_completion_tokens != null
+              ? 'max_completion_tokens'
+              : 'max_tokens';
+          throw new EngineError(
+            'INVALID_REQUEST',
+            `${field}: ${maxTokens} + ${promptTokens.length} prompt tokens${prompts.length > 1 ? ` of ${param}` : ''} exceed the model's context of ${model.maxModelLen}`,
+            { details: { param: field } },
+          );
+        }
+      }
+      requests.push({
+        // The engine keys requests by id: the prompts of a batch get their own.
+        id: i === 0 ? id : `${id}-${i}`,
+        model: model.id,
+        promptTokens,
+        n,
+        maxTokens: Math.min(maxTokens ?? room, room),
+        sampling: {
+          temperature: body.temperature ?? 1,
+          topP: body.top_p ?? 1,
+          topK: body.top_k == null || body.top_k < 0 ? 0 : body.top_k,
+          minP: body.min_p ?? 0,
+          presencePenalty: body.presence_penalty ?? 0,
+          frequencyPenalty: body.frequency_penalty ?? 0,
+          repetitionPenalty: body.repetition_penalty ?? 1,
+          ...(body.seed == null ? {} : { seed: body.seed }),
+        },
+        ...(logprobs === undefined ? {} : { logprobs }),
+        stopTokenIds: body.stop_token_ids ?? [],
+        ignoreEos: body.ignore_eos ?? false,
+        ...(echo ? { echo: true } : {}),
+      });
+    }
+    return {
+      kind,
+      request: requests[0]!,
+      requests,
+      echo,
+      promptTexts: prompts.map((p) => (typeof p === 'string' ? p : undefined)),
+      stops: stop.filter((s) => s.length > 0),
+      stream,
+      includeUsage: body.stream_options?.include_usage ?? false,
+      created: Math.floor(Date.now() / 1000),
+    };
+  }
+
+  /**
+   * Checks one prompt's token ids against the model; returns the room left for generation.
+   * @throws EngineError `INVALID_REQUEST` for bad or out-of-vocabulary ids or an empty prompt,
+   *   `PROMPT_TOO_LONG` for a prompt that fills the context.
+   */
+  function checkPrompt(model: ModelCard, promptTokens: readonly number[], param: string): number {
     for (const id of promptTokens) {
       if (!Number.isInteger(id) || id < 0) {
         throw new EngineError(
           'INVALID_REQUEST',
-          `${promptParam}: token ids must be non-negative integers`,
+          `${param}: token ids must be non-negative integers`,
           {
-            details: { param: promptParam },
+            details: { param },
           },
         );
       }
@@ -325,76 +419,66 @@ export function createServer(options: ServerOptions): KvasirServer {
       if (outside >= 0) {
         throw new EngineError(
           'INVALID_REQUEST',
-          `${promptParam}: token ${outside} has id ${promptTokens[outside]}, outside the vocabulary of ${vocabSize} tokens`,
-          { details: { param: promptParam } },
+          `${param}: token ${outside} has id ${promptTokens[outside]}, outside the vocabulary of ${vocabSize} tokens`,
+          { details: { param } },
         );
       }
     }
     if (promptTokens.length === 0) {
-      throw new EngineError('INVALID_REQUEST', `${promptParam}: the prompt is empty`, {
-        details: { param: promptParam },
+      throw new EngineError('INVALID_REQUEST', `${param}: the prompt is empty`, {
+        details: { param },
       });
     }
     const room = model.maxModelLen - promptTokens.length;
     if (room <= 0) {
       throw new EngineError(
         'PROMPT_TOO_LONG',
-        `${promptParam}: the prompt has ${promptTokens.length} tokens; the model's context is ${model.maxModelLen}`,
-        { details: { param: promptParam } },
+        `${param}: the prompt has ${promptTokens.length} tokens; the model's context is ${model.maxModelLen}`,
+        { details: { param } },
       );
     }
-    if (maxTokens != null && maxTokens > room) {
-      if (kind === 'chat' || body.max_tokens != null) {
-        const param =
-          kind === 'chat' && (body as ChatBody).max_completion_tokens != null
-            ? 'max_completion_tokens'
-            : 'max_tokens';
-        throw new EngineError(
-          'INVALID_REQUEST',
-          `${param}: ${maxTokens} + ${promptTokens.length} prompt tokens exceed the model's context of ${model.maxModelLen}`,
-          { details: { param } },
-        );
-      }
-    }
-    const stop = body.stop == null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
-    const request: GenerationRequest = {
-      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
-      model: model.id,
-      promptTokens,
-      n,
-      maxTokens: Math.min(maxTokens ?? room, room),
-      sampling: {
-        temperature: body.temperature ?? 1,
-        topP: body.top_p ?? 1,
-        topK: body.top_k == null || body.top_k < 0 ? 0 : body.top_k,
-        minP: body.min_p ?? 0,
-        presencePenalty: body.presence_penalty ?? 0,
-        frequencyPenalty: body.frequency_penalty ?? 0,
-        repetitionPenalty: body.repetition_penalty ?? 1,
-        ...(body.seed == null ? {} : { seed: body.seed }),
-      },
-      ...(logprobs === undefined ? {} : { logprobs }),
-      stopTokenIds: body.stop_token_ids ?? [],
-      ignoreEos: body.ignore_eos ?? false,
-    };
-    return {
-      kind,
-      request,
-      stops: stop.filter((s) => s.length > 0),
-      stream: body.stream ?? false,
-      includeUsage: body.stream_options?.include_usage ?? false,
-      created: Math.floor(Date.now() / 1000),
-    };
+    return room;
   }
 
-  function completionLogprobs(placed: readonly PlacedLogprob[], withTop: boolean) {
+  /**
+   * OpenAI's legacy `logprobs` object; with `echo`, the prompt's tokens come first (the first
+   * one with `null` log-probability and alternatives) and the generated tokens' offsets move
+   * past the echoed text.
+   */
+  function completionLogprobs(
+    placed: readonly PlacedLogprob[],
+    withTop: boolean,
+    echoed?: { readonly prompt: PromptEvent; readonly textLength: number },
+  ) {
+    const tokens: string[] = [];
+    const tokenLogprobs: (number | null)[] = [];
+    const top: (Record<string, number> | null)[] = [];
+    const offsets: number[] = [];
+    const topObject = (list: readonly TopLogprob[] | null) =>
+      list === null ? null : Object.fromEntries(list.map((t) => [t.token, t.logprob]));
+    let shift = 0;
+    if (echoed) {
+      let offset = 0;
+      for (const lp of echoed.prompt.logprobs ?? []) {
+        tokens.push(lp.token);
+        tokenLogprobs.push(lp.logprob);
+        top.push(topObject(lp.top));
+        offsets.push(offset);
+        offset += lp.token.length;
+      }
+      shift = echoed.textLength;
+    }
+    for (const p of placed) {
+      tokens.push(p.logprob.token);
+      tokenLogprobs.push(p.logprob.logprob);
+      top.push(topObject(p.logprob.top));
+      offsets.push(p.textOffset + shift);
+    }
     return {
-      tokens: placed.map((p) => p.logprob.token),
-      token_logprobs: placed.map((p) => p.logprob.logprob),
-      top_logprobs: withTop
-        ? placed.map((p) => Object.fromEntries(p.logprob.top.map((t) => [t.token, t.logprob])))
-        : null,
-      text_offset: placed.map((p) => p.textOffset),
+      tokens,
+      token_logprobs: tokenLogprobs,
+      top_logprobs: withTop ? top : null,
+      text_offset: offsets,
     };
   }
 
@@ -418,7 +502,6 @@ export function createServer(options: ServerOptions): KvasirServer {
   async function handle(kind: Kind, request: FastifyRequest, reply: FastifyReply) {
     const arrived = performance.now();
     const prepared = await prepare(kind, request.body);
-    const { request: gen } = prepared;
     const controller = new AbortController();
     let settle!: () => void;
     const entry: InFlight = {
@@ -442,13 +525,22 @@ export function createServer(options: ServerOptions): KvasirServer {
     };
     reply.raw.on('close', onClose);
     try {
-      const stream = await engine.generate(gen, controller.signal);
+      const streams: GenerationStream[] = [];
+      try {
+        for (const gen of prepared.requests) {
+          streams.push(await engine.generate(gen, controller.signal));
+        }
+      } catch (error) {
+        // The prompts of a batch admitted before one was refused end with it.
+        if (streams.length > 0) controller.abort(error);
+        throw error;
+      }
       if (prepared.stream) {
         reply.hijack();
-        await streamResponse(prepared, stream, reply.raw, controller.signal, arrived);
+        await streamResponse(prepared, streams[0]!, reply.raw, controller.signal, arrived);
         return reply;
       }
-      return await collectResponse(prepared, stream, controller.signal, arrived);
+      return await collectResponse(prepared, streams, controller, arrived);
     } finally {
       clearTimeout(timer);
       reply.raw.off('close', onClose);
@@ -459,6 +551,8 @@ export function createServer(options: ServerOptions): KvasirServer {
 
   interface Tally {
     readonly outputs: ChoiceOutput[];
+    /** The echoed prompt, when the request asked for `echo`. */
+    prompt: PromptEvent | undefined;
     firstTokenAt: number | undefined;
     lastTokenAt: number | undefined;
     usage:
@@ -469,13 +563,15 @@ export function createServer(options: ServerOptions): KvasirServer {
   /** Feeds the engine's events through the choices; calls `emit` for each visible change. */
   async function drive(
     prepared: Prepared,
+    gen: GenerationRequest,
     stream: GenerationStream,
     signal: AbortSignal,
     arrived: number,
     emit: (index: number, e: ChoiceEmission) => Promise<void> | void,
   ): Promise<Tally> {
     const tally: Tally = {
-      outputs: Array.from({ length: prepared.request.n }, () => new ChoiceOutput(prepared.stops)),
+      outputs: Array.from({ length: gen.n }, () => new ChoiceOutput(prepared.stops)),
+      prompt: undefined,
       firstTokenAt: undefined,
       lastTokenAt: undefined,
       usage: undefined,
@@ -484,6 +580,10 @@ export function createServer(options: ServerOptions): KvasirServer {
       for await (const event of stream) {
         if (event.kind === 'usage') {
           tally.usage = event;
+          continue;
+        }
+        if (event.kind === 'prompt') {
+          tally.prompt = event;
           continue;
         }
         const out = tally.outputs[event.index];
@@ -510,7 +610,7 @@ export function createServer(options: ServerOptions): KvasirServer {
     for (const out of tally.outputs) out.abort();
     const completionTokens = tally.outputs.reduce((sum, o) => sum + o.tokenCount, 0);
     tally.usage ??= {
-      promptTokens: prepared.request.promptTokens.length,
+      promptTokens: gen.promptTokens.length,
       cachedPromptTokens: 0,
       completionTokens,
     };
@@ -534,46 +634,77 @@ export function createServer(options: ServerOptions): KvasirServer {
 
   async function collectResponse(
     prepared: Prepared,
-    stream: GenerationStream,
-    signal: AbortSignal,
+    streams: readonly GenerationStream[],
+    controller: AbortController,
     arrived: number,
   ) {
     const n = prepared.request.n;
-    const texts: string[] = Array.from({ length: n }, () => '');
-    const placed: PlacedLogprob[][] = Array.from({ length: n }, () => []);
-    const tally = await drive(prepared, stream, signal, arrived, (index, e) => {
-      texts[index] += e.text;
-      placed[index]!.push(...e.logprobs);
-    });
+    const texts: string[][] = streams.map(() => Array.from({ length: n }, () => ''));
+    const placed: PlacedLogprob[][][] = streams.map(() => Array.from({ length: n }, () => []));
+    const settled = await Promise.allSettled(
+      streams.map((stream, p) =>
+        drive(prepared, prepared.requests[p]!, stream, controller.signal, arrived, (index, e) => {
+          texts[p]![index] += e.text;
+          placed[p]![index]!.push(...e.logprobs);
+        }).catch((error: unknown) => {
+          // One prompt of a batch failed: the others stop too, the response is the error.
+          controller.abort(error);
+          throw error;
+        }),
+      ),
+    );
+    const tallies: Tally[] = [];
+    for (const result of settled) {
+      if (result.status === 'rejected') throw result.reason;
+      tallies.push(result.value);
+    }
     const wantLogprobs = prepared.request.logprobs !== undefined;
-    const finish = (i: number): FinishReason => tally.outputs[i]?.finishReason ?? 'abort';
+    const withTop = (prepared.request.logprobs ?? 0) > 0;
     const base = {
       id: prepared.request.id,
       created: prepared.created,
       model: prepared.request.model,
     };
     if (prepared.kind === 'completion') {
-      return {
-        ...base,
-        object: 'text_completion',
-        choices: texts.map((text, i) => ({
-          index: i,
-          text,
-          logprobs: wantLogprobs
-            ? completionLogprobs(placed[i]!, (prepared.request.logprobs ?? 0) > 0)
-            : null,
-          finish_reason: finish(i),
-        })),
-        usage: usageJson(tally.usage!),
-      };
+      const choices = tallies.flatMap((tally, p) => {
+        let echoed: { prompt: PromptEvent; textLength: number } | undefined;
+        let echoText = '';
+        if (prepared.echo) {
+          const prompt = tally.prompt;
+          if (!prompt || (wantLogprobs && !prompt.logprobs)) {
+            throw new EngineError('INTERNAL', 'the engine did not echo the prompt');
+          }
+          // OpenAI echoes the prompt as sent; token ids come back as the engine decodes them.
+          echoText = prepared.promptTexts[p] ?? prompt.text;
+          echoed = { prompt, textLength: echoText.length };
+        }
+        return texts[p]!.map((text, i) => ({
+          // OpenAI numbers the choices of a batch prompt after prompt: prompt p, choice i.
+          index: p * n + i,
+          text: echoText + text,
+          logprobs: wantLogprobs ? completionLogprobs(placed[p]![i]!, withTop, echoed) : null,
+          finish_reason: tally.outputs[i]?.finishReason ?? 'abort',
+        }));
+      });
+      const usage = tallies.reduce(
+        (sum, t) => ({
+          promptTokens: sum.promptTokens + t.usage!.promptTokens,
+          cachedPromptTokens: sum.cachedPromptTokens + t.usage!.cachedPromptTokens,
+          completionTokens: sum.completionTokens + t.usage!.completionTokens,
+        }),
+        { promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0 },
+      );
+      return { ...base, object: 'text_completion', choices, usage: usageJson(usage) };
     }
+    const tally = tallies[0]!;
+    const finish = (i: number): FinishReason => tally.outputs[i]?.finishReason ?? 'abort';
     return {
       ...base,
       object: 'chat.completion',
-      choices: texts.map((text, i) => ({
+      choices: texts[0]!.map((text, i) => ({
         index: i,
         message: { role: 'assistant', content: text, refusal: null },
-        logprobs: wantLogprobs ? chatLogprobs(placed[i]!) : null,
+        logprobs: wantLogprobs ? chatLogprobs(placed[0]![i]!) : null,
         finish_reason: finish(i),
       })),
       usage: usageJson(tally.usage!),
@@ -637,23 +768,30 @@ export function createServer(options: ServerOptions): KvasirServer {
       }
     }
     try {
-      const tally = await drive(prepared, stream, signal, arrived, async (index, e) => {
-        const logprobs =
-          wantLogprobs && e.logprobs.length > 0
-            ? isChat
-              ? chatLogprobs(e.logprobs)
-              : completionLogprobs(e.logprobs, (prepared.request.logprobs ?? 0) > 0)
-            : null;
-        const choice = isChat
-          ? {
-              index,
-              delta: e.text === '' && e.finishReason !== undefined ? {} : { content: e.text },
-              logprobs,
-              finish_reason: e.finishReason ?? null,
-            }
-          : { index, text: e.text, logprobs, finish_reason: e.finishReason ?? null };
-        await write({ ...base, choices: [choice], ...usageField });
-      });
+      const tally = await drive(
+        prepared,
+        prepared.request,
+        stream,
+        signal,
+        arrived,
+        async (index, e) => {
+          const logprobs =
+            wantLogprobs && e.logprobs.length > 0
+              ? isChat
+                ? chatLogprobs(e.logprobs)
+                : completionLogprobs(e.logprobs, (prepared.request.logprobs ?? 0) > 0)
+              : null;
+          const choice = isChat
+            ? {
+                index,
+                delta: e.text === '' && e.finishReason !== undefined ? {} : { content: e.text },
+                logprobs,
+                finish_reason: e.finishReason ?? null,
+              }
+            : { index, text: e.text, logprobs, finish_reason: e.finishReason ?? null };
+          await write({ ...base, choices: [choice], ...usageField });
+        },
+      );
       if (prepared.includeUsage) {
         await write({ ...base, choices: [], usage: usageJson(tally.usage!) });
       }

@@ -24,6 +24,8 @@ export type {
   InferenceEngine,
   ModelCard,
   OffloadTierStats,
+  PromptEvent,
+  PromptTokenLogprob,
   SamplingParams,
   TokenLogprob,
   TopLogprob,

@@ -7,6 +7,7 @@ import type {
   GenerationStream,
   InferenceEngine,
   ModelCard,
+  PromptTokenLogprob,
   TokenLogprob,
 } from '../src/engine.js';
 import { EngineError } from '../src/errors.js';
@@ -30,6 +31,9 @@ export function scriptPieces(index: number, seed: number | undefined): string[] 
   for (let i = 0; i < text.length; i += PIECE) pieces.push(text.slice(i, i + PIECE));
   return pieces;
 }
+
+/** The log-probability the scripted engine gives prompt token `i` (i ≥ 1) when echoing. */
+export const promptLogprob = (i: number) => -i / 8;
 
 /** The chat template the scripted engine applies. */
 export function renderChat(messages: readonly ChatMessage[]): string {
@@ -132,6 +136,31 @@ export class ScriptedEngine implements InferenceEngine {
     const seed = request.sampling.seed;
     async function* run(): AsyncGenerator<GenerationEvent> {
       if (gate) await gate;
+      if (request.echo) {
+        const chars = request.promptTokens.map((id) => String.fromCodePoint(id));
+        const logprobs: PromptTokenLogprob[] | undefined =
+          request.logprobs === undefined
+            ? undefined
+            : chars.map((token, i) => ({
+                tokenId: request.promptTokens[i]!,
+                token,
+                logprob: i === 0 ? null : promptLogprob(i),
+                top:
+                  i === 0
+                    ? null
+                    : Array.from({ length: request.logprobs! }, (_, j) => ({
+                        tokenId: j,
+                        token: j === 0 ? token : `alt${j}`,
+                        logprob: promptLogprob(i) - j,
+                      })),
+              }));
+        yield { kind: 'prompt', text: chars.join(''), ...(logprobs ? { logprobs } : {}) };
+      }
+      if (request.maxTokens === 0) {
+        for (let i = 0; i < request.n; i++) {
+          yield { kind: 'delta', index: i, tokenIds: [], text: '', finishReason: 'length' };
+        }
+      }
       const pieces = Array.from({ length: request.n }, (_, i) => scriptPieces(i, seed));
       const produced = new Array<number>(request.n).fill(0);
       let total = 0;

@@ -6,6 +6,7 @@ import {
   MAX_MODEL_LEN,
   MODEL_ID,
   PIECE,
+  promptLogprob,
   renderChat,
   ScriptedEngine,
   scriptPieces,
@@ -95,6 +96,135 @@ describe('OpenAI-compatible server (official client, real socket)', () => {
     });
     expect(res.usage?.prompt_tokens).toBe(3);
     expect(h.engine.requests.at(-1)!.promptTokens).toEqual([5, 6, 7]);
+  });
+
+  it('echoes the prompt with its log-probabilities, scoring only with max_tokens 0', async () => {
+    const prompt = 'The cat sat';
+    const res = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt,
+      max_tokens: 0,
+      echo: true,
+      logprobs: 1,
+      temperature: 0,
+    });
+    const choice = res.choices[0]!;
+    expect(choice.text).toBe(prompt);
+    expect(choice.finish_reason).toBe('length');
+    expect(res.usage?.completion_tokens).toBe(0);
+    const lp = choice.logprobs!;
+    expect(lp.tokens).toEqual(Array.from(prompt));
+    expect(lp.token_logprobs).toEqual(
+      Array.from(prompt, (_, i) => (i === 0 ? null : promptLogprob(i))),
+    );
+    expect(lp.top_logprobs![0]).toBeNull();
+    expect(lp.top_logprobs![3]).toEqual({ [prompt[3]!]: promptLogprob(3) });
+    expect(lp.text_offset).toEqual(Array.from(prompt, (_, i) => i));
+    const sent = h.engine.requests.at(-1)!;
+    expect(sent.echo).toBe(true);
+    expect(sent.maxTokens).toBe(0);
+  });
+
+  it('echo puts the prompt before the generated text and shifts their offsets past it', async () => {
+    const prompt = 'Hello';
+    const res = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt,
+      max_tokens: 2,
+      echo: true,
+      logprobs: 0,
+    });
+    const choice = res.choices[0]!;
+    expect(choice.text).toBe(prompt + scriptText(0, undefined).slice(0, 2 * PIECE));
+    const lp = choice.logprobs!;
+    expect(lp.tokens).toHaveLength(prompt.length + 2);
+    expect(lp.token_logprobs!.slice(prompt.length)).toEqual([-0.5, -0.5]);
+    expect(lp.text_offset!.slice(prompt.length)).toEqual([prompt.length, prompt.length + PIECE]);
+    expect(lp.top_logprobs).toBeNull();
+
+    const plain = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: [72, 105],
+      max_tokens: 1,
+      echo: true,
+    });
+    expect(plain.choices[0]!.text).toBe(`Hi${scriptText(0, undefined).slice(0, PIECE)}`);
+    expect(plain.choices[0]!.logprobs).toBeNull();
+  });
+
+  it('takes a batch of prompts as lm-evaluation-harness sends it, one choice per prompt and n', async () => {
+    const prompts = [
+      [72, 105, 33],
+      [65, 66],
+      [120, 121, 122, 123],
+    ];
+    const raw = await fetch(`${h.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: MODEL_ID,
+        prompt: prompts,
+        max_tokens: 1,
+        temperature: 0,
+        logprobs: 1,
+        echo: true,
+        seed: 1234,
+      }),
+    });
+    expect(raw.status).toBe(200);
+    const body = (await raw.json()) as {
+      choices: {
+        index: number;
+        text: string;
+        logprobs: { tokens: string[]; token_logprobs: (number | null)[] };
+      }[];
+      usage: { prompt_tokens: number; completion_tokens: number };
+    };
+    expect(body.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+    body.choices.forEach((c, p) => {
+      const text = String.fromCodePoint(...prompts[p]!);
+      expect(c.text).toBe(text + scriptText(0, 1234).slice(0, PIECE));
+      expect(c.logprobs.token_logprobs).toHaveLength(prompts[p]!.length + 1);
+      expect(c.logprobs.token_logprobs[0]).toBeNull();
+      expect(c.logprobs.token_logprobs[1]).toBe(promptLogprob(1));
+    });
+    expect(body.usage.prompt_tokens).toBe(9);
+    expect(body.usage.completion_tokens).toBe(3);
+    expect(new Set(h.engine.requests.slice(-3).map((r) => r.id)).size).toBe(3);
+
+    const twice = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: ['ab', 'cd'],
+      n: 2,
+      max_tokens: 1,
+      echo: true,
+    });
+    expect(twice.choices.map((c) => [c.index, c.text.slice(0, 2)])).toEqual([
+      [0, 'ab'],
+      [1, 'ab'],
+      [2, 'cd'],
+      [3, 'cd'],
+    ]);
+  });
+
+  it('refuses echo with stream, a streamed batch and max_tokens 0 without echo, naming the field', async () => {
+    const streamed = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: 'x', echo: true, stream: true }),
+    );
+    expect(streamed.status).toBe(400);
+    expect(streamed.param).toBe('echo');
+    const batch = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: ['x', 'y'], stream: true }),
+    );
+    expect(batch.param).toBe('prompt');
+    const zero = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: 'x', max_tokens: 0 }),
+    );
+    expect(zero.param).toBe('max_tokens');
+    const badOne = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: ['x', ''], max_tokens: 1 }),
+    );
+    expect(badOne.param).toBe('prompt[1]');
   });
 
   it('applies the chat template and answers as the assistant', async () => {
