@@ -1,14 +1,13 @@
 // Paged attention figures: decode_gbps / decode_vs_stream, paged_vs_contiguous,
 // prefill_tflops and decode_split_k_gain, all from the same run as stream_read_gbps.
 import type { Gpu } from '@kvasir/gpu';
-import { f16Format, f32Format } from '../src/kv-format.js';
+import type { PagedAttentionConfig } from '../src/attention/config.js';
+import { PagedDecodeAttention, type PagedDecodePlan } from '../src/decode/paged-decode.js';
+import { f16Format, f32Format } from '../src/kv-format/float.js';
 import { kvCacheLayout } from '../src/layout.js';
-import { PagedDecodeAttention, type PagedDecodePlan } from '../src/paged-decode.js';
-import type { PagedAttentionConfig } from '../src/paged-decode-validation.js';
-import { PagedPrefillAttention } from '../src/paged-prefill.js';
+import { PagedPrefillAttention } from '../src/prefill/paged-prefill.js';
 import { randomFloats, seededRng, shuffledRange } from '../src/testing/random.js';
-import type { BenchSection } from './harness.js';
-import { medianMs } from './harness.js';
+import { type BenchSection, medianMs } from './harness.js';
 import { round } from './stream.js';
 
 /** (ceiling, decode) pairs behind decode_vs_stream. */

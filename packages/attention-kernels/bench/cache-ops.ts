@@ -1,13 +1,12 @@
 // write_kv_gbps / write_kv_vs_stream and copy_blocks_gbps / copy_blocks_vs_stream: the cache
 // maintenance kernels' bandwidth (bytes read + written) beside the streaming-read ceiling.
 
-import { CopyBlocks } from '../src/copy-blocks.js';
-import { f16Format } from '../src/kv-format.js';
+import { CopyBlocks } from '../src/copy-blocks/copy-blocks.js';
+import { f16Format } from '../src/kv-format/float.js';
 import { kvCacheLayout } from '../src/layout.js';
 import { randomFloats, seededRng, shuffledRange } from '../src/testing/random.js';
-import { WriteKvCache } from '../src/write-kv-cache.js';
-import type { BenchSection } from './harness.js';
-import { medianMs } from './harness.js';
+import { WriteKvCache } from '../src/write-kv-cache/write-kv-cache.js';
+import { type BenchSection, medianMs } from './harness.js';
 import { round } from './stream.js';
 
 export const cacheOpsSection: BenchSection = async (ctx) => {

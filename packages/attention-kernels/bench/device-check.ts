@@ -4,12 +4,14 @@
 //   pnpm --filter @kvasir/attention-kernels exec tsx bench/device-check.ts
 // Prints one JSON line per case and a closing `{"checks":N,"failed":N}`; exits 1 on a failure.
 import { createGpu } from '@kvasir/gpu';
-import { f16Format, f32Format, type KvFormat, kvFormat } from '../src/kv-format.js';
-import { PagedDecodeAttention } from '../src/paged-decode.js';
-import { pagedFixture, prefillBatchFixture, randomQuery } from '../src/paged-decode-fixtures.js';
-import { pagedDecodeAttentionCpu } from '../src/paged-decode-reference.js';
-import { PagedPrefillAttention } from '../src/paged-prefill.js';
-import { pagedPrefillAttentionCpu } from '../src/paged-prefill-reference.js';
+import { PagedDecodeAttention } from '../src/decode/paged-decode.js';
+import { pagedDecodeAttentionCpu } from '../src/decode/paged-decode-reference.js';
+import { f16Format, f32Format } from '../src/kv-format/float.js';
+import { kvFormat } from '../src/kv-format/registry.js';
+import type { KvFormat } from '../src/kv-format/types.js';
+import { PagedPrefillAttention } from '../src/prefill/paged-prefill.js';
+import { pagedPrefillAttentionCpu } from '../src/prefill/paged-prefill-reference.js';
+import { pagedFixture, prefillBatchFixture, randomQuery } from '../src/testing/paged-fixtures.js';
 import { maxAbsDiff, seededRng } from '../src/testing/random.js';
 
 /** GPU (f32, exp2) vs CPU (f64) on values in [-1, 1): the unit tests' tolerances. */

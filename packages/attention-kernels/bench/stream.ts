@@ -1,7 +1,6 @@
 // stream_read_gbps: trivial kernels that read a large buffer once, the bandwidth ceiling that
 // attention kernels are compared against in the same run.
-import type { BenchContext, BenchSection } from './harness.js';
-import { medianMs } from './harness.js';
+import { type BenchContext, type BenchSection, medianMs } from './harness.js';
 
 const WG = 256;
 

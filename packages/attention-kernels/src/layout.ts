@@ -1,5 +1,5 @@
 import { AttentionKernelError } from './errors.js';
-import type { KvFormat } from './kv-format.js';
+import type { KvFormat } from './kv-format/types.js';
 
 /** What fixes the word layout of one layer's paged KV cache buffer. */
 export interface KvCacheConfig {

@@ -1,5 +1,5 @@
-import { AttentionKernelError } from './errors.js';
-import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from './layout.js';
+import { AttentionKernelError } from '../errors.js';
+import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from '../layout.js';
 
 /**
  * Head dims with a kernel: multiples of 16 up to 128 (the V phases split a row into 8-element

@@ -1,14 +1,10 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
-import { AttentionKernelError } from './errors.js';
-import type { F16Unpack } from './kv-format.js';
-import type { KvCacheLayout } from './layout.js';
-import { bindingSize, requireBindable, requireBytes } from './layout-bindings.js';
-import type { AttentionShaderOptions } from './paged-decode.wgsl.js';
-import {
-  type PagedAttentionConfig,
-  requireBlocks,
-  resolveScale,
-} from './paged-decode-validation.js';
+import { bindingSize, requireBindable, requireBytes } from '../binding-checks.js';
+import { AttentionKernelError } from '../errors.js';
+import type { F16Unpack } from '../kv-format/types.js';
+import type { KvCacheLayout } from '../layout.js';
+import { type PagedAttentionConfig, requireBlocks, resolveScale } from './config.js';
+import type { AttentionShaderOptions } from './shader-common.wgsl.js';
 
 /** What paged decode and prefill share in their shader options (all but the decode mode). */
 export type PagedShaderOptions = Omit<AttentionShaderOptions, 'mode'>;

@@ -13,7 +13,7 @@
  *
  * In decode the invocations of a workgroup share (sequence, split), so the key loop's bound is
  * uniform; in prefill they cover consecutive tokens, whose bounds differ by a few keys.
- * Keys go in groups ({@link LANES_KEY_GROUP}, {@link LANES_PREFILL_KEY_GROUP}): the group's
+ * Keys go in groups ({@link SOFTWARE_KEY_GROUP}, {@link SOFTWARE_PREFILL_KEY_GROUP}): the group's
  * scores, one rescale of the running sums and outputs per group, then the group's V rows. Keys past the split's end read the
  * last key (every load stays in bounds, no branch) and score MASK, so they add nothing.
  */
@@ -25,28 +25,28 @@ import {
   pass1Bindings,
   rep,
   scoreExpr,
-} from './paged-decode.wgsl.js';
+} from './shader-common.wgsl.js';
 
 /** Invocations per workgroup: one SIMD vector of llvmpipe (8 lanes of 32 bits on AVX2). */
-export const LANES_WORKGROUP = 8;
+export const SOFTWARE_WORKGROUP = 8;
 /**
  * Keys per rescale of the running state, decode. On llvmpipe (GQA 32/8, d128) groups of 2, 4
  * and 8 run within 5% of each other, 1 about 5% slower; the unrolled code, and llvmpipe's
  * compile time with it, grows with the group (first dispatch 4.4, 5.6 and 8.7 s for 1, 2, 4).
  */
-export const LANES_KEY_GROUP = 2;
+export const SOFTWARE_KEY_GROUP = 2;
 /**
  * Keys per rescale, prefill: its rows are already many (tokens × heads), and compile time grows
  * faster than linearly with rows × keys.
  */
-export const LANES_PREFILL_KEY_GROUP = 1;
+export const SOFTWARE_PREFILL_KEY_GROUP = 1;
 /**
  * Query rows (tokens × heads of one group) per prefill invocation: each K/V row read serves
  * them all. On llvmpipe, 2,048-token prefill at GQA 8/2, d128: 11.2, 14.9 and 23.5 GFLOP/s with
  * 4, 8 and 16 rows (the tiled kernel 7.7–9.5 in the same runs), but llvmpipe's first dispatch
  * (its compile) took 18 s with 8 rows and 78 s with 16 (2.8 s for the tiled kernel).
  */
-export const LANES_PREFILL_ROWS = 8;
+export const SOFTWARE_PREFILL_ROWS = 8;
 
 /** Nested `max` of the expressions (a balanced tree). */
 function maxOf(xs: readonly string[]): string {
@@ -63,7 +63,7 @@ function maxOf(xs: readonly string[]): string {
  * `past + t`. Rows and head-dim chunks are unrolled into named values: dynamically indexed
  * private arrays become memory with a per-lane loop on software adapters.
  */
-export function pagedLanesShader(o: AttentionShaderOptions): string {
+export function softwareAttentionShader(o: AttentionShaderOptions): string {
   const prefill = o.mode === 'prefill';
   const D4 = o.headDim / 4;
   const HG = o.headsPerWorkgroup;
@@ -73,7 +73,7 @@ export function pagedLanesShader(o: AttentionShaderOptions): string {
   const tokOf = (g: number): number => Math.floor(g / HG);
   const headChunks = o.numQHeads / o.numKvHeads / HG;
   const chunks = o.headDim / 8;
-  const KG = prefill ? LANES_PREFILL_KEY_GROUP : LANES_KEY_GROUP;
+  const KG = prefill ? SOFTWARE_PREFILL_KEY_GROUP : SOFTWARE_KEY_GROUP;
   const load = kvLoadFn(o);
   const R = o.rotation;
   const split = o.mode === 'decode-split';
@@ -201,7 +201,7 @@ const MASK: f32 = ${MASK};
 
 ${o.kvLoad}
 
-@compute @workgroup_size(${LANES_WORKGROUP})
+@compute @workgroup_size(${SOFTWARE_WORKGROUP})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 ${prefill ? locatePrefill : locateDecode}
   let kvh = unit / HEAD_CHUNKS;

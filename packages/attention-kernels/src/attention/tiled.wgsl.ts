@@ -1,7 +1,7 @@
 /**
- * WGSL of paged attention over the KV cache, generated per configuration; decode (with
- * `kernel: 'tiled'`) and prefill share this tiled pass-1 kernel, which differs only in how a
- * workgroup finds its rows and key range.
+ * The `'tiled'` kernel: WGSL of paged attention over the KV cache, generated per configuration;
+ * decode and prefill (both with `kernel: 'tiled'`) share this pass-1 kernel, which differs only
+ * in how a workgroup finds its rows and key range.
  *
  * Pass 1: a workgroup per (work item, KV head × head chunk), where a work item is one KV split
  * of one sequence (decode) or a few consecutive new tokens of one sequence (prefill). Its rows
@@ -24,160 +24,20 @@
  * (max, sum) to scratch for pass 2, a workgroup per (sequence, query head), which merges them.
  */
 
+import {
+  type AttentionShaderOptions,
+  f32Literal,
+  kvLoadFn,
+  MASK,
+  pass1Bindings,
+  rep,
+  rotateQSh,
+  rotateRunFn,
+  scoreExpr,
+} from './shader-common.wgsl.js';
+
 /** Keys per tile and invocations per pass-1 workgroup. */
 export const DECODE_TILE = 64;
-
-/** Finite mask value: exp2(MASK - m) underflows to 0 without producing NaN from -inf - -inf. */
-export const MASK = '-1.0e30';
-
-/** How pass-1 workgroups find their rows and keys. */
-export type AttentionShaderMode = 'decode' | 'decode-split' | 'prefill';
-
-/** What a pass-1 kernel is generated from. */
-export interface AttentionShaderOptions {
-  readonly mode: AttentionShaderMode;
-  readonly headDim: number;
-  readonly numQHeads: number;
-  readonly numKvHeads: number;
-  /** Query heads of one group per workgroup (a divisor of the group size). */
-  readonly headsPerWorkgroup: number;
-  /** Consecutive tokens per workgroup (1 for decode). */
-  readonly tokensPerWorkgroup: number;
-  readonly blockSize: number;
-  readonly slabWords: number;
-  readonly blockWords: number;
-  /** f32 multiplier applied to q once (scale, times log2(e) when there is no soft-cap). */
-  readonly qScale: number;
-  /** Soft-cap, when set: s = tanh(s / cap) * cap, then times log2(e). */
-  readonly softCap: number | undefined;
-  /**
-   * WGSL defining `fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2>` over a
-   * binding `kv: array<vec4<u32>>` (a {@link KvFormat}'s `wgslLoad`).
-   */
-  readonly kvLoad: string;
-  /**
-   * Run length of a rotated format ({@link KvFormat.rotation}): the kernel reads K and V with
-   * `kv_load8_rotated`, rotates the queries once before the key loop and the output once after.
-   */
-  readonly rotation: number | undefined;
-  /**
-   * Hold the rows' queries in registers through the key loop (software adapters, where every
-   * workgroup-memory load is a per-lane loop) instead of reading them from workgroup memory
-   * per key (hardware: 4 heads × head dim 128 in registers is 512 of them per lane, which
-   * spills on GPUs; a broadcast workgroup-memory read is nearly free there).
-   */
-  readonly queryInRegisters: boolean;
-  /**
-   * 8-element V chunks each V-phase invocation owns: 4 means fewer invocations per key (less
-   * redundant exp2), 2 half the accumulator registers (more occupancy on GPUs). A divisor of
-   * headDim / 8.
-   */
-  readonly vChunksPerLane: number;
-}
-
-export function f32Literal(x: number): string {
-  const s = Math.fround(x).toPrecision(9);
-  return s.includes('.') || s.includes('e') ? s : `${s}.0`;
-}
-
-/** Repeats `f(i)` for i in 0..n-1, one line each (the generator unrolls instead of indexing). */
-export function rep(n: number, f: (i: number) => string, sep = '\n'): string {
-  return Array.from({ length: n }, (_, i) => f(i)).join(sep);
-}
-
-/** Uniform parameters shared by all paged attention passes (8 u32). */
-const PARAMS_STRUCT = `struct Params {
-  num_seqs: u32,
-  max_blocks: u32,
-  ctx_offset: u32,
-  chunk_tokens: u32,
-  max_splits: u32,
-  bt_offset: u32,
-  qstart_offset: u32,
-  qlen_offset: u32,
-}`;
-
-/**
- * The exp2-domain score of a raw dot product `d` (the query already carries the scale, and
- * log2(e) unless there is a soft-cap): `tanh(d / cap) · cap · log2(e)` with a soft-cap.
- */
-export function scoreExpr(o: { readonly softCap: number | undefined }, d: string): string {
-  return o.softCap === undefined
-    ? d
-    : `tanh(clamp(${d} * ${f32Literal(1 / o.softCap)}, -15.0, 15.0)) * ${f32Literal(o.softCap * Math.LOG2E)}`;
-}
-
-/** The K/V load function a kernel calls: rotated formats are read in their rotated domain. */
-export function kvLoadFn(o: { readonly rotation: number | undefined }): string {
-  return o.rotation === undefined ? 'kv_load8' : 'kv_load8_rotated';
-}
-
-/**
- * WGSL of \`rot_q_sh(run)\`: H·x / R on run \`run\` (R consecutive floats) of the workgroup array
- * \`q_sh\`, through the format's \`kv_rot\`; empty without a rotation.
- */
-export function rotateRunFn(rotation: number | undefined): string {
-  if (rotation === undefined) return '';
-  const rv = rotation / 4;
-  return `
-fn rot_q_sh(run: u32) {
-  var x: array<vec4<f32>, ${rv}>;
-  for (var i = 0u; i < ${rv}u; i++) {
-    x[i] = q_sh[run * ${rv}u + i];
-  }
-  let y = kv_rot(x);
-  for (var i = 0u; i < ${rv}u; i++) {
-    q_sh[run * ${rv}u + i] = y[i] * ${f32Literal(1 / rotation)};
-  }
-}
-`;
-}
-
-/** WGSL statements rotating every run of \`floats\` floats of \`q_sh\`, then a barrier. */
-export function rotateQSh(
-  rotation: number | undefined,
-  floats: number,
-  invocations: number,
-): string {
-  if (rotation === undefined) return '';
-  return `  for (var r = lane; r < ${floats / rotation}u; r += ${invocations}u) {
-    rot_q_sh(r);
-  }
-  workgroupBarrier();`;
-}
-
-/**
- * WGSL statements that start the hardware and subgroup decode kernels (grid: split, KV head ×
- * head chunk, sequence): the workgroup's KV head and first query head, and its key range
- * [key_begin, key_end); workgroups past a short sequence's last split return (uniformly,
- * before any barrier). Expects `wid`, `G` and `HEAD_CHUNKS`.
- */
-export const DECODE_WORKGROUP_KEYS = `  let split = wid.x;
-  let seq = wid.z;
-  let kvh = wid.y / HEAD_CHUNKS;
-  let head0 = wid.y * G;
-  let ctx = meta_[params.ctx_offset + seq];
-  let key_begin = split * params.chunk_tokens;
-  // Whole workgroups past a short sequence's last split leave before any barrier.
-  if (key_begin >= ctx && split > 0u) {
-    return;
-  }
-  let key_end = min(ctx, key_begin + params.chunk_tokens);`;
-
-/**
- * The params struct and bindings of every pass-1 kernel (both decode shapes and prefill): the
- * dispatch code binds the same buffers whichever kernel it runs.
- */
-export function pass1Bindings(mode: AttentionShaderMode): string {
-  return `${PARAMS_STRUCT}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> query: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> kv: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read> meta_: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
-${mode === 'decode-split' ? '@group(0) @binding(5) var<storage, read_write> ml: array<vec2<f32>>;' : ''}`;
-}
 
 /**
  * Pass-1 shader source. Loops over rows and head-dim chunks are unrolled into named scalars
@@ -185,7 +45,7 @@ ${mode === 'decode-split' ? '@group(0) @binding(5) var<storage, read_write> ml: 
  * adapters); rows per workgroup stay at most {@link MAX_ROWS_PER_WORKGROUP} so that the
  * unrolled code stays small enough for their JIT.
  */
-export function pagedAttentionShader(o: AttentionShaderOptions): string {
+export function tiledAttentionShader(o: AttentionShaderOptions): string {
   const W = DECODE_TILE;
   const D4 = o.headDim / 4;
   const HG = o.headsPerWorkgroup;
@@ -440,51 +300,6 @@ ${rotateQSh(o.rotation, GW * o.headDim, W)}
       ${o.mode === 'decode-split' ? splitWrite : finalWrite}
     }
   }
-}
-`;
-}
-
-/** Pass-2 shader: merges the splits of each (sequence, query head). */
-export function pagedDecodeReduceShader(o: {
-  readonly headDim: number;
-  readonly numQHeads: number;
-}): string {
-  const D4 = o.headDim / 4;
-  return /* wgsl */ `
-${PARAMS_STRUCT}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> partial: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> ml: array<vec2<f32>>;
-@group(0) @binding(3) var<storage, read> meta_: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
-
-const D4: u32 = ${D4}u;
-const NUM_Q_HEADS: u32 = ${o.numQHeads}u;
-
-@compute @workgroup_size(${D4})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
-  let h = wid.x;
-  let seq = wid.y;
-  let ctx = meta_[params.ctx_offset + seq];
-  let splits = (ctx + params.chunk_tokens - 1u) / params.chunk_tokens;
-  let row = (seq * NUM_Q_HEADS + h) * params.max_splits;
-  var m = ${MASK};
-  for (var i = 0u; i < splits; i++) {
-    m = max(m, ml[row + i].x);
-  }
-  var denom = 0.0;
-  var acc = vec4<f32>(0.0);
-  for (var i = 0u; i < splits; i++) {
-    let f = exp2(ml[row + i].x - m);
-    denom += ml[row + i].y * f;
-    acc += partial[(row + i) * D4 + lane] * f;
-  }
-  var inv = 0.0;
-  if (denom > 0.0) {
-    inv = 1.0 / denom;
-  }
-  out[(seq * NUM_Q_HEADS + h) * D4 + lane] = acc * inv;
 }
 `;
 }

@@ -1,4 +1,4 @@
-import { AttentionKernelError } from './errors.js';
+import { AttentionKernelError } from '../errors.js';
 
 /** Block copies: `[src, dst]` pairs, or a flat `[src0, dst0, src1, dst1, …]` array. */
 export type BlockPairs = readonly (readonly [number, number])[] | Uint32Array | Int32Array;

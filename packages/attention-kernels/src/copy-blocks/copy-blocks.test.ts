@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
+import { f16Format, f32Format } from '../kv-format/float.js';
+import { kvCacheLayout } from '../layout.js';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { randomCache, seededRng, shuffledRange } from '../testing/random.js';
 import { CopyBlocks } from './copy-blocks.js';
 import { copyBlocksReference } from './copy-blocks-reference.js';
-import { f16Format, f32Format } from './kv-format.js';
-import { kvCacheLayout } from './layout.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { randomCache, seededRng, shuffledRange } from './testing/random.js';
 
 afterAll(releaseTestGpu);
 

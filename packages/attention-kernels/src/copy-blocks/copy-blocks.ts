@@ -1,9 +1,9 @@
 import type { Gpu } from '@kvasir/gpu';
+import { bindingSize, requireBindable, requireBytes } from '../binding-checks.js';
+import { AttentionKernelError } from '../errors.js';
+import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from '../layout.js';
 import { COPY_PAIRS_PER_DISPATCH, COPY_WORKGROUP, copyBlocksShader } from './copy-blocks.wgsl.js';
 import { type BlockPairs, checkBlockPairs, flattenPairs } from './copy-blocks-reference.js';
-import { AttentionKernelError } from './errors.js';
-import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from './layout.js';
-import { bindingSize, requireBindable, requireBytes } from './layout-bindings.js';
 
 /** Inputs of one {@link CopyBlocks} call. */
 export interface CopyBlocksArgs {

@@ -2,8 +2,8 @@
  * WGSL of paged decode attention shaped for hardware GPUs (pass 1; pass 2 is shared with the
  * other decode kernels in paged-decode.wgsl.ts).
  *
- * A workgroup of {@link HW_WORKGROUP} invocations per (split, KV head × head chunk, sequence)
- * walks its keys in sub-chunks of {@link HW_WORKGROUP} keys, in three phases per sub-chunk:
+ * A workgroup of {@link HARDWARE_WORKGROUP} invocations per (split, KV head × head chunk, sequence)
+ * walks its keys in sub-chunks of {@link HARDWARE_WORKGROUP} keys, in three phases per sub-chunk:
  *   A: invocation j scores key j against every row (queries read from workgroup memory, where
  *      all invocations read the same word: a broadcast), scores to workgroup memory;
  *   B: the sub-chunk's max and sum per row from those scores (16 invocations per row, then one),
@@ -30,15 +30,15 @@ import {
   rotateQSh,
   rotateRunFn,
   scoreExpr,
-} from './paged-decode.wgsl.js';
+} from '../attention/shader-common.wgsl.js';
 
 /** Invocations per workgroup. */
-export const HW_WORKGROUP = 256;
+export const HARDWARE_WORKGROUP = 256;
 /**
  * Keys per sub-chunk: one per phase-A invocation. (512, two per invocation, measured slower on
  * an H200: 0.36 of streaming bandwidth against 0.45, the larger unrolled phase C spilling.)
  */
-const SC = HW_WORKGROUP;
+const SC = HARDWARE_WORKGROUP;
 /** Invocations per row in the first step of the phase-B reductions. */
 const SEGMENTS = 32;
 
@@ -48,7 +48,7 @@ const SEGMENTS = 32;
  */
 function phaseC(headDim: number): { chunks: number; subsets: number; half: number } {
   const chunks = headDim / 8;
-  const subsets = Math.floor(HW_WORKGROUP / chunks);
+  const subsets = Math.floor(HARDWARE_WORKGROUP / chunks);
   return { chunks, subsets, half: Math.ceil(subsets / 2) };
 }
 
@@ -80,9 +80,9 @@ function foldSegments(init: string, op: (acc: string, x: string) => string): str
 }
 
 /** Pass-1 source of the hardware-shaped decode kernel (`mode` 'decode' or 'decode-split'). */
-export function pagedDecodeHardwareShader(o: AttentionShaderOptions): string {
+export function hardwareDecodeShader(o: AttentionShaderOptions): string {
   if (o.mode === 'prefill') throw new RangeError('the hardware-shaped kernel is decode-only');
-  const WG = HW_WORKGROUP;
+  const WG = HARDWARE_WORKGROUP;
   const G = o.headsPerWorkgroup;
   const D4 = o.headDim / 4;
   const { chunks, subsets, half } = phaseC(o.headDim);

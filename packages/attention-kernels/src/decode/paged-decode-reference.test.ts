@@ -1,18 +1,18 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { denseAttention } from './dense-reference.js';
-import { AttentionKernelError } from './errors.js';
-import { f16Format, f32Format } from './kv-format.js';
+import { PAGED_ATTENTION_HEAD_DIMS } from '../attention/config.js';
+import { denseAttention } from '../attention/dense-reference.js';
+import { AttentionKernelError } from '../errors.js';
+import { f16Format, f32Format } from '../kv-format/float.js';
+import { pagedPrefillAttentionCpu } from '../prefill/paged-prefill-reference.js';
 import {
   pagedFixture,
   prefillBatchFixture,
   randomQuery,
   type AttentionShape as Shape,
-} from './paged-decode-fixtures.js';
+} from '../testing/paged-fixtures.js';
+import { maxAbsDiff, seededRng } from '../testing/random.js';
 import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
-import { PAGED_ATTENTION_HEAD_DIMS } from './paged-decode-validation.js';
-import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
-import { maxAbsDiff, seededRng } from './testing/random.js';
 
 /** CPU references accumulate in f64 like the dense one; only the f32 output rounding differs. */
 const CPU_TOL = 1e-6;

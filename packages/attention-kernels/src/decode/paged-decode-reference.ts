@@ -6,7 +6,7 @@ import {
   rowReaderFor,
   validateConfig,
   validateSequences,
-} from './paged-decode-validation.js';
+} from '../attention/config.js';
 
 /**
  * Arguments of {@link pagedDecodeAttentionCpu}: one query token per sequence.

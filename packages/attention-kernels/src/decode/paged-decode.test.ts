@@ -1,18 +1,19 @@
 import type { Gpu } from '@kvasir/gpu';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { f16Format, f32Format, kvFormat } from './kv-format.js';
+import { f16Format, f32Format } from '../kv-format/float.js';
+import { kvFormat } from '../kv-format/registry.js';
+import { checkDecode, DECODE_GPU_TOL } from '../testing/decode-check.js';
+import { attentionErrorCode } from '../testing/errors.js';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { FULL_MATRIX, withFullMatrix } from '../testing/matrix.js';
+import { pagedFixture, type AttentionShape as Shape } from '../testing/paged-fixtures.js';
+import { maxAbsDiff, seededRng } from '../testing/random.js';
 import {
   chooseDecodeSplits,
   PagedDecodeAttention,
   type PagedDecodeOptions,
 } from './paged-decode.js';
-import { pagedFixture, type AttentionShape as Shape } from './paged-decode-fixtures.js';
-import { checkDecode, DECODE_GPU_TOL } from './testing/decode-check.js';
-import { attentionErrorCode } from './testing/errors.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { FULL_MATRIX, withFullMatrix } from './testing/matrix.js';
-import { maxAbsDiff, seededRng } from './testing/random.js';
 
 afterAll(releaseTestGpu);
 

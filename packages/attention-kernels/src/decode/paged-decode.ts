@@ -1,6 +1,10 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
-import { AttentionKernelError } from './errors.js';
-import type { KvCacheLayout } from './layout.js';
+import {
+  headsPerWorkgroup,
+  type PagedAttentionConfig,
+  validateConfig,
+  validateSequences,
+} from '../attention/config.js';
 import {
   checkPagedEncode,
   type PagedKernelTuning,
@@ -9,33 +13,26 @@ import {
   pagedShaderOptions,
   resolveTuning,
   runPagedOnce,
-} from './paged-attention-common.js';
+} from '../attention/kernel-common.js';
+import type { AttentionShaderOptions } from '../attention/shader-common.wgsl.js';
+import { SOFTWARE_WORKGROUP, softwareAttentionShader } from '../attention/software.wgsl.js';
+import { DECODE_TILE, tiledAttentionShader } from '../attention/tiled.wgsl.js';
+import { AttentionKernelError } from '../errors.js';
+import type { KvCacheLayout } from '../layout.js';
 import {
-  type AttentionShaderOptions,
-  DECODE_TILE,
-  pagedAttentionShader,
-  pagedDecodeReduceShader,
-} from './paged-decode.wgsl.js';
-import {
-  HW_WORKGROUP,
+  HARDWARE_WORKGROUP,
+  hardwareDecodeShader,
   hardwareDecodeWorkgroupBytes,
-  pagedDecodeHardwareShader,
-} from './paged-decode-hw.wgsl.js';
+} from './hardware.wgsl.js';
+import { splitKReduceShader } from './split-k-reduce.wgsl.js';
 import {
-  pagedDecodeSubgroupShader,
-  SG_KEYS,
-  SG_KEYS_CHOICES,
-  SG_WORKGROUP,
+  SUBGROUP_KEYS,
+  SUBGROUP_KEYS_CHOICES,
+  SUBGROUP_WORKGROUP,
+  subgroupDecodeShader,
   subgroupDecodeWorkgroupBytes,
   subgroupLanesPerRow,
-} from './paged-decode-sg.wgsl.js';
-import {
-  headsPerWorkgroup,
-  type PagedAttentionConfig,
-  validateConfig,
-  validateSequences,
-} from './paged-decode-validation.js';
-import { LANES_WORKGROUP, pagedLanesShader } from './paged-lanes.wgsl.js';
+} from './subgroup.wgsl.js';
 
 /** Smallest KV split (tokens) auto split-K picks: shorter splits cost more in pass 2 than they gain. */
 const MIN_SPLIT_TOKENS = 256;
@@ -97,7 +94,7 @@ function headsThatFit(
 
 /** Heads per workgroup of the hardware-shaped kernel; 0 when the device cannot run it. */
 function hardwareHeadsPerWorkgroup(gpu: Gpu, config: PagedAttentionConfig): number {
-  if (gpu.limits.maxComputeInvocationsPerWorkgroup < HW_WORKGROUP) return 0;
+  if (gpu.limits.maxComputeInvocationsPerWorkgroup < HARDWARE_WORKGROUP) return 0;
   return headsThatFit(gpu, config, (h) =>
     hardwareDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: h }),
   );
@@ -115,8 +112,8 @@ function subgroupShape(
   if (!gpu.features.has('subgroups') || min === undefined || min < 1) {
     return { missing: "the adapter's 'subgroups' feature (and its subgroup sizes)" };
   }
-  if (gpu.limits.maxComputeInvocationsPerWorkgroup < SG_WORKGROUP) {
-    return { missing: `${SG_WORKGROUP} invocations per workgroup` };
+  if (gpu.limits.maxComputeInvocationsPerWorkgroup < SUBGROUP_WORKGROUP) {
+    return { missing: `${SUBGROUP_WORKGROUP} invocations per workgroup` };
   }
   const lanesPerRow = subgroupLanesPerRow(config.headDim, min);
   const bytesFor = (h: number) =>
@@ -304,11 +301,11 @@ export class PagedDecodeAttention {
         `kernel must be 'auto', 'hardware', 'subgroup', 'software' or 'tiled', got '${String(kind)}'`,
       );
     }
-    const keysPerStep = options.subgroupKeysPerStep ?? SG_KEYS;
-    if (!(SG_KEYS_CHOICES as readonly number[]).includes(keysPerStep)) {
+    const keysPerStep = options.subgroupKeysPerStep ?? SUBGROUP_KEYS;
+    if (!(SUBGROUP_KEYS_CHOICES as readonly number[]).includes(keysPerStep)) {
       throw new AttentionKernelError(
         'INVALID_ARGUMENT',
-        `subgroupKeysPerStep must be ${SG_KEYS_CHOICES.join(', ')}, got ${String(keysPerStep)}`,
+        `subgroupKeysPerStep must be ${SUBGROUP_KEYS_CHOICES.join(', ')}, got ${String(keysPerStep)}`,
       );
     }
     const sg = kind === 'subgroup' ? subgroupShape(gpu, config) : undefined;
@@ -325,7 +322,7 @@ export class PagedDecodeAttention {
     if (kind === 'hardware' && hwHeads === 0) {
       throw new AttentionKernelError(
         'DEVICE_LIMIT',
-        `the hardware-shaped decode kernel needs ${HW_WORKGROUP} invocations per workgroup and ${hardwareDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: 1 })} bytes of workgroup memory`,
+        `the hardware-shaped decode kernel needs ${HARDWARE_WORKGROUP} invocations per workgroup and ${hardwareDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: 1 })} bytes of workgroup memory`,
       );
     }
     const kernel: DecodeKernelKind =
@@ -350,11 +347,11 @@ export class PagedDecodeAttention {
     const lanesPerRow = sg?.lanesPerRow ?? 1;
     const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}${sg === undefined ? '' : `-r${lanesPerRow}-u${keysPerStep}`}`;
     const shader = {
-      hardware: pagedDecodeHardwareShader,
+      hardware: hardwareDecodeShader,
       subgroup: (o: AttentionShaderOptions) =>
-        pagedDecodeSubgroupShader({ ...o, lanesPerRow, keysPerStep }),
-      software: pagedLanesShader,
-      tiled: pagedAttentionShader,
+        subgroupDecodeShader({ ...o, lanesPerRow, keysPerStep }),
+      software: softwareAttentionShader,
+      tiled: tiledAttentionShader,
     }[kernel];
     const pipelines = await Promise.all([
       gpu.pipeline({ code: shader({ ...common, mode: 'decode' }), label }),
@@ -363,7 +360,7 @@ export class PagedDecodeAttention {
         label: `${label}-split`,
       }),
       gpu.pipeline({
-        code: pagedDecodeReduceShader({ headDim: config.headDim, numQHeads: config.numQHeads }),
+        code: splitKReduceShader({ headDim: config.headDim, numQHeads: config.numQHeads }),
         label: `${label}-reduce`,
       }),
     ]);
@@ -372,11 +369,11 @@ export class PagedDecodeAttention {
 
   /**
    * Workgroups per sequence and split: one per KV head × head chunk, or (software kernel) one
-   * per {@link LANES_WORKGROUP} of them.
+   * per {@link SOFTWARE_WORKGROUP} of them.
    */
   get workgroupsPerSeq(): number {
     const units = (this.config.numQHeads / this.headsPerWorkgroup) | 0;
-    return this.kernel === 'software' ? Math.ceil(units / LANES_WORKGROUP) : units;
+    return this.kernel === 'software' ? Math.ceil(units / SOFTWARE_WORKGROUP) : units;
   }
 
   /** The pass-1 grid for `splits` splits of `numSeqs` sequences. */

@@ -1,15 +1,16 @@
 import type { Gpu } from '@kvasir/gpu';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { f16Format, f32Format, kvFormat } from './kv-format.js';
+import { f16Format, f32Format } from '../kv-format/float.js';
+import { kvFormat } from '../kv-format/registry.js';
+import { checkDecode } from '../testing/decode-check.js';
+import { attentionErrorCode } from '../testing/errors.js';
+import { lavapipeGpu } from '../testing/lavapipe.js';
+import { FULL_MATRIX, withFullMatrix } from '../testing/matrix.js';
+import { type AttentionShape, pagedFixture } from '../testing/paged-fixtures.js';
+import { seededRng } from '../testing/random.js';
 import { PagedDecodeAttention, type PagedDecodeOptions } from './paged-decode.js';
-import { type AttentionShape, pagedFixture } from './paged-decode-fixtures.js';
-import { subgroupLanesPerRow } from './paged-decode-sg.wgsl.js';
-import { checkDecode } from './testing/decode-check.js';
-import { attentionErrorCode } from './testing/errors.js';
-import { lavapipeGpu } from './testing/lavapipe.js';
-import { FULL_MATRIX, withFullMatrix } from './testing/matrix.js';
-import { seededRng } from './testing/random.js';
+import { subgroupLanesPerRow } from './subgroup.wgsl.js';
 
 /** The random batches' shape; a case below runs the same kernel (one compile for both). */
 const RANDOM_SHAPE = {

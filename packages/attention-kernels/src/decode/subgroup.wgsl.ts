@@ -3,7 +3,7 @@
  * shared with the other decode kernels in paged-decode.wgsl.ts). The shape of vLLM's and
  * FlashInfer's decode kernels: no workgroup memory and no barrier inside the key loop.
  *
- * A workgroup of {@link SG_WORKGROUP} invocations per (split, KV head × head chunk, sequence) is
+ * A workgroup of {@link SUBGROUP_WORKGROUP} invocations per (split, KV head × head chunk, sequence) is
  * cut into lane groups of R invocations (R a power of two no larger than the adapter's smallest
  * subgroup, so a lane group never straddles subgroups). A lane group owns whole keys: its R
  * lanes read one K row together (lane r the 8-element chunks r, r + R, ...: neighbouring lanes
@@ -11,7 +11,7 @@
  * held in its registers, and a butterfly of `subgroupShuffleXor` over the R lanes leaves every
  * lane with the full scores. Each lane then runs the same online softmax (its own copy of the
  * rows' max and sum) and accumulates p·V for its chunks of the V row. A lane group takes
- * `keysPerStep` ({@link SG_KEYS} by default) consecutive keys per step, their K loads all issued before any is used, and the
+ * `keysPerStep` ({@link SUBGROUP_KEYS} by default) consecutive keys per step, their K loads all issued before any is used, and the
  * lane groups of a workgroup interleave over the split's keys. The lane groups' states (max, sum,
  * partial output) are merged once at the end through workgroup memory.
  *
@@ -29,14 +29,14 @@ import {
   rotateQSh,
   rotateRunFn,
   scoreExpr,
-} from './paged-decode.wgsl.js';
+} from '../attention/shader-common.wgsl.js';
 
 /** Invocations per workgroup. */
-export const SG_WORKGROUP = 128;
+export const SUBGROUP_WORKGROUP = 128;
 /** Default consecutive keys a lane group scores per step (their loads in flight together). */
-export const SG_KEYS = 4;
+export const SUBGROUP_KEYS = 4;
 /** The keys-per-step values the kernel is generated for (each divides a split's 64-key grain). */
-export const SG_KEYS_CHOICES = [2, 4, 8] as const;
+export const SUBGROUP_KEYS_CHOICES = [2, 4, 8] as const;
 
 /**
  * Lanes per key row for `headDim` on an adapter whose subgroups have at least
@@ -53,7 +53,7 @@ export function subgroupLanesPerRow(headDim: number, subgroupMinSize: number): n
 /** Geometry of the kernel for a head dim and lanes per row. */
 function geometry(headDim: number, lanesPerRow: number) {
   const chunks = headDim / 8;
-  const groups = SG_WORKGROUP / lanesPerRow;
+  const groups = SUBGROUP_WORKGROUP / lanesPerRow;
   return {
     chunks,
     /** Chunks per lane (the last may be past the row for some lanes). */
@@ -78,19 +78,23 @@ export function subgroupDecodeWorkgroupBytes(o: {
 }
 
 /** Pass-1 source of the subgroup decode kernel (`mode` 'decode' or 'decode-split'). */
-export function pagedDecodeSubgroupShader(
+export function subgroupDecodeShader(
   o: AttentionShaderOptions & { readonly lanesPerRow: number; readonly keysPerStep?: number },
 ): string {
   if (o.mode === 'prefill') throw new RangeError('the subgroup kernel is decode-only');
   const R = o.lanesPerRow;
-  if (!Number.isInteger(Math.log2(R)) || R < 1 || R > SG_WORKGROUP) {
-    throw new RangeError(`lanesPerRow must be a power of two up to ${SG_WORKGROUP}, got ${R}`);
+  if (!Number.isInteger(Math.log2(R)) || R < 1 || R > SUBGROUP_WORKGROUP) {
+    throw new RangeError(
+      `lanesPerRow must be a power of two up to ${SUBGROUP_WORKGROUP}, got ${R}`,
+    );
   }
   const G = o.headsPerWorkgroup;
   const D4 = o.headDim / 4;
-  const U = o.keysPerStep ?? SG_KEYS;
-  if (!(SG_KEYS_CHOICES as readonly number[]).includes(U)) {
-    throw new RangeError(`keysPerStep must be one of ${SG_KEYS_CHOICES.join(', ')}, got ${U}`);
+  const U = o.keysPerStep ?? SUBGROUP_KEYS;
+  if (!(SUBGROUP_KEYS_CHOICES as readonly number[]).includes(U)) {
+    throw new RangeError(
+      `keysPerStep must be one of ${SUBGROUP_KEYS_CHOICES.join(', ')}, got ${U}`,
+    );
   }
   const { chunks, perLane: J, groups: NG, half } = geometry(o.headDim, R);
   const group = o.numQHeads / o.numKvHeads;
@@ -154,7 +158,7 @@ const D4: u32 = ${D4}u;
 const G: u32 = ${G}u;
 const HEAD_CHUNKS: u32 = ${group / G}u;
 const NUM_Q_HEADS: u32 = ${o.numQHeads}u;
-const WG: u32 = ${SG_WORKGROUP}u;
+const WG: u32 = ${SUBGROUP_WORKGROUP}u;
 const R: u32 = ${R}u;
 const NG: u32 = ${NG}u;
 const U: u32 = ${U}u;
@@ -173,7 +177,7 @@ var<workgroup> sg_count: atomic<u32>;
 
 ${o.kvLoad}
 ${rotateRunFn(o.rotation)}
-@compute @workgroup_size(${SG_WORKGROUP})
+@compute @workgroup_size(${SUBGROUP_WORKGROUP})
 fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
   @builtin(local_invocation_index) lane: u32,
@@ -196,7 +200,7 @@ ${DECODE_WORKGROUP_KEYS}
   let grp = sg_index * (sg_size / R) + sg_lane / R;
   let r = sg_lane % R;
   workgroupBarrier();
-${rotateQSh(o.rotation, G * o.headDim, SG_WORKGROUP)}
+${rotateQSh(o.rotation, G * o.headDim, SUBGROUP_WORKGROUP)}
 
   // This lane's chunks of the rows: r, r + R, ... (a chunk past the row reads the last one
   // with a zero query, so it adds nothing to a score, and is never written out).
@@ -296,7 +300,7 @@ ${
 ${eachValid((g, j, e) => `    q_sh[${g}u * D4 + 2u * ch${j} + ${e}u] = ${an(g, j, e)};`)}
   }
   workgroupBarrier();
-${rotateQSh(o.rotation, G * o.headDim, SG_WORKGROUP)}
+${rotateQSh(o.rotation, G * o.headDim, SUBGROUP_WORKGROUP)}
   if (grp == 0u) {
 ${each((g, j, e) => `    ${an(g, j, e)} = q_sh[${g}u * D4 + 2u * ch${j} + ${e}u];`)}
   }`

@@ -1,17 +1,11 @@
+import { f16BitsToF32, f32ToF16Bits, roundToF16 } from '@kvasir/quantizer';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import {
-  f16BitsToF32,
-  f16Format,
-  f16UnpackWgsl,
-  f32Format,
-  f32ToF16Bits,
-  kvFormat,
-  roundToF16,
-} from './kv-format.js';
-import { kRowOffset, kvCacheLayout, vRowOffset } from './layout.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { randomFloats, seededRng } from './testing/random.js';
+import { kRowOffset, kvCacheLayout, vRowOffset } from '../layout.js';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { randomFloats, seededRng } from '../testing/random.js';
+import { f16Format, f16UnpackWgsl, f32Format } from './float.js';
+import { kvFormat } from './registry.js';
 
 afterAll(releaseTestGpu);
 

@@ -1,11 +1,13 @@
-// Helpers shared by the quantized KV formats (not part of the public API).
+// Helpers shared by the KV formats (not part of the public API): how a format's WGSL reads and
+// writes the cache binding it is given, and the checks every format makes.
 
-import { f32ToBits, int4Encode, int4GroupParams } from '@kvasir/quantizer';
-import { AttentionKernelError } from './errors.js';
-import type { KvFormat, KvWgslOptions } from './kv-format.js';
+import { AttentionKernelError } from '../errors.js';
+import type { KvFormat, KvWgslOptions } from './types.js';
 
+/** `n` rounded up to a multiple of 4 (slab scale areas keep rows 16-byte aligned). */
 export const roundUp4 = (n: number): number => Math.ceil(n / 4) * 4;
 
+/** One word `w` of the cache binding, as a `u32` expression. */
 export function wordRead(o: KvWgslOptions): (w: string) => string {
   const v = o.cacheVar ?? 'kv';
   return (o.cacheElement ?? 'vec4<u32>') === 'vec4<u32>'
@@ -13,6 +15,18 @@ export function wordRead(o: KvWgslOptions): (w: string) => string {
     : (w) => `${v}[${w}]`;
 }
 
+/** Four consecutive words starting at a 4-word-aligned word `w`, as one `vec4<u32>`. */
+export function quadRead(o: KvWgslOptions): (w: string) => string {
+  const v = o.cacheVar ?? 'kv';
+  if ((o.cacheElement ?? 'vec4<u32>') === 'vec4<u32>') return (w) => `${v}[(${w}) >> 2u]`;
+  return (w) => `vec4<u32>(${v}[${w}], ${v}[(${w}) + 1u], ${v}[(${w}) + 2u], ${v}[(${w}) + 3u])`;
+}
+
+/**
+ * The cache variable a format's stores write.
+ *
+ * @throws {AttentionKernelError} `INVALID_ARGUMENT` unless the binding is `array<u32>`.
+ */
 export function storeTarget(o: KvWgslOptions, name: string): string {
   if ((o.cacheElement ?? 'u32') !== 'u32') {
     throw new AttentionKernelError(
@@ -23,6 +37,10 @@ export function storeTarget(o: KvWgslOptions, name: string): string {
   return o.cacheVar ?? 'kv';
 }
 
+/**
+ * @throws {AttentionKernelError} `UNSUPPORTED_HEAD_DIM` when `format` has no kernel for `headDim`
+ *   (`multiple` names what it needs in the message).
+ */
 export function checkHeadDim(format: KvFormat, headDim: number, multiple: number): void {
   if (!format.supportsHeadDim(headDim)) {
     throw new AttentionKernelError(
@@ -33,6 +51,7 @@ export function checkHeadDim(format: KvFormat, headDim: number, multiple: number
   }
 }
 
+/** A `supportsHeadDim` test: positive multiples of `m`. */
 export const multipleOf =
   (m: number) =>
   (d: number): boolean =>
@@ -51,76 +70,34 @@ export function rowAmax(row: Float32Array): number {
   return m;
 }
 
-/** Elements per int4 scale group along the head dimension. */
-export const INT4_KV_GROUP = 32;
-
 /**
- * Encodes `row` (its length a multiple of {@link INT4_KV_GROUP}) as int4 groups into token `t`
- * of the slab at `slabStart`: codes first (`headDim / 8` words per token), then per token a
- * (scale, zero point) word pair per group after the slab's `blockSize` rows. NaN and infinities
- * do not set a group's range.
+ * @throws {AttentionKernelError} `INVALID_ARGUMENT` when `blockSize` is missing: a format whose
+ *   scales sit after the slab's rows cannot find them without it.
  */
-export function int4EncodeRow(
-  cache: Uint32Array,
-  slabStart: number,
-  t: number,
-  row: Float32Array,
-  blockSize: number,
-): void {
-  const d = row.length;
-  const rw = d / 8;
-  const sw = (2 * d) / INT4_KV_GROUP;
-  for (let g = 0; g < d / INT4_KV_GROUP; g++) {
-    const { scale, inv, zero } = int4GroupParams(row, g * INT4_KV_GROUP, (g + 1) * INT4_KV_GROUP);
-    const s = slabStart + blockSize * rw + t * sw + 2 * g;
-    cache[s] = f32ToBits(scale);
-    cache[s + 1] = f32ToBits(zero);
-    for (let k = 0; k < INT4_KV_GROUP / 8; k++) {
-      let w = 0;
-      for (let j = 0; j < 8; j++) {
-        w |= int4Encode(row[g * INT4_KV_GROUP + 8 * k + j]!, inv, zero) << (4 * j);
-      }
-      cache[slabStart + t * rw + (INT4_KV_GROUP / 8) * g + k] = w >>> 0;
-    }
+export function needBlockSize(name: string, blockSize: number | undefined): number {
+  if (blockSize === undefined) {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      `${name} rows need blockSize to find their scales.`,
+    );
   }
+  return blockSize;
 }
 
 /**
- * WGSL statements that quantize one int4 group, the twin of {@link int4EncodeRow}'s group:
- * `elem(j)` is the WGSL expression of element `j` (a `u32` expression) of the group,
- * `codeWord` / `scaleWord` the first code word and the (scale, zero point) word pair, stored
- * into the cache binding `v`. Needs `wgslInt4()`.
+ * The start of an unscaled format's store functions: checks the head dim and the cache binding
+ * type, and returns the cache variable plus the scale hooks that do nothing for such formats.
  */
-export function wgslInt4StoreGroup(
-  v: string,
-  elem: (j: string) => string,
-  codeWord: string,
-  scaleWord: string,
-): string {
-  return /* wgsl */ `
-  var lo = 0.0;
-  var hi = 0.0;
-  var seen = false;
-  for (var j = 0u; j < ${INT4_KV_GROUP}u; j++) {
-    let x = ${elem('j')};
-    if (kq_is_finite(x)) {
-      if (!seen) { lo = x; hi = x; seen = true; }
-      lo = min(lo, x);
-      hi = max(hi, x);
-    }
-  }
-  let scale = int4_scale_from_range(lo, hi);
-  let inv = kq_inverse_scale(scale);
-  let zero = int4_zero_point(lo, inv);
-  let sw = ${scaleWord};
-  ${v}[sw] = bitcast<u32>(scale);
-  ${v}[sw + 1u] = bitcast<u32>(zero);
-  let cw = ${codeWord};
-  for (var k = 0u; k < ${INT4_KV_GROUP / 8}u; k++) {
-    var w = 0u;
-    for (var j = 0u; j < 8u; j++) {
-      w = w | (int4_encode(${elem('8u * k + j')}, inv, zero) << (4u * j));
-    }
-    ${v}[cw + k] = w;
-  }`;
+export function unscaledStorePrelude(
+  format: KvFormat,
+  o: KvWgslOptions,
+): { v: string; wgsl: string } {
+  checkHeadDim(format, o.headDim, 8);
+  return {
+    v: storeTarget(o, format.name),
+    wgsl: /* wgsl */ `
+const KV_STORE_CHUNK: u32 = 4u;
+fn kv_row_scale(absmax: f32) -> f32 { return 1.0; }
+fn kv_store_scale(slab: u32, t: u32, scale: f32) {}`,
+  };
 }

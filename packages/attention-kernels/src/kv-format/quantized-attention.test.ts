@@ -4,25 +4,23 @@
 
 import { calibrateKv, compareTensors } from '@kvasir/quantizer';
 import { afterAll, describe, expect, it } from 'vitest';
-import { f32Format, type KvFormat } from './kv-format.js';
-import {
-  fp8E4m3KvFormat,
-  fp8E5m2KvFormat,
-  fp8StaticKvFormat,
-  int4KvFormat,
-  int8KvFormat,
-} from './kv-format-quantized.js';
-import { int4H32KvFormat, int8H8KvFormat } from './kv-format-quantized-rotated.js';
-import { kvCacheLayout } from './layout.js';
-import { PagedDecodeAttention } from './paged-decode.js';
-import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
-import { PagedPrefillAttention } from './paged-prefill.js';
-import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { FULL_MATRIX } from './testing/matrix.js';
-import { maxAbsDiff, randomBlockTables, randomFloats, seededRng } from './testing/random.js';
-import { WriteKvCache } from './write-kv-cache.js';
-import { writeKvCacheReference } from './write-kv-cache-reference.js';
+import { PagedDecodeAttention } from '../decode/paged-decode.js';
+import { pagedDecodeAttentionCpu } from '../decode/paged-decode-reference.js';
+import { kvCacheLayout } from '../layout.js';
+import { PagedPrefillAttention } from '../prefill/paged-prefill.js';
+import { pagedPrefillAttentionCpu } from '../prefill/paged-prefill-reference.js';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { FULL_MATRIX } from '../testing/matrix.js';
+import { maxAbsDiff, randomBlockTables, randomFloats, seededRng } from '../testing/random.js';
+import { WriteKvCache } from '../write-kv-cache/write-kv-cache.js';
+import { writeKvCacheReference } from '../write-kv-cache/write-kv-cache-reference.js';
+import { f32Format } from './float.js';
+import { fp8StaticKvFormat } from './fp8-static.js';
+import { int4KvFormat } from './int4.js';
+import { int4H32KvFormat } from './int4-h32.js';
+import { fp8E4m3KvFormat, fp8E5m2KvFormat, int8KvFormat } from './int8-fp8.js';
+import { int8H8KvFormat } from './int8-h8.js';
+import type { KvFormat } from './types.js';
 
 afterAll(releaseTestGpu);
 

@@ -1,19 +1,17 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { CopyBlocks } from './copy-blocks.js';
-import { type KvFormat, kvFormat } from './kv-format.js';
-import {
-  fp8E4m3KvFormat,
-  fp8E5m2KvFormat,
-  fp8StaticKvFormat,
-  int4KvFormat,
-  int8KvFormat,
-} from './kv-format-quantized.js';
-import { int4H32KvFormat, int8H8KvFormat } from './kv-format-quantized-rotated.js';
-import { kvCacheLayout, slabOffset } from './layout.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { randomCache, randomSlotMapping, seededRng } from './testing/random.js';
-import { WriteKvCache } from './write-kv-cache.js';
-import { writeKvCacheReference } from './write-kv-cache-reference.js';
+import { CopyBlocks } from '../copy-blocks/copy-blocks.js';
+import { kvCacheLayout, slabOffset } from '../layout.js';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { randomCache, randomSlotMapping, seededRng } from '../testing/random.js';
+import { WriteKvCache } from '../write-kv-cache/write-kv-cache.js';
+import { writeKvCacheReference } from '../write-kv-cache/write-kv-cache-reference.js';
+import { fp8StaticKvFormat } from './fp8-static.js';
+import { int4KvFormat } from './int4.js';
+import { int4H32KvFormat } from './int4-h32.js';
+import { fp8E4m3KvFormat, fp8E5m2KvFormat, int8KvFormat } from './int8-fp8.js';
+import { int8H8KvFormat } from './int8-h8.js';
+import { kvFormat } from './registry.js';
+import type { KvFormat } from './types.js';
 
 afterAll(releaseTestGpu);
 

@@ -4,16 +4,18 @@
 import { bitsToF32, compareTensors } from '@kvasir/quantizer';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import { f32Format, type KvFormat } from './kv-format.js';
-import { int4H32KvFormat, int8H8KvFormat } from './kv-format-quantized-rotated.js';
-import { kvCacheLayout } from './layout.js';
-import { PagedDecodeAttention } from './paged-decode.js';
-import { pagedDecodeAttentionCpu } from './paged-decode-reference.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { FULL_MATRIX } from './testing/matrix.js';
-import { maxAbsDiff, randomBlockTables, randomFloats, seededRng } from './testing/random.js';
-import { WriteKvCache } from './write-kv-cache.js';
-import { writeKvCacheReference } from './write-kv-cache-reference.js';
+import { PagedDecodeAttention } from '../decode/paged-decode.js';
+import { pagedDecodeAttentionCpu } from '../decode/paged-decode-reference.js';
+import { kvCacheLayout } from '../layout.js';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { FULL_MATRIX } from '../testing/matrix.js';
+import { maxAbsDiff, randomBlockTables, randomFloats, seededRng } from '../testing/random.js';
+import { WriteKvCache } from '../write-kv-cache/write-kv-cache.js';
+import { writeKvCacheReference } from '../write-kv-cache/write-kv-cache-reference.js';
+import { f32Format } from './float.js';
+import { int4H32KvFormat } from './int4-h32.js';
+import { int8H8KvFormat } from './int8-h8.js';
+import type { KvFormat } from './types.js';
 
 afterAll(releaseTestGpu);
 

@@ -1,9 +1,9 @@
-import { attendPagedRows } from './paged-decode-reference.js';
 import {
   type PagedAttentionConfig,
   validateConfig,
   validateSequences,
-} from './paged-decode-validation.js';
+} from '../attention/config.js';
+import { attendPagedRows } from '../decode/paged-decode-reference.js';
 
 /**
  * Arguments of {@link pagedPrefillAttentionCpu}: a chunk of new tokens of several sequences.

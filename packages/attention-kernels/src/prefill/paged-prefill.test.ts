@@ -1,21 +1,21 @@
 import { type Gpu, mesaVersion } from '@kvasir/gpu';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { f16Format, f32Format } from './kv-format.js';
+import { f16Format, f32Format } from '../kv-format/float.js';
+import { attentionErrorCode } from '../testing/errors.js';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { withFullMatrix } from '../testing/matrix.js';
 import {
   pagedFixture,
   prefillBatchFixture,
   type AttentionShape as Shape,
-} from './paged-decode-fixtures.js';
+} from '../testing/paged-fixtures.js';
+import { maxAbsDiff, seededRng } from '../testing/random.js';
 import {
   autoPrefillKernel,
   PagedPrefillAttention,
   type PagedPrefillOptions,
 } from './paged-prefill.js';
 import { pagedPrefillAttentionCpu } from './paged-prefill-reference.js';
-import { attentionErrorCode } from './testing/errors.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { withFullMatrix } from './testing/matrix.js';
-import { maxAbsDiff, seededRng } from './testing/random.js';
 
 /** GPU (f32 accumulation, exp2) vs CPU reference (f64); measured errors are below 1e-6. */
 const GPU_TOL = 2e-5;

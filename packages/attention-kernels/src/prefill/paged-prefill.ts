@@ -1,6 +1,11 @@
 import { type Gpu, type GpuBinding, mesaVersion } from '@kvasir/gpu';
-import { AttentionKernelError } from './errors.js';
-import type { KvCacheLayout } from './layout.js';
+import {
+  headsPerWorkgroup,
+  MAX_ROWS_PER_WORKGROUP,
+  type PagedAttentionConfig,
+  validateConfig,
+  validateSequences,
+} from '../attention/config.js';
 import {
   checkPagedEncode,
   type PagedKernelTuning,
@@ -9,16 +14,15 @@ import {
   pagedShaderOptions,
   resolveTuning,
   runPagedOnce,
-} from './paged-attention-common.js';
+} from '../attention/kernel-common.js';
 import {
-  headsPerWorkgroup,
-  MAX_ROWS_PER_WORKGROUP,
-  type PagedAttentionConfig,
-  validateConfig,
-  validateSequences,
-} from './paged-decode-validation.js';
-import { LANES_PREFILL_ROWS, LANES_WORKGROUP, pagedLanesShader } from './paged-lanes.wgsl.js';
-import { pagedPrefillShader } from './paged-prefill.wgsl.js';
+  SOFTWARE_PREFILL_ROWS,
+  SOFTWARE_WORKGROUP,
+  softwareAttentionShader,
+} from '../attention/software.wgsl.js';
+import { tiledAttentionShader } from '../attention/tiled.wgsl.js';
+import { AttentionKernelError } from '../errors.js';
+import type { KvCacheLayout } from '../layout.js';
 
 /** The prefill kernels (see {@link PagedPrefillOptions.kernel}). */
 export type PrefillKernelKind = 'software' | 'tiled';
@@ -180,15 +184,15 @@ export class PagedPrefillAttention {
     }
     const kernel = kind === 'auto' ? autoPrefillKernel(gpu) : kind;
     const hpw = headsPerWorkgroup(config.numQHeads / config.numKvHeads);
-    const rows = kernel === 'software' ? LANES_PREFILL_ROWS : MAX_ROWS_PER_WORKGROUP;
+    const rows = kernel === 'software' ? SOFTWARE_PREFILL_ROWS : MAX_ROWS_PER_WORKGROUP;
     const tpw = Math.max(1, Math.floor(rows / hpw));
     const tuning = resolveTuning(gpu, config.headDim, options);
     const shaderOptions = pagedShaderOptions(config, layout, hpw, tpw, tuning);
     const pipeline = await gpu.pipeline({
-      code:
-        kernel === 'software'
-          ? pagedLanesShader({ ...shaderOptions, mode: 'prefill' })
-          : pagedPrefillShader(shaderOptions),
+      code: (kernel === 'software' ? softwareAttentionShader : tiledAttentionShader)({
+        ...shaderOptions,
+        mode: 'prefill',
+      }),
       label: `${pagedPipelineLabel('paged-prefill', config, tuning)}-${kernel}`,
     });
     return new PagedPrefillAttention(gpu, config, layout, hpw, tpw, kernel, pipeline);
@@ -277,7 +281,7 @@ export class PagedPrefillAttention {
   #groupsX(numItems: number): number {
     if (this.kernel === 'tiled') return numItems;
     const units = this.config.numQHeads / this.headsPerWorkgroup;
-    return Math.ceil((numItems * units) / LANES_WORKGROUP);
+    return Math.ceil((numItems * units) / SOFTWARE_WORKGROUP);
   }
 
   /**

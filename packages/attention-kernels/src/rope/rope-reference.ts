@@ -1,4 +1,4 @@
-import { AttentionKernelError } from './errors.js';
+import { AttentionKernelError } from '../errors.js';
 
 /** Which elements rotate together. */
 export type RopeStyle =

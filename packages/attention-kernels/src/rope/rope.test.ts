@@ -1,5 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { maxAbsDiff, randomFloats, randomInt, seededRng } from '../testing/random.js';
 import { ApplyRope } from './rope.js';
 import {
   applyRopeReference,
@@ -7,8 +9,6 @@ import {
   ropeInvFrequencies,
   ropeTables,
 } from './rope-reference.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { maxAbsDiff, randomFloats, randomInt, seededRng } from './testing/random.js';
 
 afterAll(releaseTestGpu);
 

@@ -1,6 +1,6 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
 import { splitWorkgroups } from '@kvasir/gpu';
-import { requireBytes, requireCount } from './layout-bindings.js';
+import { requireBytes, requireCount } from '../binding-checks.js';
 import { ROPE_WORKGROUP, ropeShader } from './rope.wgsl.js';
 import {
   checkPositions,

@@ -1,8 +1,8 @@
 import type { Gpu } from '@kvasir/gpu';
 import { expect } from 'vitest';
-import type { PagedDecodeAttention } from '../paged-decode.js';
-import { type PagedFixture, randomQuery } from '../paged-decode-fixtures.js';
-import { pagedDecodeAttentionCpu } from '../paged-decode-reference.js';
+import type { PagedDecodeAttention } from '../decode/paged-decode.js';
+import { pagedDecodeAttentionCpu } from '../decode/paged-decode-reference.js';
+import { type PagedFixture, randomQuery } from './paged-fixtures.js';
 import { maxAbsDiff, seededRng } from './random.js';
 
 /**

@@ -1,7 +1,7 @@
-import type { KvFormat } from './kv-format.js';
-import { type KvCacheLayout, kvCacheLayout, slabOffset } from './layout.js';
-import type { PagedAttentionConfig } from './paged-decode-validation.js';
-import { type Rng, randomBlockTables, randomCache, randomFloats } from './testing/random.js';
+import type { PagedAttentionConfig } from '../attention/config.js';
+import type { KvFormat } from '../kv-format/types.js';
+import { type KvCacheLayout, kvCacheLayout, slabOffset } from '../layout.js';
+import { type Rng, randomBlockTables, randomCache, randomFloats } from './random.js';
 
 /** Test data for paged attention: a random cache, shuffled block tables, and dense K/V views. */
 export interface PagedFixture {

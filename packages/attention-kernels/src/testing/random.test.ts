@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { f16Format } from '../kv-format.js';
+import { f16Format } from '../kv-format/float.js';
 import { kvCacheLayout } from '../layout.js';
 import {
   maxAbsDiff,

@@ -1,5 +1,5 @@
-import { AttentionKernelError } from './errors.js';
-import type { KvCacheLayout } from './layout.js';
+import { AttentionKernelError } from '../errors.js';
+import type { KvCacheLayout } from '../layout.js';
 
 /**
  * CPU twin of the cache writer: encode each token's K and V rows (`[numTokens][numKvHeads]

@@ -1,10 +1,11 @@
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import { AttentionKernelError } from './errors.js';
-import { f16Format, f32Format, type KvFormat, type KvWgslOptions } from './kv-format.js';
-import { kRowOffset, kvCacheLayout, vRowOffset } from './layout.js';
-import { releaseTestGpu, testGpu } from './testing/gpu.js';
-import { randomCache, randomFloats, randomSlotMapping, seededRng } from './testing/random.js';
+import { AttentionKernelError } from '../errors.js';
+import { f16Format, f32Format } from '../kv-format/float.js';
+import type { KvFormat, KvWgslOptions } from '../kv-format/types.js';
+import { kRowOffset, kvCacheLayout, vRowOffset } from '../layout.js';
+import { releaseTestGpu, testGpu } from '../testing/gpu.js';
+import { randomCache, randomFloats, randomSlotMapping, seededRng } from '../testing/random.js';
 import { WriteKvCache } from './write-kv-cache.js';
 import { writeKvCacheReference } from './write-kv-cache-reference.js';
 

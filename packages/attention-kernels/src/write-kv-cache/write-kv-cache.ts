@@ -1,7 +1,7 @@
 import type { Gpu, GpuBinding } from '@kvasir/gpu';
 import { splitWorkgroups } from '@kvasir/gpu';
-import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from './layout.js';
-import { bindingSize, requireBindable, requireBytes, requireCount } from './layout-bindings.js';
+import { bindingSize, requireBindable, requireBytes, requireCount } from '../binding-checks.js';
+import { type KvCacheConfig, type KvCacheLayout, kvCacheLayout } from '../layout.js';
 import {
   WRITE_KV_WORKGROUP,
   writeKvCacheInvocations,

@@ -1,4 +1,4 @@
-import type { KvCacheLayout } from './layout.js';
+import type { KvCacheLayout } from '../layout.js';
 
 /** Invocations per workgroup of the cache writer (one workgroup per (token, kv head)). */
 export const WRITE_KV_WORKGROUP = 64;
