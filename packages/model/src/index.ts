@@ -18,7 +18,7 @@ export type {
   ReadChunksOptions,
   TensorInfo,
 } from './formats/checkpoint-reader.js';
-export { openCheckpoint, validateCheckpointTensors } from './formats/checkpoint-reader.js';
+export { validateCheckpointTensors } from './formats/checkpoint-reader.js';
 export type {
   LoadProgress,
   LoadProgressCallback,
@@ -43,24 +43,18 @@ export {
   Q8_0_BLOCK_VALUES,
   quantizeQ8_0,
 } from './formats/dtype.js';
+export { configFromGguf } from './formats/gguf/config-from-metadata.js';
 export type { ConvertToGgufOptions } from './formats/gguf/convert.js';
 export { convertToGguf } from './formats/gguf/convert.js';
-export type {
-  GgufHeader,
-  GgufTensorEntry,
-  GgufTensorToWrite,
-  GgufTypedValue,
-  GgufValueType,
-} from './formats/gguf/reader.js';
-export {
-  configFromGguf,
-  ggufToHfName,
-  hfToGgufName,
-  openGgufCheckpoint,
-  permuteQkRows,
-  readGgufHeader,
-  writeGguf,
-} from './formats/gguf/reader.js';
+export type { GgufHeader, GgufTensorEntry } from './formats/gguf/header.js';
+export { readGgufHeader } from './formats/gguf/header.js';
+export { permuteQkRows } from './formats/gguf/qk-permute.js';
+export { openGgufCheckpoint } from './formats/gguf/reader.js';
+export { ggufToHfName, hfToGgufName } from './formats/gguf/tensor-names.js';
+export type { GgufTypedValue, GgufValueType } from './formats/gguf/value-types.js';
+export type { GgufTensorToWrite } from './formats/gguf/writer.js';
+export { writeGguf } from './formats/gguf/writer.js';
+export { openCheckpoint } from './formats/open-checkpoint.js';
 export type { RandomCheckpoint, RandomCheckpointOptions } from './formats/random-checkpoint.js';
 export {
   LLAMA3_CHAT_TEMPLATE,

@@ -1,12 +1,18 @@
-import { CpuForward } from '../backends/cpu/cpu-forward.js';
 import type { ModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
-import { type CheckpointReader, openCheckpoint } from '../formats/checkpoint-reader.js';
+import type { CheckpointReader } from '../formats/checkpoint-reader.js';
 import { createLoadProgress, type LoadProgress } from '../formats/checkpoint-stream.js';
+import { openCheckpoint } from '../formats/open-checkpoint.js';
+import {
+  type BackendChoice,
+  type BackendName,
+  checkBackendChoice,
+  createExecutor,
+} from './backend-select.js';
 import { type ForwardPlan, normalizePlan } from './forward-plan.js';
-import { checkKvBlockArgs, cpuKvBlockIo, type KvBlockIo, kvBlockBytes } from './kv-blocks.js';
+import { checkKvBlockArgs, kvBlockBytes } from './kv-blocks.js';
 import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from './kv-cache.js';
-import { checkExecutable, hostAllocator, loadWeights } from './weights.js';
+import { checkExecutable } from './weights.js';
 
 /** Options of {@link loadModel}. */
 export interface LoadModelOptions {
@@ -15,7 +21,7 @@ export interface LoadModelOptions {
    * adapter), else the CPU. `'webgpu'` fails without an adapter; `'cpu'` runs the reference
    * kernels.
    */
-  readonly backend?: 'auto' | 'webgpu' | 'cpu';
+  readonly backend?: BackendChoice;
   /** KV cache element format (default `'f16'`). */
   readonly kvFormat?: KvFormatName;
   /** Physical KV blocks per layer. */
@@ -43,7 +49,7 @@ export interface LoadModelOptions {
 export interface Model {
   readonly config: ModelConfig;
   /** Which backend runs it. */
-  readonly backend: 'webgpu' | 'cpu';
+  readonly backend: BackendName;
   /** The KV cache layout (one buffer per layer). */
   readonly kvCache: KvCacheSpec;
   /**
@@ -75,13 +81,6 @@ export interface Model {
   destroy(): Promise<void>;
 }
 
-/** A step executor behind {@link Model}. @internal */
-export interface Executor {
-  forward(plan: ReturnType<typeof normalizePlan>): Promise<Float32Array>;
-  readonly blocks: KvBlockIo;
-  destroy(): Promise<void>;
-}
-
 /**
  * Loads a Llama-family checkpoint (an open {@link CheckpointReader}, an HF directory or a GGUF
  * file path) onto the chosen backend, streaming weights in chunks, and allocates its paged KV
@@ -104,13 +103,8 @@ export async function loadModel(
   source: CheckpointReader | string,
   options: LoadModelOptions,
 ): Promise<Model> {
-  const spec0 = options.backend ?? 'auto';
-  if (!['auto', 'webgpu', 'cpu'].includes(spec0)) {
-    throw new ModelError(
-      'INVALID_ARGUMENT',
-      `backend must be 'auto', 'webgpu' or 'cpu', got '${String(spec0)}'`,
-    );
-  }
+  const choice = options.backend ?? 'auto';
+  checkBackendChoice(choice);
   if (options.weightQuant !== undefined && options.weightQuant !== 'int8') {
     throw new ModelError(
       'INVALID_ARGUMENT',
@@ -139,26 +133,11 @@ export async function loadModel(
       weightDtype: options.weightDtype,
       progress,
     };
-    let executor: Executor | undefined;
-    let backend: 'webgpu' | 'cpu' = 'cpu';
-    if (spec0 !== 'cpu' || options.gpu !== undefined) {
-      const { createGpuExecutor } = await import('../backends/webgpu/gpu-executor.js');
-      executor = await createGpuExecutor(reader, kv, weightOpts, {
-        gpu: options.gpu,
-        required: spec0 === 'webgpu' || options.gpu !== undefined,
-      });
-      if (executor) backend = 'webgpu';
-    }
-    if (!executor) {
-      const weights = await loadWeights(reader, hostAllocator(), weightOpts);
-      const cpu = new CpuForward(config, weights, kv);
-      executor = {
-        forward: async (plan) => cpu.forward(plan),
-        blocks: cpuKvBlockIo(kv, cpu.caches),
-        destroy: async () => {},
-      };
-    }
-    const exec = executor;
+    const { backend, executor: exec } = await createExecutor(
+      { reader, kv, weights: weightOpts },
+      choice,
+      options.gpu,
+    );
     const limits = {
       vocabSize: config.vocabSize,
       numBlocks: kv.numBlocks,

@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from '../formats/checkpoint-reader.js';
 import { convertToGguf } from '../formats/gguf/convert.js';
+import { openCheckpoint } from '../formats/open-checkpoint.js';
 import { packWeight, unpackWeight } from '../kernels/weight-format.js';
 import { tempCheckpoint, tinyConfig } from '../testing/model.js';
 import { hostAllocator, loadWeights } from './weights.js';

@@ -1,10 +1,9 @@
-import { type FileHandle, open, stat } from 'node:fs/promises';
+import { type FileHandle, open } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { expectedTensors, type ModelConfig } from '../config.js';
 import { fileIoError, ModelError } from '../errors.js';
 import { decodeToF32, dtypeByteLength, dtypeUnitBytes, type TensorDtype } from './dtype.js';
-
-export type { TensorDtype } from './dtype.js';
+import { unpermuteQkRows } from './gguf/qk-permute.js';
 
 /** Description of one tensor in a checkpoint, under its canonical Hugging Face name. */
 export interface TensorInfo {
@@ -209,25 +208,10 @@ export class FileCheckpointReader implements CheckpointReader {
       const len = Math.min(chunk, info.byteLength - start);
       const buf = new Uint8Array(len);
       await this.readExact(fh, loc.file, name, buf, 0, len, loc.offset + start);
-      yield loc.unpermuteHeadRows ? this.unpermute(info, loc.unpermuteHeadRows, buf) : buf;
+      yield loc.unpermuteHeadRows
+        ? unpermuteQkRows(buf, info.byteLength / info.shape[0]!, loc.unpermuteHeadRows)
+        : buf;
     }
-  }
-
-  private unpermute(info: TensorInfo, headRows: number, stored: Uint8Array): Uint8Array {
-    const rowBytes = info.byteLength / info.shape[0]!;
-    const headBytes = headRows * rowBytes;
-    const half = headRows / 2;
-    const out = new Uint8Array(stored.byteLength);
-    for (let h = 0; h < stored.byteLength; h += headBytes) {
-      for (let i = 0; i < half; i++) {
-        for (let s = 0; s < 2; s++) {
-          const src = h + (2 * i + s) * rowBytes;
-          const dst = h + (s * half + i) * rowBytes;
-          out.set(stored.subarray(src, src + rowBytes), dst);
-        }
-      }
-    }
-    return out;
   }
 
   async readInto(name: string, target: Uint8Array, targetOffset = 0): Promise<void> {
@@ -336,31 +320,4 @@ export interface OpenCheckpointOptions {
    * `generation_config.json`). Applied before tensor validation.
    */
   readonly configOverride?: (config: ModelConfig) => ModelConfig;
-}
-
-/**
- * Opens a checkpoint: a Hugging Face directory (`config.json` and `model.safetensors` or a
- * sharded `model.safetensors.index.json`) or a `.gguf` file, detected from the path.
- *
- * @throws {@link ModelError} `IO` when the path does not exist; any reader error otherwise.
- */
-export async function openCheckpoint(
-  path: string,
-  options?: OpenCheckpointOptions,
-): Promise<CheckpointReader> {
-  let st: Awaited<ReturnType<typeof stat>>;
-  try {
-    st = await stat(path);
-  } catch (e) {
-    throw new ModelError('IO', `checkpoint path ${path} does not exist`, {
-      cause: e,
-      details: { file: path },
-    });
-  }
-  if (st.isDirectory()) {
-    const { openSafetensorsCheckpoint } = await import('./safetensors.js');
-    return openSafetensorsCheckpoint(path, options);
-  }
-  const { openGgufCheckpoint } = await import('./gguf/reader.js');
-  return openGgufCheckpoint(path, options);
 }

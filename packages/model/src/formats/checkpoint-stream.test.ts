@@ -4,12 +4,12 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeModelConfig } from '../config.js';
-import { openCheckpoint } from './checkpoint-reader.js';
 import {
   createLoadProgress,
   type LoadProgressEvent,
   streamCheckpoint,
 } from './checkpoint-stream.js';
+import { openCheckpoint } from './open-checkpoint.js';
 import { writeRandomCheckpoint } from './random-checkpoint.js';
 
 let dir: string;

@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
-import { openCheckpoint } from './checkpoint-reader.js';
 import { convertToGqa } from './convert-gqa.js';
+import { openCheckpoint } from './open-checkpoint.js';
 import { writeRandomCheckpoint } from './random-checkpoint.js';
 
 const mha = makeModelConfig({

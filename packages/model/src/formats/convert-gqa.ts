@@ -2,8 +2,9 @@ import { copyFile, mkdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
-import { type CheckpointReader, openCheckpoint } from './checkpoint-reader.js';
+import type { CheckpointReader } from './checkpoint-reader.js';
 import type { TensorDtype } from './dtype.js';
+import { openCheckpoint } from './open-checkpoint.js';
 import { type TensorToWrite, writeSafetensors } from './safetensors.js';
 
 /** What {@link convertToGqa} produced. */

@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectedTensors, makeModelConfig } from '../config.js';
 import { expectModelError } from '../testing/checkpoint.js';
-import { openCheckpoint } from './checkpoint-reader.js';
 import { f16BitsToF32, f32ToF16Bits } from './dtype.js';
+import { openCheckpoint } from './open-checkpoint.js';
 import { randomTensors, writeRandomCheckpoint } from './random-checkpoint.js';
 import { writeSafetensors } from './safetensors.js';
 

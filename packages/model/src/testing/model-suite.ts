@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generate } from '../execution/generate.js';
 import { type LoadModelOptions, loadModel, type Model } from '../execution/model.js';
-import { openCheckpoint } from '../formats/checkpoint-reader.js';
 import { convertToGguf } from '../formats/gguf/convert.js';
+import { openCheckpoint } from '../formats/open-checkpoint.js';
 import {
   mergePlans,
   releaseTestGpu,

@@ -1,5 +1,5 @@
 import { ModelError } from '../errors.js';
-import type { GgufTypedValue } from '../formats/gguf/reader.js';
+import type { GgufTypedValue } from '../formats/gguf/value-types.js';
 import { byteLevelBpeModel, GPT2_SPLIT_PATTERN } from './byte-level-bpe.js';
 
 /** Llama 3's pre-tokenization pattern (numbers in groups of up to three). */

@@ -2,6 +2,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { ModelError } from '../errors.js';
+import { openGgufCheckpoint } from '../formats/gguf/reader.js';
 import { type ChatMessage, type ChatTemplateOptions, renderChatTemplate } from './chat-template.js';
 import { type DetokenizerOptions, IncrementalDetokenizer } from './detokenizer.js';
 import { tokenizerJsonFromGguf } from './gguf-tokenizer.js';
@@ -115,7 +116,6 @@ export class ModelTokenizer {
       throw new ModelError('IO', `tokenizer path ${path} does not exist`, { cause: e });
     }
     if (!isDir) {
-      const { openGgufCheckpoint } = await import('../formats/gguf/reader.js');
       const r = await openGgufCheckpoint(path);
       try {
         return ModelTokenizer.fromGguf(r.metadata, extraEosTokenIds);

@@ -8,18 +8,12 @@ import {
 import { createGpu, type Gpu } from '@kvasir/gpu';
 import type { ModelConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
+import type { Executor, ExecutorContext } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { gpuKvBlockIo, type KvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
-import type { Executor } from '../../execution/model.js';
 import { ropeTables } from '../../execution/rope.js';
-import {
-  type LoadWeightsOptions,
-  loadWeights,
-  type ModelWeights,
-  type WeightAllocator,
-} from '../../execution/weights.js';
-import type { CheckpointReader } from '../../formats/checkpoint-reader.js';
+import { loadWeights, type ModelWeights, type WeightAllocator } from '../../execution/weights.js';
 import { DenseKernels, type GpuWeight } from '../../kernels/dense-kernels.js';
 import { ropeKvWriteWgsl } from '../../kernels/rope-kv-write.wgsl.js';
 import { wordsPerRow } from '../../kernels/weight-format.js';
@@ -35,11 +29,10 @@ const UNIFORM = 0x40 | 0x8; // UNIFORM | COPY_DST
  *   exceeds the device's binding size.
  */
 export async function createGpuExecutor(
-  reader: CheckpointReader,
-  kv: KvCacheSpec,
-  weightOpts: LoadWeightsOptions,
+  ctx: ExecutorContext,
   options: { gpu: unknown; required: boolean },
 ): Promise<Executor | undefined> {
+  const { reader, kv } = ctx;
   let gpu: Gpu;
   const owned = options.gpu === undefined;
   if (options.gpu !== undefined) gpu = options.gpu as Gpu;
@@ -93,7 +86,7 @@ export async function createGpuExecutor(
           ? undefined
           : await WriteKvCache.create(gpu, config),
     };
-    const weights = await loadWeights(reader, gpuAllocator(device, maxBinding), weightOpts);
+    const weights = await loadWeights(reader, gpuAllocator(device, maxBinding), ctx.weights);
     return new GpuForward(gpu, owned, c, weights, kv, attention);
   } catch (e) {
     if (owned) gpu.destroy();

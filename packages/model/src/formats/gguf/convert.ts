@@ -3,15 +3,13 @@ import { join } from 'node:path';
 import { expectedTensors, ropeInvFrequencies } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import { ggufTokenizerMetadata } from '../../tokenizer/gguf-tokenizer.js';
-import { type CheckpointReader, openCheckpoint } from '../checkpoint-reader.js';
+import type { CheckpointReader } from '../checkpoint-reader.js';
 import type { TensorDtype } from '../dtype.js';
-import {
-  type GgufTensorToWrite,
-  type GgufTypedValue,
-  hfToGgufName,
-  permuteQkRows,
-  writeGguf,
-} from './reader.js';
+import { openCheckpoint } from '../open-checkpoint.js';
+import { permuteQkRows } from './qk-permute.js';
+import { hfToGgufName } from './tensor-names.js';
+import type { GgufTypedValue } from './value-types.js';
+import { type GgufTensorToWrite, writeGguf } from './writer.js';
 
 /** Options of {@link convertToGguf}. */
 export interface ConvertToGgufOptions {

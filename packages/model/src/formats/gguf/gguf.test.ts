@@ -6,17 +6,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeModelConfig, ropeInvFrequencies } from '../../config.js';
 import { expectModelError } from '../../testing/checkpoint.js';
 import { ModelTokenizer } from '../../tokenizer/tokenizer.js';
-import { openCheckpoint } from '../checkpoint-reader.js';
 import { dequantizeQ8_0, f16BitsToF32, quantizeQ8_0 } from '../dtype.js';
+import { openCheckpoint } from '../open-checkpoint.js';
 import { writeRandomCheckpoint } from '../random-checkpoint.js';
+import { configFromGguf } from './config-from-metadata.js';
 import { convertToGguf } from './convert.js';
-import {
-  configFromGguf,
-  openGgufCheckpoint,
-  permuteQkRows,
-  readGgufHeader,
-  writeGguf,
-} from './reader.js';
+import { readGgufHeader } from './header.js';
+import { permuteQkRows } from './qk-permute.js';
+import { openGgufCheckpoint } from './reader.js';
+import { writeGguf } from './writer.js';
 
 const config = makeModelConfig({
   hiddenSize: 64,

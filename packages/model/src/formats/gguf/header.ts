@@ -1,0 +1,183 @@
+import type { FileHandle } from 'node:fs/promises';
+import { basename } from 'node:path';
+import { ModelError } from '../../errors.js';
+import { dtypeByteLength, type TensorDtype } from '../dtype.js';
+import { GgufByteReader } from './byte-reader.js';
+import { GGML_TYPE_BY_ID, GGML_TYPE_NAMES } from './ggml-types.js';
+
+/** A tensor entry of a GGUF file, under its GGUF name and in GGUF dimension order. */
+export interface GgufTensorEntry {
+  /** GGUF name, e.g. `blk.0.attn_q.weight`. */
+  readonly name: string;
+  /** Element type. */
+  readonly dtype: TensorDtype;
+  /** ggml dimensions (`ne`), innermost first: the reverse of the HF shape. */
+  readonly dims: readonly number[];
+  /** Absolute file offset of the first byte. */
+  readonly offset: number;
+  /** Byte length. */
+  readonly byteLength: number;
+}
+
+/** A parsed GGUF header. */
+export interface GgufHeader {
+  /** Format version (2 or 3). */
+  readonly version: number;
+  /** Every metadata key/value, in file order; u64/i64 values above 2^53 stay `bigint`. */
+  readonly metadata: Map<string, unknown>;
+  /** Tensors in file order. */
+  readonly tensors: readonly GgufTensorEntry[];
+  /** Alignment of tensor data (default 32). */
+  readonly alignment: number;
+  /** Absolute offset of the tensor data section. */
+  readonly dataStart: number;
+}
+
+const MAX_ARRAY = 1 << 28;
+/**
+ * Reads and validates a GGUF header (metadata and tensor infos) through buffered positional
+ * reads; tensor data is never read.
+ *
+ * @throws {@link ModelError} `MALFORMED_FILE` (bad magic, version, counts, alignment, overlap),
+ *   `TRUNCATED_FILE` (header or a tensor past EOF, naming the tensor), `UNSUPPORTED_DTYPE`
+ *   (naming the tensor and its ggml type).
+ */
+export async function readGgufHeader(fh: FileHandle, file: string): Promise<GgufHeader> {
+  const size = (await fh.stat()).size;
+  const c = new GgufByteReader(fh, size, file);
+  const magic = await c.u32('magic');
+  if (magic !== 0x46554747) {
+    throw new ModelError(
+      'MALFORMED_FILE',
+      `${basename(file)}: not a GGUF file (bad magic 0x${magic.toString(16)})`,
+      {
+        details: { file },
+      },
+    );
+  }
+  const version = await c.u32('version');
+  if (version !== 2 && version !== 3) {
+    throw new ModelError(
+      'MALFORMED_FILE',
+      `${basename(file)}: unsupported GGUF version ${version} (supported: 2, 3)`,
+      {
+        details: { file },
+      },
+    );
+  }
+  const tensorCount = await c.safeU64('tensor count', 1 << 24);
+  const kvCount = await c.safeU64('metadata count', 1 << 24);
+  const metadata = new Map<string, unknown>();
+  for (let i = 0; i < kvCount; i++) {
+    const key = await c.string('metadata key');
+    const type = await c.valueType(`metadata "${key}"`);
+    if (type === 'array') {
+      const itemType = await c.valueType(`metadata "${key}" items`);
+      if (itemType === 'array') {
+        throw new ModelError(
+          'MALFORMED_FILE',
+          `${basename(file)}: nested arrays in "${key}" are not supported`,
+          {
+            details: { file },
+          },
+        );
+      }
+      const n = await c.safeU64(`metadata "${key}" array length`, MAX_ARRAY);
+      metadata.set(key, await c.array(itemType, n, `metadata "${key}"`));
+    } else {
+      metadata.set(key, await c.scalar(type, `metadata "${key}"`));
+    }
+  }
+  const alignRaw = metadata.get('general.alignment') ?? 32;
+  if (
+    typeof alignRaw !== 'number' ||
+    !Number.isInteger(alignRaw) ||
+    alignRaw <= 0 ||
+    alignRaw % 8 !== 0
+  ) {
+    throw new ModelError(
+      'MALFORMED_FILE',
+      `${basename(file)}: bad general.alignment ${String(alignRaw)}`,
+      {
+        details: { file },
+      },
+    );
+  }
+  const alignment = alignRaw;
+  const raw: { name: string; dtype: TensorDtype; dims: number[]; rel: number }[] = [];
+  for (let i = 0; i < tensorCount; i++) {
+    const name = await c.string('tensor name');
+    const nd = await c.u32(`tensor "${name}" dimension count`);
+    if (nd < 1 || nd > 4) {
+      throw new ModelError(
+        'MALFORMED_FILE',
+        `${basename(file)}: tensor "${name}" has ${nd} dimensions`,
+        {
+          details: { file, tensor: name },
+        },
+      );
+    }
+    const dims: number[] = [];
+    for (let d = 0; d < nd; d++) dims.push(await c.safeU64(`tensor "${name}" dimension`, 2 ** 40));
+    const typeId = await c.u32(`tensor "${name}" type`);
+    const dtype = GGML_TYPE_BY_ID.get(typeId);
+    if (!dtype) {
+      const tname = GGML_TYPE_NAMES[typeId] ?? `type id ${typeId}`;
+      throw new ModelError(
+        'UNSUPPORTED_DTYPE',
+        `${basename(file)}: tensor "${name}" is ${tname}; supported: F32, F16, BF16, Q8_0`,
+        { details: { file, tensor: name, ggmlType: typeId } },
+      );
+    }
+    if (dtype === 'Q8_0' && dims[0]! % 32 !== 0) {
+      throw new ModelError(
+        'MALFORMED_FILE',
+        `${basename(file)}: Q8_0 tensor "${name}" rows of ${dims[0]} are not whole blocks`,
+        {
+          details: { file, tensor: name },
+        },
+      );
+    }
+    const rel = await c.safeU64(`tensor "${name}" offset`, Number.MAX_SAFE_INTEGER);
+    if (rel % alignment !== 0) {
+      throw new ModelError(
+        'MALFORMED_FILE',
+        `${basename(file)}: tensor "${name}" offset ${rel} is not aligned to ${alignment}`,
+        {
+          details: { file, tensor: name },
+        },
+      );
+    }
+    raw.push({ name, dtype, dims, rel });
+  }
+  const dataStart = Math.ceil(c.pos / alignment) * alignment;
+  const tensors: GgufTensorEntry[] = [];
+  for (const r of raw) {
+    const n = r.dims.reduce((a, b) => a * b, 1);
+    const byteLength = dtypeByteLength(r.dtype, n);
+    const offset = dataStart + r.rel;
+    if (offset + byteLength > size) {
+      throw new ModelError(
+        'TRUNCATED_FILE',
+        `${basename(file)}: tensor "${r.name}" [${offset}, ${offset + byteLength}) runs past the end of the ${size}-byte file`,
+        { details: { file, tensor: r.name } },
+      );
+    }
+    tensors.push({ name: r.name, dtype: r.dtype, dims: r.dims, offset, byteLength });
+  }
+  const sorted = [...tensors].sort((a, b) => a.offset - b.offset);
+  for (let i = 1; i < sorted.length; i++) {
+    const p = sorted[i - 1]!;
+    const q = sorted[i]!;
+    if (q.offset < p.offset + p.byteLength) {
+      throw new ModelError(
+        'MALFORMED_FILE',
+        `${basename(file)}: tensors "${p.name}" and "${q.name}" overlap`,
+        {
+          details: { file, tensor: q.name },
+        },
+      );
+    }
+  }
+  return { version, metadata, tensors, alignment, dataStart };
+}

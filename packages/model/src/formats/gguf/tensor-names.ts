@@ -1,0 +1,48 @@
+const LAYER_MAP: Record<string, string> = {
+  attn_norm: 'input_layernorm',
+  attn_q: 'self_attn.q_proj',
+  attn_k: 'self_attn.k_proj',
+  attn_v: 'self_attn.v_proj',
+  attn_output: 'self_attn.o_proj',
+  ffn_norm: 'post_attention_layernorm',
+  ffn_gate: 'mlp.gate_proj',
+  ffn_up: 'mlp.up_proj',
+  ffn_down: 'mlp.down_proj',
+};
+const GLOBAL_MAP: Record<string, string> = {
+  token_embd: 'model.embed_tokens',
+  output_norm: 'model.norm',
+  output: 'lm_head',
+};
+const HF_LAYER_MAP = Object.fromEntries(Object.entries(LAYER_MAP).map(([k, v]) => [v, k]));
+const HF_GLOBAL_MAP = Object.fromEntries(Object.entries(GLOBAL_MAP).map(([k, v]) => [v, k]));
+
+/** Canonical HF name of a GGUF tensor name, or `undefined` for tensors with no HF twin. */
+export function ggufToHfName(name: string): string | undefined {
+  const m = /^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$/.exec(name);
+  if (m) {
+    const hf = LAYER_MAP[m[2]!];
+    return hf ? `model.layers.${m[1]}.${hf}.${m[3]}` : undefined;
+  }
+  const g = /^([a-z_]+)\.(weight|bias)$/.exec(name);
+  if (g) {
+    const hf = GLOBAL_MAP[g[1]!];
+    return hf ? `${hf}.${g[2]}` : undefined;
+  }
+  return undefined;
+}
+
+/** GGUF name of a canonical HF tensor name (the inverse of {@link ggufToHfName}). */
+export function hfToGgufName(name: string): string | undefined {
+  const m = /^model\.layers\.(\d+)\.(.+)\.(weight|bias)$/.exec(name);
+  if (m) {
+    const g = HF_LAYER_MAP[m[2]!];
+    return g ? `blk.${m[1]}.${g}.${m[3]}` : undefined;
+  }
+  const g = /^(.+)\.(weight|bias)$/.exec(name);
+  if (g) {
+    const gg = HF_GLOBAL_MAP[g[1]!];
+    return gg ? `${gg}.${g[2]}` : undefined;
+  }
+  return undefined;
+}
