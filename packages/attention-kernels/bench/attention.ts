@@ -1,12 +1,13 @@
 // Paged attention figures: decode_gbps / decode_vs_stream, paged_vs_contiguous,
 // prefill_tflops and decode_split_k_gain, all from the same run as stream_read_gbps.
 import type { Gpu } from '@kvasir/gpu';
+import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import type { PagedAttentionConfig } from '../src/attention/config.js';
 import { PagedDecodeAttention, type PagedDecodePlan } from '../src/decode/paged-decode.js';
 import { f16Format, f32Format } from '../src/kv-format/float.js';
 import { kvCacheLayout } from '../src/layout.js';
 import { PagedPrefillAttention } from '../src/prefill/paged-prefill.js';
-import { randomFloats, seededRng, shuffledRange } from '../src/testing/random.js';
+import { shuffledRange } from '../src/testing/random.js';
 import { type BenchSection, medianMs } from './harness.js';
 import { round } from './stream.js';
 
@@ -24,7 +25,7 @@ const CONFIG = {
 /** A cache buffer of `numBlocks` blocks of valid f16 values (a repeated random pattern). */
 function fillCache(gpu: Gpu, bytes: number, seed: number): GPUBuffer {
   const buffer = gpu.storageBuffer(bytes, 'bench-kv-cache');
-  const rng = seededRng(seed);
+  const rng = seededRandom(seed);
   const pattern = new Uint32Array(1 << 18);
   for (let i = 0; i < pattern.length; i++) {
     // Two halves in [-1, 1): sign, exponent 14 or less, random mantissa.
@@ -44,7 +45,7 @@ export const attentionSection: BenchSection = async (ctx) => {
   const layout = kvCacheLayout(CONFIG);
   const maxBinding = Math.min(gpu.limits.maxStorageBufferBindingSize, gpu.limits.maxBufferSize);
   const decode = await PagedDecodeAttention.create(gpu, CONFIG);
-  const rng = seededRng(7);
+  const rng = seededRandom(7);
   const samples = gpu.isSoftware || small ? 3 : 10;
 
   // --- decode_gbps, decode_vs_stream, paged_vs_contiguous: batch 32 × context 2,048. ---

@@ -1,10 +1,11 @@
 // write_kv_gbps / write_kv_vs_stream and copy_blocks_gbps / copy_blocks_vs_stream: the cache
 // maintenance kernels' bandwidth (bytes read + written) beside the streaming-read ceiling.
 
+import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import { CopyBlocks } from '../src/copy-blocks/copy-blocks.js';
 import { f16Format } from '../src/kv-format/float.js';
 import { kvCacheLayout } from '../src/layout.js';
-import { randomFloats, seededRng, shuffledRange } from '../src/testing/random.js';
+import { shuffledRange } from '../src/testing/random.js';
 import { WriteKvCache } from '../src/write-kv-cache/write-kv-cache.js';
 import { type BenchSection, medianMs } from './harness.js';
 import { round } from './stream.js';
@@ -16,7 +17,7 @@ export const cacheOpsSection: BenchSection = async (ctx) => {
   const layout = kvCacheLayout(config);
   const numTokens = small ? 512 : 8192;
   const numBlocks = (numTokens / config.blockSize) * 2;
-  const rng = seededRng(1);
+  const rng = seededRandom(1);
   const rows = numTokens * config.numKvHeads * config.headDim;
   const key = gpu.storageBuffer(randomFloats(rng, rows));
   const value = gpu.storageBuffer(randomFloats(rng, rows));

@@ -4,6 +4,7 @@
 //   pnpm --filter @kvasir/attention-kernels exec tsx bench/device-check.ts
 // Prints one JSON line per case and a closing `{"checks":N,"failed":N}`; exits 1 on a failure.
 import { createGpu } from '@kvasir/gpu';
+import { seededRandom } from '@kvasir/test-utils';
 import { PagedDecodeAttention } from '../src/decode/paged-decode.js';
 import { pagedDecodeAttentionCpu } from '../src/decode/paged-decode-reference.js';
 import { f16Format, f32Format } from '../src/kv-format/float.js';
@@ -12,7 +13,7 @@ import type { KvFormat } from '../src/kv-format/types.js';
 import { PagedPrefillAttention } from '../src/prefill/paged-prefill.js';
 import { pagedPrefillAttentionCpu } from '../src/prefill/paged-prefill-reference.js';
 import { pagedFixture, prefillBatchFixture, randomQuery } from '../src/testing/paged-fixtures.js';
-import { maxAbsDiff, seededRng } from '../src/testing/random.js';
+import { maxAbsDiff } from '../src/testing/random.js';
 
 /** GPU (f32, exp2) vs CPU (f64) on values in [-1, 1): the unit tests' tolerances. */
 const TOL = { float: 2e-5, quantized: 2e-4 };
@@ -55,7 +56,7 @@ try {
     ];
     for (const [i, s] of shapes.entries()) {
       if ((s.headDim / 8) % 4 !== 0 && format.name.startsWith('int4')) continue; // groups of 32
-      const rng = seededRng(100 + i);
+      const rng = seededRandom(100 + i);
       const fx = pagedFixture(rng, { ...s, format, contextLens: s.lens, spareBlocks: 7 });
       const numSeqs = s.lens.length;
       const query = randomQuery(rng, fx.config, numSeqs);
@@ -87,7 +88,7 @@ try {
     const pasts = [0, 500, 1999];
     const queryLens = [128, 77, 1];
     const { fx, args } = prefillBatchFixture(
-      seededRng(7),
+      seededRandom(7),
       { ...prefill, spareBlocks: 5 },
       pasts,
       queryLens,

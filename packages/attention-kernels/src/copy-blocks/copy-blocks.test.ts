@@ -1,9 +1,10 @@
+import { seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format } from '../kv-format/float.js';
 import { kvCacheLayout } from '../layout.js';
 import { releaseTestGpu, testGpu } from '../testing/gpu.js';
-import { randomCache, seededRng, shuffledRange } from '../testing/random.js';
+import { randomCache, shuffledRange } from '../testing/random.js';
 import { CopyBlocks } from './copy-blocks.js';
 import { copyBlocksReference } from './copy-blocks-reference.js';
 
@@ -58,7 +59,7 @@ describe('CopyBlocks on the GPU', () => {
       const gpu = await testGpu();
       const config = { format, blockSize, headDim, numKvHeads: heads };
       const layout = kvCacheLayout(config);
-      const rng = seededRng(blockSize);
+      const rng = seededRandom(blockSize);
       const numBlocks = 9;
       const cache = randomCache(rng, layout, numBlocks);
       const order = shuffledRange(rng, numBlocks);
@@ -80,7 +81,7 @@ describe('CopyBlocks on the GPU', () => {
     const gpu = await testGpu();
     const config = { format: f16Format, blockSize: 8, headDim: 64, numKvHeads: 1 };
     const layout = kvCacheLayout(config);
-    const rng = seededRng(99);
+    const rng = seededRandom(99);
     const numBlocks = 400;
     const cache = randomCache(rng, layout, numBlocks);
     const order = shuffledRange(rng, numBlocks);
@@ -120,7 +121,7 @@ describe('CopyBlocks on the GPU', () => {
     const copier = await CopyBlocks.create(gpu, config);
     await fc.assert(
       fc.asyncProperty(fc.integer(), fc.integer({ min: 0, max: 6 }), async (seed, n) => {
-        const rng = seededRng(seed);
+        const rng = seededRandom(seed);
         const numBlocks = 12;
         const cache = randomCache(rng, layout, numBlocks);
         const order = shuffledRange(rng, numBlocks);

@@ -1,4 +1,5 @@
 import type { Gpu } from '@kvasir/gpu';
+import { seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format } from '../kv-format/float.js';
@@ -8,7 +9,7 @@ import { attentionErrorCode } from '../testing/errors.js';
 import { releaseTestGpu, testGpu } from '../testing/gpu.js';
 import { FULL_MATRIX, withFullMatrix } from '../testing/matrix.js';
 import { pagedFixture, type AttentionShape as Shape } from '../testing/paged-fixtures.js';
-import { maxAbsDiff, seededRng } from '../testing/random.js';
+import { maxAbsDiff } from '../testing/random.js';
 import {
   chooseDecodeSplits,
   PagedDecodeAttention,
@@ -81,7 +82,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
   );
   for (const [name, shape, lens] of cases) {
     it(name, async () => {
-      const fx = pagedFixture(seededRng(lens.length * 31 + shape.headDim), {
+      const fx = pagedFixture(seededRandom(lens.length * 31 + shape.headDim), {
         ...shape,
         contextLens: lens,
         spareBlocks: 7,
@@ -96,7 +97,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     [[8, 128]],
   )) {
     it(`GQA ${numQHeads}/2, f16, head dim ${headDim}: split-K on and off agree over a 2,500-token context`, async () => {
-      const fx = pagedFixture(seededRng(99), {
+      const fx = pagedFixture(seededRandom(99), {
         numQHeads,
         numKvHeads: 2,
         headDim,
@@ -123,7 +124,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
   }
 
   it('the tiled kernel under both code-generation tunings (queries in registers or workgroup memory, 2 or 4 V chunks per lane) matches the reference', async () => {
-    const fx = pagedFixture(seededRng(41), {
+    const fx = pagedFixture(seededRandom(41), {
       numQHeads: FULL_MATRIX ? 8 : 4,
       numKvHeads: 2,
       headDim: FULL_MATRIX ? 96 : 32,
@@ -207,7 +208,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     );
     for (const [name, shape, lens] of hwCases) {
       it(name, async () => {
-        const fx = pagedFixture(seededRng(lens.length * 13 + shape.headDim), {
+        const fx = pagedFixture(seededRandom(lens.length * 13 + shape.headDim), {
           ...shape,
           contextLens: lens,
           spareBlocks: 5,
@@ -233,7 +234,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
   );
   it(`small head dims (${smallDims.map((d) => d[0]).join(', ')}): every kernel, split-K on and off`, async () => {
     for (const [headDim, numQHeads, numKvHeads] of smallDims) {
-      const fx = pagedFixture(seededRng(headDim), {
+      const fx = pagedFixture(seededRandom(headDim), {
         numQHeads,
         numKvHeads,
         headDim,
@@ -251,7 +252,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
 
   it('a quantized format plugs in unchanged: an int8 cache matches the reference', async () => {
     for (const name of ['int8']) {
-      const fx = pagedFixture(seededRng(61), {
+      const fx = pagedFixture(seededRandom(61), {
         numQHeads: FULL_MATRIX ? 8 : 4,
         numKvHeads: 2,
         headDim: FULL_MATRIX ? 128 : 32,
@@ -281,7 +282,7 @@ describe('PagedDecodeAttention vs CPU reference', () => {
           splits: fc.constantFrom<number | 'auto'>(1, 2, 3, 'auto'),
         }),
         async ({ seed, lens, splits }) => {
-          const fx = pagedFixture(seededRng(seed), { ...config, contextLens: lens });
+          const fx = pagedFixture(seededRandom(seed), { ...config, contextLens: lens });
           await checkDecode(gpu, kernel, fx, seed, splits);
         },
       ),
@@ -338,7 +339,7 @@ describe('PagedDecodeAttention input checks', () => {
   it('refuses bad batches and buffers before dispatching', async () => {
     const gpu = await testGpu();
     const kernel = await PagedDecodeAttention.create(gpu, config);
-    const fx = pagedFixture(seededRng(4), { ...config, contextLens: [10, 20] });
+    const fx = pagedFixture(seededRandom(4), { ...config, contextLens: [10, 20] });
     const batch = {
       blockTables: fx.blockTables,
       contextLens: fx.contextLens,

@@ -1,4 +1,5 @@
 import type { Gpu } from '@kvasir/gpu';
+import { seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format } from '../kv-format/float.js';
@@ -8,7 +9,6 @@ import { attentionErrorCode } from '../testing/errors.js';
 import { lavapipeGpu } from '../testing/lavapipe.js';
 import { FULL_MATRIX, withFullMatrix } from '../testing/matrix.js';
 import { type AttentionShape, pagedFixture } from '../testing/paged-fixtures.js';
-import { seededRng } from '../testing/random.js';
 import { PagedDecodeAttention, type PagedDecodeOptions } from './paged-decode.js';
 import { subgroupLanesPerRow } from './subgroup.wgsl.js';
 
@@ -171,7 +171,7 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
   );
   for (const [name, shape, lens, splits] of cases) {
     it(`${name}: ${splits.length > 1 ? 'one pass and split-K' : 'one pass'}`, async () => {
-      const fx = pagedFixture(seededRng(7), { ...shape, contextLens: lens });
+      const fx = pagedFixture(seededRandom(7), { ...shape, contextLens: lens });
       const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: 'subgroup' });
       expect(kernel.kernel).toBe('subgroup');
       for (const numSplits of splits) {
@@ -188,7 +188,7 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
     // runs above).
     const shapes = withFullMatrix([STEP_SHAPE], [{ ...STEP_SHAPE, headDim: 32, blockSize: 16 }]);
     for (const shape of shapes) {
-      const fx = pagedFixture(seededRng(3), { ...shape, contextLens: [1, 3, 70, 133] });
+      const fx = pagedFixture(seededRandom(3), { ...shape, contextLens: [1, 3, 70, 133] });
       for (const subgroupKeysPerStep of [2, 4, 8] as const) {
         const kernel = await PagedDecodeAttention.create(gpu, fx.config, {
           kernel: 'subgroup',
@@ -198,7 +198,7 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
         if (FULL_MATRIX) await checkDecode(gpu, kernel, fx, 12, 2);
       }
     }
-    const fx = pagedFixture(seededRng(3), { ...STEP_SHAPE, contextLens: [1] });
+    const fx = pagedFixture(seededRandom(3), { ...STEP_SHAPE, contextLens: [1] });
     const bad = { kernel: 'subgroup', subgroupKeysPerStep: 3 } as unknown as PagedDecodeOptions;
     expect(await attentionErrorCode(() => PagedDecodeAttention.create(gpu, fx.config, bad))).toBe(
       'INVALID_ARGUMENT',
@@ -207,7 +207,7 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
 
   it('random batches (lengths, tables, splits) match the reference', async () => {
     const shape = FULL_MATRIX ? { ...RANDOM_SHAPE, headDim: 64 } : RANDOM_SHAPE;
-    const config = pagedFixture(seededRng(1), { ...shape, contextLens: [1] }).config;
+    const config = pagedFixture(seededRandom(1), { ...shape, contextLens: [1] }).config;
     const kernel = await PagedDecodeAttention.create(gpu, config, { kernel: 'subgroup' });
     await fc.assert(
       fc.asyncProperty(
@@ -215,7 +215,7 @@ describe('subgroup decode kernel on lavapipe (subgroups feature) vs CPU referenc
         fc.constantFrom<number | 'auto'>(1, 2, 5, 'auto'),
         fc.integer({ min: 1, max: 2 ** 30 }),
         async (lens, numSplits, seed) => {
-          const fx = pagedFixture(seededRng(seed), { ...shape, contextLens: lens });
+          const fx = pagedFixture(seededRandom(seed), { ...shape, contextLens: lens });
           await checkDecode(gpu, kernel, fx, seed + 1, numSplits);
         },
       ),

@@ -1,9 +1,9 @@
 import { f16BitsToF32, f32ToF16Bits, roundToF16 } from '@kvasir/quantizer';
+import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { kRowOffset, kvCacheLayout, vRowOffset } from '../layout.js';
 import { releaseTestGpu, testGpu } from '../testing/gpu.js';
-import { randomFloats, seededRng } from '../testing/random.js';
 import { f16Format, f16UnpackWgsl, f32Format } from './float.js';
 import { kvFormat } from './registry.js';
 
@@ -179,7 +179,7 @@ describe('formats', () => {
 
   for (const format of [f32Format, f16Format]) {
     it(`${format.name}: CPU rows round-trip (exactly for f32, through f16 rounding for f16)`, () => {
-      const rng = seededRng(7);
+      const rng = seededRandom(7);
       const layout = kvCacheLayout({ numKvHeads: 2, headDim: 80, blockSize: 8, format });
       const cache = new Uint32Array(layout.blockWords * 2);
       const row = randomFloats(rng, 80, 3);
@@ -200,7 +200,7 @@ describe('formats', () => {
       const headDim = 96;
       const rows = 6;
       const rw = format.rowWords(headDim);
-      const rng = seededRng(11);
+      const rng = seededRandom(11);
       const src = randomFloats(rng, rows * headDim, 10);
       const store = /* wgsl */ `
 @group(0) @binding(0) var<storage, read> src: array<f32>;

@@ -3,6 +3,7 @@
 // @kvasir/quantizer's README.
 
 import { calibrateKv, compareTensors } from '@kvasir/quantizer';
+import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PagedDecodeAttention } from '../decode/paged-decode.js';
 import { pagedDecodeAttentionCpu } from '../decode/paged-decode-reference.js';
@@ -11,7 +12,7 @@ import { PagedPrefillAttention } from '../prefill/paged-prefill.js';
 import { pagedPrefillAttentionCpu } from '../prefill/paged-prefill-reference.js';
 import { releaseTestGpu, testGpu } from '../testing/gpu.js';
 import { FULL_MATRIX } from '../testing/matrix.js';
-import { maxAbsDiff, randomBlockTables, randomFloats, seededRng } from '../testing/random.js';
+import { maxAbsDiff, randomBlockTables } from '../testing/random.js';
 import { WriteKvCache } from '../write-kv-cache/write-kv-cache.js';
 import { writeKvCacheReference } from '../write-kv-cache/write-kv-cache-reference.js';
 import { f32Format } from './float.js';
@@ -32,7 +33,7 @@ const totalTokens = contextLens.reduce((a, b) => a + b, 0);
 const prefillLens = [5, 70, 3];
 const prefillStarts = Uint32Array.from([0, 5, 75]);
 
-const rng = seededRng(2024);
+const rng = seededRandom(2024);
 const { blockTables, maxBlocksPerSeq } = randomBlockTables(rng, contextLens, blockSize, numBlocks);
 /** Token i of sequence s goes to slot table[s][i / B] · B + i % B; rows are concatenated. */
 const slots = new Int32Array(totalTokens);
@@ -51,9 +52,9 @@ const slots = new Int32Array(totalTokens);
  * 8× the spread and an offset of 8 (outlier channels).
  */
 function attentionCase(numQHeads: number, headDim: number) {
-  const key = randomFloats(seededRng(7), totalTokens * numKvHeads * headDim, 1.5);
+  const key = randomFloats(seededRandom(7), totalTokens * numKvHeads * headDim, 1.5);
   for (let i = 0; i < key.length; i++) if (i % 16 === 5) key[i] = key[i]! * 8 + 8;
-  const value = randomFloats(seededRng(8), totalTokens * numKvHeads * headDim, 1.5);
+  const value = randomFloats(seededRandom(8), totalTokens * numKvHeads * headDim, 1.5);
   const config = (format: KvFormat) => ({ numQHeads, numKvHeads, headDim, blockSize, format });
   const cacheFor = (format: KvFormat): Uint32Array => {
     const layout = kvCacheLayout(config(format));
@@ -61,8 +62,8 @@ function attentionCase(numQHeads: number, headDim: number) {
     writeKvCacheReference(layout, cache, key, value, slots);
     return cache;
   };
-  const decodeQuery = randomFloats(seededRng(9), contextLens.length * numQHeads * headDim, 1);
-  const prefillQuery = randomFloats(seededRng(10), 78 * numQHeads * headDim, 1);
+  const decodeQuery = randomFloats(seededRandom(9), contextLens.length * numQHeads * headDim, 1);
+  const prefillQuery = randomFloats(seededRandom(10), 78 * numQHeads * headDim, 1);
   const decodeArgs = (cache: Uint32Array) => ({
     query: decodeQuery,
     kvCache: cache,

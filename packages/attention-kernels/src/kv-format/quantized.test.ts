@@ -1,8 +1,9 @@
+import { seededRandom } from '@kvasir/test-utils';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CopyBlocks } from '../copy-blocks/copy-blocks.js';
 import { kvCacheLayout, slabOffset } from '../layout.js';
 import { releaseTestGpu, testGpu } from '../testing/gpu.js';
-import { randomCache, randomSlotMapping, seededRng } from '../testing/random.js';
+import { randomCache, randomSlotMapping } from '../testing/random.js';
 import { WriteKvCache } from '../write-kv-cache/write-kv-cache.js';
 import { writeKvCacheReference } from '../write-kv-cache/write-kv-cache-reference.js';
 import { fp8StaticKvFormat } from './fp8-static.js';
@@ -17,7 +18,7 @@ afterAll(releaseTestGpu);
 
 /** Rows of head vectors with outlier channels (every 16th channel ~10× larger, offset). */
 function rowsWithOutliers(rows: number, headDim: number, seed: number): Float32Array {
-  const rnd = seededRng(seed);
+  const rnd = seededRandom(seed);
   const x = new Float32Array(rows * headDim);
   for (let r = 0; r < rows; r++) {
     for (let d = 0; d < headDim; d++) {
@@ -205,7 +206,7 @@ describe('writeKvCache quantizes on write', () => {
   for (const format of FORMATS) {
     it(`GPU writer equals the CPU reference word for word: ${format.name}`, async () => {
       const gpu = await testGpu();
-      const rng = seededRng(17);
+      const rng = seededRandom(17);
       const c = { numKvHeads: 2, headDim: 64, blockSize: 8, format };
       const numBlocks = 4;
       const numTokens = 20;
@@ -243,8 +244,8 @@ describe('copy-on-write moves the scales with the block', () => {
       const c = { numKvHeads: 2, headDim: 64, blockSize: 8, format };
       const layout = kvCacheLayout(c);
       // Rows of different magnitude per block, so a block decoded with another's scales differs.
-      const cache = randomCache(seededRng(3), layout, 3, 1);
-      const big = randomCache(seededRng(4), layout, 3, 50);
+      const cache = randomCache(seededRandom(3), layout, 3, 1);
+      const big = randomCache(seededRandom(4), layout, 3, 50);
       cache.set(big.subarray(2 * layout.blockWords), 2 * layout.blockWords);
       const buf = gpu.storageBuffer(cache);
       const copier = await CopyBlocks.create(gpu, c);

@@ -2,6 +2,7 @@
 // word and element for element against these in kv-format-quantized.test.ts).
 
 import { bitsToF32, compareTensors } from '@kvasir/quantizer';
+import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PagedDecodeAttention } from '../decode/paged-decode.js';
@@ -9,7 +10,7 @@ import { pagedDecodeAttentionCpu } from '../decode/paged-decode-reference.js';
 import { kvCacheLayout } from '../layout.js';
 import { releaseTestGpu, testGpu } from '../testing/gpu.js';
 import { FULL_MATRIX } from '../testing/matrix.js';
-import { maxAbsDiff, randomBlockTables, randomFloats, seededRng } from '../testing/random.js';
+import { maxAbsDiff, randomBlockTables } from '../testing/random.js';
 import { WriteKvCache } from '../write-kv-cache/write-kv-cache.js';
 import { writeKvCacheReference } from '../write-kv-cache/write-kv-cache-reference.js';
 import { f32Format } from './float.js';
@@ -107,7 +108,7 @@ describe.each([
   const contextLens = [33, 100];
   const numBlocks = 12;
   const tokens = contextLens.reduce((a, b) => a + b, 0);
-  const rng = seededRng(31);
+  const rng = seededRandom(31);
   const { blockTables, maxBlocksPerSeq } = randomBlockTables(
     rng,
     contextLens,
@@ -115,9 +116,9 @@ describe.each([
     numBlocks,
   );
   // Keys with four outlier channels per head (8× spread, offset 8), values plain.
-  const key = randomFloats(seededRng(32), tokens * numKvHeads * headDim, 1.5);
+  const key = randomFloats(seededRandom(32), tokens * numKvHeads * headDim, 1.5);
   for (let i = 0; i < key.length; i++) if (i % 32 === 7) key[i] = key[i]! * 8 + 8;
-  const value = randomFloats(seededRng(33), tokens * numKvHeads * headDim, 1.5);
+  const value = randomFloats(seededRandom(33), tokens * numKvHeads * headDim, 1.5);
   const slots = new Int32Array(tokens);
   let r = 0;
   contextLens.forEach((len, s) => {
@@ -132,7 +133,7 @@ describe.each([
     writeKvCacheReference(kvCacheLayout(config(f)), cache, key, value, slots);
     return cache;
   };
-  const query = randomFloats(seededRng(34), contextLens.length * numQHeads * headDim, 1);
+  const query = randomFloats(seededRandom(34), contextLens.length * numQHeads * headDim, 1);
   const args = (kvCache: Uint32Array) => ({
     query,
     kvCache,

@@ -3,7 +3,7 @@ import {
   validateConfig,
   validateSequences,
 } from '../attention/config.js';
-import { attendPagedRows } from '../decode/paged-decode-reference.js';
+import { attendPagedRows } from '../attention/paged-rows-reference.js';
 
 /**
  * Arguments of {@link pagedPrefillAttentionCpu}: a chunk of new tokens of several sequences.

@@ -1,4 +1,5 @@
 import { type Gpu, mesaVersion } from '@kvasir/gpu';
+import { seededRandom } from '@kvasir/test-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f16Format, f32Format } from '../kv-format/float.js';
 import { attentionErrorCode } from '../testing/errors.js';
@@ -9,7 +10,7 @@ import {
   prefillBatchFixture,
   type AttentionShape as Shape,
 } from '../testing/paged-fixtures.js';
-import { maxAbsDiff, seededRng } from '../testing/random.js';
+import { maxAbsDiff } from '../testing/random.js';
 import {
   autoPrefillKernel,
   PagedPrefillAttention,
@@ -93,7 +94,7 @@ describe('PagedPrefillAttention vs CPU reference', () => {
   );
   for (const [name, shape, pasts, queryLens] of cases) {
     it(`${name} (software and tiled kernels)`, async () => {
-      const rng = seededRng(pasts.length * 17 + shape.headDim);
+      const rng = seededRandom(pasts.length * 17 + shape.headDim);
       const { fx, args } = prefillBatchFixture(rng, { ...shape, spareBlocks: 5 }, pasts, queryLens);
       const want = pagedPrefillAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
       const kvCache = gpu.storageBuffer(fx.cache);
@@ -135,7 +136,7 @@ describe('PagedPrefillAttention tunings', () => {
     for (const headDim of withFullMatrix([32], [64])) {
       const shape = { numQHeads: 8, numKvHeads: 2, headDim, blockSize: 16, format: f16Format };
       const { fx, args } = prefillBatchFixture(
-        seededRng(12),
+        seededRandom(12),
         { ...shape, spareBlocks: 3 },
         [40, 0],
         [9, 17],
@@ -164,7 +165,7 @@ describe('PagedPrefillAttention input checks', () => {
       'UNSUPPORTED_HEAD_DIM',
     );
     const kernel = await PagedPrefillAttention.create(gpu, config);
-    const fx = pagedFixture(seededRng(8), { ...config, contextLens: [10, 20] });
+    const fx = pagedFixture(seededRandom(8), { ...config, contextLens: [10, 20] });
     const batch = {
       blockTables: fx.blockTables,
       queryStarts: Uint32Array.of(0, 4),

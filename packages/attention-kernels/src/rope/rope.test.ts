@@ -1,7 +1,8 @@
+import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { releaseTestGpu, testGpu } from '../testing/gpu.js';
-import { maxAbsDiff, randomFloats, randomInt, seededRng } from '../testing/random.js';
+import { maxAbsDiff, randomInt } from '../testing/random.js';
 import { ApplyRope } from './rope.js';
 import {
   applyRopeReference,
@@ -43,7 +44,7 @@ function naiveRope(
 describe('RoPE CPU reference', () => {
   for (const style of ['rotate-half', 'interleaved'] as const) {
     it(`${style}: agrees with the naive formula within 2e-5`, () => {
-      const rng = seededRng(1);
+      const rng = seededRandom(1);
       const config: RopeConfig = {
         numQHeads: 2,
         numKvHeads: 1,
@@ -68,7 +69,7 @@ describe('RoPE CPU reference', () => {
   it('preserves each pair norm and is the identity at position 0 (property)', () => {
     fc.assert(
       fc.property(fc.integer(), fc.integer({ min: 0, max: 4095 }), (seed, pos) => {
-        const rng = seededRng(seed);
+        const rng = seededRandom(seed);
         const config: RopeConfig = {
           numQHeads: 1,
           numKvHeads: 1,
@@ -137,7 +138,7 @@ describe('RoPE CPU reference', () => {
   });
 
   it('leaves dims past rotaryDim alone', () => {
-    const rng = seededRng(2);
+    const rng = seededRandom(2);
     const config: RopeConfig = {
       numQHeads: 1,
       numKvHeads: 1,
@@ -234,7 +235,7 @@ describe('ApplyRope on the GPU', () => {
   for (const config of configs) {
     it(`matches the CPU reference within 1e-5: ${config.style} D=${config.headDim} Hq=${config.numQHeads} Hk=${config.numKvHeads}${config.scaling ? ' llama3' : ''}`, async () => {
       const gpu = await testGpu();
-      const rng = seededRng(config.headDim);
+      const rng = seededRandom(config.headDim);
       const n = 13;
       const positions = Uint32Array.from({ length: n }, () => randomInt(rng, config.maxPosition));
       positions[0] = 0;

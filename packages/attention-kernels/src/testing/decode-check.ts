@@ -1,9 +1,10 @@
 import type { Gpu } from '@kvasir/gpu';
+import { seededRandom } from '@kvasir/test-utils';
 import { expect } from 'vitest';
 import type { PagedDecodeAttention } from '../decode/paged-decode.js';
 import { pagedDecodeAttentionCpu } from '../decode/paged-decode-reference.js';
 import { type PagedFixture, randomQuery } from './paged-fixtures.js';
-import { maxAbsDiff, seededRng } from './random.js';
+import { maxAbsDiff } from './random.js';
 
 /**
  * GPU (f32 accumulation, exp2) vs CPU reference (f64): values are in [-1, 1), so outputs are
@@ -23,7 +24,7 @@ export async function checkDecode(
   numSplits: number | 'auto' = 'auto',
 ): Promise<Float32Array> {
   const numSeqs = fx.contextLens.length;
-  const query = randomQuery(seededRng(seed), fx.config, numSeqs);
+  const query = randomQuery(seededRandom(seed), fx.config, numSeqs);
   const args = {
     query,
     blockTables: fx.blockTables,

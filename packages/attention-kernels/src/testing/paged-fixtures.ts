@@ -1,7 +1,8 @@
+import { randomFloats, type SeededRandom } from '@kvasir/test-utils';
 import type { PagedAttentionConfig } from '../attention/config.js';
 import type { KvFormat } from '../kv-format/types.js';
 import { type KvCacheLayout, kvCacheLayout, slabOffset } from '../layout.js';
-import { type Rng, randomBlockTables, randomCache, randomFloats } from './random.js';
+import { randomBlockTables, randomCache } from './random.js';
 
 /** Test data for paged attention: a random cache, shuffled block tables, and dense K/V views. */
 export interface PagedFixture {
@@ -36,7 +37,7 @@ export interface FixtureShape {
  * [-1, 1) encoded with the format, and the dense K/V each sequence's table reads (decoded, so the
  * format's rounding is part of the ground truth).
  */
-export function pagedFixture(rng: Rng, shape: FixtureShape): PagedFixture {
+export function pagedFixture(rng: SeededRandom, shape: FixtureShape): PagedFixture {
   const config: PagedAttentionConfig = {
     numQHeads: shape.numQHeads,
     numKvHeads: shape.numKvHeads,
@@ -90,7 +91,7 @@ export function pagedFixture(rng: Rng, shape: FixtureShape): PagedFixture {
 
 /** Random queries for `numTokens` tokens, `[numTokens][numQHeads][headDim]`. */
 export function randomQuery(
-  rng: Rng,
+  rng: SeededRandom,
   config: PagedAttentionConfig,
   numTokens: number,
 ): Float32Array {
@@ -128,7 +129,7 @@ export interface PrefillBatchFixture {
  * as after `WriteKvCache`); the queries of all new tokens are random and packed in order.
  */
 export function prefillBatchFixture(
-  rng: Rng,
+  rng: SeededRandom,
   shape: AttentionShape & { readonly spareBlocks?: number },
   pasts: readonly number[],
   queryLens: readonly number[],

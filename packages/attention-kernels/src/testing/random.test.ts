@@ -1,3 +1,4 @@
+import { seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { f16Format } from '../kv-format/float.js';
@@ -7,15 +8,14 @@ import {
   randomBlockTables,
   randomCache,
   randomSlotMapping,
-  seededRng,
   shuffledRange,
 } from './random.js';
 
 describe('test generators', () => {
   it('repeat for a seed and differ across seeds', () => {
-    const a = seededRng(42);
-    const b = seededRng(42);
-    const c = seededRng(43);
+    const a = seededRandom(42);
+    const b = seededRandom(42);
+    const c = seededRandom(43);
     const xs = Array.from({ length: 8 }, () => a());
     expect(Array.from({ length: 8 }, () => b())).toEqual(xs);
     expect(Array.from({ length: 8 }, () => c())).not.toEqual(xs);
@@ -25,7 +25,7 @@ describe('test generators', () => {
   it('shuffle into permutations (property)', () => {
     fc.assert(
       fc.property(fc.integer(), fc.integer({ min: 0, max: 200 }), (seed, n) => {
-        const p = shuffledRange(seededRng(seed), n);
+        const p = shuffledRange(seededRandom(seed), n);
         expect([...p].sort((x, y) => x - y)).toEqual(Array.from({ length: n }, (_, i) => i));
       }),
     );
@@ -37,7 +37,7 @@ describe('test generators', () => {
         fc.integer(),
         fc.array(fc.integer({ min: 1, max: 100 }), { minLength: 1, maxLength: 5 }),
         (seed, lens) => {
-          const rng = seededRng(seed);
+          const rng = seededRandom(seed);
           const need = lens.reduce((s, l) => s + Math.ceil(l / 16), 0);
           const { blockTables, maxBlocksPerSeq } = randomBlockTables(rng, lens, 16, need + 3);
           const used: number[] = [];
@@ -58,7 +58,7 @@ describe('test generators', () => {
 
   it('fill every row of a random cache', () => {
     const layout = kvCacheLayout({ numKvHeads: 2, headDim: 64, blockSize: 8, format: f16Format });
-    const cache = randomCache(seededRng(1), layout, 2);
+    const cache = randomCache(seededRandom(1), layout, 2);
     expect(cache.length).toBe(2 * layout.blockWords);
     expect(cache.filter((w) => w === 0).length).toBeLessThan(cache.length / 100);
     expect(maxAbsDiff([1, 2, 3], [1, 2.5, 3])).toBe(0.5);

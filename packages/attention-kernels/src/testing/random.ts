@@ -1,34 +1,15 @@
+// Test and bench generators of paged-cache inputs, built on @kvasir/test-utils' seeded RNG.
+
+import { randomFloats, type SeededRandom } from '@kvasir/test-utils';
 import type { KvCacheLayout } from '../layout.js';
 
-/** A seeded generator of uniform floats in [0, 1) (mulberry32): same seed, same sequence. */
-export type Rng = () => number;
-
-/** A seeded {@link Rng}. */
-export function seededRng(seed: number): Rng {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** `n` floats uniform in [-scale, scale). */
-export function randomFloats(rng: Rng, n: number, scale = 1): Float32Array {
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = (rng() * 2 - 1) * scale;
-  return out;
-}
-
 /** An integer uniform in [0, n). */
-export function randomInt(rng: Rng, n: number): number {
+export function randomInt(rng: SeededRandom, n: number): number {
   return Math.floor(rng() * n);
 }
 
 /** A Fisher-Yates shuffle of 0..n-1. */
-export function shuffledRange(rng: Rng, n: number): number[] {
+export function shuffledRange(rng: SeededRandom, n: number): number[] {
   const a = Array.from({ length: n }, (_, i) => i);
   for (let i = n - 1; i > 0; i--) {
     const j = randomInt(rng, i + 1);
@@ -42,7 +23,7 @@ export function shuffledRange(rng: Rng, n: number): number[] {
  * encoded with the layout's format (so it is valid for every format, scales included).
  */
 export function randomCache(
-  rng: Rng,
+  rng: SeededRandom,
   layout: KvCacheLayout,
   numBlocks: number,
   scale = 1,
@@ -71,7 +52,7 @@ export function randomCache(
  * number of blocks used. Needs `numBlocks` ≥ the blocks the lengths require.
  */
 export function randomBlockTables(
-  rng: Rng,
+  rng: SeededRandom,
   contextLens: readonly number[],
   blockSize: number,
   numBlocks: number,
@@ -95,7 +76,7 @@ export function randomBlockTables(
  * `skipRate` of them set to -1 (padding).
  */
 export function randomSlotMapping(
-  rng: Rng,
+  rng: SeededRandom,
   numTokens: number,
   numBlocks: number,
   blockSize: number,

@@ -1,3 +1,4 @@
+import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AttentionKernelError } from '../errors.js';
@@ -5,7 +6,7 @@ import { f16Format, f32Format } from '../kv-format/float.js';
 import type { KvFormat, KvWgslOptions } from '../kv-format/types.js';
 import { kRowOffset, kvCacheLayout, vRowOffset } from '../layout.js';
 import { releaseTestGpu, testGpu } from '../testing/gpu.js';
-import { randomCache, randomFloats, randomSlotMapping, seededRng } from '../testing/random.js';
+import { randomCache, randomSlotMapping } from '../testing/random.js';
 import { WriteKvCache } from './write-kv-cache.js';
 import { writeKvCacheReference } from './write-kv-cache-reference.js';
 
@@ -71,7 +72,7 @@ const cases: Case[] = [
 
 describe('writeKvCacheReference', () => {
   it('puts each row where the layout says, and nothing else', () => {
-    const rng = seededRng(3);
+    const rng = seededRandom(3);
     const layout = kvCacheLayout({ numKvHeads: 2, headDim: 8, blockSize: 4, format: f32Format });
     const cache = new Uint32Array(3 * layout.blockWords);
     const key = randomFloats(rng, 2 * 2 * 8);
@@ -113,7 +114,7 @@ describe('WriteKvCache on the GPU', () => {
   for (const c of cases) {
     it(`matches the CPU reference word for word: ${c.format.name} H=${c.numKvHeads} D=${c.headDim} B=${c.blockSize} tokens=${c.numTokens}`, async () => {
       const gpu = await testGpu();
-      const rng = seededRng(c.headDim * 31 + c.blockSize);
+      const rng = seededRandom(c.headDim * 31 + c.blockSize);
       const layout = kvCacheLayout(c);
       const cache = randomCache(rng, layout, c.numBlocks);
       const n = c.numTokens * c.numKvHeads * c.headDim;
@@ -147,7 +148,7 @@ describe('WriteKvCache on the GPU', () => {
     const numBlocks = 3;
     await fc.assert(
       fc.asyncProperty(fc.integer({ min: 0, max: 24 }), fc.integer(), async (numTokens, seed) => {
-        const rng = seededRng(seed);
+        const rng = seededRandom(seed);
         const cache = randomCache(rng, layout, numBlocks);
         const key = randomFloats(rng, numTokens * 2 * 64);
         const value = randomFloats(rng, numTokens * 2 * 64);
@@ -225,7 +226,7 @@ describe('WriteKvCache on the GPU', () => {
     const gpu = await testGpu();
     const config = { numKvHeads: 1, headDim: 64, blockSize: 8, format: f32Format };
     const writer = await WriteKvCache.create(gpu, config);
-    const rng = seededRng(5);
+    const rng = seededRandom(5);
     const cache = randomCache(rng, writer.layout, 2);
     const kvCache = gpu.storageBuffer(cache);
     const rows = gpu.storageBuffer(randomFloats(rng, 2 * 64));
@@ -275,7 +276,7 @@ describe('WriteKvCache with a row-scaled format', () => {
     const config = { numKvHeads: 2, headDim: 128, blockSize: 8, format: absmaxFormat };
     const layout = kvCacheLayout(config);
     expect(layout.slabWords).toBe(8 * 128 + 8);
-    const rng = seededRng(21);
+    const rng = seededRandom(21);
     const numBlocks = 3;
     const cache = randomCache(rng, layout, numBlocks);
     const numTokens = 11;
