@@ -2,7 +2,8 @@ export { SchedulerError, type SchedulerErrorCode } from './errors';
 export { HostSlotPool } from './host-slots';
 // The policy contracts and built-ins (src/policies.ts names each export).
 export * from './policies';
-export { Scheduler, type SchedulerOptions } from './scheduler';
+export { Scheduler } from './scheduler';
+export type { SchedulerOptions } from './scheduler-options';
 export type {
   BatchPlan,
   FinishReason,

@@ -7,7 +7,8 @@ import {
   longestPrefixMatchPolicy,
   priorityPolicy,
 } from './policies';
-import { Scheduler, type SchedulerOptions } from './scheduler';
+import { Scheduler } from './scheduler';
+import type { SchedulerOptions } from './scheduler-options';
 import { FakeExecutor, referenceOutput } from './testing/fake-executor';
 import type { BatchPlan, RequestOutput, SchedulerEvent, SchedulerRequest } from './types';
 

@@ -10,7 +10,8 @@ function invalid(field: string, message: string, value: unknown): never {
   });
 }
 
-function isTokenId(t: unknown): boolean {
+/** An integer token id that fits a plan's Int32Array. */
+export function isTokenId(t: unknown): boolean {
   return typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= MAX_TOKEN_ID;
 }
 
