@@ -54,7 +54,7 @@ try {
     tokenIds: Int32Array.from(ids),
     positions: Int32Array.from({ length: n }, (_, i) => i),
     slotMapping: Int32Array.from({ length: n }, (_, i) => i),
-    seqs: [{ queryStart: 0, queryLen: n, contextLen: n, blockTable }],
+    rows: [{ queryStart: 0, queryLen: n, contextLen: n, blockTable }],
     logitsIndices: Int32Array.from({ length: n }, (_, i) => i),
   });
   for (let row = 0; row < n; row++) {

@@ -256,7 +256,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
         },
         codec: codecFor(tokenizer),
         // Copy-on-write runs in copyBlocks (also for a plan with no tokens), not again here.
-        forward: (plan: BatchPlan) => model.forward({ ...plan, blockCopies: [] }),
+        forward: (plan: BatchPlan) => model.forward({ ...plan, copies: [] }),
         async copyBlocks(copies: readonly BlockCopy[]) {
           if (copies.length === 0) return;
           const data = await model.readBlocks(copies.map((cp) => cp.src));

@@ -126,7 +126,7 @@ function decodePlan(
       { length: batch },
       (_, s) => (prefixBlocks + s) * blockSize + step,
     ),
-    seqs: Array.from({ length: batch }, (_, s) => ({
+    rows: Array.from({ length: batch }, (_, s) => ({
       queryStart: s,
       queryLen: 1,
       contextLen: pos + 1,
@@ -168,7 +168,7 @@ async function benchConfig(
       { length: len },
       (_, i) => (blocks[Math.floor(i / blockSize)] as number) * blockSize + (i % blockSize),
     ),
-    seqs: [{ queryStart: 0, queryLen: len, contextLen: len, blockTable: blocks }],
+    rows: [{ queryStart: 0, queryLen: len, contextLen: len, blockTable: blocks }],
     logitsIndices: Int32Array.of(len - 1),
   });
   // The 16-token prefix compiles the prefill pipelines; then one 64-token prompt is timed.

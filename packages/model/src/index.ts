@@ -105,7 +105,7 @@ export { CpuForward, pagedAttentionCpu } from './backends/cpu/cpu-forward.js';
 export type {
   ForwardBlockCopy,
   ForwardPlan,
-  ForwardSeq,
+  ForwardRow,
   NormalizedPlan,
   PlanLimits,
 } from './execution/forward-plan.js';

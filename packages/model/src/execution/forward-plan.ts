@@ -1,7 +1,7 @@
 import { ModelError } from '../errors.js';
 
-/** One sequence of a {@link ForwardPlan}. */
-export interface ForwardSeq {
+/** One row of a {@link ForwardPlan}: a sequence's prefill chunk or decode token. */
+export interface ForwardRow {
   /** Index of the sequence's first token in the plan's flattened arrays. */
   readonly queryStart: number;
   /** Tokens of this sequence computed in this step (1 for a decode). */
@@ -20,19 +20,18 @@ export interface ForwardBlockCopy {
 
 /**
  * One forward step over a batch of prefill chunks and decodes. `@kvasir/scheduler`'s
- * `BatchPlan` satisfies it (its `rows` and `copies` are read when `seqs` / `blockCopies` are
- * absent).
+ * `BatchPlan` satisfies it as it is (same field names).
  */
 export interface ForwardPlan {
   readonly tokenIds: Int32Array;
   readonly positions: Int32Array;
   /** Cache slot of each token (`block * blockSize + offset`), -1 to skip the write. */
   readonly slotMapping: Int32Array;
-  readonly seqs?: readonly ForwardSeq[];
-  readonly rows?: readonly ForwardSeq[];
+  /** The rows, in the order of their tokens. */
+  readonly rows: readonly ForwardRow[];
   /** Token rows whose logits are returned, in this order (repeats allowed). */
   readonly logitsIndices: Int32Array;
-  readonly blockCopies?: readonly ForwardBlockCopy[];
+  /** Block copies run on every layer before the step (none when absent). */
   readonly copies?: readonly ForwardBlockCopy[];
 }
 
@@ -71,8 +70,8 @@ function bad(message: string, details?: Record<string, unknown>): never {
  */
 export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): NormalizedPlan {
   const { tokenIds, positions, slotMapping, logitsIndices } = plan;
-  const seqs = plan.seqs ?? plan.rows;
-  if (!seqs) bad('plan has no seqs');
+  const rows = plan.rows;
+  if (!Array.isArray(rows)) bad('plan has no rows');
   const t = tokenIds.length;
   if (t === 0) bad('plan has no tokens');
   if (positions.length !== t || slotMapping.length !== t) {
@@ -92,26 +91,26 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     if (s !== -1 && !(s >= 0 && s < maxSlot))
       bad(`token ${i} has slot ${s} outside the cache (${maxSlot} slots)`);
   }
-  const n = seqs.length;
+  const n = rows.length;
   const queryStarts = new Uint32Array(n);
   const queryLens = new Uint32Array(n);
   const contextLens = new Uint32Array(n);
   let maxBlocks = 1;
   for (let s = 0; s < n; s++) {
-    const q = seqs[s] as ForwardSeq;
+    const q = rows[s] as ForwardRow;
     if (!(q.queryLen >= 1 && q.queryStart >= 0 && q.queryStart + q.queryLen <= t)) {
       bad(
-        `seq ${s}: query [${q.queryStart}, ${q.queryStart + q.queryLen}) outside the ${t} tokens`,
+        `row ${s}: query [${q.queryStart}, ${q.queryStart + q.queryLen}) outside the ${t} tokens`,
       );
     }
     if (!(q.contextLen >= q.queryLen))
-      bad(`seq ${s}: contextLen ${q.contextLen} < queryLen ${q.queryLen}`);
+      bad(`row ${s}: contextLen ${q.contextLen} < queryLen ${q.queryLen}`);
     const need = Math.ceil(q.contextLen / limits.blockSize);
     if (q.blockTable.length < need)
-      bad(`seq ${s}: block table has ${q.blockTable.length} blocks, needs ${need}`);
+      bad(`row ${s}: block table has ${q.blockTable.length} blocks, needs ${need}`);
     for (let b = 0; b < need; b++) {
       const id = q.blockTable[b] as number;
-      if (!(id >= 0 && id < limits.numBlocks)) bad(`seq ${s}: block ${id} outside the cache`);
+      if (!(id >= 0 && id < limits.numBlocks)) bad(`row ${s}: block ${id} outside the cache`);
     }
     queryStarts[s] = q.queryStart;
     queryLens[s] = q.queryLen;
@@ -120,7 +119,7 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
   }
   const blockTables = new Uint32Array(n * maxBlocks);
   for (let s = 0; s < n; s++) {
-    const bt = (seqs[s] as ForwardSeq).blockTable;
+    const bt = (rows[s] as ForwardRow).blockTable;
     const need = Math.ceil((contextLens[s] as number) / limits.blockSize);
     for (let b = 0; b < need; b++) blockTables[s * maxBlocks + b] = bt[b] as number;
   }
@@ -128,7 +127,7 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     const r = logitsIndices[i] as number;
     if (!(r >= 0 && r < t)) bad(`logitsIndices[${i}] = ${r} outside the ${t} tokens`);
   }
-  const copies = plan.blockCopies ?? plan.copies ?? [];
+  const copies = plan.copies ?? [];
   for (const c of copies) {
     if (!(c.src >= 0 && c.src < limits.numBlocks && c.dst >= 0 && c.dst < limits.numBlocks)) {
       bad(`block copy ${c.src} -> ${c.dst} outside the cache`);

@@ -57,7 +57,7 @@ export async function generate(
       tokenIds: tokens,
       positions: Int32Array.from({ length: n }, (_, i) => start + i),
       slotMapping: Int32Array.from({ length: n }, (_, i) => slot(start + i)),
-      seqs: [{ queryStart: 0, queryLen: n, contextLen: start + n, blockTable }],
+      rows: [{ queryStart: 0, queryLen: n, contextLen: start + n, blockTable }],
       logitsIndices: Int32Array.of(n - 1),
     });
     const { token } = sample(logits, params, state);

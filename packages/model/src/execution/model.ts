@@ -92,7 +92,7 @@ export interface Model {
  * const logits = await model.forward({
  *   tokenIds: Int32Array.of(1, 2, 3), positions: Int32Array.of(0, 1, 2),
  *   slotMapping: Int32Array.of(0, 1, 2), logitsIndices: Int32Array.of(2),
- *   seqs: [{ queryStart: 0, queryLen: 3, contextLen: 3, blockTable: [0] }],
+ *   rows: [{ queryStart: 0, queryLen: 3, contextLen: 3, blockTable: [0] }],
  * });
  * await model.destroy();
  * ```

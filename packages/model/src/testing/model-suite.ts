@@ -130,7 +130,7 @@ export function modelSuite(
       expect(maxRelDiff(row(some, 1, vocab), row(all, 2, vocab))).toBeLessThan(1e-6);
       // Copy-on-write: block 17 (tokens 8, 9) copied to 18, then decode token 10 on [16, 18].
       const next = seqPlan([tokens[10] as number], 10, [16, 18], blockSize);
-      const viaCopy = await m.forward({ ...next, blockCopies: [{ src: 17, dst: 18 }] });
+      const viaCopy = await m.forward({ ...next, copies: [{ src: 17, dst: 18 }] });
       const direct = await m.forward(seqPlan([tokens[10] as number], 10, [16, 17], blockSize));
       expect(maxRelDiff(viaCopy, direct)).toBeLessThan(1e-6);
     });
@@ -154,7 +154,7 @@ export function modelSuite(
         { ...good, tokenIds: Int32Array.of(1, 2, 3, vocab) },
         { ...good, slotMapping: Int32Array.of(0, 1, 2, 32 * blockSize) },
         { ...good, logitsIndices: Int32Array.of(4) },
-        { ...good, seqs: [{ queryStart: 0, queryLen: 4, contextLen: 20, blockTable: [20] }] },
+        { ...good, rows: [{ queryStart: 0, queryLen: 4, contextLen: 20, blockTable: [20] }] },
         { ...good, positions: Int32Array.of(0, 1) },
       ];
       for (const p of bad)

@@ -67,7 +67,7 @@ export function seqPlan(
     tokenIds: Int32Array.from(tokens),
     positions: Int32Array.from({ length: n }, (_, i) => start + i),
     slotMapping: Int32Array.from({ length: n }, (_, i) => slot(start + i)),
-    seqs: [{ queryStart: 0, queryLen: n, contextLen: start + n, blockTable }],
+    rows: [{ queryStart: 0, queryLen: n, contextLen: start + n, blockTable }],
     logitsIndices:
       logitsRows === 'last' ? Int32Array.of(n - 1) : Int32Array.from({ length: n }, (_, i) => i),
   };
@@ -86,10 +86,10 @@ export function mergePlans(plans: readonly ForwardPlan[]): ForwardPlan {
     return out;
   };
   let offset = 0;
-  const seqs = [];
+  const rows = [];
   const logits: number[] = [];
   for (const p of plans) {
-    for (const s of p.seqs ?? []) seqs.push({ ...s, queryStart: s.queryStart + offset });
+    for (const r of p.rows) rows.push({ ...r, queryStart: r.queryStart + offset });
     for (const r of p.logitsIndices) logits.push(r + offset);
     offset += p.tokenIds.length;
   }
@@ -97,7 +97,7 @@ export function mergePlans(plans: readonly ForwardPlan[]): ForwardPlan {
     tokenIds: cat((p) => p.tokenIds),
     positions: cat((p) => p.positions),
     slotMapping: cat((p) => p.slotMapping),
-    seqs,
+    rows,
     logitsIndices: Int32Array.from(logits),
   };
 }
