@@ -28,6 +28,12 @@ export interface RopeConfig {
   /** Positions must be below this (size of the cos/sin tables). */
   readonly maxPosition: number;
   readonly scaling?: Llama3RopeScaling;
+  /**
+   * Per-pair divisors of the inverse frequencies (`rotaryDim / 2` positive values), applied
+   * after `scaling`: what GGUF files carry in their `rope_freqs` tensor. Hugging Face's linear
+   * scaling (position interpolation) is every factor equal to its `factor`.
+   */
+  readonly freqFactors?: readonly number[];
 }
 
 /** Precomputed f32 tables `[maxPosition][rotaryDim / 2]`. */
@@ -99,14 +105,25 @@ export function checkRopeConfig(config: RopeConfig): number {
       );
     }
   }
+  const ff = config.freqFactors;
+  if (
+    ff !== undefined &&
+    (ff.length !== rot / 2 || !ff.every((f) => f > 0 && Number.isFinite(f)))
+  ) {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      `freqFactors must be ${rot / 2} finite positive values (rotaryDim / 2), got ${ff.length}.`,
+    );
+  }
   return rot;
 }
 
 /**
  * The inverse frequencies `theta^(-2i/rotaryDim)`, i < rotaryDim/2, in f64, with Llama-3
- * scaling applied when configured: wavelengths shorter than `original / highFreqFactor` keep
+ * scaling applied when configured (wavelengths shorter than `original / highFreqFactor` keep
  * their frequency, longer than `original / lowFreqFactor` are divided by `factor`, and those in
- * between are interpolated smoothly (as Hugging Face's `_compute_llama3_parameters`).
+ * between are interpolated smoothly, as Hugging Face's `_compute_llama3_parameters`), then
+ * divided by `freqFactors` when given.
  *
  * @throws {AttentionKernelError} as {@link checkRopeConfig}.
  */
@@ -134,6 +151,8 @@ export function ropeInvFrequencies(config: RopeConfig): Float64Array {
       }
     }
   }
+  const ff = config.freqFactors;
+  if (ff !== undefined) for (let i = 0; i < half; i++) inv[i] = inv[i]! / ff[i]!;
   return inv;
 }
 

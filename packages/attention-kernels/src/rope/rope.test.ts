@@ -137,6 +137,41 @@ describe('RoPE CPU reference', () => {
     expect(plain[0]).toBe(1);
   });
 
+  it('divides by per-pair freqFactors after the scaling (GGUF rope_freqs, HF linear)', () => {
+    const base: RopeConfig = {
+      numQHeads: 1,
+      numKvHeads: 1,
+      headDim: 8,
+      style: 'rotate-half',
+      theta: 10000,
+      maxPosition: 4,
+    };
+    const plain = ropeInvFrequencies(base);
+    const factors = [1, 2, 3, 4];
+    const divided = ropeInvFrequencies({ ...base, freqFactors: factors });
+    for (let i = 0; i < 4; i++) expect(divided[i]).toBe(plain[i]! / factors[i]!);
+    const scaling = {
+      factor: 8,
+      lowFreqFactor: 1,
+      highFreqFactor: 4,
+      originalMaxPositionEmbeddings: 16,
+    };
+    const both = ropeInvFrequencies({ ...base, scaling, freqFactors: factors });
+    const scaled = ropeInvFrequencies({ ...base, scaling });
+    for (let i = 0; i < 4; i++) expect(both[i]).toBe(scaled[i]! / factors[i]!);
+    const t = ropeTables({ ...base, freqFactors: factors });
+    expect(t.cos[3 * 4 + 3]).toBe(Math.fround(Math.cos(3 * divided[3]!)));
+    for (const bad of [
+      [1, 2, 3],
+      [1, 2, 0, 4],
+      [1, 2, Number.NaN, 4],
+    ]) {
+      expect(() => ropeTables({ ...base, freqFactors: bad })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+      );
+    }
+  });
+
   it('leaves dims past rotaryDim alone', () => {
     const rng = seededRandom(2);
     const config: RopeConfig = {
