@@ -1,6 +1,7 @@
 /**
- * WGSL of paged attention shaped for software adapters: decode pass 1 (pass 2, the split-K
- * merge, is shared with the other decode kernels in paged-decode.wgsl.ts) and prefill.
+ * The `'software'` kernel: WGSL of paged attention shaped for software adapters, for decode
+ * pass 1 (pass 2, the split-K merge, is shared with the other decode kernels in
+ * decode/split-k-reduce.wgsl.ts) and for prefill.
  *
  * One invocation per (sequence, split, KV head × head chunk) in decode, or per (a few new
  * tokens, KV head × head chunk) in prefill, walks its keys alone: it reads each K row once for

@@ -1,6 +1,6 @@
 /**
- * WGSL of paged decode attention shaped for hardware GPUs (pass 1; pass 2 is shared with the
- * other decode kernels in paged-decode.wgsl.ts).
+ * The `'hardware'` decode kernel: WGSL of paged decode attention shaped for hardware GPUs
+ * (pass 1; pass 2 is shared with the other decode kernels in split-k-reduce.wgsl.ts).
  *
  * A workgroup of {@link HARDWARE_WORKGROUP} invocations per (split, KV head × head chunk, sequence)
  * walks its keys in sub-chunks of {@link HARDWARE_WORKGROUP} keys, in three phases per sub-chunk:

@@ -1,7 +1,7 @@
 /**
- * WGSL of paged decode attention for adapters with the `subgroups` feature (pass 1; pass 2 is
- * shared with the other decode kernels in paged-decode.wgsl.ts). The shape of vLLM's and
- * FlashInfer's decode kernels: no workgroup memory and no barrier inside the key loop.
+ * The `'subgroup'` decode kernel: WGSL of paged decode attention for adapters with the
+ * `subgroups` feature (pass 1; pass 2 is shared with the other decode kernels in
+ * split-k-reduce.wgsl.ts). The shape of vLLM's and FlashInfer's decode kernels: no workgroup memory and no barrier inside the key loop.
  *
  * A workgroup of {@link SUBGROUP_WORKGROUP} invocations per (split, KV head × head chunk, sequence) is
  * cut into lane groups of R invocations (R a power of two no larger than the adapter's smallest

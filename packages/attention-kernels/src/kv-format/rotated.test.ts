@@ -1,5 +1,5 @@
 // Properties of the Hadamard-rotated formats on the CPU (their GPU twins are checked word for
-// word and element for element against these in kv-format-quantized.test.ts).
+// word and element for element against these in quantized.test.ts).
 
 import { bitsToF32, compareTensors } from '@kvasir/quantizer';
 import { randomFloats, seededRandom } from '@kvasir/test-utils';
