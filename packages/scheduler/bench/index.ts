@@ -3,6 +3,7 @@
 // (the PagedAttention paper's setting). All figures come from one deterministic run.
 // `pnpm --filter @kvasir/scheduler bench --json` prints one JSON object.
 import { KvCacheManager } from '@kvasir/kv-allocator';
+import { seededRandom } from '@kvasir/test-utils';
 import { Scheduler } from '../src/index';
 import {
   findMaxRate,
@@ -59,13 +60,10 @@ function schedulerStepMicros(): { medianUs: number; gpuStepUs: number } {
     maxNumSeqs: 256,
     maxNumBatchedTokens: 8192,
   });
-  let x = 12345;
+  const random = seededRandom(12345);
   for (let r = 0; r < 256; r++) {
     const prompt = new Int32Array(512);
-    for (let i = 0; i < 512; i++) {
-      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-      prompt[i] = x % 32000;
-    }
+    for (let i = 0; i < 512; i++) prompt[i] = Math.floor(random() * 32000);
     sched.add({ id: `r${r}`, promptTokenIds: prompt, maxTokens: 3000, ignoreEos: true });
   }
   const stepOnce = () => {

@@ -1,3 +1,5 @@
+import { Rng } from '@kvasir/scheduler/sim';
+
 const WORDS = (
   'the of and a to in is you that it he was for on are as with his they I at be this have from ' +
   'or one had by word but not what all were we when your can said there use an each which she do ' +
@@ -6,16 +8,13 @@ const WORDS = (
   'who oil its now find long down day did get come made may part cache block token kernel model'
 ).split(' ');
 
-/** A small seeded generator (mulberry32): the same seed gives the same prompts everywhere. */
+/**
+ * A seeded generator of floats in [0, 1): the simulator's `Rng` (mulberry32), so the same seed
+ * gives the same prompts everywhere.
+ */
 export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const rng = new Rng(seed);
+  return () => rng.next();
 }
 
 /**
