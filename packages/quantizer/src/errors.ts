@@ -8,7 +8,8 @@ export type QuantizerErrorCode =
   | 'BAD_GROUP_SIZE'
   | 'BAD_SCALE'
   | 'LENGTH_MISMATCH'
-  | 'EMPTY_INPUT';
+  | 'EMPTY_INPUT'
+  | 'UNSUPPORTED_GGML_TYPE';
 
 /**
  * Thrown by every `@kvasir/quantizer` function on bad input, before any output is written.

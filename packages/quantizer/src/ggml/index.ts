@@ -1,0 +1,14 @@
+export { IQ4_NL_VALUES } from './iq4-nl.js';
+export {
+  GGML_BLOCK_FORMATS,
+  GGML_TYPE_IDS,
+  type GgmlBlockFormat,
+  type GgmlBlockType,
+  type GgmlDequantize,
+  type GgmlQuantize,
+  type GgmlTypeName,
+  ggmlBlockFormat,
+  ggmlRowBytes,
+  ggmlTypeName,
+  isGgmlBlockType,
+} from './types.js';
