@@ -2,11 +2,14 @@ import type { KvCacheManager } from '@kvasir/kv-allocator';
 import { buildBatchPlan } from './batch-plan';
 import { BatchPlanner, newStep, type StepState } from './batch-planner';
 import { SchedulerError } from './errors';
-import type { HostSlotPool } from './host-slots';
 import { Preemptor } from './preemption';
 import { byImportance, FINISHED, RUNNING, SequenceGroup, SWAPPED, WAITING } from './request-state';
 import { RequestTable } from './request-table';
-import { resolveSchedulerOptions, type SchedulerOptions } from './scheduler-options';
+import {
+  type ResolvedSchedulerOptions,
+  resolveSchedulerOptions,
+  type SchedulerOptions,
+} from './scheduler-options';
 import { applyStepResult } from './step-result';
 import { SwapSpace } from './swap-space';
 import type {
@@ -45,11 +48,7 @@ export class Scheduler {
   readonly enablePrefixCaching: boolean;
   readonly preemptionMode: PreemptionMode;
   readonly kvCache: KvCacheManager;
-  private readonly eosTokenId: number | undefined;
-  private readonly clockFn: (() => number) | undefined;
-  private readonly onEvent: ((event: SchedulerEvent) => void) | undefined;
-  private readonly watermarkBlocks: number;
-  private readonly hostSlots: HostSlotPool;
+  private readonly config: ResolvedSchedulerOptions;
 
   private readonly requests: RequestTable;
   private readonly waiting: WaitingQueue;
@@ -78,20 +77,16 @@ export class Scheduler {
     this.longPrefillTokenThreshold = o.longPrefillTokenThreshold;
     this.enablePrefixCaching = o.enablePrefixCaching;
     this.preemptionMode = o.preemptionMode;
-    this.watermarkBlocks = o.watermarkBlocks;
-    this.hostSlots = o.hostSlots;
-    this.eosTokenId = o.eosTokenId;
-    this.clockFn = o.clock;
-    this.onEvent = o.onEvent;
+    this.config = o;
 
     const now = () => this.now();
-    const emit = (e: SchedulerEvent) => this.onEvent?.(e);
-    this.requests = new RequestTable(this.kvCache, this.hostSlots, this.maxModelLen, now, emit);
+    const emit = (e: SchedulerEvent) => o.onEvent?.(e);
+    this.requests = new RequestTable(this.kvCache, o.hostSlots, this.maxModelLen, now, emit);
     this.waiting = new WaitingQueue(o.queuePolicy, this.kvCache, this.enablePrefixCaching, now);
     this.planner = new BatchPlanner(this.kvCache, this.requests, o);
     this.swap = new SwapSpace(
       this.kvCache,
-      this.hostSlots,
+      o.hostSlots,
       this.planner,
       this.waiting,
       this.enablePrefixCaching,
@@ -108,7 +103,7 @@ export class Scheduler {
   }
 
   private now(): number {
-    return this.clockFn ? this.clockFn() : this.stepNo;
+    return this.config.clock ? this.config.clock() : this.stepNo;
   }
 
   /**
@@ -136,7 +131,7 @@ export class Scheduler {
       request.arrivalTime ?? this.now(),
       request.priority ?? 0,
       promptLen,
-      request.eosTokenId ?? this.eosTokenId,
+      request.eosTokenId ?? this.config.eosTokenId,
       request.beamWidth ?? 1,
     );
     this.requests.add(g, request);
@@ -201,7 +196,7 @@ export class Scheduler {
     const plan = buildBatchPlan(st, this.kvCache, this.maxNumBatchedTokens);
     this.lastStepTokens = plan.numTokens;
     this.budgetUseSum += plan.numTokens / this.maxNumBatchedTokens;
-    this.onEvent?.({
+    this.config.onEvent?.({
       type: 'step',
       step: st.step,
       numTokens: plan.numTokens,
@@ -257,7 +252,7 @@ export class Scheduler {
       if (!this.planner.planChunks(g, st)) return;
       const needed = this.planner.blocksNeeded(g);
       const idle = this.running.length === 0 && this.swap.length === 0;
-      const reserve = idle ? 0 : this.watermarkBlocks;
+      const reserve = idle ? 0 : this.config.watermarkBlocks;
       if (needed + reserve > this.kvCache.numAvailableBlocks()) {
         if (idle) {
           // Nothing else holds blocks: this request alone exceeds the cache.
@@ -311,6 +306,7 @@ export class Scheduler {
       }
     }
     const { planner, preemptor, requests } = this;
+    const { hostSlots } = this.config;
     return {
       numRunning,
       numWaiting,
@@ -329,8 +325,8 @@ export class Scheduler {
       finished: requests.numFinished,
       aborted: requests.numAborted,
       rejected: requests.numRejected,
-      hostSlotsUsed: this.hostSlots.numUsed,
-      hostSlotsTotal: this.hostSlots.capacity,
+      hostSlotsUsed: hostSlots.numUsed,
+      hostSlotsTotal: hostSlots.capacity,
     };
   }
 }
