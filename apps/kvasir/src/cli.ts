@@ -1,5 +1,6 @@
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { benchCommand } from './commands/bench.js';
+import { evalCommand } from './commands/eval.js';
 import { generateCommand } from './commands/generate.js';
 import { infoCommand } from './commands/info.js';
 import { addEngineOptions, resolveEngineConfig } from './commands/options.js';
@@ -55,6 +56,50 @@ addEngineOptions(
     .option('--json', 'print one JSON object', false),
 ).action(async (opts, cmd: Command) => {
   await infoCommand(await resolveEngineConfig(cmd), opts.json);
+});
+
+addEngineOptions(
+  program
+    .command('eval')
+    .description(
+      'sliding-window perplexity over a text file, with KL divergence and top-1 agreement against a reference run',
+    )
+    .requiredOption('-f, --file <file>', 'UTF-8 text to evaluate')
+    .option('--ctx <n>', "window length in tokens (default min(512, the model's context))", int(2))
+    .option('--stride <n>', 'tokens between window starts (default ctx / 2)', int(1))
+    .option('--max-tokens <n>', "evaluate only the file's first n tokens", int(2))
+    .addOption(
+      new Option(
+        '--reference-kv-dtype <dtype>',
+        'KV dtype of the reference run (same model, backend, block size), or none',
+      )
+        .choices([
+          'f32',
+          'f16',
+          'int8',
+          'int8-h8',
+          'fp8-e4m3',
+          'fp8-e5m2',
+          'int4',
+          'int4-h32',
+          'none',
+        ])
+        .default('f32'),
+    )
+    .option('--tokens-out <file>', 'write the evaluated token ids (JSON array) here')
+    .option('--json', 'print one JSON object', false)
+    .option('--no-progress', 'no progress line on stderr'),
+).action(async (opts, cmd: Command) => {
+  await evalCommand(await resolveEngineConfig(cmd), {
+    file: opts.file,
+    ...(opts.ctx === undefined ? {} : { ctx: opts.ctx }),
+    ...(opts.stride === undefined ? {} : { stride: opts.stride }),
+    ...(opts.maxTokens === undefined ? {} : { maxTokens: opts.maxTokens }),
+    referenceKvDtype: opts.referenceKvDtype,
+    ...(opts.tokensOut ? { tokensOut: opts.tokensOut } : {}),
+    json: opts.json,
+    progress: opts.progress && process.stderr.isTTY === true,
+  });
 });
 
 program

@@ -63,7 +63,7 @@ async function run(built: BuiltEngine, request: GenerationRequest): Promise<Outc
   try {
     for await (const event of stream) {
       if (event.kind === 'delta') tokens.push(...event.tokenIds);
-      else cached = event.cachedPromptTokens;
+      else if (event.kind === 'usage') cached = event.cachedPromptTokens;
     }
   } catch (error) {
     return { tokens, cached, error };

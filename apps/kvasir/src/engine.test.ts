@@ -99,6 +99,7 @@ describe('KvasirEngine under random traffic', () => {
                 usage++;
                 continue;
               }
+              if (event.kind !== 'delta') continue;
               tokens[event.index]! += event.tokenIds.length;
               if (event.finishReason)
                 finished.set(event.index, (finished.get(event.index) ?? 0) + 1);

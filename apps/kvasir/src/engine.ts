@@ -206,11 +206,14 @@ export class KvasirEngine implements InferenceEngine {
       this.scheduler.add({
         id: request.id,
         promptTokenIds: request.promptTokens,
-        maxTokens: request.maxTokens,
+        // Scoring only (echo, max_tokens 0): one token is generated and never shown.
+        maxTokens: Math.max(1, request.maxTokens),
         n: request.n,
         stopTokenIds: [...stopTokens],
         ignoreEos: request.ignoreEos,
         extraKeys: this.#extraKeys,
+        // Cached prefix tokens would have no logits: prompt log-probabilities need them all.
+        ...(request.echo && request.logprobs !== undefined ? { skipPrefixCache: true } : {}),
       });
     } catch (error) {
       if (SchedulerError.isInstance(error)) {
@@ -332,6 +335,35 @@ export class KvasirEngine implements InferenceEngine {
     this.#live.delete(live.request.id);
   }
 
+  /**
+   * The plan's logits rows plus, after them, every prompt position of an echo request with
+   * log-probabilities that this step computes (its logits score the next prompt token);
+   * undefined when the plan has none, so other plans run as they are.
+   */
+  #promptLogitRows(
+    plan: BatchPlan,
+  ): { logitsIndices: Int32Array; owners: { live: LiveRequest; position: number }[] } | undefined {
+    let owners: { live: LiveRequest; position: number }[] | undefined;
+    const extra: number[] = [];
+    for (const row of plan.rows) {
+      if (!row.isPrefill) continue;
+      const live = this.#live.get(row.requestId);
+      if (!live?.request.echo || live.request.logprobs === undefined) continue;
+      const first = plan.positions[row.queryStart]!;
+      for (let i = 0; i < row.queryLen; i++) {
+        if (!live.needsPromptLogits(first + i)) continue;
+        owners ??= [];
+        owners.push({ live, position: first + i });
+        extra.push(row.queryStart + i);
+      }
+    }
+    if (!owners) return undefined;
+    const logitsIndices = new Int32Array(plan.logitsIndices.length + extra.length);
+    logitsIndices.set(plan.logitsIndices);
+    logitsIndices.set(extra, plan.logitsIndices.length);
+    return { logitsIndices, owners };
+  }
+
   async #runPlan(plan: BatchPlan): Promise<boolean> {
     const lost = new Set<string>();
     for (const c of this.#connectors) {
@@ -343,9 +375,19 @@ export class KvasirEngine implements InferenceEngine {
     let logprobs = new Float64Array(0);
     const numSamples = plan.logitsIndices.length;
     if (plan.numTokens > 0) {
-      const logits = await this.runner.forward(plan);
+      const prompt = this.#promptLogitRows(plan);
+      const logits = await this.runner.forward(
+        prompt ? { ...plan, logitsIndices: prompt.logitsIndices } : plan,
+      );
       for (const c of this.#connectors) c.afterForward?.(plan);
       const vocab = this.runner.facts.vocabSize;
+      if (prompt) {
+        // Before sampling: the first token of an echo request sends the prompt ahead of it.
+        prompt.owners.forEach(({ live, position }, k) => {
+          const at = (numSamples + k) * vocab;
+          live.recordPromptLogits(position, logits.subarray(at, at + vocab));
+        });
+      }
       tokenIds = new Int32Array(numSamples);
       logprobs = new Float64Array(numSamples);
       for (let i = 0; i < numSamples; i++) {

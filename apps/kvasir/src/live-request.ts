@@ -1,10 +1,11 @@
-import { type Sampler, SamplingState } from '@kvasir/model';
+import { logprobs as rowLogprobs, type Sampler, SamplingState } from '@kvasir/model';
 import type { RequestOutput } from '@kvasir/scheduler';
 import {
   EngineError,
   type FinishReason,
   type GenerationEvent,
   type GenerationRequest,
+  type PromptTokenLogprob,
   type TokenLogprob,
 } from '@kvasir/server/spec';
 import { AsyncQueue } from './async-queue.js';
@@ -36,6 +37,13 @@ export class LiveRequest {
   readonly #stopTokens: ReadonlySet<number>;
   readonly #codec: TextCodec;
   #ended = false;
+  /**
+   * Echo with log-probabilities: entry i scores prompt token i (entry 0 stays, nothing predicts
+   * it); filled from the prefill steps' logits, in any order, each position once.
+   */
+  readonly #promptLogprobs: (PromptTokenLogprob | undefined)[] | undefined;
+  #promptMissing = 0;
+  #promptSent = false;
 
   constructor(request: GenerationRequest, codec: TextCodec, stopTokens: ReadonlySet<number>) {
     this.request = request;
@@ -47,6 +55,68 @@ export class LiveRequest {
       generated: 0,
       finished: false,
     }));
+    if (request.echo && request.logprobs !== undefined) {
+      const tokens = request.promptTokens;
+      this.#promptLogprobs = Array.from({ length: tokens.length }, () => undefined);
+      this.#promptLogprobs[0] = {
+        tokenId: tokens[0]!,
+        token: codec.tokenText(tokens[0]!),
+        logprob: null,
+        top: null,
+      };
+      this.#promptMissing = tokens.length - 1;
+    }
+  }
+
+  /**
+   * Whether the forward pass must return the logits at `position` of the prompt (they score
+   * prompt token `position + 1`): true for an echo with log-probabilities, until recorded.
+   */
+  needsPromptLogits(position: number): boolean {
+    const lp = this.#promptLogprobs;
+    return lp !== undefined && position + 1 < lp.length && lp[position + 1] === undefined;
+  }
+
+  /** Records the logits row at prompt `position`: the log-probability of the next prompt token. */
+  recordPromptLogits(position: number, row: Float32Array): void {
+    const lp = this.#promptLogprobs;
+    if (!lp || !this.needsPromptLogits(position)) return;
+    const tokenId = this.request.promptTokens[position + 1]!;
+    const { logprob, top } = rowLogprobs(row, tokenId, this.request.logprobs ?? 0);
+    const codec = this.#codec;
+    lp[position + 1] = {
+      tokenId,
+      token: codec.tokenText(tokenId),
+      logprob,
+      top: top.map((t) => ({
+        tokenId: t.token,
+        token: codec.tokenText(t.token),
+        logprob: t.logprob,
+      })),
+    };
+    this.#promptMissing--;
+  }
+
+  /**
+   * Sends the echoed prompt once, before the first delta.
+   * @throws Error when a prompt position was never computed (the engine skipped its logits).
+   */
+  #sendPrompt(): void {
+    if (!this.request.echo || this.#promptSent) return;
+    const lp = this.#promptLogprobs;
+    if (lp && this.#promptMissing > 0) {
+      throw new Error(`${this.#promptMissing} prompt positions have no logits`);
+    }
+    const decoder = this.#codec.decoder();
+    let text = '';
+    for (const id of this.request.promptTokens) text += decoder.push(id);
+    text += decoder.flush();
+    this.#promptSent = true;
+    this.queue.push({
+      kind: 'prompt',
+      text,
+      ...(lp ? { logprobs: lp as PromptTokenLogprob[] } : {}),
+    });
   }
 
   /** True once the stream has ended (finished, aborted or failed). */
@@ -98,6 +168,13 @@ export class LiveRequest {
   ): void {
     const choice = this.#choices[index]!;
     if (choice.finished) return;
+    this.#sendPrompt();
+    if (this.request.maxTokens === 0) {
+      // Scoring only: the scheduler generates one token (it needs at least one), never shown.
+      choice.finished = true;
+      this.queue.push({ kind: 'delta', index, tokenIds: [], text: '', finishReason: 'length' });
+      return;
+    }
     choice.generated++;
     let finishReason: FinishReason | undefined;
     if (this.#stopTokens.has(token)) finishReason = 'stop';

@@ -60,6 +60,7 @@ export async function generateCommand(
         usage = `${event.promptTokens} prompt tokens (${event.cachedPromptTokens} cached), ${event.completionTokens} generated`;
         continue;
       }
+      if (event.kind !== 'delta') continue;
       const emission = out.push(event);
       if (!emission) continue;
       process.stdout.write(emission.text);
