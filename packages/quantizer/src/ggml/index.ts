@@ -1,3 +1,9 @@
+export {
+  type WgslGgmlOptions,
+  wgslGgmlDecodeName,
+  wgslGgmlDecoders,
+  wgslGgmlReaders,
+} from './ggml-decode.wgsl.js';
 export { IQ4_NL_VALUES } from './iq4-nl.js';
 export {
   GGML_BLOCK_FORMATS,
