@@ -1,3 +1,4 @@
+export { ggmlDot, ggmlMatVec } from './dot.js';
 export {
   type WgslGgmlOptions,
   wgslGgmlDecodeName,
