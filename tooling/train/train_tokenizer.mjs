@@ -16,14 +16,12 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
 const here = new URL('.', import.meta.url).pathname;
-const model = await import(join(here, '../../packages/model/dist/index.js'));
-const {
-  buildByteLevelTokenizerJson,
-  byteLevelAlphabet,
-  GPT2_SPLIT_PATTERN,
-  LLAMA3_CHAT_TEMPLATE,
-  ModelTokenizer,
-} = model;
+const { LLAMA3_CHAT_TEMPLATE, ModelTokenizer } = await import(
+  join(here, '../../packages/model/dist/index.js')
+);
+const { buildByteLevelTokenizerJson, byteLevelAlphabet, GPT2_SPLIT_PATTERN } = await import(
+  join(here, '../../packages/model/dist/formats.js')
+);
 
 /** Llama 3's names; ids 256–260 in this order (as the package's random checkpoint uses). */
 export const SPECIAL_TOKENS = [

@@ -1,12 +1,15 @@
+import { ropeInvFrequencies as kernelsInvFreq } from '@kvasir/attention-kernels';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   expectedTensors,
+  type ModelConfig,
   makeModelConfig,
   parameterCount,
   parseHfConfig,
-  ropeInvFrequencies,
+  ropeConfig,
   toHfConfig,
+  validateModelConfig,
 } from './config.js';
 import { ModelError } from './errors.js';
 
@@ -323,7 +326,10 @@ describe('toHfConfig', () => {
   });
 });
 
-describe('ropeInvFrequencies', () => {
+// The config's RoPE, computed by @kvasir/attention-kernels through ropeConfig.
+const ropeInvFrequencies = (c: ModelConfig) => kernelsInvFreq(ropeConfig(c, 1));
+
+describe('ropeConfig', () => {
   it('is theta^(-2i/d) without scaling', () => {
     const c = parseHfConfig(LLAMA2_7B);
     const f = ropeInvFrequencies(c);
@@ -368,6 +374,29 @@ describe('ropeInvFrequencies', () => {
     for (let i = 0; i < 4; i++) {
       expect(lin[i]).toBeCloseTo(p[i]! / 4, 15);
       expect(ff[i]).toBeCloseTo(p[i]! / (i + 1), 15);
+    }
+  });
+
+  it('refuses a theta or scaling the kernels cannot use as INVALID_CONFIG, by name', () => {
+    const base = makeModelConfig({
+      hiddenSize: 16,
+      intermediateSize: 8,
+      numLayers: 1,
+      numHeads: 2,
+      vocabSize: 10,
+    });
+    const cases: [Partial<ModelConfig>, RegExp][] = [
+      [{ ropeTheta: 1 }, /rope_theta/],
+      [{ ropeScaling: { type: 'linear', factor: 0 } }, /rope scaling factors/],
+      [{ ropeScaling: { type: 'freq-factors', factors: [1, 2, -1, 4] } }, /rope scaling factors/],
+    ];
+    for (const [patch, message] of cases) {
+      expect(() => validateModelConfig({ ...base, ...patch })).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_CONFIG',
+          message: expect.stringMatching(message),
+        }),
+      );
     }
   });
 });

@@ -1,3 +1,4 @@
+import type { Llama3RopeScaling, RopeConfig } from '@kvasir/attention-kernels';
 import { ModelError } from './errors.js';
 
 /** Model families this package runs; all share the Llama block structure. */
@@ -14,13 +15,7 @@ export type Architecture = 'llama' | 'mistral' | 'qwen2';
  */
 export type RopeScaling =
   | { readonly type: 'linear'; readonly factor: number }
-  | {
-      readonly type: 'llama3';
-      readonly factor: number;
-      readonly lowFreqFactor: number;
-      readonly highFreqFactor: number;
-      readonly originalMaxPositionEmbeddings: number;
-    }
+  | ({ readonly type: 'llama3' } & Llama3RopeScaling)
   | { readonly type: 'freq-factors'; readonly factors: readonly number[] };
 
 /**
@@ -280,8 +275,9 @@ export function validateModelConfig(c: ModelConfig): void {
     );
   }
   if (c.headDim % 2 !== 0) throw bad(`model config: head_dim (${c.headDim}) must be even for RoPE`);
-  if (!(c.rmsNormEps > 0) || !(c.ropeTheta > 0)) {
-    throw bad('model config: rms_norm_eps and rope_theta must be positive');
+  if (!(c.rmsNormEps > 0)) throw bad('model config: rms_norm_eps must be positive');
+  if (!(c.ropeTheta > 1 && Number.isFinite(c.ropeTheta))) {
+    throw bad(`model config: rope_theta must be finite and above 1, got ${c.ropeTheta}`);
   }
   if (c.slidingWindow !== null && (!Number.isInteger(c.slidingWindow) || c.slidingWindow <= 0)) {
     throw bad('model config: sliding_window must be a positive integer or null');
@@ -301,6 +297,25 @@ export function validateModelConfig(c: ModelConfig): void {
     throw bad(
       `model config: rope freq factors have ${s.factors.length} entries, head_dim / 2 is ${c.headDim / 2}`,
     );
+  }
+  const factors =
+    s?.type === 'freq-factors'
+      ? s.factors
+      : s?.type === 'llama3'
+        ? [
+            s.factor,
+            s.lowFreqFactor,
+            s.highFreqFactor - s.lowFreqFactor,
+            s.originalMaxPositionEmbeddings,
+          ]
+        : s
+          ? [s.factor]
+          : [];
+  // What @kvasir/attention-kernels' RoPE accepts, refused here as a config error.
+  if (!factors.every((f) => f > 0 && Number.isFinite(f))) {
+    throw bad('model config: rope scaling factors must be finite and positive', {
+      ropeScaling: s,
+    });
   }
 }
 
@@ -436,39 +451,30 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
 }
 
 /**
- * The RoPE inverse frequencies of each rotation pair (`headDim / 2` values), with the config's
- * scaling applied: `invFreq[i] = theta^(-2i/headDim)` adjusted by linear, Llama-3 or explicit
- * per-pair factors. Pair `i` rotates dims `(i, i + headDim/2)` in the HF rotate-half convention.
- * Computed in float64, as transformers does before casting.
+ * The RoPE of a config as `@kvasir/attention-kernels` computes it (rotate-half, the HF
+ * convention; its `ropeInvFrequencies` / `ropeTables` / `applyRopeReference` are the one
+ * implementation): Llama-3 scaling as `scaling`, linear scaling and GGUF's explicit per-pair
+ * factors as `freqFactors`.
+ *
+ * @param maxPosition - positions the tables must cover (their row count).
  */
-export function ropeInvFrequencies(c: ModelConfig): Float64Array {
-  const half = c.headDim / 2;
-  const inv = new Float64Array(half);
-  for (let i = 0; i < half; i++) inv[i] = 1 / c.ropeTheta ** ((2 * i) / c.headDim);
+export function ropeConfig(c: ModelConfig, maxPosition: number): RopeConfig {
   const s = c.ropeScaling;
-  if (!s) return inv;
-  if (s.type === 'linear') {
-    for (let i = 0; i < half; i++) inv[i] = inv[i]! / s.factor;
-  } else if (s.type === 'freq-factors') {
-    for (let i = 0; i < half; i++) inv[i] = inv[i]! / s.factors[i]!;
-  } else {
-    const lowFreqWavelen = s.originalMaxPositionEmbeddings / s.lowFreqFactor;
-    const highFreqWavelen = s.originalMaxPositionEmbeddings / s.highFreqFactor;
-    for (let i = 0; i < half; i++) {
-      const f = inv[i]!;
-      const wavelen = (2 * Math.PI) / f;
-      if (wavelen < highFreqWavelen) continue;
-      if (wavelen > lowFreqWavelen) {
-        inv[i] = f / s.factor;
-        continue;
-      }
-      const smooth =
-        (s.originalMaxPositionEmbeddings / wavelen - s.lowFreqFactor) /
-        (s.highFreqFactor - s.lowFreqFactor);
-      inv[i] = (1 - smooth) * (f / s.factor) + smooth * f;
-    }
+  const base: RopeConfig = {
+    numQHeads: c.numHeads,
+    numKvHeads: c.numKvHeads,
+    headDim: c.headDim,
+    style: 'rotate-half',
+    theta: c.ropeTheta,
+    maxPosition,
+  };
+  if (s?.type === 'llama3') {
+    const { type: _, ...scaling } = s;
+    return { ...base, scaling };
   }
-  return inv;
+  if (s?.type === 'linear') return { ...base, freqFactors: Array(c.headDim / 2).fill(s.factor) };
+  if (s?.type === 'freq-factors') return { ...base, freqFactors: s.factors };
+  return base;
 }
 
 /** Parameter count of a config (embedding counted once when tied). */

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { maxRelDiff } from '../testing/compare.js';
 import { goldenFixtureSuite } from '../testing/golden-suite.js';
 import {
   mergePlans,
@@ -9,7 +10,6 @@ import {
   tinyConfig,
 } from '../testing/model.js';
 import { modelSuite } from '../testing/model-suite.js';
-import { maxRelDiff } from '../testing/random.js';
 import { loadModel } from './model.js';
 
 modelSuite('webgpu');

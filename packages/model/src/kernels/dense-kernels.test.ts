@@ -1,6 +1,7 @@
+import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { maxRelDiff } from '../testing/compare.js';
 import { readF32, runPass, storage, testDevice, uniformU32 } from '../testing/gpu.js';
-import { maxRelDiff, randomF32 } from '../testing/random.js';
 import { DenseKernels, type GpuWeight } from './dense-kernels.js';
 import {
   addRef,
@@ -37,10 +38,10 @@ function upload(w: PackedWeight): GpuWeight {
 describe('CPU matmul reference', () => {
   it('equals a plain triple loop over the decoded weight', () => {
     const [m, n, k] = [3, 6, 8];
-    const x = randomF32(m * k, 1);
-    const w = packWeight(randomF32(n * k, 2), n, k, 'f16');
+    const x = randomFloats(seededRandom(1), m * k);
+    const w = packWeight(randomFloats(seededRandom(2), n * k), n, k, 'f16');
     const dense = unpackWeight(w);
-    const bias = randomF32(n, 3);
+    const bias = randomFloats(seededRandom(3), n);
     const y = matmulRef(x, m, w, { bias });
     for (let i = 0; i < m; i++)
       for (let j = 0; j < n; j++) {
@@ -72,14 +73,14 @@ describe('matmul kernels vs CPU reference', () => {
   cases.push(['f16', 'store', true], ['int8', 'swiglu', true]);
 
   it.each(cases)('%s weights, %s epilogue, bias %s', async (format, epilogue, hasBias) => {
-    const packed = packWeight(randomF32(n * k, 11), n, k, format, 8);
+    const packed = packWeight(randomFloats(seededRandom(11), n * k), n, k, format, 8);
     const w = upload(packed);
-    const bias = hasBias ? randomF32(n, 12) : undefined;
+    const bias = hasBias ? randomFloats(seededRandom(12), n) : undefined;
     const biasBuf = bias ? storage(device, bias) : undefined;
     for (const m of ms) {
-      const x = randomF32(m * k, 100 + m);
+      const x = randomFloats(seededRandom(100 + m), m * k);
       const outCols = epilogue === 'swiglu' ? n / 2 : n;
-      const residual = randomF32(m * outCols, 200 + m);
+      const residual = randomFloats(seededRandom(200 + m), m * outCols);
       const expected = matmulRef(x, m, packed, {
         bias,
         epilogue,
@@ -98,8 +99,8 @@ describe('matmul kernels vs CPU reference', () => {
 describe('norm, embedding and element-wise kernels vs CPU reference', () => {
   it('RMSNorm over all rows and over gathered rows', async () => {
     const [m, h, eps] = [5, 96, 1e-5];
-    const x = randomF32(m * h, 21, 3);
-    const weight = randomF32(h, 22);
+    const x = randomFloats(seededRandom(21), m * h, 3);
+    const weight = randomFloats(seededRandom(22), h);
     const xb = storage(device, x);
     const wb = storage(device, weight);
     const y = storage(device, m * h * 4);
@@ -126,7 +127,7 @@ describe('norm, embedding and element-wise kernels vs CPU reference', () => {
 
   it.each(['f32', 'f16', 'int8'] as const)('embedding gather from %s table', async (format) => {
     const [vocab, h] = [50, 32];
-    const table = packWeight(randomF32(vocab * h, 31), vocab, h, format, 16);
+    const table = packWeight(randomFloats(seededRandom(31), vocab * h), vocab, h, format, 16);
     const ids = new Int32Array([3, 49, 0, 3, 17]);
     const y = storage(device, ids.length * h * 4);
     const op = kernels.embedding({ ids: storage(device, ids), table: upload(table), y });
@@ -168,9 +169,9 @@ describe('norm, embedding and element-wise kernels vs CPU reference', () => {
   it('SwiGLU, residual add and bias add', async () => {
     const [m, n] = [7, 300];
     const count = m * n;
-    const a = randomF32(count, 41, 4);
-    const b = randomF32(count, 42, 4);
-    const bias = randomF32(n, 43);
+    const a = randomFloats(seededRandom(41), count, 4);
+    const b = randomFloats(seededRandom(42), count, 4);
+    const bias = randomFloats(seededRandom(43), n);
     const params = uniformU32(device, count, n);
 
     const out = storage(device, count * 4);

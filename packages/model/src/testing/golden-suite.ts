@@ -6,8 +6,8 @@ import { parseHfConfig } from '../config.js';
 import { loadModel } from '../execution/model.js';
 import golden from '../fixtures/golden-logits.json' with { type: 'json' };
 import { writeRandomCheckpoint } from '../formats/random-checkpoint.js';
+import { maxRelDiff } from './compare.js';
 import { seqPlan, testGpu } from './model.js';
-import { maxRelDiff } from './random.js';
 
 /**
  * The golden PyTorch fixture on one backend: each case's random checkpoint, prefilled on

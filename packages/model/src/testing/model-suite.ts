@@ -6,6 +6,7 @@ import { generate } from '../execution/generate.js';
 import { type LoadModelOptions, loadModel, type Model } from '../execution/model.js';
 import { convertToGguf } from '../formats/gguf/convert.js';
 import { openCheckpoint } from '../formats/open-checkpoint.js';
+import { maxRelDiff } from './compare.js';
 import {
   mergePlans,
   releaseTestGpu,
@@ -16,7 +17,6 @@ import {
   tinyConfig,
 } from './model.js';
 import { klDivergence, naiveForward } from './naive-forward.js';
-import { maxRelDiff } from './random.js';
 
 function argmax(x: Float32Array): number {
   let b = 0;

@@ -2,7 +2,8 @@
 // cache, no packed weights and no shared code with the engine's kernels: the independent
 // "full recompute" the paged forward is checked against.
 
-import { ropeInvFrequencies } from '../config.js';
+import { ropeInvFrequencies } from '@kvasir/attention-kernels';
+import { ropeConfig } from '../config.js';
 import type { CheckpointReader } from '../formats/checkpoint-reader.js';
 
 /** Logits `[tokens.length][vocab]` of a causal forward over `tokens` from position 0. */
@@ -43,7 +44,7 @@ export async function naiveForward(
     }
     return y;
   };
-  const inv = ropeInvFrequencies(c);
+  const inv = ropeInvFrequencies(ropeConfig(c, 1));
   const rope = (x: Float64Array, heads: number) => {
     for (let p = 0; p < t; p++)
       for (let h = 0; h < heads; h++)

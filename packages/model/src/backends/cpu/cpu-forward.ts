@@ -1,8 +1,13 @@
+import {
+  applyRopeReference,
+  type RopeConfig,
+  type RopeTables,
+  ropeTables,
+} from '@kvasir/attention-kernels';
 import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
-import type { ModelConfig } from '../../config.js';
+import { type ModelConfig, ropeConfig } from '../../config.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
-import { applyRopeRows, ropeTables } from '../../execution/rope.js';
 import type { ModelWeights } from '../../execution/weights.js';
 import { embeddingRef, matmulRef, rmsNormRef } from '../../kernels/reference.js';
 import type { PackedWeight } from '../../kernels/weight-format.js';
@@ -128,11 +133,7 @@ export function pagedAttentionCpu(
  */
 export class CpuForward {
   readonly caches: Uint32Array[];
-  #rope: { cos: Float32Array; sin: Float32Array; positions: number } = {
-    cos: new Float32Array(0),
-    sin: new Float32Array(0),
-    positions: 0,
-  };
+  #rope: { config: RopeConfig; tables: RopeTables } | undefined;
 
   constructor(
     readonly config: ModelConfig,
@@ -142,10 +143,11 @@ export class CpuForward {
     this.caches = Array.from({ length: config.numLayers }, () => new Uint32Array(spec.layerWords));
   }
 
-  #ropeFor(maxPos: number) {
-    if (maxPos > this.#rope.positions) {
-      const positions = Math.max(maxPos, 2 * this.#rope.positions, 256);
-      this.#rope = { ...ropeTables(this.config, positions), positions };
+  #ropeFor(maxPos: number): { config: RopeConfig; tables: RopeTables } {
+    const have = this.#rope?.config.maxPosition ?? 0;
+    if (!this.#rope || maxPos > have) {
+      const config = ropeConfig(this.config, Math.max(maxPos, 2 * have, 256));
+      this.#rope = { config, tables: ropeTables(config) };
     }
     return this.#rope;
   }
@@ -168,6 +170,7 @@ export class CpuForward {
       }
     }
     const rope = this.#ropeFor(Math.max(...Array.from(plan.positions)) + 1);
+    const positions = Uint32Array.from(plan.positions);
     const x = embeddingRef(plan.tokenIds, w.embed);
     const attn = new Float32Array(t * c.numHeads * d);
     for (let l = 0; l < c.numLayers; l++) {
@@ -177,10 +180,8 @@ export class CpuForward {
       const q = matmulRef(xn, t, lw.q, { bias: lw.qBias });
       const k = matmulRef(xn, t, lw.k, { bias: lw.kBias });
       const v = matmulRef(xn, t, lw.v, { bias: lw.vBias });
+      applyRopeReference(rope.config, rope.tables, q, k, positions);
       for (let i = 0; i < t; i++) {
-        const pos = plan.positions[i] as number;
-        applyRopeRows(q, i * c.numHeads * d, c.numHeads, d, rope.cos, rope.sin, pos);
-        applyRopeRows(k, i * c.numKvHeads * d, c.numKvHeads, d, rope.cos, rope.sin, pos);
         const slot = plan.slotMapping[i] as number;
         if (slot < 0) continue;
         for (let kh = 0; kh < c.numKvHeads; kh++) {

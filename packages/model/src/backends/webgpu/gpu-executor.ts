@@ -3,16 +3,16 @@ import {
   PAGED_ATTENTION_HEAD_DIMS,
   PagedDecodeAttention,
   PagedPrefillAttention,
+  ropeTables,
   WriteKvCache,
 } from '@kvasir/attention-kernels';
 import { createGpu, type Gpu } from '@kvasir/gpu';
-import type { ModelConfig } from '../../config.js';
+import { type ModelConfig, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import type { Executor, ExecutorContext } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { gpuKvBlockIo, type KvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
-import { ropeTables } from '../../execution/rope.js';
 import { loadWeights, type ModelWeights, type WeightAllocator } from '../../execution/weights.js';
 import { DenseKernels, type GpuWeight } from '../../kernels/dense-kernels.js';
 import { ropeKvWriteWgsl } from '../../kernels/rope-kv-write.wgsl.js';
@@ -266,7 +266,7 @@ class GpuForward implements Executor {
     const buf = (label: string, bytes: number) =>
       dev.createBuffer({ label, size: Math.max(16, bytes), usage: STORAGE });
     const d = c.headDim;
-    const rope = ropeTables(c, ropePositions);
+    const rope = ropeTables(ropeConfig(c, ropePositions));
     const next: Scratch = {
       tokens,
       logits,

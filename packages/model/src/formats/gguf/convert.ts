@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { expectedTensors, ropeInvFrequencies } from '../../config.js';
+import { ropeInvFrequencies } from '@kvasir/attention-kernels';
+import { expectedTensors, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import { ggufTokenizerMetadata } from '../../tokenizer/gguf-tokenizer.js';
 import type { CheckpointReader } from '../checkpoint-reader.js';
@@ -91,8 +92,8 @@ export async function convertToGguf(
 
     const tensors: GgufTensorToWrite[] = [];
     if (c.ropeScaling?.type === 'llama3' || c.ropeScaling?.type === 'freq-factors') {
-      const scaled = ropeInvFrequencies(c);
-      const plain = ropeInvFrequencies({ ...c, ropeScaling: null });
+      const scaled = ropeInvFrequencies(ropeConfig(c, 1));
+      const plain = ropeInvFrequencies(ropeConfig({ ...c, ropeScaling: null }, 1));
       const factors = new Float32Array(scaled.length);
       for (let i = 0; i < factors.length; i++) factors[i] = plain[i]! / scaled[i]!;
       tensors.push({

@@ -1,9 +1,10 @@
 import { open as fsOpen, mkdtemp, readFile, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ropeInvFrequencies } from '@kvasir/attention-kernels';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { makeModelConfig, ropeInvFrequencies } from '../../config.js';
+import { makeModelConfig, ropeConfig } from '../../config.js';
 import { expectModelError } from '../../testing/checkpoint.js';
 import { ModelTokenizer } from '../../tokenizer/tokenizer.js';
 import { dequantizeQ8_0, f16BitsToF32, quantizeQ8_0 } from '../dtype.js';
@@ -115,8 +116,8 @@ describe('GGUF', () => {
       expect(restGg).toMatchObject({ ...restHf, rmsNormEps: Math.fround(restHf.rmsNormEps) });
       expect(a?.type).toBe('llama3');
       expect(b?.type).toBe('freq-factors');
-      const fa = ropeInvFrequencies(hf.config);
-      const fb = ropeInvFrequencies(gg.config);
+      const fa = ropeInvFrequencies(ropeConfig(hf.config, 1));
+      const fb = ropeInvFrequencies(ropeConfig(gg.config, 1));
       for (let i = 0; i < fa.length; i++) expect(Math.abs(fb[i]! / fa[i]! - 1)).toBeLessThan(1e-6);
       expect(gg.metadata.get('general.architecture')).toBe('llama');
     } finally {
