@@ -15,8 +15,12 @@ import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
 const here = new URL('.', import.meta.url).pathname;
-const { convertToGguf, generate, hfToGgufName, loadModel, ModelTokenizer, openCheckpoint } =
-  await import(join(here, '../../packages/model/dist/index.js'));
+const { generate, loadModel, ModelTokenizer, openCheckpoint } = await import(
+  join(here, '../../packages/model/dist/index.js')
+);
+const { convertToGguf, hfToGgufName } = await import(
+  join(here, '../../packages/model/dist/formats.js')
+);
 
 const { values } = parseArgs({
   options: {
