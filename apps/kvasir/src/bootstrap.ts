@@ -1,6 +1,12 @@
 import { basename, resolve } from 'node:path';
 import { defaultCacheDir, type EngineConfig } from './config.js';
-import { DEFAULT_MODEL_NAME, ensureDefaultModel } from './default-model.js';
+import {
+  DEFAULT_MODEL_NAME,
+  DEFAULT_MODEL_PATH,
+  ensureRandomModel,
+  RANDOM_MODEL,
+  RANDOM_MODEL_NAME,
+} from './default-model.js';
 import { KvasirEngine } from './engine.js';
 import { loadEvictionPolicy } from './eviction.js';
 import { deviceMemory, type MemoryPlan, planMemory } from './memory-plan.js';
@@ -13,8 +19,10 @@ export interface BuiltEngine {
   readonly model: LoadedModel;
   readonly plan: MemoryPlan;
   readonly modelPath: string;
-  /** True when serving the embedded random-weight default. */
+  /** True when serving the default model (kvasir-mini from `@kvasir/mini-model`). */
   readonly isDefaultModel: boolean;
+  /** True when serving the seeded random-weight model (`--model random`). */
+  readonly isRandomModel: boolean;
   /** Names of the offload tiers in order (`host`, `disk`, `redis`). */
   readonly offloadTiers: readonly string[];
   /** What preemption does: recompute, or swap and where to. */
@@ -23,16 +31,23 @@ export interface BuiltEngine {
   close(): Promise<void>;
 }
 
-/** Resolves the model path, creating the embedded default model when none is configured. */
+/**
+ * Resolves the model path: the configured directory or `.gguf` file, the default model
+ * (kvasir-mini) when none is configured, or the random-weight model, written on first use, for
+ * `random`.
+ */
 export async function resolveModelPath(
   config: EngineConfig,
-): Promise<{ path: string; isDefault: boolean }> {
-  if (config.model) return { path: resolve(config.model), isDefault: false };
-  const dir = await ensureDefaultModel(
-    config.cacheDir ?? defaultCacheDir(),
-    config.defaultModelSeed,
-  );
-  return { path: dir, isDefault: true };
+): Promise<{ path: string; isDefault: boolean; isRandom: boolean }> {
+  if (config.model === RANDOM_MODEL) {
+    const dir = await ensureRandomModel(
+      config.cacheDir ?? defaultCacheDir(),
+      config.defaultModelSeed,
+    );
+    return { path: dir, isDefault: false, isRandom: true };
+  }
+  if (config.model) return { path: resolve(config.model), isDefault: false, isRandom: false };
+  return { path: DEFAULT_MODEL_PATH, isDefault: true, isRandom: false };
 }
 
 /** Loads the model and plans memory without starting an engine (`kvasir info`). */
@@ -41,8 +56,9 @@ export async function loadAndPlan(config: EngineConfig): Promise<{
   plan: MemoryPlan;
   path: string;
   isDefault: boolean;
+  isRandom: boolean;
 }> {
-  const { path, isDefault } = await resolveModelPath(config);
+  const { path, isDefault, isRandom } = await resolveModelPath(config);
   const model = await loadModelRunner(path, config);
   const memory = deviceMemory(config.gpuMemoryBytes, model.device);
   const plan = planMemory({
@@ -55,7 +71,7 @@ export async function loadAndPlan(config: EngineConfig): Promise<{
     maxBindingBytes: model.maxBindingBytes,
     ...(config.numGpuBlocks === undefined ? {} : { numBlocksOverride: config.numGpuBlocks }),
   });
-  return { model, plan, path, isDefault };
+  return { model, plan, path, isDefault, isRandom };
 }
 
 /**
@@ -66,7 +82,7 @@ export async function buildEngine(
   config: EngineConfig,
   options: { readonly log?: (line: string) => void } = {},
 ): Promise<BuiltEngine> {
-  const { model, plan, path, isDefault } = await loadAndPlan(config);
+  const { model, plan, path, isDefault, isRandom } = await loadAndPlan(config);
   let evictionPolicy: Awaited<ReturnType<typeof loadEvictionPolicy>>;
   let offload: Awaited<ReturnType<typeof openOffloadTiers>> | undefined;
   let preemption: SwapSpace;
@@ -82,7 +98,11 @@ export async function buildEngine(
   const runner = await model.allocate(plan.numBlocks);
   const servedModelName =
     config.servedModelName ??
-    (isDefault ? DEFAULT_MODEL_NAME : basename(path).replace(/\.gguf$/i, ''));
+    (isDefault
+      ? DEFAULT_MODEL_NAME
+      : isRandom
+        ? RANDOM_MODEL_NAME
+        : basename(path).replace(/\.gguf$/i, ''));
   const engine = new KvasirEngine({
     runner,
     config,
@@ -97,6 +117,7 @@ export async function buildEngine(
     plan,
     modelPath: path,
     isDefaultModel: isDefault,
+    isRandomModel: isRandom,
     offloadTiers: offload ? offload.tiers.map((t) => t.tier) : [],
     preemption,
     async close() {

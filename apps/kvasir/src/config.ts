@@ -36,7 +36,10 @@ const offloadConfigSchema = z.strictObject({
  * unknown key (a typo such as `prot`) is refused, not ignored.
  */
 export const engineConfigSchema = z.strictObject({
-  /** HF directory or `.gguf` file; empty = the embedded random default model. */
+  /**
+   * HF directory or `.gguf` file; empty = the default model, kvasir-mini (`@kvasir/mini-model`);
+   * `random` = the seeded random-weight model (for tests).
+   */
   model: z.string().optional(),
   /** Name clients pass as `model`; default: the directory's name. */
   servedModelName: z.string().min(1).optional(),
@@ -76,9 +79,9 @@ export const engineConfigSchema = z.strictObject({
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8000),
   apiKey: z.string().optional(),
-  /** Where the embedded default model is created. */
+  /** Where the random-weight model (`model: 'random'`) is written. */
   cacheDir: z.string().optional(),
-  /** Seed of the embedded default model's weights. */
+  /** Seed of the random-weight model's weights. */
   defaultModelSeed: z.number().int().default(1234),
 });
 

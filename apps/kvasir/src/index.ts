@@ -13,7 +13,15 @@ export {
   parseEngineConfig,
   readConfigFile,
 } from './config.js';
-export { DEFAULT_MODEL_NAME, defaultModelConfig, ensureDefaultModel } from './default-model.js';
+export {
+  DEFAULT_MODEL_NAME,
+  DEFAULT_MODEL_PATH,
+  describeDefaultModel,
+  ensureRandomModel,
+  RANDOM_MODEL,
+  RANDOM_MODEL_NAME,
+  randomModelConfig,
+} from './default-model.js';
 export type { KvasirEngineOptions, PrefixOffloadStats } from './engine.js';
 export { KvasirEngine } from './engine.js';
 export type { KvasirAppErrorCode } from './errors.js';

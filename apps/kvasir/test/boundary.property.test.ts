@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_MODEL_NAME } from '../src/default-model.js';
+import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 import { API_KEY, type ServerProcess, startServer } from './harness.js';
 
-// The HTTP boundary of the real `kvasir serve` process (built CLI, embedded default model, CPU
+// The HTTP boundary of the real `kvasir serve` process (built CLI, --model random, CPU
 // backend) under random and mutated bodies: client input never gets a 5xx, never stops the
 // engine, and a fixed greedy request answers the same before and after.
 
@@ -28,7 +28,7 @@ async function post(path: string, body: string): Promise<{ status: number; text:
 }
 
 const fixed = JSON.stringify({
-  model: DEFAULT_MODEL_NAME,
+  model: RANDOM_MODEL_NAME,
   prompt: 'The paged KV cache',
   max_tokens: 8,
   temperature: 0,
@@ -36,13 +36,13 @@ const fixed = JSON.stringify({
 });
 
 const completionBase = {
-  model: DEFAULT_MODEL_NAME,
+  model: RANDOM_MODEL_NAME,
   prompt: 'Hello',
   max_tokens: 4,
   temperature: 0,
 };
 const chatBase = {
-  model: DEFAULT_MODEL_NAME,
+  model: RANDOM_MODEL_NAME,
   messages: [{ role: 'user', content: 'Hello' }],
   max_tokens: 4,
 };

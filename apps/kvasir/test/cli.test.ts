@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 import { CACHE_DIR, CLI, startServer } from './harness.js';
 
 const run = promisify(execFile);
@@ -22,12 +23,15 @@ describe('kvasir CLI commands (built CLI)', () => {
       'cpu',
       '--cache-dir',
       CACHE_DIR,
+      '--model',
+      'random',
       '--gpu-memory-bytes',
       '64MiB',
     ]);
     const info = JSON.parse(stdout);
     const plan = info.memory_plan;
-    expect(info.model.embedded_default).toBe(true);
+    expect(info.model.random_weights).toBe(true);
+    expect(info.model.id).toBe(RANDOM_MODEL_NAME);
     expect(info.kv_cache.bytes_per_token).toBe(
       2 * info.model.layers * info.model.kv_heads * info.model.head_dim * 4,
     );
@@ -46,6 +50,8 @@ describe('kvasir CLI commands (built CLI)', () => {
       'cpu',
       '--cache-dir',
       CACHE_DIR,
+      '--model',
+      'random',
       '-n',
       '8',
       '--seed',
@@ -60,6 +66,8 @@ describe('kvasir CLI commands (built CLI)', () => {
       'cpu',
       '--cache-dir',
       CACHE_DIR,
+      '--model',
+      'random',
       '-n',
       '8',
       '--seed',
@@ -86,6 +94,8 @@ describe('kvasir CLI commands (built CLI)', () => {
       'cpu',
       '--cache-dir',
       CACHE_DIR,
+      '--model',
+      'random',
       '--rate',
       '50',
       '--concurrency',

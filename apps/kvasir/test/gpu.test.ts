@@ -1,16 +1,16 @@
 import type OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_MODEL_NAME } from '../src/default-model.js';
+import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 import { startServer } from './harness.js';
 
 describe('WebGPU backend smoke test (software adapter in CI)', () => {
-  it('serves the default model on WebGPU with the same greedy tokens as the CPU backend', async () => {
+  it('serves the random model on WebGPU with the same greedy tokens as the CPU backend', async () => {
     const ask = async (backend: string) => {
       const server = await startServer(['--backend', backend, '--num-gpu-blocks', '64']);
       try {
         expect(server.output()).toMatch(/backend\s+\S+/);
         const res = (await server.client.completions.create({
-          model: DEFAULT_MODEL_NAME,
+          model: RANDOM_MODEL_NAME,
           prompt: 'WebGPU smoke test',
           max_tokens: 4,
           temperature: 0,
@@ -42,7 +42,7 @@ describe('swap preemption on the WebGPU backend', () => {
       const server = await startServer(['--backend', 'webgpu', ...args]);
       const one = async (prompt: string) => {
         const res = (await server.client.completions.create({
-          model: DEFAULT_MODEL_NAME,
+          model: RANDOM_MODEL_NAME,
           prompt,
           max_tokens: 40,
           temperature: 0,

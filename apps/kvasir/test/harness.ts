@@ -8,7 +8,7 @@ import OpenAI from 'openai';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** The built CLI the end-to-end tests run. */
 export const CLI = join(root, 'dist', 'cli.js');
-/** One cache directory per test run: the default model is created once in it. */
+/** One cache directory per test run: the random-weight model is written once in it. */
 export const CACHE_DIR = process.env.KVASIR_E2E_CACHE ?? mkdtempSync(join(tmpdir(), 'kvasir-e2e-'));
 export const API_KEY = 'sk-kvasir-e2e';
 
@@ -27,11 +27,33 @@ export interface ServerProcess {
   stop(): Promise<number | null>;
 }
 
-/** Starts `node dist/cli.js serve --port 0 ...args` and waits for its banner. */
-export async function startServer(args: readonly string[]): Promise<ServerProcess> {
+/**
+ * Starts `node dist/cli.js serve --port 0 ...args` and waits for its banner. The model is the
+ * seeded random-weight one (`--model random`: quick to load, served as `RANDOM_MODEL_NAME`)
+ * unless `args` name another, or `defaultModel` asks for the default (kvasir-mini).
+ */
+export async function startServer(
+  args: readonly string[],
+  options: { readonly defaultModel?: boolean } = {},
+): Promise<ServerProcess> {
+  const model =
+    options.defaultModel || args.includes('--model') || args.includes('-m')
+      ? []
+      : ['--model', 'random'];
   const child = spawn(
     process.execPath,
-    [CLI, 'serve', '--port', '0', '--cache-dir', CACHE_DIR, '--api-key', API_KEY, ...args],
+    [
+      CLI,
+      'serve',
+      '--port',
+      '0',
+      '--cache-dir',
+      CACHE_DIR,
+      '--api-key',
+      API_KEY,
+      ...model,
+      ...args,
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVASIR_API_KEY: '' } },
   );
   let out = '';

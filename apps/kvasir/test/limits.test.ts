@@ -1,6 +1,6 @@
 import type OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_MODEL_NAME } from '../src/default-model.js';
+import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 import { eventually, startServer } from './harness.js';
 
 async function fail(p: Promise<unknown>) {
@@ -23,7 +23,7 @@ describe('admission limits and graceful shutdown (built CLI)', () => {
       '1',
     ]);
     const long = {
-      model: DEFAULT_MODEL_NAME,
+      model: RANDOM_MODEL_NAME,
       prompt: 'occupy the only sequence slot',
       max_tokens: 400,
       ignore_eos: true,
@@ -34,7 +34,7 @@ describe('admission limits and graceful shutdown (built CLI)', () => {
     const b = await server.client.completions.create(long as never);
     const refused = await fail(
       server.client.completions.create({
-        model: DEFAULT_MODEL_NAME,
+        model: RANDOM_MODEL_NAME,
         prompt: 'one too many',
         max_tokens: 1,
       }),
@@ -49,7 +49,7 @@ describe('admission limits and graceful shutdown (built CLI)', () => {
     );
     const draining = await fail(
       server.client.completions.create({
-        model: DEFAULT_MODEL_NAME,
+        model: RANDOM_MODEL_NAME,
         prompt: 'too late',
         max_tokens: 1,
       }),

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { type RedisServerHandle, startRedisServer } from '@kvasir/offload/testing';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_MODEL_NAME } from '../src/default-model.js';
+import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 import { eventually, type ServerProcess, startServer } from './harness.js';
 
 const PROMPTS = [
@@ -18,7 +18,7 @@ const PROMPTS = [
 async function runAll(server: ServerProcess, concurrent: boolean): Promise<string[]> {
   const one = async (prompt: string, i: number) => {
     const res = (await server.client.completions.create({
-      model: DEFAULT_MODEL_NAME,
+      model: RANDOM_MODEL_NAME,
       prompt,
       max_tokens: 48,
       temperature: 0.8,
@@ -138,7 +138,7 @@ export default function createPolicy() {
     // Distinct prompts fill the cache with cached blocks; later ones must reclaim them.
     for (const [i, p] of PROMPTS.entries()) {
       await server.client.completions.create({
-        model: DEFAULT_MODEL_NAME,
+        model: RANDOM_MODEL_NAME,
         prompt: `${p} ${p}`,
         max_tokens: 40,
         seed: i,

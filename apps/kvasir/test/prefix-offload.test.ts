@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { type RedisServerHandle, startRedisServer } from '@kvasir/offload/testing';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_MODEL_NAME } from '../src/default-model.js';
+import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 import { eventually, type ServerProcess, startServer } from './harness.js';
 
 const BLOCK = 16;
@@ -27,7 +27,7 @@ interface Answer {
 /** Greedy, so two replicas (or two runs) with the same weights must agree token for token. */
 async function ask(server: ServerProcess, prompt: string): Promise<Answer> {
   const res = (await server.client.completions.create({
-    model: DEFAULT_MODEL_NAME,
+    model: RANDOM_MODEL_NAME,
     prompt,
     max_tokens: 12,
     temperature: 0,

@@ -1,7 +1,7 @@
 import { ModelTokenizer } from '@kvasir/model';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_MODEL_NAME } from '../src/default-model.js';
+import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 import { CACHE_DIR, eventually, type ServerProcess, startServer } from './harness.js';
 
 let server: ServerProcess;
@@ -18,22 +18,22 @@ afterAll(async () => {
   expect(await server.stop()).toBe(0);
 });
 
-const greedy = { model: DEFAULT_MODEL_NAME, temperature: 0 } as const;
+const greedy = { model: RANDOM_MODEL_NAME, temperature: 0 } as const;
 
 async function usedBlocks(): Promise<number> {
   return (await server.metrics()).get('kvasir_kv_blocks{state="used"}') ?? -1;
 }
 
-describe('kvasir serve (built CLI, embedded default model, CPU backend)', () => {
-  it('prints a banner that says the default model is noise and gives a curl command', () => {
+describe('kvasir serve (built CLI, --model random, CPU backend)', () => {
+  it('prints a banner that says the random model is noise and gives a curl command', () => {
     expect(server.output()).toMatch(/RANDOM weights/);
     expect(server.output()).toMatch(/--model/);
     expect(server.output()).toMatch(/curl http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions/);
   });
 
-  it('lists the default model', async () => {
+  it('lists the random model', async () => {
     const models = await server.client.models.list();
-    expect(models.data.map((m) => m.id)).toEqual([DEFAULT_MODEL_NAME]);
+    expect(models.data.map((m) => m.id)).toEqual([RANDOM_MODEL_NAME]);
   });
 
   it('completes a prompt, counting prompt tokens with the model tokenizer', async () => {
@@ -80,7 +80,7 @@ describe('kvasir serve (built CLI, embedded default model, CPU backend)', () => 
 
   it('returns n = 2 choices with distinct samples, each as long as asked', async () => {
     const res = await server.client.completions.create({
-      model: DEFAULT_MODEL_NAME,
+      model: RANDOM_MODEL_NAME,
       prompt: 'Two choices',
       n: 2,
       max_tokens: 10,
@@ -98,7 +98,7 @@ describe('kvasir serve (built CLI, embedded default model, CPU backend)', () => 
     const ask = async (seed: number) =>
       (
         (await server.client.completions.create({
-          model: DEFAULT_MODEL_NAME,
+          model: RANDOM_MODEL_NAME,
           prompt: 'Seeded sampling',
           max_tokens: 12,
           temperature: 1,
@@ -188,7 +188,7 @@ describe('kvasir serve (built CLI, embedded default model, CPU backend)', () => 
   it('returns every KV block when a client aborts mid-stream', async () => {
     expect(await eventually(async () => (await usedBlocks()) === 0)).toBe(true);
     const stream = await server.client.completions.create({
-      model: DEFAULT_MODEL_NAME,
+      model: RANDOM_MODEL_NAME,
       prompt: 'A long generation that the client abandons',
       max_tokens: 600,
       ignore_eos: true,
@@ -214,14 +214,14 @@ describe('kvasir serve (built CLI, embedded default model, CPU backend)', () => 
       throw new Error('expected an error');
     };
     const bad = await fail(
-      server.client.completions.create({ model: DEFAULT_MODEL_NAME, prompt: 'x', temperature: 9 }),
+      server.client.completions.create({ model: RANDOM_MODEL_NAME, prompt: 'x', temperature: 9 }),
     );
     expect(bad.status).toBe(400);
     expect(bad.message).toContain('temperature');
     const unknown = await fail(server.client.completions.create({ model: 'gpt-17', prompt: 'x' }));
     expect(unknown.status).toBe(404);
     const long = await fail(
-      server.client.completions.create({ model: DEFAULT_MODEL_NAME, prompt: 'word '.repeat(3000) }),
+      server.client.completions.create({ model: RANDOM_MODEL_NAME, prompt: 'word '.repeat(3000) }),
     );
     expect(long.status).toBe(413);
     const wrong = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'sk-wrong', maxRetries: 0 });

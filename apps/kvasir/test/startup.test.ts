@@ -39,7 +39,7 @@ function kvasir(args: readonly string[], timeoutMs = 90_000): Promise<Run> {
   });
 }
 
-const cpu = ['--backend', 'cpu', '--cache-dir', CACHE_DIR];
+const cpu = ['--backend', 'cpu', '--cache-dir', CACHE_DIR, '--model', 'random'];
 
 /** A refusal as the issue asks: non-zero exit, one typed message, no stack trace. */
 function expectRefusal(run: Run, code: string, ...mentions: RegExp[]): void {
@@ -200,7 +200,15 @@ describe('the CPU backend and the WebGPU probe (built CLI)', () => {
     // child process, and its warnings (paths of Dawn's own build machine) stay there. With a
     // hardware GPU, Dawn is opened on the backend the probe found, which it does not warn about.
     for (const backend of ['auto', 'cpu']) {
-      const run = await kvasir(['info', '--backend', backend, '--cache-dir', CACHE_DIR]);
+      const run = await kvasir([
+        'info',
+        '--backend',
+        backend,
+        '--cache-dir',
+        CACHE_DIR,
+        '--model',
+        'random',
+      ]);
       expect(run.code, run.stderr).toBe(0);
       expect(run.stderr, backend).not.toMatch(/Warning:|BackendVk|third_party\/dawn/);
     }

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { ChoiceOutput } from '@kvasir/server';
 import { buildEngine } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
+import { describeDefaultModel } from '../default-model.js';
 
 /** Options of `kvasir generate`. */
 export interface GenerateOptions {
@@ -28,7 +29,15 @@ export async function generateCommand(
       ? engine.applyChatTemplate(model, [{ role: 'user', content: prompt }])
       : engine.tokenize(model, prompt);
     if (built.isDefaultModel) {
-      process.stderr.write('[kvasir] embedded random-weight model: the text below is noise.\n');
+      process.stderr.write(
+        describeDefaultModel()
+          .map((line) => `[kvasir] ${line}\n`)
+          .join(''),
+      );
+    } else if (built.isRandomModel) {
+      process.stderr.write(
+        '[kvasir] random-weight model (--model random): the text below is noise.\n',
+      );
     }
     const controller = new AbortController();
     const stream = await engine.generate(

@@ -1,5 +1,6 @@
 import { loadAndPlan } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
+import { DEFAULT_MODEL_NAME, describeDefaultModel, RANDOM_MODEL_NAME } from '../default-model.js';
 import { formatBytes, type MemorySource } from '../memory-plan.js';
 
 const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
@@ -10,7 +11,7 @@ const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
 
 /** `kvasir info`: adapter, model and memory plan, without serving. */
 export async function infoCommand(config: EngineConfig, json: boolean): Promise<void> {
-  const { model, plan, path, isDefault } = await loadAndPlan(config);
+  const { model, plan, path, isDefault, isRandom } = await loadAndPlan(config);
   try {
     const layout = model.kvLayout;
     const report = {
@@ -18,7 +19,8 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       model: {
         path,
         embedded_default: isDefault,
-        id: model.modelId,
+        random_weights: isRandom,
+        id: isDefault ? DEFAULT_MODEL_NAME : isRandom ? RANDOM_MODEL_NAME : model.modelId,
         layers: layout.numLayers,
         kv_heads: layout.numKvHeads,
         head_dim: layout.headDim,
@@ -51,8 +53,9 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
     }
     const lines = [
       `backend          ${report.backend}`,
-      `model            ${model.modelId}${isDefault ? '  (embedded random-weight default: output is noise)' : ''}`,
+      `model            ${report.model.id}${isRandom ? '  (random weights: output is noise)' : ''}`,
       `                 ${path}`,
+      ...(isDefault ? describeDefaultModel().map((line) => `                 ${line}`) : []),
       `shape            ${layout.numLayers} layers, ${layout.numKvHeads} KV heads × ${layout.headDim}, context ${model.maxModelLen}`,
       `weights          ${formatBytes(plan.weightBytes)}`,
       `KV per token     ${formatBytes(plan.kvBytesPerToken)} (${config.kvDtype}); per block of ${layout.blockSize}: ${formatBytes(plan.kvBytesPerBlock)}`,

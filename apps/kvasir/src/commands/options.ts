@@ -59,7 +59,7 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     .option('-c, --config <file>', 'JSON config file (flags override it)')
     .option(
       '-m, --model <path>',
-      'Hugging Face model directory or .gguf file (default: the embedded random model)',
+      "Hugging Face model directory or .gguf file (default: kvasir-mini, the packaged trained model; 'random': seeded random weights, for tests)",
     )
     .option('--served-model-name <name>', 'model id clients use')
     .addOption(
@@ -119,7 +119,7 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
       'write full KV blocks to the offload tiers and import cached prefixes from them (default on with a tier)',
     )
     .option('--no-offload-prefix', 'offload tiers only carry swapped-out blocks')
-    .option('--cache-dir <dir>', 'where the embedded default model is created');
+    .option('--cache-dir <dir>', 'where --model random writes its random-weight model');
   if (set.server) {
     cmd
       .option('--host <host>', 'interface to bind (default 127.0.0.1)')

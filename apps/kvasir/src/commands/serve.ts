@@ -1,6 +1,7 @@
 import { createServer, handleShutdownSignals } from '@kvasir/server';
 import { buildEngine } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
+import { describeDefaultModel } from '../default-model.js';
 import type { PrefixOffloadStats } from '../engine.js';
 import { listenError } from '../listen-error.js';
 import { formatBytes } from '../memory-plan.js';
@@ -98,9 +99,13 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
   if (built.isDefaultModel) {
     lines.push(
       '',
-      '  NOTE: this is the embedded default model: a tiny Llama with RANDOM weights.',
-      '        Its output is noise. Serve a real checkpoint with',
-      '        kvasir serve --model /path/to/hf-model-dir   (or --model model.gguf)',
+      ...describeDefaultModel().map((line) => `  ${line}`),
+      '  Serve another checkpoint with --model /path/to/hf-model-dir (or --model model.gguf).',
+    );
+  } else if (built.isRandomModel) {
+    lines.push(
+      '',
+      '  NOTE: --model random is a tiny Llama with RANDOM weights, for tests: its output is noise.',
     );
   }
   const auth = config.apiKey ? ` -H 'authorization: Bearer $KVASIR_API_KEY'` : '';
