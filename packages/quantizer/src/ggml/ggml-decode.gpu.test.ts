@@ -30,7 +30,7 @@ function fixtureBlocks(name: GgmlBlockType): Uint8Array {
 }
 
 describe('WGSL GGML decoders equal the CPU dequantizers bit for bit', () => {
-  it('every type, fixture and random blocks at unaligned byte offsets', async () => {
+  it('every type, one weight and four at a time, fixture and random blocks at unaligned byte offsets', async () => {
     const r = rng(2024);
     const regions: { type: GgmlBlockType; offset: number; blocks: Uint8Array }[] = [];
     let size = 0;
@@ -66,9 +66,12 @@ describe('WGSL GGML decoders equal the CPU dequantizers bit for bit', () => {
       }
     }
 
-    const cases = TYPES.map(
-      (type, t) => `case ${t}u: { v = ${wgslGgmlDecodeName(type)}(b, i); }`,
-    ).join('\n      ');
+    // Each weight twice: through the one-weight decoder (out[k]) and as a component of the
+    // four-weight decoder at i rounded down to a multiple of 4 (out[n + k]).
+    const cases = TYPES.map((type, t) => {
+      const name = wgslGgmlDecodeName(type);
+      return `case ${t}u: { v = ${name}(b, i); v4 = ${name}_x4(b, i & ~3u); }`;
+    }).join('\n      ');
     const code = /* wgsl */ `
 @group(0) @binding(0) var<storage, read> weights: array<u32>;
 @group(0) @binding(1) var<storage, read> types: array<u32>;
@@ -79,19 +82,22 @@ ${wgslGgmlDecoders(TYPES, { buffer: 'weights' })}
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let k = gid.x + gid.y * nwg.x * 64u;
-  if (k >= arrayLength(&out)) { return; }
+  let n = arrayLength(&types);
+  if (k >= n) { return; }
   let b = blocks[k];
   let i = indices[k];
   var v = 0.0;
+  var v4 = vec4<f32>(0.0);
   switch (types[k]) {
       ${cases}
       default: {}
   }
   out[k] = bitcast<u32>(v);
+  out[n + k] = bitcast<u32>(v4[i & 3u]);
 }`;
     const n = want.length;
     const pipeline = await gpu.pipeline({ code, label: 'ggml-decode-test' });
-    const outBuf = gpu.storageBuffer(n * 4);
+    const outBuf = gpu.storageBuffer(2 * n * 4);
     const groups = Math.ceil(n / 64);
     const x = Math.min(groups, 32768);
     await gpu.runDispatch(
@@ -110,11 +116,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     const wantF = Float32Array.from(want);
     const wantBits = new Uint32Array(wantF.buffer);
     const bad: string[] = [];
-    for (let k = 0; k < n && bad.length < 8; k++) {
-      const bothNaN = Number.isNaN(got[k]) && Number.isNaN(wantF[k]);
-      if (gotBits[k] !== wantBits[k] && !bothNaN) {
+    for (let g = 0; g < 2 * n && bad.length < 8; g++) {
+      const k = g % n;
+      const bothNaN = Number.isNaN(got[g]) && Number.isNaN(wantF[k]);
+      if (gotBits[g] !== wantBits[k] && !bothNaN) {
+        const via = g < n ? 'one' : 'x4';
         bad.push(
-          `${TYPES[typeOf[k]!]} block@${blockOf[k]} i=${indexOf[k]}: gpu ${got[k]}, cpu ${wantF[k]}`,
+          `${TYPES[typeOf[k]!]} (${via}) block@${blockOf[k]} i=${indexOf[k]}: gpu ${got[g]}, cpu ${wantF[k]}`,
         );
       }
     }

@@ -32,7 +32,8 @@ export function wgslGgmlDecodeName(type: GgmlBlockType, prefix = 'ggml'): string
 
 /**
  * WGSL byte readers over `options.buffer`: `<p>_u8(b)`, `<p>_u16(b)`, `<p>_u32(b)`, `<p>_i8(b)`
- * and `<p>_f16(b)` (the f32 value of a little-endian f16 at byte `b`, exact), `<p>` the prefix.
+ * and `<p>_f16(b)` (the f32 value of a little-endian f16 at byte `b`, exact), `<p>` the prefix,
+ * and `<p>_bytes4(v)`, the four bytes of a word, lowest first.
  */
 export function wgslGgmlReaders(options: WgslGgmlOptions): string {
   const p = options.prefix ?? 'ggml';
@@ -41,7 +42,16 @@ export function wgslGgmlReaders(options: WgslGgmlOptions): string {
 fn ${p}_u8(b: u32) -> u32 { return (${buf}[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu; }
 fn ${p}_i8(b: u32) -> i32 { return (bitcast<i32>(${p}_u8(b) << 24u)) >> 24u; }
 fn ${p}_u16(b: u32) -> u32 { return ${p}_u8(b) | (${p}_u8(b + 1u) << 8u); }
-fn ${p}_u32(b: u32) -> u32 { return ${p}_u16(b) | (${p}_u16(b + 2u) << 16u); }
+fn ${p}_u32(b: u32) -> u32 {
+  // Two word loads and a funnel shift; the second word is not used (nor needed) when aligned.
+  let sh = (b & 3u) * 8u;
+  let lo = ${buf}[b >> 2u];
+  if (sh == 0u) { return lo; }
+  return (lo >> sh) | (${buf}[(b >> 2u) + 1u] << (32u - sh));
+}
+fn ${p}_bytes4(v: u32) -> vec4<u32> {
+  return vec4<u32>(v & 0xffu, (v >> 8u) & 0xffu, (v >> 16u) & 0xffu, v >> 24u);
+}
 fn ${p}_f16(b: u32) -> f32 {
   let h = ${p}_u16(b);
   let sign = (h & 0x8000u) << 16u;
@@ -154,6 +164,91 @@ const BODIES: Record<GgmlBlockType, (p: string) => string> = {
   return f32(v) * ${p}_f16(block);`,
 };
 
+// Four consecutive weights i .. i + 3 (i a multiple of 4) share a scale and four consecutive
+// bytes in every format: one unaligned word read gives their codes, one scale decode serves all.
+const BODIES_X4: Record<GgmlBlockType, (p: string) => string> = {
+  Q4_0: (p) => `
+  let v = ${p}_u32(block + 2u + (i & 15u));
+  let nib = ${p}_bytes4(select(v, v >> 4u, i >= 16u)) & vec4<u32>(15u);
+  return vec4<f32>(vec4<i32>(nib) - vec4<i32>(8)) * ${p}_f16(block);`,
+  Q4_1: (p) => `
+  let v = ${p}_u32(block + 4u + (i & 15u));
+  let nib = ${p}_bytes4(select(v, v >> 4u, i >= 16u)) & vec4<u32>(15u);
+  return vec4<f32>(nib) * ${p}_f16(block) + ${p}_f16(block + 2u);`,
+  Q5_0: (p) => `
+  let v = ${p}_u32(block + 6u + (i & 15u));
+  let nib = ${p}_bytes4(select(v, v >> 4u, i >= 16u)) & vec4<u32>(15u);
+  let h = (vec4<u32>(${p}_u32(block + 2u) >> i) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u);
+  return vec4<f32>(vec4<i32>(nib | (h << vec4<u32>(4u))) - vec4<i32>(16)) * ${p}_f16(block);`,
+  Q5_1: (p) => `
+  let v = ${p}_u32(block + 8u + (i & 15u));
+  let nib = ${p}_bytes4(select(v, v >> 4u, i >= 16u)) & vec4<u32>(15u);
+  let h = (vec4<u32>(${p}_u32(block + 4u) >> i) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u);
+  return vec4<f32>(nib | (h << vec4<u32>(4u))) * ${p}_f16(block) + ${p}_f16(block + 2u);`,
+  Q8_0: (p) => `
+  let v = ${p}_u32(block + 2u + i);
+  let q = bitcast<vec4<i32>>(vec4<u32>(v << 24u, v << 16u, v << 8u, v)) >> vec4<u32>(24u);
+  return vec4<f32>(q) * ${p}_f16(block);`,
+  Q2_K: (p) => `
+  let half = i >> 7u;
+  let j = (i >> 5u) & 3u;
+  let k = (i >> 4u) & 1u;
+  let l = i & 15u;
+  let sc = ${p}_u8(block + 8u * half + 2u * j + k);
+  let q = ${p}_bytes4(${p}_u32(block + 16u + 32u * half + 16u * k + l) >> (2u * j)) & vec4<u32>(3u);
+  let dl = ${p}_f16(block + 80u) * f32(sc & 15u);
+  let ml = ${p}_f16(block + 82u) * f32(sc >> 4u);
+  return dl * vec4<f32>(q) - ml;`,
+  Q3_K: (p) => `
+  let half = i >> 7u;
+  let j = (i >> 5u) & 3u;
+  let k = (i >> 4u) & 1u;
+  let l = i & 15u;
+  let s = 8u * half + 2u * j + k;
+  let lo = (${p}_u8(block + 96u + (s & 7u)) >> (4u * (s >> 3u))) & 15u;
+  let hi = (${p}_u8(block + 104u + (s & 3u)) >> (2u * (s >> 2u))) & 3u;
+  let scale = i32(lo | (hi << 4u)) - 32;
+  let low = ${p}_bytes4(${p}_u32(block + 32u + 32u * half + 16u * k + l) >> (2u * j)) & vec4<u32>(3u);
+  let hbit = ${p}_bytes4(${p}_u32(block + 16u * k + l) >> (4u * half + j)) & vec4<u32>(1u);
+  let q = vec4<i32>(low) - 4 * vec4<i32>(vec4<u32>(1u) - hbit);
+  let dl = ${p}_f16(block + 108u) * f32(scale);
+  return dl * vec4<f32>(q);`,
+  Q4_K: (p) => `
+  let j = i >> 6u;
+  let hi = (i >> 5u) & 1u;
+  let l = i & 31u;
+  let sm = ${p}_scale_min_k4(block + 4u, 2u * j + hi);
+  let q = ${p}_bytes4(${p}_u32(block + 16u + 32u * j + l) >> (4u * hi)) & vec4<u32>(15u);
+  let dl = ${p}_f16(block) * f32(sm.x);
+  return dl * vec4<f32>(q) - ${p}_f16(block + 2u) * f32(sm.y);`,
+  Q5_K: (p) => `
+  let j = i >> 6u;
+  let hi = (i >> 5u) & 1u;
+  let l = i & 31u;
+  let sm = ${p}_scale_min_k4(block + 4u, 2u * j + hi);
+  let lo = ${p}_bytes4(${p}_u32(block + 48u + 32u * j + l) >> (4u * hi)) & vec4<u32>(15u);
+  let h = ${p}_bytes4(${p}_u32(block + 16u + l) >> (2u * j + hi)) & vec4<u32>(1u);
+  let dl = ${p}_f16(block) * f32(sm.x);
+  return dl * vec4<f32>(lo + 16u * h) - ${p}_f16(block + 2u) * f32(sm.y);`,
+  Q6_K: (p) => `
+  let half = i >> 7u;
+  let quarter = (i >> 5u) & 3u;
+  let l = i & 31u;
+  let lo = ${p}_bytes4(${p}_u32(block + 64u * half + l + 32u * (quarter & 1u)) >> (4u * (quarter >> 1u))) & vec4<u32>(15u);
+  let hi = ${p}_bytes4(${p}_u32(block + 128u + 32u * half + l) >> (2u * quarter)) & vec4<u32>(3u);
+  let q = vec4<i32>(lo | (hi << vec4<u32>(4u))) - vec4<i32>(32);
+  let sc = ${p}_i8(block + 192u + 8u * half + (l >> 4u) + 2u * quarter);
+  let dl = ${p}_f16(block + 208u) * f32(sc);
+  return dl * vec4<f32>(q);`,
+  IQ4_NL: (p) => `
+  let v = ${p}_u32(block + 2u + (i & 15u));
+  let idx = ${p}_bytes4(select(v, v >> 4u, i >= 16u)) & vec4<u32>(15u);
+  let words = vec4<u32>(${iq4NlWords()});
+  let t = vec4<u32>(words[idx.x >> 2u], words[idx.y >> 2u], words[idx.z >> 2u], words[idx.w >> 2u]);
+  let q = bitcast<vec4<i32>>(t << (vec4<u32>(24u) - 8u * (idx & vec4<u32>(3u)))) >> vec4<u32>(24u);
+  return vec4<f32>(q) * ${p}_f16(block);`,
+};
+
 /** `get_scale_min_k4`: the 6-bit scale (x) and min (y) of sub-block `j` from 12 bytes at `s`. */
 function scaleMinK4(p: string): string {
   return /* wgsl */ `
@@ -170,7 +265,10 @@ fn ${p}_scale_min_k4(s: u32, j: u32) -> vec2<u32> {
 /**
  * WGSL source of `fn <prefix>_<type>(block: u32, i: u32) -> f32` for each of `types`: the value
  * of weight `i` (0 ≤ i < block size) of the block starting at byte `block` of `options.buffer`,
- * bit for bit the CPU dequantizer's. Includes the byte readers ({@link wgslGgmlReaders}) once.
+ * bit for bit the CPU dequantizer's; and `fn <prefix>_<type>_x4(block: u32, i: u32) ->
+ * vec4<f32>`, weights `i .. i + 3` for `i` a multiple of 4 (one scale decode and one word read
+ * of codes: what a matrix kernel's `loadW(row, k4)` needs). Includes the byte readers
+ * ({@link wgslGgmlReaders}) once.
  *
  * @example
  * ```ts
@@ -191,6 +289,8 @@ export function wgslGgmlDecoders(
     parts.push(`
 // ${type}: ${f.blockSize} weights in ${f.bytesPerBlock} bytes.
 fn ${wgslGgmlDecodeName(type, p)}(block: u32, i: u32) -> f32 {${BODIES[type](p)}
+}
+fn ${wgslGgmlDecodeName(type, p)}_x4(block: u32, i: u32) -> vec4<f32> {${BODIES_X4[type](p)}
 }`);
   }
   return parts.join('\n');
