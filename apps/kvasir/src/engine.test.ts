@@ -1,6 +1,7 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
 import type { GenerationRequest } from '@kvasir/server';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -201,5 +202,100 @@ describe('KvasirEngine with prefix offload under random traffic', () => {
     expect(prefix.importedBlocks).toBeGreaterThan(0);
     expect(prefix.importedTokens).toBe(prefix.importedBlocks * 8);
     expect(prefix.errors).toBe(0);
+  });
+});
+
+describe('echo with logprobs under contention', () => {
+  it('prompt log-probabilities do not depend on batching, prefill chunks or preemption', async () => {
+    // A small random model of its own, on a 96-token cache with recompute preemption: echo
+    // prompts lose their blocks mid-prefill.
+    const model = join(cacheDir, 'echo-model');
+    await writeRandomCheckpoint(
+      model,
+      makeModelConfig({
+        architecture: 'llama',
+        hiddenSize: 64,
+        intermediateSize: 128,
+        numLayers: 2,
+        numHeads: 2,
+        numKvHeads: 1,
+        vocabSize: 320,
+        maxPositionEmbeddings: 256,
+        tieWordEmbeddings: false,
+      }),
+      3,
+    );
+    const own = await buildEngine(
+      parseEngineConfig({
+        backend: 'cpu',
+        model,
+        numGpuBlocks: 12,
+        blockSize: 8,
+        maxNumSeqs: 4,
+        maxNumBatchedTokens: 64,
+      }),
+    );
+    try {
+      const engine = own.engine;
+      const prompts = [40, 30, 50].map((len, k) =>
+        Array.from({ length: len }, (_, j) => (k * 17 + j * 11) % 250),
+      );
+      let next = 0;
+      const score = async (prompt: number[]) => {
+        const stream = await engine.generate(
+          { ...request(`e${next++}`, prompt, 1, 1, 0), echo: true, logprobs: 0 },
+          new AbortController().signal,
+        );
+        let scores: (number | null)[] | undefined;
+        for await (const event of stream) {
+          if (event.kind === 'prompt') scores = event.logprobs!.map((lp) => lp.logprob);
+        }
+        return scores!;
+      };
+      const alone: (number | null)[][] = [];
+      for (const prompt of prompts) alone.push(await score(prompt));
+      for (const [k, s] of alone.entries()) {
+        expect(s).toHaveLength(prompts[k]!.length);
+        expect(s[0]).toBeNull();
+        for (const x of s.slice(1)) expect(x).toBeLessThan(0);
+      }
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(
+            fc.oneof(
+              fc.record({ echo: fc.integer({ min: 0, max: 2 }) }),
+              fc.record({ plain: fc.integer({ min: 8, max: 40 }) }),
+            ),
+            { minLength: 2, maxLength: 6 },
+          ),
+          async (specs) => {
+            await Promise.all(
+              specs.map(async (spec) => {
+                if ('echo' in spec) {
+                  const got = await score(prompts[spec.echo]!);
+                  got.forEach((x, i) => {
+                    const want = alone[spec.echo]![i]!;
+                    if (want === null) expect(x).toBeNull();
+                    else expect(Math.abs(x! - want)).toBeLessThan(1e-5);
+                  });
+                  return;
+                }
+                const prompt = Array.from({ length: spec.plain }, (_, j) => (j * 13) % 250);
+                const stream = await engine.generate(
+                  request(`q${next++}`, prompt, 16, 1, 1),
+                  new AbortController().signal,
+                );
+                for await (const _ of stream);
+              }),
+            );
+            expect(engine.stats().blocks.used).toBe(0);
+          },
+        ),
+        { numRuns: 12 },
+      );
+      expect(engine.scheduler.metrics().preemptionsRecompute).toBeGreaterThan(0);
+    } finally {
+      await own.close();
+    }
   });
 });
