@@ -1,23 +1,25 @@
 #!/usr/bin/python3
-"""Block fixtures for @kvasir/quantizer's GGML formats, made by llama.cpp's gguf-py (numpy).
+"""Block fixtures for @kvasir/quantizer's GGML formats, made by llama.cpp's own code.
 
-For every block format: blocks whose f16 fields take edge values (0, -0, 1, f16 max and its
-negative, the smallest and largest subnormals, the smallest normal, infinity, negative
-minimums), whose code fields sweep every code point (random bodies plus all-0x00 / all-0xff
-bodies), and for the k-quants sweeps of every 6-bit (Q3_K, Q4_K, Q5_K) or 4-bit (Q2_K)
-sub-block scale and minimum, and of Q6_K's int8 scales' extremes. gguf-py dequantizes them;
-where gguf-py can quantize (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) it also quantizes a set of f32 rows
-with edge values, so the TypeScript quantizers are compared bit for bit too.
+Dequantization: for every block format, blocks whose f16 fields take edge values (0, -0, 1, f16
+max and its negative, the smallest and largest subnormals, the smallest normal, infinity,
+negative minimums), whose codes cover every code point (random bodies, all-0x00 and all-0xff
+bodies, and for Q8_0 a sweep of all 256 codes), with sweeps of every 6-bit (Q3_K, Q4_K, Q5_K)
+or 4-bit (Q2_K) sub-block scale and minimum and of Q6_K's int8 scale extremes; gguf-py (numpy)
+dequantizes them. Quantization: 14 rows of 256 f32 values (ties, outliers, mixed magnitudes,
+f16 overflow and subnormal scales, values under GROUP_MAX_EPS) quantized by ggml-quants.c's
+quantize_row_<type>_ref, compiled here by gcc with -ffp-contract=off (quantize_ref.c); for
+the legacy formats gguf-py's numpy quantizer must give the same bytes (checked).
 
-Writes packages/quantizer/src/ggml/fixtures/<TYPE>.bin.gz: a little-endian u32 header
-[n_blocks, n_quant_values], then n_blocks raw blocks, the n_blocks * block_size float32 values
-gguf-py dequantizes them to, then (n_quant_values > 0) n_quant_values float32 inputs and the
-blocks gguf-py quantizes them to. Deterministic (seeded): rerunning gives the same bytes.
+Writes packages/quantizer/src/ggml/fixtures/quantize-input.f32.gz (the rows) and <TYPE>.bin.gz:
+a little-endian u32 header [n_blocks, n_quantized_values], then n_blocks raw blocks, their
+n_blocks * block_size float32 values, then the blocks quantize_row_<type>_ref makes of the
+rows. gzip with mtime 0 and seeded generators: rerunning gives the same bytes.
 
-  /usr/bin/python3 tooling/ggml-fixtures/make_fixtures.py [--gguf-py DIR]
+  /usr/bin/python3 tooling/ggml-fixtures/make_fixtures.py [--llama-cpp DIR]
 
-gguf-py comes from the llama.cpp source that tooling/llama.cpp/build.sh unpacks from the
-node-llama-cpp npm package (tooling/llama.cpp/src/gguf-py by default).
+The llama.cpp source (gguf-py, ggml-quants.c) defaults to tooling/llama.cpp/src, which
+tooling/llama.cpp/build.sh unpacks from the node-llama-cpp npm package.
 """
 
 import argparse
@@ -124,6 +126,9 @@ def make_blocks(name: str, rng: np.random.Generator) -> np.ndarray:
         if name in SCALES and 2 <= b < 2 + len(sweeps):
             lo, hi = SCALES[name]
             blocks[b, lo:hi] = np.frombuffer(sweeps[b - 2], dtype=np.uint8)
+        if name == "Q8_0" and 2 <= b < 10:
+            # All 256 int8 codes over eight blocks (random bodies would miss some).
+            blocks[b, 2:] = np.arange(32 * (b - 2), 32 * (b - 1), dtype=np.uint8)
     # A finite, ordinary block last, so a decoder that is wrong only off the edges still fails.
     for off in fields:
         put_f16(blocks[-1], off, 0x2E66)
