@@ -1,0 +1,791 @@
+// Kvasir's CPU kernels in WebAssembly SIMD128, and the thread runtime that runs them.
+//
+// Built by scripts/build-wasm.mjs with clang --target=wasm32 (no libc): every buffer lives in
+// one shared memory that TypeScript lays out, so the kernels take byte offsets and never
+// allocate. A forward step is a *program*: an array of fixed-size op records. Every thread
+// (the caller as thread 0, the workers as 1..n-1) walks the same program, takes its share of
+// each op's rows, and meets the others at a barrier only where an op reads what an earlier
+// one wrote. So one step costs one wake-up per worker, whatever the number of layers.
+//
+// The kernels never take the address of a local, so clang keeps everything in wasm locals and
+// the shadow stack (one per module instance, shared by every thread) is never used;
+// build-wasm.mjs checks the output for that.
+
+#include <stdint.h>
+#include <wasm_simd128.h>
+
+#define EXPORT(name) __attribute__((export_name(#name)))
+#define INLINE static inline __attribute__((always_inline))
+
+typedef int32_t i32;
+typedef uint32_t u32;
+
+// ---------------------------------------------------------------------------------------------
+// Op records: OP_WORDS i32 words each; word 0 is the opcode, bit 31 of it "barrier after".
+// The TypeScript twin of these numbers is wasm-program.ts.
+
+#define OP_WORDS 32
+#define OP_BARRIER 0x80000000u
+
+enum {
+  OP_NOP = 0,
+  OP_MATMUL = 1,
+  OP_RMSNORM = 2,
+  OP_EMBED = 3,
+  OP_ROPE_KV = 4,
+  OP_ATTENTION = 5,
+  OP_STREAM = 6,
+};
+
+enum { WF_F32 = 0, WF_F16 = 1, WF_INT8 = 2 };
+enum { EP_STORE = 0, EP_RESIDUAL = 1, EP_SWIGLU = 2 };
+enum { KV_F32 = 0, KV_F16 = 1 };
+
+// ---------------------------------------------------------------------------------------------
+// Scalar helpers.
+
+INLINE float bits_f32(u32 b) {
+  union { u32 u; float f; } v = {.u = b};
+  return v.f;
+}
+
+INLINE u32 f32_bits(float f) {
+  union { float f; u32 u; } v = {.f = f};
+  return v.u;
+}
+
+// exp for softmax and SiLU: 2^n · p(r), |r| <= ln2/2, degree-7 Taylor (relative error < 1e-7).
+static float expf_(float x) {
+  if (x < -103.0f) return 0.0f;
+  if (x > 88.7f) return bits_f32(0x7f800000u);
+  float n = __builtin_rintf(x * 1.44269504088896341f);
+  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f +
+            r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
+  i32 e = (i32)n;
+  // Split the scale in two so results down to the subnormals stay right.
+  if (e < -125) {
+    p *= bits_f32((u32)(e + 100 + 127) << 23);
+    return p * bits_f32((u32)(-100 + 127) << 23);
+  }
+  return p * bits_f32((u32)(e + 127) << 23);
+}
+
+// IEEE binary16 bits to f32, exact for every finite value (the reference is @kvasir/quantizer).
+static float f16_to_f32(u32 h) {
+  u32 sign = (h & 0x8000u) << 16;
+  u32 exp = (h >> 10) & 0x1fu;
+  u32 mant = h & 0x3ffu;
+  if (exp == 0) {
+    float v = (float)mant * 5.9604644775390625e-08f;  // 2^-24
+    return sign ? -v : v;
+  }
+  if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (mant << 13));
+  return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+// f32 to binary16 bits, round to nearest even, the same bits as @kvasir/quantizer's f32ToF16Bits.
+static u32 f32_to_f16(float x) {
+  u32 bits = f32_bits(x);
+  u32 sign = (bits >> 16) & 0x8000u;
+  i32 exp = (i32)((bits >> 23) & 0xffu);
+  u32 mant = bits & 0x7fffffu;
+  if (exp == 0xff) return sign | 0x7c00u | (mant ? (0x200u | (mant >> 13)) : 0u);
+  i32 e = exp - 112;
+  if (e >= 0x1f) return sign | 0x7c00u;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    u32 full = mant | 0x800000u;
+    u32 shift = (u32)(14 - e);
+    u32 half = full >> shift;
+    u32 rem = full & ((1u << shift) - 1u);
+    u32 halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (half & 1u))) half++;
+    return sign | half;
+  }
+  u32 half = ((u32)e << 10) | (mant >> 13);
+  u32 rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++;
+  return sign | half;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIMD helpers.
+
+INLINE float hsum(v128_t v) {
+  return wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1) +
+         wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3);
+}
+
+INLINE v128_t madd(v128_t acc, v128_t a, v128_t b) {
+  return wasm_f32x4_add(acc, wasm_f32x4_mul(a, b));
+}
+
+// Four halves (sign-extended to i32 lanes) to f32: the exponent and mantissa shifted into
+// place read as an f32 2^112 too small (subnormal halves included), so one multiply fixes the
+// scale. Infinities and NaNs come out as large finite numbers: weights and cached K/V have none.
+INLINE v128_t half4_to_f32(v128_t s32) {
+  v128_t b = wasm_v128_and(wasm_i32x4_shl(s32, 13), wasm_i32x4_const_splat((i32)0x8fffe000u));
+  return wasm_f32x4_mul(b, wasm_f32x4_const_splat(5.192296858534828e+33f));  // 2^112
+}
+
+INLINE v128_t half_lo(v128_t h8) { return half4_to_f32(wasm_i32x4_extend_low_i16x8(h8)); }
+INLINE v128_t half_hi(v128_t h8) { return half4_to_f32(wasm_i32x4_extend_high_i16x8(h8)); }
+
+INLINE v128_t ld(const void* p) { return wasm_v128_load(p); }
+
+// ---------------------------------------------------------------------------------------------
+// Work split: thread t of n gets [lo, hi) of `count` items, in whole `unit`s.
+
+INLINE void split(i32 count, i32 unit, i32 tid, i32 nth, i32* lo, i32* hi) {
+  i32 units = (count + unit - 1) / unit;
+  i32 per = units / nth;
+  i32 extra = units % nth;
+  i32 a = tid * per + (tid < extra ? tid : extra);
+  i32 b = a + per + (tid < extra ? 1 : 0);
+  a *= unit;
+  b *= unit;
+  *lo = a < count ? a : count;
+  *hi = b < count ? b : count;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dense rows: decode and dot products.
+
+// Decodes row `r` of a packed matrix into f32.
+static void decode_row(const u32* w, i32 fmt, i32 k, const float* scales, i32 gs, i32 r,
+                       float* out) {
+  if (fmt == WF_F32) {
+    const float* src = (const float*)w + (long)r * k;
+    for (i32 i = 0; i < k; i += 4) wasm_v128_store(out + i, ld(src + i));
+    return;
+  }
+  if (fmt == WF_F16) {
+    const uint16_t* src = (const uint16_t*)w + (long)r * k;
+    i32 i = 0;
+    for (; i + 8 <= k; i += 8) {
+      v128_t h = ld(src + i);
+      wasm_v128_store(out + i, half_lo(h));
+      wasm_v128_store(out + i + 4, half_hi(h));
+    }
+    for (; i < k; i++) out[i] = f16_to_f32(src[i]);
+    return;
+  }
+  const int8_t* src = (const int8_t*)w + (long)r * k;
+  const float* sc = scales + (long)r * (k / gs);
+  for (i32 g = 0; g < k; g += gs) {
+    v128_t s = wasm_f32x4_splat(sc[g / gs]);
+    for (i32 i = g; i < g + gs; i += 4) {
+      v128_t b = wasm_v128_load32_zero(src + i);
+      v128_t v = wasm_f32x4_convert_i32x4(
+          wasm_i32x4_extend_low_i16x8(wasm_i16x8_extend_low_i8x16(b)));
+      wasm_v128_store(out + i, wasm_f32x4_mul(v, s));
+    }
+  }
+}
+
+// Four f32 rows against one x row.
+INLINE void dot4_f32(const float* w, i32 k, const float* x, float* o) {
+  const float* w0 = w;
+  const float* w1 = w + k;
+  const float* w2 = w + 2 * k;
+  const float* w3 = w + 3 * k;
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
+  v128_t b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  i32 i = 0;
+  for (; i + 8 <= k; i += 8) {
+    v128_t x0 = ld(x + i), x1 = ld(x + i + 4);
+    a0 = madd(a0, ld(w0 + i), x0);
+    a1 = madd(a1, ld(w1 + i), x0);
+    a2 = madd(a2, ld(w2 + i), x0);
+    a3 = madd(a3, ld(w3 + i), x0);
+    b0 = madd(b0, ld(w0 + i + 4), x1);
+    b1 = madd(b1, ld(w1 + i + 4), x1);
+    b2 = madd(b2, ld(w2 + i + 4), x1);
+    b3 = madd(b3, ld(w3 + i + 4), x1);
+  }
+  for (; i < k; i += 4) {
+    v128_t x0 = ld(x + i);
+    a0 = madd(a0, ld(w0 + i), x0);
+    a1 = madd(a1, ld(w1 + i), x0);
+    a2 = madd(a2, ld(w2 + i), x0);
+    a3 = madd(a3, ld(w3 + i), x0);
+  }
+  o[0] = hsum(wasm_f32x4_add(a0, b0));
+  o[1] = hsum(wasm_f32x4_add(a1, b1));
+  o[2] = hsum(wasm_f32x4_add(a2, b2));
+  o[3] = hsum(wasm_f32x4_add(a3, b3));
+}
+
+// Four f16 rows against one x row, converting in registers (the decode hot path).
+INLINE void dot4_f16(const uint16_t* w, i32 k, const float* x, float* o) {
+  const uint16_t* w0 = w;
+  const uint16_t* w1 = w + k;
+  const uint16_t* w2 = w + 2 * k;
+  const uint16_t* w3 = w + 3 * k;
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
+  v128_t b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  i32 i = 0;
+  for (; i + 8 <= k; i += 8) {
+    v128_t x0 = ld(x + i), x1 = ld(x + i + 4);
+    v128_t h0 = ld(w0 + i), h1 = ld(w1 + i), h2 = ld(w2 + i), h3 = ld(w3 + i);
+    a0 = madd(a0, half_lo(h0), x0);
+    b0 = madd(b0, half_hi(h0), x1);
+    a1 = madd(a1, half_lo(h1), x0);
+    b1 = madd(b1, half_hi(h1), x1);
+    a2 = madd(a2, half_lo(h2), x0);
+    b2 = madd(b2, half_hi(h2), x1);
+    a3 = madd(a3, half_lo(h3), x0);
+    b3 = madd(b3, half_hi(h3), x1);
+  }
+  if (i < k) {  // k is a multiple of 4: one last group of four halves
+    v128_t x0 = ld(x + i);
+    a0 = madd(a0, half_lo(wasm_v128_load64_zero(w0 + i)), x0);
+    a1 = madd(a1, half_lo(wasm_v128_load64_zero(w1 + i)), x0);
+    a2 = madd(a2, half_lo(wasm_v128_load64_zero(w2 + i)), x0);
+    a3 = madd(a3, half_lo(wasm_v128_load64_zero(w3 + i)), x0);
+  }
+  o[0] = hsum(wasm_f32x4_add(a0, b0));
+  o[1] = hsum(wasm_f32x4_add(a1, b1));
+  o[2] = hsum(wasm_f32x4_add(a2, b2));
+  o[3] = hsum(wasm_f32x4_add(a3, b3));
+}
+
+// Sixteen int8 weights times four x vectors, summed into acc.
+INLINE v128_t dot16_i8(v128_t acc, v128_t b, const float* x) {
+  v128_t lo = wasm_i16x8_extend_low_i8x16(b);
+  v128_t hi = wasm_i16x8_extend_high_i8x16(b);
+  acc = madd(acc, wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(lo)), ld(x));
+  acc = madd(acc, wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(lo)), ld(x + 4));
+  acc = madd(acc, wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(hi)), ld(x + 8));
+  acc = madd(acc, wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(hi)), ld(x + 12));
+  return acc;
+}
+
+INLINE v128_t dot4_i8(v128_t acc, const int8_t* w, const float* x) {
+  v128_t b = wasm_v128_load32_zero(w);
+  v128_t v = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(wasm_i16x8_extend_low_i8x16(b)));
+  return madd(acc, v, ld(x));
+}
+
+// Two int8 rows (group scales) against one x row. Each group's sum is scaled once.
+INLINE void dot2_i8(const int8_t* w, const float* scales, i32 k, i32 gs, const float* x,
+                    float* o) {
+  const int8_t* w0 = w;
+  const int8_t* w1 = w + k;
+  const float* s0 = scales;
+  const float* s1 = scales + k / gs;
+  v128_t t0 = wasm_f32x4_splat(0), t1 = t0;
+  for (i32 g = 0; g < k; g += gs) {
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0;
+    i32 i = g;
+    for (; i + 16 <= g + gs; i += 16) {
+      a0 = dot16_i8(a0, ld(w0 + i), x + i);
+      a1 = dot16_i8(a1, ld(w1 + i), x + i);
+    }
+    for (; i < g + gs; i += 4) {
+      a0 = dot4_i8(a0, w0 + i, x + i);
+      a1 = dot4_i8(a1, w1 + i, x + i);
+    }
+    t0 = madd(t0, a0, wasm_f32x4_splat(s0[g / gs]));
+    t1 = madd(t1, a1, wasm_f32x4_splat(s1[g / gs]));
+  }
+  o[0] = hsum(t0);
+  o[1] = hsum(t1);
+}
+
+// One row of any format against one x row (tails of row tiles).
+static float dot1(const u32* w, i32 fmt, i32 k, const float* scales, i32 gs, i32 r,
+                  const float* x) {
+  v128_t a = wasm_f32x4_splat(0);
+  if (fmt == WF_F32) {
+    const float* p = (const float*)w + (long)r * k;
+    for (i32 i = 0; i < k; i += 4) a = madd(a, ld(p + i), ld(x + i));
+    return hsum(a);
+  }
+  if (fmt == WF_F16) {
+    const uint16_t* p = (const uint16_t*)w + (long)r * k;
+    for (i32 i = 0; i < k; i += 4) a = madd(a, half_lo(wasm_v128_load64_zero(p + i)), ld(x + i));
+    return hsum(a);
+  }
+  const int8_t* p = (const int8_t*)w + (long)r * k;
+  const float* sc = scales + (long)r * (k / gs);
+  v128_t t = a;
+  for (i32 g = 0; g < k; g += gs) {
+    v128_t s = wasm_f32x4_splat(0);
+    for (i32 i = g; i < g + gs; i += 4) s = dot4_i8(s, p + i, x + i);
+    t = madd(t, s, wasm_f32x4_splat(sc[g / gs]));
+  }
+  return hsum(t);
+}
+
+// 4 f32 weight rows (stride k) × 2 x rows (stride k): 8 results, o[r * 2 + j].
+INLINE void tile4x2(const float* w, const float* x0, const float* x1, i32 k, float* o) {
+  const float* w0 = w;
+  const float* w1 = w + k;
+  const float* w2 = w + 2 * k;
+  const float* w3 = w + 3 * k;
+  v128_t z = wasm_f32x4_splat(0);
+  v128_t a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z;
+  for (i32 i = 0; i < k; i += 4) {
+    v128_t p = ld(x0 + i), q = ld(x1 + i);
+    v128_t v0 = ld(w0 + i), v1 = ld(w1 + i), v2 = ld(w2 + i), v3 = ld(w3 + i);
+    a00 = madd(a00, v0, p);
+    a01 = madd(a01, v0, q);
+    a10 = madd(a10, v1, p);
+    a11 = madd(a11, v1, q);
+    a20 = madd(a20, v2, p);
+    a21 = madd(a21, v2, q);
+    a30 = madd(a30, v3, p);
+    a31 = madd(a31, v3, q);
+  }
+  o[0] = hsum(a00);
+  o[1] = hsum(a01);
+  o[2] = hsum(a10);
+  o[3] = hsum(a11);
+  o[4] = hsum(a20);
+  o[5] = hsum(a21);
+  o[6] = hsum(a30);
+  o[7] = hsum(a31);
+}
+
+INLINE float silu(float v) { return v / (1.0f + expf_(-v)); }
+
+// Writes result v of weight row j for token row i under the epilogue. For SwiGLU the caller
+// passes the pair (gate, up) of rows j, j+1 through v and v2.
+INLINE void emit(float* y, i32 n, i32 ep, const float* bias, i32 i, i32 j, float v) {
+  if (bias) v += bias[j];
+  if (ep == EP_RESIDUAL) y[(long)i * n + j] += v;
+  else y[(long)i * n + j] = v;
+}
+
+INLINE void emit_swiglu(float* y, i32 n, const float* bias, i32 i, i32 j, float g, float u) {
+  if (bias) {
+    g += bias[j];
+    u += bias[j + 1];
+  }
+  y[(long)i * (n / 2) + j / 2] = silu(g) * u;
+}
+
+// Token rows per block of the batched path: their x rows stay in L2 while the weight tiles
+// stream past them.
+#define TOKEN_BLOCK 64
+
+// y[m][n'] (=, +=, swiglu) x[m][k] · W[n][k]ᵀ (+ bias). Rows split across threads in
+// multiples of 4. Record: x, m, k, w, n, fmt, scales, gs, bias, y, epilogue, scratch, stride.
+static void op_matmul(const i32* a, i32 tid, i32 nth) {
+  const float* x = (const float*)a[1];
+  i32 m = a[2], k = a[3];
+  const u32* w = (const u32*)a[4];
+  i32 n = a[5], fmt = a[6];
+  const float* scales = (const float*)a[7];
+  i32 gs = a[8];
+  const float* bias = (const float*)a[9];
+  float* y = (float*)a[10];
+  i32 ep = a[11];
+  float* scratch = (float*)(a[12] + tid * a[13]);
+  i32 lo, hi;
+  split(n, 4, tid, nth, &lo, &hi);
+  float o[8];
+  if (m == 1) {
+    i32 j = lo;
+    for (; j + 4 <= hi; j += 4) {
+      if (fmt == WF_F32) dot4_f32((const float*)w + (long)j * k, k, x, o);
+      else if (fmt == WF_F16) dot4_f16((const uint16_t*)w + (long)j * k, k, x, o);
+      else {
+        const int8_t* p = (const int8_t*)w + (long)j * k;
+        const float* s = scales + (long)j * (k / gs);
+        dot2_i8(p, s, k, gs, x, o);
+        dot2_i8(p + 2 * (long)k, s + 2 * (k / gs), k, gs, x, o + 2);
+      }
+      if (ep == EP_SWIGLU) {
+        emit_swiglu(y, n, bias, 0, j, o[0], o[1]);
+        emit_swiglu(y, n, bias, 0, j + 2, o[2], o[3]);
+      } else {
+        for (i32 r = 0; r < 4; r++) emit(y, n, ep, bias, 0, j + r, o[r]);
+      }
+    }
+    for (; j < hi; j++) {
+      if (ep == EP_SWIGLU) {
+        float g = dot1(w, fmt, k, scales, gs, j, x);
+        float u = dot1(w, fmt, k, scales, gs, j + 1, x);
+        emit_swiglu(y, n, bias, 0, j, g, u);
+        j++;
+      } else {
+        emit(y, n, ep, bias, 0, j, dot1(w, fmt, k, scales, gs, j, x));
+      }
+    }
+    return;
+  }
+  // Batched: decode a 4-row weight tile to f32 once per token block, then 4×2 register tiles.
+  for (i32 t0 = 0; t0 < m; t0 += TOKEN_BLOCK) {
+    i32 t1 = t0 + TOKEN_BLOCK < m ? t0 + TOKEN_BLOCK : m;
+    for (i32 j = lo; j < hi; j += 4) {
+      i32 rows = hi - j < 4 ? hi - j : 4;
+      const float* wt;
+      if (fmt == WF_F32 && rows == 4) {
+        wt = (const float*)w + (long)j * k;
+      } else {
+        for (i32 r = 0; r < 4; r++) {
+          if (r < rows) decode_row(w, fmt, k, scales, gs, j + r, scratch + r * k);
+          else for (i32 e = 0; e < k; e++) scratch[r * k + e] = 0.0f;
+        }
+        wt = scratch;
+      }
+      for (i32 i = t0; i < t1; i += 2) {
+        const float* x0 = x + (long)i * k;
+        const float* x1 = i + 1 < t1 ? x0 + k : x0;
+        tile4x2(wt, x0, x1, k, o);
+        i32 nt = i + 1 < t1 ? 2 : 1;
+        for (i32 u = 0; u < nt; u++) {
+          if (ep == EP_SWIGLU) {
+            for (i32 r = 0; r + 1 < rows; r += 2)
+              emit_swiglu(y, n, bias, i + u, j + r, o[r * 2 + u], o[(r + 1) * 2 + u]);
+          } else {
+            for (i32 r = 0; r < rows; r++) emit(y, n, ep, bias, i + u, j + r, o[r * 2 + u]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// RMSNorm: y[i] = x[src(i)] / sqrt(mean(x²) + eps) · weight. Record: x, m, h, weight, eps
+// (f32 bits), y, rowIndex (0: identity).
+static void op_rmsnorm(const i32* a, i32 tid, i32 nth) {
+  const float* x = (const float*)a[1];
+  i32 m = a[2], h = a[3];
+  const float* wt = (const float*)a[4];
+  float eps = bits_f32((u32)a[5]);
+  float* y = (float*)a[6];
+  const i32* rows = (const i32*)a[7];
+  i32 lo, hi;
+  split(m, 1, tid, nth, &lo, &hi);
+  for (i32 i = lo; i < hi; i++) {
+    const float* src = x + (long)(rows ? rows[i] : i) * h;
+    float* dst = y + (long)i * h;
+    v128_t s = wasm_f32x4_splat(0);
+    for (i32 t = 0; t < h; t += 4) {
+      v128_t v = ld(src + t);
+      s = madd(s, v, v);
+    }
+    float inv = 1.0f / __builtin_sqrtf(hsum(s) / (float)h + eps);
+    v128_t vi = wasm_f32x4_splat(inv);
+    for (i32 t = 0; t < h; t += 4)
+      wasm_v128_store(dst + t, wasm_f32x4_mul(wasm_f32x4_mul(ld(src + t), vi), ld(wt + t)));
+  }
+}
+
+// Embedding gather: y[t] = decode(table[ids[t]]). Record: ids, m, table, fmt, cols, scales,
+// gs, y.
+static void op_embed(const i32* a, i32 tid, i32 nth) {
+  const i32* ids = (const i32*)a[1];
+  i32 m = a[2];
+  const u32* w = (const u32*)a[3];
+  i32 fmt = a[4], k = a[5];
+  const float* scales = (const float*)a[6];
+  i32 gs = a[7];
+  float* y = (float*)a[8];
+  i32 lo, hi;
+  split(m, 1, tid, nth, &lo, &hi);
+  for (i32 t = lo; t < hi; t++) decode_row(w, fmt, k, scales, gs, ids[t], y + (long)t * k);
+}
+
+// The cache word offset of a K (kv 0) or V (kv 1) row.
+INLINE long kv_row(i32 slot, i32 h, i32 kv, i32 bs, i32 blockWords, i32 slabWords, i32 rowWords) {
+  i32 b = slot / bs;
+  return (long)b * blockWords + (long)(2 * h + kv) * slabWords + (long)(slot - b * bs) * rowWords;
+}
+
+static void store_kv_row(u32* dst, const float* src, i32 d, i32 kvfmt) {
+  if (kvfmt == KV_F32) {
+    float* f = (float*)dst;
+    for (i32 e = 0; e < d; e += 4) wasm_v128_store(f + e, ld(src + e));
+    return;
+  }
+  for (i32 e = 0; e < d; e += 2) dst[e / 2] = f32_to_f16(src[e]) | (f32_to_f16(src[e + 1]) << 16);
+}
+
+INLINE void rope_rows(float* x, i32 heads, i32 d, const float* c, const float* s) {
+  i32 half = d / 2;
+  for (i32 h = 0; h < heads; h++) {
+    float* p = x + h * d;
+    i32 i = 0;
+    for (; i + 4 <= half; i += 4) {
+      v128_t x0 = ld(p + i), x1 = ld(p + i + half), cv = ld(c + i), sv = ld(s + i);
+      wasm_v128_store(p + i, wasm_f32x4_sub(wasm_f32x4_mul(x0, cv), wasm_f32x4_mul(x1, sv)));
+      wasm_v128_store(p + i + half, wasm_f32x4_add(wasm_f32x4_mul(x1, cv), wasm_f32x4_mul(x0, sv)));
+    }
+    for (; i < half; i++) {
+      float x0 = p[i], x1 = p[i + half];
+      p[i] = x0 * c[i] - x1 * s[i];
+      p[i + half] = x1 * c[i] + x0 * s[i];
+    }
+  }
+}
+
+// RoPE on q and k rows, then K and V into their cache slots (slot -1: no write). Record: q,
+// k, v, m, positions, slots, hq, hkv, d, cos, sin, cache, kvfmt, bs, blockWords, slabWords,
+// rowWords.
+static void op_rope_kv(const i32* a, i32 tid, i32 nth) {
+  float* q = (float*)a[1];
+  float* k = (float*)a[2];
+  const float* v = (const float*)a[3];
+  i32 m = a[4];
+  const i32* pos = (const i32*)a[5];
+  const i32* slots = (const i32*)a[6];
+  i32 hq = a[7], hkv = a[8], d = a[9];
+  const float* cosT = (const float*)a[10];
+  const float* sinT = (const float*)a[11];
+  u32* cache = (u32*)a[12];
+  i32 kvfmt = a[13], bs = a[14], bw = a[15], sw = a[16], rw = a[17];
+  i32 lo, hi;
+  split(m, 1, tid, nth, &lo, &hi);
+  i32 half = d / 2;
+  for (i32 t = lo; t < hi; t++) {
+    const float* c = cosT + (long)pos[t] * half;
+    const float* s = sinT + (long)pos[t] * half;
+    rope_rows(q + (long)t * hq * d, hq, d, c, s);
+    float* kt = k + (long)t * hkv * d;
+    rope_rows(kt, hkv, d, c, s);
+    i32 slot = slots[t];
+    if (slot < 0) continue;
+    for (i32 h = 0; h < hkv; h++) {
+      store_kv_row(cache + kv_row(slot, h, 0, bs, bw, sw, rw), kt + h * d, d, kvfmt);
+      store_kv_row(cache + kv_row(slot, h, 1, bs, bw, sw, rw), v + ((long)t * hkv + h) * d, d,
+                   kvfmt);
+    }
+  }
+}
+
+INLINE float dot_kv(const float* q, const u32* row, i32 d, i32 kvfmt) {
+  v128_t a = wasm_f32x4_splat(0), b = a;
+  if (kvfmt == KV_F32) {
+    const float* r = (const float*)row;
+    for (i32 e = 0; e < d; e += 8) {
+      a = madd(a, ld(q + e), ld(r + e));
+      b = madd(b, ld(q + e + 4), ld(r + e + 4));
+    }
+  } else {
+    const uint16_t* r = (const uint16_t*)row;
+    for (i32 e = 0; e < d; e += 8) {
+      v128_t h = ld(r + e);
+      a = madd(a, ld(q + e), half_lo(h));
+      b = madd(b, ld(q + e + 4), half_hi(h));
+    }
+  }
+  return hsum(wasm_f32x4_add(a, b));
+}
+
+INLINE void axpy_kv(float* acc, float p, const u32* row, i32 d, i32 kvfmt) {
+  v128_t pv = wasm_f32x4_splat(p);
+  if (kvfmt == KV_F32) {
+    const float* r = (const float*)row;
+    for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + e, madd(ld(acc + e), pv, ld(r + e)));
+  } else {
+    const uint16_t* r = (const uint16_t*)row;
+    for (i32 e = 0; e < d; e += 8) {
+      v128_t h = ld(r + e);
+      wasm_v128_store(acc + e, madd(ld(acc + e), pv, half_lo(h)));
+      wasm_v128_store(acc + e + 4, madd(ld(acc + e + 4), pv, half_hi(h)));
+    }
+  }
+}
+
+// Causal paged attention for every (token, kv head): token i of a sequence sees cache
+// positions [0, contextLen - queryLen + i]. Work items split across threads. Record: q, out,
+// m, tokSeq, queryStarts, queryLens, contextLens, blockTables, maxBlocks, hq, hkv, d, cache,
+// kvfmt, bs, blockWords, slabWords, rowWords, scale (f32 bits), scratch, stride.
+static void op_attention(const i32* a, i32 tid, i32 nth) {
+  const float* q = (const float*)a[1];
+  float* out = (float*)a[2];
+  i32 m = a[3];
+  const i32* tokSeq = (const i32*)a[4];
+  const i32* qStart = (const i32*)a[5];
+  const i32* qLen = (const i32*)a[6];
+  const i32* ctxLen = (const i32*)a[7];
+  const i32* tables = (const i32*)a[8];
+  i32 maxBlocks = a[9], hq = a[10], hkv = a[11], d = a[12];
+  const u32* cache = (const u32*)a[13];
+  i32 kvfmt = a[14], bs = a[15], bw = a[16], sw = a[17], rw = a[18];
+  float scale = bits_f32((u32)a[19]);
+  float* scores = (float*)(a[20] + tid * a[21]);
+  i32 group = hq / hkv;
+  i32 lo, hi;
+  split(m * hkv, 1, tid, nth, &lo, &hi);
+  for (i32 item = lo; item < hi; item++) {
+    i32 t = item / hkv, kvh = item % hkv;
+    i32 s = tokSeq[t];
+    i32 visible = ctxLen[s] - qLen[s] + (t - qStart[s]) + 1;
+    const i32* table = tables + (long)s * maxBlocks;
+    float* acc = scores + visible + ((4 - (visible & 3)) & 3);
+    for (i32 g = 0; g < group; g++) {
+      i32 h = kvh * group + g;
+      const float* qh = q + ((long)t * hq + h) * d;
+      float mx = bits_f32(0xff800000u);
+      for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+        const u32* blk = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
+        i32 n = visible - j0 < bs ? visible - j0 : bs;
+        for (i32 r = 0; r < n; r++) {
+          float sc = dot_kv(qh, blk + (long)r * rw, d, kvfmt) * scale;
+          scores[j0 + r] = sc;
+          if (sc > mx) mx = sc;
+        }
+      }
+      float sum = 0.0f;
+      for (i32 j = 0; j < visible; j++) {
+        float p = expf_(scores[j] - mx);
+        scores[j] = p;
+        sum += p;
+      }
+      for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + e, wasm_f32x4_splat(0));
+      for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+        const u32* blk = cache + (long)table[b] * bw + (long)(2 * kvh + 1) * sw;
+        i32 n = visible - j0 < bs ? visible - j0 : bs;
+        for (i32 r = 0; r < n; r++) axpy_kv(acc, scores[j0 + r], blk + (long)r * rw, d, kvfmt);
+      }
+      float* o = out + ((long)t * hq + h) * d;
+      v128_t inv = wasm_f32x4_splat(1.0f / sum);
+      for (i32 e = 0; e < d; e += 4) wasm_v128_store(o + e, wasm_f32x4_mul(ld(acc + e), inv));
+    }
+  }
+}
+
+// Streaming read of [p, p + bytes): the memory-speed ceiling every kernel is measured against.
+// Record: p, bytes (multiple of 128 per thread share), out (one f32 per thread).
+static void op_stream(const i32* a, i32 tid, i32 nth) {
+  const uint8_t* p = (const uint8_t*)a[1];
+  i32 bytes = a[2];
+  float* out = (float*)a[3];
+  i32 lo, hi;
+  split(bytes, 128, tid, nth, &lo, &hi);
+  v128_t z = wasm_i32x4_splat(0);
+  v128_t s0 = z, s1 = z, s2 = z, s3 = z, s4 = z, s5 = z, s6 = z, s7 = z;
+  for (i32 i = lo; i + 128 <= hi; i += 128) {
+    s0 = wasm_i32x4_add(s0, ld(p + i));
+    s1 = wasm_i32x4_add(s1, ld(p + i + 16));
+    s2 = wasm_i32x4_add(s2, ld(p + i + 32));
+    s3 = wasm_i32x4_add(s3, ld(p + i + 48));
+    s4 = wasm_i32x4_add(s4, ld(p + i + 64));
+    s5 = wasm_i32x4_add(s5, ld(p + i + 80));
+    s6 = wasm_i32x4_add(s6, ld(p + i + 96));
+    s7 = wasm_i32x4_add(s7, ld(p + i + 112));
+  }
+  v128_t s = wasm_i32x4_add(wasm_i32x4_add(wasm_i32x4_add(s0, s1), wasm_i32x4_add(s2, s3)),
+                            wasm_i32x4_add(wasm_i32x4_add(s4, s5), wasm_i32x4_add(s6, s7)));
+  out[tid] = (float)(wasm_i32x4_extract_lane(s, 0) ^ wasm_i32x4_extract_lane(s, 3));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thread runtime. The control block (i32 words, in shared memory):
+
+enum {
+  C_GEN = 0,       // bumped by thread 0 to start a program
+  C_NTH = 1,       // threads taking part (thread 0 included)
+  C_PROG = 2,      // program address
+  C_NOPS = 3,      // op records in it
+  C_DONE = 4,      // workers finished with the current program
+  C_BCOUNT = 5,    // threads arrived at the current barrier
+  C_BGEN = 6,      // barrier generation
+  C_QUIT = 7,      // workers return when set
+  C_SLEEPERS = 8,  // threads blocked in memory.atomic.wait (skip notify when 0)
+  C_SPIN = 9,      // spin iterations before blocking
+  C_ERROR = 10,    // set (by the TypeScript side) when a worker trapped: every wait gives up
+  C_LOST = 11,     // blocking waits that timed out although their word had changed
+  C_WORDS = 16,
+};
+
+INLINE i32 aload(i32* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+INLINE void astore(i32* p, i32 v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+INLINE i32 aadd(i32* p, i32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+
+// Waits until *p != seen: spins first (the next op is usually microseconds away), then blocks
+// with a timeout that doubles from 50 µs to 10 ms, so a wake-up that never arrives costs at
+// most that long (C_LOST counts the waits that timed out with *p already changed).
+static void wait_change(i32* ctrl, i32* p, i32 seen) {
+  i32 spins = ctrl[C_SPIN];
+  for (i32 i = 0; i < spins; i++)
+    if (aload(p) != seen) return;
+  int64_t timeout = 50000;
+  while (aload(p) == seen && !aload(ctrl + C_ERROR)) {
+    aadd(ctrl + C_SLEEPERS, 1);
+    i32 r = __builtin_wasm_memory_atomic_wait32(p, seen, timeout);
+    aadd(ctrl + C_SLEEPERS, -1);
+    if (r == 2 && aload(p) != seen) aadd(ctrl + C_LOST, 1);
+    if (timeout < 10000000) timeout *= 2;
+  }
+}
+
+static void wake_all(i32* ctrl, i32* p) {
+  if (aload(ctrl + C_SLEEPERS) > 0) __builtin_wasm_memory_atomic_notify(p, 0x7fffffffu);
+}
+
+static void barrier(i32* ctrl, i32 nth) {
+  if (nth == 1) return;
+  i32 gen = aload(ctrl + C_BGEN);
+  if (aadd(ctrl + C_BCOUNT, 1) == nth - 1) {
+    astore(ctrl + C_BCOUNT, 0);
+    aadd(ctrl + C_BGEN, 1);
+    wake_all(ctrl, ctrl + C_BGEN);
+  } else {
+    wait_change(ctrl, ctrl + C_BGEN, gen);
+  }
+}
+
+static void run_program(i32* ctrl, i32 tid) {
+  i32 nth = ctrl[C_NTH];
+  const i32* prog = (const i32*)ctrl[C_PROG];
+  i32 nops = ctrl[C_NOPS];
+  for (i32 o = 0; o < nops; o++) {
+    const i32* a = prog + o * OP_WORDS;
+    u32 code = (u32)a[0];
+    switch (code & ~OP_BARRIER) {
+      case OP_MATMUL: op_matmul(a, tid, nth); break;
+      case OP_RMSNORM: op_rmsnorm(a, tid, nth); break;
+      case OP_EMBED: op_embed(a, tid, nth); break;
+      case OP_ROPE_KV: op_rope_kv(a, tid, nth); break;
+      case OP_ATTENTION: op_attention(a, tid, nth); break;
+      case OP_STREAM: op_stream(a, tid, nth); break;
+      default: break;
+    }
+    if (code & OP_BARRIER) {
+      barrier(ctrl, nth);
+      if (aload(ctrl + C_ERROR)) return;
+    }
+  }
+}
+
+// Thread 0: starts the program on the workers, runs its own share, and returns when every
+// thread is done (0), or when a worker trapped (1). The caller has written C_PROG and C_NOPS.
+EXPORT(kv_run) i32 kv_run(i32* ctrl) {
+  i32 nth = ctrl[C_NTH];
+  astore(ctrl + C_DONE, 0);
+  if (nth > 1) {
+    aadd(ctrl + C_GEN, 1);
+    wake_all(ctrl, ctrl + C_GEN);
+  }
+  run_program(ctrl, 0);
+  for (;;) {
+    i32 done = aload(ctrl + C_DONE);
+    if (done == nth - 1 || aload(ctrl + C_ERROR)) break;
+    wait_change(ctrl, ctrl + C_DONE, done);
+  }
+  return aload(ctrl + C_ERROR);
+}
+
+// Worker `tid` (1..n-1): runs each program thread 0 starts after generation `seen` until
+// C_QUIT is set. (`seen` comes from the pool's creation, so a worker that starts late still
+// runs a program started before it got here.)
+EXPORT(kv_worker) void kv_worker(i32* ctrl, i32 tid, i32 seen) {
+  for (;;) {
+    wait_change(ctrl, ctrl + C_GEN, seen);
+    seen = aload(ctrl + C_GEN);
+    if (aload(ctrl + C_QUIT) || aload(ctrl + C_ERROR)) return;
+    run_program(ctrl, tid);
+    aadd(ctrl + C_DONE, 1);
+    wake_all(ctrl, ctrl + C_DONE);
+  }
+}
+
+EXPORT(kv_control_words) i32 kv_control_words(void) { return C_WORDS; }
+EXPORT(kv_op_words) i32 kv_op_words(void) { return OP_WORDS; }

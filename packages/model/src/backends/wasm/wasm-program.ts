@@ -1,0 +1,77 @@
+// The op records the kernels' thread runtime walks (c/kernels.c is the other half: the
+// opcodes, the record size and each record's argument order must match it).
+
+/** i32 words per op record. */
+export const OP_WORDS = 32;
+/** Bit of word 0: every thread waits for the others after this op. */
+const OP_BARRIER = 0x80000000;
+
+export const Op = {
+  matmul: 1,
+  rmsNorm: 2,
+  embed: 3,
+  ropeKv: 4,
+  attention: 5,
+  stream: 6,
+} as const;
+
+/** Weight storage codes (`WeightFormat` as the kernels number it). */
+export const WeightCode = { f32: 0, f16: 1, int8: 2 } as const;
+/** Matmul epilogues. */
+export const EpilogueCode = { store: 0, residual: 1, swiglu: 2 } as const;
+/** KV cache element formats the kernels read and write. */
+export const KvCode = { f32: 0, f16: 1 } as const;
+
+const f32Bits = new Float32Array(1);
+const f32BitsU = new Int32Array(f32Bits.buffer);
+
+/** The i32 bit pattern of an f32 (how float arguments travel in a record). */
+export function f32Word(x: number): number {
+  f32Bits[0] = x;
+  return f32BitsU[0] as number;
+}
+
+/**
+ * Builds a program in place in wasm memory: `push` appends one op, `barrier()` marks the last
+ * op as one the next must wait for (any op reading what an earlier one wrote).
+ */
+export class ProgramBuilder {
+  #words: Int32Array;
+  #count = 0;
+
+  constructor(
+    readonly ptr: number,
+    view: Int32Array,
+    readonly capacity: number,
+  ) {
+    this.#words = view;
+  }
+
+  get count(): number {
+    return this.#count;
+  }
+
+  push(op: number, args: readonly number[]): this {
+    if (this.#count >= this.capacity) throw new RangeError('program capacity exceeded');
+    if (args.length >= OP_WORDS) throw new RangeError('too many op arguments');
+    const o = this.#count * OP_WORDS;
+    this.#words.fill(0, o, o + OP_WORDS);
+    this.#words[o] = op;
+    for (let i = 0; i < args.length; i++) this.#words[o + 1 + i] = args[i] as number;
+    this.#count++;
+    return this;
+  }
+
+  barrier(): this {
+    if (this.#count > 0) {
+      const o = (this.#count - 1) * OP_WORDS;
+      this.#words[o] = (this.#words[o] as number) | OP_BARRIER | 0;
+    }
+    return this;
+  }
+
+  reset(): this {
+    this.#count = 0;
+    return this;
+  }
+}

@@ -1,0 +1,59 @@
+import { ThreadPool } from './thread-pool.js';
+import { type WasmGlobal, wasmApi } from './wasm-api.js';
+import { WasmArena } from './wasm-arena.js';
+import { kernelsModule, type WasmFeatures, wasmFeatures } from './wasm-module.js';
+import { OP_WORDS, ProgramBuilder } from './wasm-program.js';
+
+/** Room for the module's own data and stack below `__heap_base`. */
+const MODULE_BYTES = 1 << 20;
+
+/** The wasm backend's machinery: one shared memory, its allocator, and the threads over it. */
+export interface WasmRuntime {
+  readonly arena: WasmArena;
+  readonly pool: ThreadPool;
+  readonly features: WasmFeatures;
+  /** A program of up to `capacity` ops, allocated in the arena. */
+  program(capacity: number): ProgramBuilder;
+  /** Runs a built program on every thread. */
+  run(program: ProgramBuilder): void;
+  close(): Promise<void>;
+}
+
+/**
+ * Compiles (once) and instantiates the kernels over a new shared memory of `reserveBytes`
+ * (it grows later as needed, up to 4 GiB) and starts `threads - 1` workers.
+ * @throws {ModelError} `BACKEND` without SIMD128 or shared memory, or when a worker cannot
+ *   start; `INVALID_CONFIG` past 4 GiB; `INVALID_ARGUMENT` for a bad thread count.
+ */
+export async function createWasmRuntime(options: {
+  threads: number;
+  reserveBytes: number;
+  what?: string;
+  spin?: number;
+}): Promise<WasmRuntime> {
+  const module = await kernelsModule();
+  const memory = WasmArena.createMemory(
+    options.reserveBytes + MODULE_BYTES,
+    options.what ?? 'the wasm backend',
+  );
+  const api = wasmApi() as NonNullable<ReturnType<typeof wasmApi>>;
+  const instance = await api.instantiate(module, { env: { memory } });
+  const base = (instance.exports.__heap_base as WasmGlobal).value;
+  const arena = new WasmArena(memory, base);
+  const pool = await ThreadPool.create(module, instance, arena, options.threads, {
+    spin: options.spin,
+  });
+  return {
+    arena,
+    pool,
+    features: wasmFeatures(),
+    program(capacity) {
+      const ptr = arena.alloc(capacity * OP_WORDS * 4, 'a program');
+      return new ProgramBuilder(ptr, arena.i32(ptr, capacity * OP_WORDS), capacity);
+    },
+    run(program) {
+      pool.run(program.ptr, program.count);
+    },
+    close: () => pool.close(),
+  };
+}
