@@ -308,25 +308,31 @@ export class PagedDecodeAttention {
         `subgroupKeysPerStep must be ${SUBGROUP_KEYS_CHOICES.join(', ')}, got ${String(keysPerStep)}`,
       );
     }
-    const sg = kind === 'subgroup' ? subgroupShape(gpu, config) : undefined;
-    if (sg !== undefined && 'missing' in sg) {
+    const subgroup = kind === 'subgroup' ? subgroupShape(gpu, config) : undefined;
+    if (subgroup !== undefined && 'missing' in subgroup) {
       throw new AttentionKernelError(
         'DEVICE_LIMIT',
-        `the subgroup decode kernel needs ${sg.missing}`,
+        `the subgroup decode kernel needs ${subgroup.missing}`,
       );
     }
-    const hwHeads =
+    const hardwareHeads =
       kind === 'hardware' || (kind === 'auto' && !gpu.isSoftware)
         ? hardwareHeadsPerWorkgroup(gpu, config)
         : 0;
-    if (kind === 'hardware' && hwHeads === 0) {
+    if (kind === 'hardware' && hardwareHeads === 0) {
       throw new AttentionKernelError(
         'DEVICE_LIMIT',
         `the hardware-shaped decode kernel needs ${HARDWARE_WORKGROUP} invocations per workgroup and ${hardwareDecodeWorkgroupBytes({ headDim: config.headDim, headsPerWorkgroup: 1 })} bytes of workgroup memory`,
       );
     }
     const kernel: DecodeKernelKind =
-      kind !== 'auto' ? kind : gpu.isSoftware ? 'software' : hwHeads > 0 ? 'hardware' : 'tiled';
+      kind !== 'auto'
+        ? kind
+        : gpu.isSoftware
+          ? 'software'
+          : hardwareHeads > 0
+            ? 'hardware'
+            : 'tiled';
     const target =
       options.targetWorkgroups ??
       (gpu.isSoftware ? 16 : { tiled: 1024, subgroup: 512, hardware: 256, software: 256 }[kernel]);
@@ -338,14 +344,14 @@ export class PagedDecodeAttention {
     }
     const hpw =
       kernel === 'hardware'
-        ? hwHeads
-        : sg !== undefined
-          ? sg.heads
+        ? hardwareHeads
+        : subgroup !== undefined
+          ? subgroup.heads
           : headsPerWorkgroup(config.numQHeads / config.numKvHeads);
     const tuning = resolveTuning(gpu, config.headDim, options);
     const common = pagedShaderOptions(config, layout, hpw, 1, tuning);
-    const lanesPerRow = sg?.lanesPerRow ?? 1;
-    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}${sg === undefined ? '' : `-r${lanesPerRow}-u${keysPerStep}`}`;
+    const lanesPerRow = subgroup?.lanesPerRow ?? 1;
+    const label = `${pagedPipelineLabel('paged-decode', config, tuning)}-${kernel}${subgroup === undefined ? '' : `-r${lanesPerRow}-u${keysPerStep}`}`;
     const shader = {
       hardware: hardwareDecodeShader,
       subgroup: (o: AttentionShaderOptions) =>
