@@ -29,14 +29,14 @@ const RANDOM_MODEL_VERSION = 2;
 export function describeDefaultModel(): string[] {
   const m = modelInfo;
   const millions = (m.parameters / 1e6).toFixed(1);
-  const trained =
-    m.step >= m.totalSteps
-      ? `${m.totalSteps.toLocaleString('en-US')} steps`
-      : `step ${m.step.toLocaleString('en-US')} of ${m.totalSteps.toLocaleString('en-US')}, partly trained`;
+  const steps = (n: number) => n.toLocaleString('en-US');
   const ppl = m.heldout ? `, held-out perplexity ${m.heldout.perplexity.toFixed(1)}` : '';
   return [
-    `${m.name}: a small Llama (${millions}M parameters, ${m.architecture.contextLength}-token context) trained`,
-    `by Kvasir on the King James Bible, fortunes, WordNet glosses and the Brown Corpus (${trained}${ppl}).`,
+    `${m.name}: a small Llama (${millions}M parameters, ${m.architecture.contextLength}-token context) trained by Kvasir`,
+    'on the King James Bible, fortunes, WordNet glosses and the Brown Corpus.',
+    m.step >= m.totalSteps
+      ? `Trained for ${steps(m.totalSteps)} steps${ppl}.`
+      : `Partly trained: step ${steps(m.step)} of ${steps(m.totalSteps)}${ppl}.`,
     'It writes English, not reliable answers. Non-commercial research use only (Brown Corpus).',
   ];
 }
