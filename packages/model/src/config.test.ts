@@ -326,6 +326,15 @@ describe('toHfConfig', () => {
   });
 });
 
+const smallConfig = () =>
+  makeModelConfig({
+    hiddenSize: 16,
+    intermediateSize: 8,
+    numLayers: 1,
+    numHeads: 2,
+    vocabSize: 10,
+  });
+
 // The config's RoPE, computed by @kvasir/attention-kernels through ropeConfig.
 const ropeInvFrequencies = (c: ModelConfig) => kernelsInvFreq(ropeConfig(c, 1));
 
@@ -358,13 +367,7 @@ describe('ropeConfig', () => {
   });
 
   it('applies linear and explicit factors', () => {
-    const base = makeModelConfig({
-      hiddenSize: 16,
-      intermediateSize: 8,
-      numLayers: 1,
-      numHeads: 2,
-      vocabSize: 10,
-    });
+    const base = smallConfig();
     const lin = ropeInvFrequencies({ ...base, ropeScaling: { type: 'linear', factor: 4 } });
     const ff = ropeInvFrequencies({
       ...base,
@@ -378,13 +381,7 @@ describe('ropeConfig', () => {
   });
 
   it('refuses a theta or scaling the kernels cannot use as INVALID_CONFIG, by name', () => {
-    const base = makeModelConfig({
-      hiddenSize: 16,
-      intermediateSize: 8,
-      numLayers: 1,
-      numHeads: 2,
-      vocabSize: 10,
-    });
+    const base = smallConfig();
     const cases: [Partial<ModelConfig>, RegExp][] = [
       [{ ropeTheta: 1 }, /rope_theta/],
       [{ ropeScaling: { type: 'linear', factor: 0 } }, /rope scaling factors/],
