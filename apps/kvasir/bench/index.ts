@@ -1,6 +1,7 @@
-// `pnpm --filter kvasir bench:serve [--json]`: the serving benchmark on the embedded default model
-// over loopback. 64 concurrent streaming clients for a bounded time, then the same load with one
-// client, in one run; blocks still referenced after everything finished are leaks.
+// `pnpm --filter kvasir bench:serve [--json]`: the serving benchmark on the random-weight model
+// (`--model random`, the model the published figures were measured on) over loopback. 64
+// concurrent streaming clients for a bounded time, then the same load with one client, in one
+// run; blocks still referenced after everything finished are leaks.
 
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -29,6 +30,8 @@ const child = spawn(
   [
     cli,
     'serve',
+    '--model',
+    'random',
     '--port',
     '0',
     '--backend',
@@ -74,7 +77,7 @@ const blocksLeaked = used ? Number(used[1]) : Number.NaN;
 child.kill('SIGTERM');
 
 const result = {
-  model: 'embedded default (random tiny Llama)',
+  model: 'random tiny Llama (--model random)',
   backend,
   duration_s: Number(many.duration_s.toFixed(2)),
   requests: many.requests,
