@@ -6,6 +6,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeModelConfig, ropeConfig } from '../../config.js';
 import { expectModelError } from '../../testing/checkpoint.js';
+import { llamaCppPermute } from '../../testing/llama-cpp.js';
 import { ModelTokenizer } from '../../tokenizer/tokenizer.js';
 import { dequantizeQ8_0, f16BitsToF32, quantizeQ8_0 } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
@@ -46,20 +47,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await rm(root, { recursive: true, force: true });
 });
-
-/** llama.cpp's permute as numpy writes it: w.reshape(n_head, 2, D/2, cols).swapaxes(1, 2). */
-function llamaCppPermute(w: Float32Array, rows: number, nHead: number): Float32Array {
-  const cols = w.length / rows;
-  const d2 = rows / nHead / 2;
-  const out = new Float32Array(w.length);
-  // out[h, i, s, c] = w[h, s, i, c]
-  for (let h = 0; h < nHead; h++)
-    for (let i = 0; i < d2; i++)
-      for (let s = 0; s < 2; s++)
-        for (let c = 0; c < cols; c++)
-          out[((h * d2 + i) * 2 + s) * cols + c] = w[((h * 2 + s) * d2 + i) * cols + c]!;
-  return out;
-}
 
 describe('GGUF', () => {
   it('reads back the HF tensors exactly from an F32 GGUF (Q/K un-permuted)', async () => {
