@@ -56,7 +56,7 @@ export class Sequence {
     return this.numTokens - this.group.numPromptTokens;
   }
 
-  /** Prompt done and every token computed but the last sampled one: runs one token next. */
+  /** In the allocator with exactly one token left to compute: it runs as a decode next. */
   get isDecode(): boolean {
     return this.allocated && this.numTokens - this.numComputed === 1;
   }

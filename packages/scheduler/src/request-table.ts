@@ -42,7 +42,8 @@ export class RequestTable {
     return this.seqById.get(seqId);
   }
 
-  groupsView(): IterableIterator<SequenceGroup> {
+  /** Every live request. */
+  values(): IterableIterator<SequenceGroup> {
     return this.groups.values();
   }
 

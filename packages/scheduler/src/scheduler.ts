@@ -297,7 +297,7 @@ export class Scheduler {
     let numWaiting = 0;
     let numSwapped = 0;
     let numPreemptedWaiting = 0;
-    for (const g of this.requests.groupsView()) {
+    for (const g of this.requests.values()) {
       if (g.state === RUNNING) numRunning++;
       else if (g.state === SWAPPED) numSwapped++;
       else if (g.state === WAITING) {
