@@ -19,9 +19,12 @@ const here = new URL('.', import.meta.url).pathname;
 const { LLAMA3_CHAT_TEMPLATE, ModelTokenizer } = await import(
   join(here, '../../packages/model/dist/index.js')
 );
-const { buildByteLevelTokenizerJson, byteLevelAlphabet, GPT2_SPLIT_PATTERN } = await import(
-  join(here, '../../packages/model/dist/formats.js')
-);
+const {
+  buildByteLevelTokenizerConfig,
+  buildByteLevelTokenizerJson,
+  byteLevelAlphabet,
+  GPT2_SPLIT_PATTERN,
+} = await import(join(here, '../../packages/model/dist/formats.js'));
 
 /** Llama 3's names; ids 256–260 in this order (as the package's random checkpoint uses). */
 export const SPECIAL_TOKENS = [
@@ -148,26 +151,13 @@ const tokenizerJson = buildByteLevelTokenizerJson({
   bosToken: BOS,
   maxVocab: vocabSize,
 });
-const addedTokensDecoder = {};
-SPECIAL_TOKENS.forEach((content, i) => {
-  addedTokensDecoder[String(256 + i)] = {
-    content,
-    lstrip: false,
-    normalized: false,
-    rstrip: false,
-    single_word: false,
-    special: true,
-  };
+const tokenizerConfig = buildByteLevelTokenizerConfig({
+  specialTokens: SPECIAL_TOKENS,
+  bosToken: BOS,
+  eosToken: '<|eot_id|>',
+  modelMaxLength: 512,
+  chatTemplate: LLAMA3_CHAT_TEMPLATE,
 });
-const tokenizerConfig = {
-  tokenizer_class: 'PreTrainedTokenizerFast',
-  bos_token: BOS,
-  eos_token: '<|eot_id|>',
-  model_max_length: 512,
-  clean_up_tokenization_spaces: false,
-  added_tokens_decoder: addedTokensDecoder,
-  chat_template: LLAMA3_CHAT_TEMPLATE,
-};
 const json = (v) => `${JSON.stringify(v, null, 2)}\n`;
 writeFileSync(join(dataDir, 'tokenizer.json'), json(tokenizerJson));
 writeFileSync(join(dataDir, 'tokenizer_config.json'), json(tokenizerConfig));

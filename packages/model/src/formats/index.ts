@@ -2,8 +2,13 @@
 // element types) and building tokenizer files. Opening a checkpoint for a model is
 // `openCheckpoint` in the main entry.
 
-export type { ByteLevelBpe, ByteLevelTokenizerSpec } from '../tokenizer/byte-level-bpe.js';
+export type {
+  ByteLevelBpe,
+  ByteLevelTokenizerConfigSpec,
+  ByteLevelTokenizerSpec,
+} from '../tokenizer/byte-level-bpe.js';
 export {
+  buildByteLevelTokenizerConfig,
   buildByteLevelTokenizerJson,
   byteLevelAlphabet,
   GPT2_SPLIT_PATTERN,

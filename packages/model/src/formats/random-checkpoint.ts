@@ -3,7 +3,11 @@ import { join } from 'node:path';
 import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from '../config.js';
 import { fileIoError, ModelError } from '../errors.js';
 import { Rng } from '../sampling/rng.js';
-import { buildByteLevelTokenizerJson, trainByteLevelBpe } from '../tokenizer/byte-level-bpe.js';
+import {
+  buildByteLevelTokenizerConfig,
+  buildByteLevelTokenizerJson,
+  trainByteLevelBpe,
+} from '../tokenizer/byte-level-bpe.js';
 import type { TensorDtype } from './dtype.js';
 import { type TensorToWrite, writeSafetensors } from './safetensors.js';
 
@@ -149,28 +153,17 @@ export async function writeRandomCheckpoint(
     maxVocab: cfg.vocabSize,
   });
   await writeJsonFile(join(dir, 'tokenizer.json'), json(tokenizer));
-  const addedDecoder: Record<string, unknown> = {};
-  RANDOM_SPECIAL_TOKENS.forEach((content, i) => {
-    addedDecoder[String(256 + i)] = {
-      content,
-      lstrip: false,
-      normalized: false,
-      rstrip: false,
-      single_word: false,
-      special: true,
-    };
-  });
   await writeJsonFile(
     join(dir, 'tokenizer_config.json'),
-    json({
-      tokenizer_class: 'PreTrainedTokenizerFast',
-      bos_token: RANDOM_SPECIAL_TOKENS[0],
-      eos_token: RANDOM_SPECIAL_TOKENS[4],
-      model_max_length: cfg.maxPositionEmbeddings,
-      clean_up_tokenization_spaces: false,
-      added_tokens_decoder: addedDecoder,
-      chat_template: LLAMA3_CHAT_TEMPLATE,
-    }),
+    json(
+      buildByteLevelTokenizerConfig({
+        specialTokens: RANDOM_SPECIAL_TOKENS,
+        bosToken: RANDOM_SPECIAL_TOKENS[0],
+        eosToken: RANDOM_SPECIAL_TOKENS[4],
+        modelMaxLength: cfg.maxPositionEmbeddings,
+        chatTemplate: LLAMA3_CHAT_TEMPLATE,
+      }),
+    ),
   );
 
   const gen = randomTensors(cfg, seed);

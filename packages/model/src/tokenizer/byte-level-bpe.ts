@@ -89,6 +89,46 @@ export function trainByteLevelBpe(corpus: string, maxMerges: number): ByteLevelB
   return { merges };
 }
 
+/** Options of {@link buildByteLevelTokenizerConfig}. */
+export interface ByteLevelTokenizerConfigSpec {
+  /** The special tokens of {@link ByteLevelTokenizerSpec}, ids 256, 257, ... in this order. */
+  readonly specialTokens: readonly string[];
+  readonly bosToken: string;
+  readonly eosToken: string;
+  /** Longest input the model takes (`model_max_length`). */
+  readonly modelMaxLength: number;
+  readonly chatTemplate?: string;
+}
+
+/**
+ * Builds the `tokenizer_config.json` object that goes with {@link buildByteLevelTokenizerJson}:
+ * a fast tokenizer whose special tokens are the ones at ids 256, 257, ...
+ */
+export function buildByteLevelTokenizerConfig(
+  spec: ByteLevelTokenizerConfigSpec,
+): Record<string, unknown> {
+  const addedTokensDecoder: Record<string, unknown> = {};
+  spec.specialTokens.forEach((content, i) => {
+    addedTokensDecoder[String(256 + i)] = {
+      content,
+      lstrip: false,
+      normalized: false,
+      rstrip: false,
+      single_word: false,
+      special: true,
+    };
+  });
+  return {
+    tokenizer_class: 'PreTrainedTokenizerFast',
+    bos_token: spec.bosToken,
+    eos_token: spec.eosToken,
+    model_max_length: spec.modelMaxLength,
+    clean_up_tokenization_spaces: false,
+    added_tokens_decoder: addedTokensDecoder,
+    ...(spec.chatTemplate !== undefined ? { chat_template: spec.chatTemplate } : {}),
+  };
+}
+
 /** Options of {@link buildByteLevelTokenizerJson}. */
 export interface ByteLevelTokenizerSpec {
   /** Learned merges (their results become vocabulary entries after the specials). */
