@@ -86,6 +86,14 @@ addEngineOptions(
         ])
         .default('f32'),
     )
+    .option(
+      '--reference <file.json>',
+      'compare with the logits an earlier run saved (--save-logits) instead of a reference run',
+    )
+    .option(
+      '--save-logits <file.json>',
+      'save the logits of every scored position (JSON + .f32 beside it) for a later --reference',
+    )
     .option('--tokens-out <file>', 'write the evaluated token ids (JSON array) here')
     .option('--json', 'print one JSON object', false)
     .option('--no-progress', 'no progress line on stderr'),
@@ -96,6 +104,8 @@ addEngineOptions(
     ...(opts.stride === undefined ? {} : { stride: opts.stride }),
     ...(opts.maxTokens === undefined ? {} : { maxTokens: opts.maxTokens }),
     referenceKvDtype: opts.referenceKvDtype,
+    ...(opts.reference ? { reference: opts.reference } : {}),
+    ...(opts.saveLogits ? { saveLogits: opts.saveLogits } : {}),
     ...(opts.tokensOut ? { tokensOut: opts.tokensOut } : {}),
     json: opts.json,
     progress: opts.progress && process.stderr.isTTY === true,

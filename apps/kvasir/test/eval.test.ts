@@ -123,6 +123,7 @@ describe('kvasir eval (built CLI, random model, CPU backend)', () => {
     expect(report.scored_tokens).toBe(ids.length - 1);
     expect(Math.abs(report.perplexity / expected.perplexity - 1)).toBeLessThan(1e-5);
     expect(report.reference).toEqual({
+      source: 'run',
       kv_dtype: 'f32',
       perplexity: report.perplexity,
       mean_kl: 0,
@@ -140,6 +141,31 @@ describe('kvasir eval (built CLI, random model, CPU backend)', () => {
     expect(int4.reference!.top1_agreement).toBeLessThanOrEqual(1);
     expect(int4.perplexity).not.toBe(f32.perplexity);
     expect(Math.abs(int4.reference!.perplexity / f32.perplexity - 1)).toBeLessThan(1e-9);
+  });
+
+  it('compares with logits an earlier run saved exactly as with a live reference run', async () => {
+    const args = ['--ctx', String(CTX), '--stride', String(STRIDE), '--max-tokens', '90'];
+    const saved = join(dir, 'f32-logits.json');
+    const f32 = await evaluate(...args, '--reference-kv-dtype', 'none', '--save-logits', saved);
+    const header = JSON.parse(await readFile(saved, 'utf8'));
+    expect(header).toMatchObject({ kv_dtype: 'f32', ctx: CTX, stride: STRIDE, tokens: 90 });
+    expect(header.scored_tokens).toBe(f32.scored_tokens);
+    const live = await evaluate(...args, '--kv-dtype', 'int8');
+    const fromFile = await evaluate(...args, '--kv-dtype', 'int8', '--reference', saved);
+    expect(fromFile.reference).toEqual({ ...live.reference!, source: saved });
+    expect(fromFile.reference!.mean_kl).toBeGreaterThan(0);
+
+    const other = await evaluate(
+      '--ctx',
+      String(CTX),
+      '--stride',
+      String(STRIDE + 1),
+      '--max-tokens',
+      '90',
+      '--reference',
+      saved,
+    ).catch((error: { stderr: string }) => error.stderr);
+    expect(other).toMatch(/--reference .*saved with --stride 20 \(this run: 21\)/);
   });
 
   it('writes the evaluated token ids for an independent check', async () => {

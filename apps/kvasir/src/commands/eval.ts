@@ -4,6 +4,7 @@ import type { BatchPlan } from '@kvasir/scheduler';
 import { resolveModelPath } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
 import { KvasirAppError } from '../errors.js';
+import { EvalLogitsReader, EvalLogitsWriter } from '../eval-logits-file.js';
 import { type LoadedModel, loadModelRunner } from '../model-runner.js';
 import { type EvalWindow, PerplexityAccumulator, slidingWindows } from '../perplexity.js';
 import type { ModelRunner } from '../runner.js';
@@ -20,6 +21,10 @@ export interface EvalOptions {
   readonly maxTokens?: number;
   /** KV dtype of the reference run (same model, backend and block size), or `none`. */
   readonly referenceKvDtype: EngineConfig['kvDtype'] | 'none';
+  /** Compare with the logits an earlier run saved (`saveLogits`) instead of a reference run. */
+  readonly reference?: string;
+  /** Save the logits of every scored position here (JSON, with a `.f32` beside it). */
+  readonly saveLogits?: string;
   /** Write the evaluated token ids here (JSON array), for an independent check. */
   readonly tokensOut?: string;
   readonly json: boolean;
@@ -44,6 +49,8 @@ export interface EvalReport {
   readonly mean_nll: number;
   readonly perplexity: number;
   readonly reference: {
+    /** `run`: a second runner in this process; otherwise the saved JSON file it came from. */
+    readonly source: string;
     readonly kv_dtype: string;
     readonly perplexity: number;
     /** Mean over scored positions of KL(reference ‖ evaluated), in nats. */
@@ -154,7 +161,8 @@ async function openRunner(
 /**
  * `kvasir eval`: sliding-window perplexity of a model over a text file through the engine's
  * paged forward pass (its backend, KV dtype and block size), with the mean KL divergence and
- * top-1 agreement against a reference run of the same model (f32 KV by default).
+ * top-1 agreement against a reference: a second run of the same model (f32 KV by default) or
+ * the logits an earlier run saved with `saveLogits`.
  * @throws KvasirAppError `INVALID_CONFIG` for an unreadable file, a window longer than the
  *   model's context, or a text of fewer than 2 tokens; `MODEL_LOAD` when the model cannot load.
  */
@@ -172,6 +180,8 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
   const started = performance.now();
   const { path } = await resolveModelPath(config);
   const opened: { model: LoadedModel; runner: ModelRunner }[] = [];
+  let saved: EvalLogitsReader | undefined;
+  let save: EvalLogitsWriter | undefined;
   try {
     const loaded = await loadModelRunner(path, config);
     const maxModelLen = loaded.maxModelLen;
@@ -192,7 +202,7 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
       throw error;
     }
     const runner = opened[0]!.runner;
-    if (options.referenceKvDtype !== 'none') {
+    if (options.reference === undefined && options.referenceKvDtype !== 'none') {
       opened.push(
         await openRunner(path, { ...config, kvDtype: options.referenceKvDtype }, numBlocks),
       );
@@ -203,6 +213,15 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
     const windows = slidingWindows(ids.length, ctx, stride);
     if (options.tokensOut) await writeFile(options.tokensOut, JSON.stringify(ids));
     const vocab = runner.facts.vocabSize;
+    if (options.reference !== undefined) {
+      saved = await EvalLogitsReader.open(options.reference, {
+        ctx,
+        stride,
+        vocabSize: vocab,
+        ids,
+      });
+    }
+    if (options.saveLogits !== undefined) save = await EvalLogitsWriter.create(options.saveLogits);
     const blockTable = Uint32Array.from({ length: numBlocks }, (_, b) => b);
     const chunk = config.maxNumBatchedTokens;
     const acc = new PerplexityAccumulator(vocab);
@@ -210,7 +229,8 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
       const logits = await windowLogits(runner, ids, w, chunk, blockTable);
       const refLogits = reference
         ? await windowLogits(reference, ids, w, chunk, blockTable)
-        : undefined;
+        : await saved?.next(w.end - w.scoreFrom);
+      await save?.append(logits);
       for (let t = w.scoreFrom; t < w.end; t++) {
         const at = (t - w.scoreFrom) * vocab;
         acc.add(logits.subarray(at, at + vocab), ids[t]!, refLogits?.subarray(at, at + vocab));
@@ -223,6 +243,19 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
       }
     }
     if (options.progress) process.stderr.write('\n');
+    await save?.finish(
+      {
+        model: path,
+        backend: runner.facts.backend,
+        kv_dtype: config.kvDtype,
+        block_size: config.blockSize,
+        ctx,
+        stride,
+        vocab_size: vocab,
+      },
+      ids,
+    );
+    save = undefined;
     const result = acc.result();
     const report: EvalReport = {
       model: path,
@@ -238,7 +271,8 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
       perplexity: result.perplexity,
       reference: result.reference
         ? {
-            kv_dtype: options.referenceKvDtype,
+            source: saved ? options.reference! : 'run',
+            kv_dtype: saved ? saved.header.kv_dtype : options.referenceKvDtype,
             perplexity: result.reference.perplexity,
             mean_kl: result.reference.meanKl,
             top1_agreement: result.reference.top1Agreement,
@@ -249,6 +283,8 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
     process.stdout.write(options.json ? `${JSON.stringify(report, null, 2)}\n` : describe(report));
     return report;
   } finally {
+    await save?.abandon();
+    await saved?.close();
     for (const { runner } of opened) await runner.dispose();
   }
 }
@@ -262,7 +298,7 @@ function describe(r: EvalReport): string {
   ];
   if (r.reference) {
     lines.push(
-      `reference    KV ${r.reference.kv_dtype}: perplexity ${r.reference.perplexity.toFixed(4)}, mean KL ${r.reference.mean_kl.toExponential(3)} nats, top-1 agreement ${(100 * r.reference.top1_agreement).toFixed(2)}%`,
+      `reference    KV ${r.reference.kv_dtype}${r.reference.source === 'run' ? '' : ` (saved in ${r.reference.source})`}: perplexity ${r.reference.perplexity.toFixed(4)}, mean KL ${r.reference.mean_kl.toExponential(3)} nats, top-1 agreement ${(100 * r.reference.top1_agreement).toFixed(2)}%`,
     );
   }
   lines.push(`time         ${r.seconds.toFixed(1)} s`);
