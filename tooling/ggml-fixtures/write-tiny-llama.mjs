@@ -7,8 +7,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { writeRandomCheckpoint } from '../../packages/model/dist/index.js';
 import { convertToGguf } from '../../packages/model/dist/formats.js';
+import { writeRandomCheckpoint } from '../../packages/model/dist/index.js';
 
 const [out, work] = process.argv.slice(2);
 if (!out) {
