@@ -20,9 +20,9 @@ describe('backend selection without an adapter', () => {
   });
   afterAll(() => ckpt?.cleanup());
 
-  it("'auto' falls back to the CPU backend and runs", async () => {
-    const m = await loadModel(ckpt.dir, { numBlocks: 4, blockSize: 16 });
-    expect(m.backend).toBe('cpu');
+  it("'auto' falls back to the wasm backend and runs", async () => {
+    const m = await loadModel(ckpt.dir, { numBlocks: 4, blockSize: 16, threads: 2 });
+    expect(m.backend).toBe('wasm');
     const logits = await m.forward(seqPlan([1, 2, 3], 0, [0], 16, 'last'));
     expect(logits.length).toBe(272);
     expect(logits.every(Number.isFinite)).toBe(true);

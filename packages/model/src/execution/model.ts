@@ -17,11 +17,13 @@ import { checkExecutable } from './weights.js';
 /** Options of {@link loadModel}. */
 export interface LoadModelOptions {
   /**
-   * `'auto'` (default): WebGPU when an adapter exists (a GPU, or the llvmpipe software
-   * adapter), else the CPU. `'webgpu'` fails without an adapter; `'cpu'` runs the reference
-   * kernels.
+   * `'auto'` (default): WebGPU on a hardware adapter, else `'wasm'` (WebAssembly SIMD kernels
+   * on worker threads), else `'cpu'`. `'webgpu'` fails without an adapter (a software one
+   * such as llvmpipe is taken when chosen); `'cpu'` runs the reference kernels.
    */
   readonly backend?: BackendChoice;
+  /** Threads of the wasm backend, the calling thread included (default: physical cores). */
+  readonly threads?: number;
   /** KV cache element format (default `'f16'`). */
   readonly kvFormat?: KvFormatName;
   /** Physical KV blocks per layer. */
@@ -137,6 +139,7 @@ export async function loadModel(
       { reader, kv, weights: weightOpts },
       choice,
       options.gpu,
+      { threads: options.threads },
     );
     const limits = {
       vocabSize: config.vocabSize,

@@ -13,7 +13,7 @@ import { seqPlan, testGpu } from './model.js';
  * The golden PyTorch fixture on one backend: each case's random checkpoint, prefilled on
  * `backend`, gives the logits transformers gave within 1e-4.
  */
-export function goldenFixtureSuite(backend: 'cpu' | 'webgpu', title: string): void {
+export function goldenFixtureSuite(backend: 'cpu' | 'webgpu' | 'wasm', title: string): void {
   describe(`golden PyTorch fixture (${title})`, () => {
     it.each(golden.cases.map((c) => [c.name, c] as const))(
       '%s matches transformers within 1e-4',

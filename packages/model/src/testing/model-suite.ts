@@ -25,7 +25,7 @@ function argmax(x: Float32Array): number {
 }
 
 export function modelSuite(
-  backend: 'cpu' | 'webgpu',
+  backend: 'cpu' | 'webgpu' | 'wasm',
   extra: Partial<LoadModelOptions> = {},
   label = '',
 ): void {

@@ -524,7 +524,8 @@ INLINE void rope_rows(float* x, i32 heads, i32 d, const float* c, const float* s
   }
 }
 
-// RoPE on q and k rows, then K and V into their cache slots (slot -1: no write). Record: q,
+// RoPE on q and k rows, then K and V into their cache slots (slot -1, or kvfmt -1 for formats
+// the host writes: no write). Record: q,
 // k, v, m, positions, slots, hq, hkv, d, cos, sin, cache, kvfmt, bs, blockWords, slabWords,
 // rowWords.
 static void op_rope_kv(const i32* a, i32 tid, i32 nth) {
@@ -549,7 +550,7 @@ static void op_rope_kv(const i32* a, i32 tid, i32 nth) {
     float* kt = k + (long)t * hkv * d;
     rope_rows(kt, hkv, d, c, s);
     i32 slot = slots[t];
-    if (slot < 0) continue;
+    if (slot < 0 || kvfmt < 0) continue;
     for (i32 h = 0; h < hkv; h++) {
       store_kv_row(cache + kv_row(slot, h, 0, bs, bw, sw, rw), kt + h * d, d, kvfmt);
       store_kv_row(cache + kv_row(slot, h, 1, bs, bw, sw, rw), v + ((long)t * hkv + h) * d, d,

@@ -1,0 +1,468 @@
+import { ropeTables } from '@kvasir/attention-kernels';
+import { type ModelConfig, ropeConfig } from '../../config.js';
+import type { Executor, ExecutorContext } from '../../execution/executor.js';
+import type { NormalizedPlan } from '../../execution/forward-plan.js';
+import { cpuKvBlockIo } from '../../execution/kv-blocks.js';
+import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
+import {
+  type LoadWeightsOptions,
+  loadWeights,
+  type ModelWeights,
+} from '../../execution/weights.js';
+import type { CheckpointReader } from '../../formats/checkpoint-reader.js';
+import { encodeKvRow, pagedAttentionCpu } from '../cpu/cpu-forward.js';
+import { defaultThreadCount } from './thread-count.js';
+import type { WasmArena } from './wasm-arena.js';
+import { EpilogueCode, f32Word, KvCode, Op, type ProgramBuilder } from './wasm-program.js';
+import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
+import { type WasmWeight, wasmAllocator, weightArgs } from './wasm-weights.js';
+
+/**
+ * KV formats the wasm kernels read and write in place. The others (int8, int8-h8, fp8,
+ * int4) run correctly but slowly: the step pauses at each layer's attention, which the
+ * reference code runs on the host over the same cache words.
+ */
+export const WASM_KV_FORMATS = ['f32', 'f16'] as const;
+
+/** Options of {@link createWasmExecutor}. */
+export interface WasmExecutorOptions {
+  /** Threads (the caller's included); default: the machine's physical cores. */
+  readonly threads?: number;
+}
+
+/** What a wasm executor reports about itself (for banners and benchmarks). */
+export interface WasmExecutorInfo {
+  readonly threads: number;
+  readonly simd: string;
+  /** Bytes of wasm memory in use. */
+  readonly memoryBytes: number;
+}
+
+/** An {@link Executor} on the wasm backend, with what it runs on. */
+export interface WasmExecutor extends Executor {
+  readonly info: WasmExecutorInfo;
+}
+
+// Tokens the step buffers hold before they are reallocated larger.
+const INITIAL_TOKENS = 64;
+// Positions of the first RoPE tables (they grow with the longest position seen).
+const INITIAL_ROPE_POSITIONS = 4096;
+
+/**
+ * The wasm backend: WebAssembly SIMD128 kernels on worker threads over one shared memory that
+ * holds the weights (streamed in from the checkpoint), the paged KV cache (the layout every
+ * backend shares, so blocks move between backends) and the step's activations.
+ *
+ * @throws {ModelError} `INVALID_CONFIG` when the model does not fit wasm32's 4 GiB (the message
+ *   names the limit and what the model needs); `BACKEND` without SIMD128 or shared memory;
+ *   reader errors.
+ */
+export async function createWasmExecutor(
+  ctx: ExecutorContext,
+  options: WasmExecutorOptions = {},
+): Promise<WasmExecutor> {
+  const { reader, kv } = ctx;
+  const c = reader.config;
+  const threads = options.threads ?? defaultThreadCount();
+  const half = c.headDim / 2;
+  const ropePositions = Math.min(c.maxPositionEmbeddings, INITIAL_ROPE_POSITIONS);
+  const reserve =
+    estimateWeightBytes(reader, ctx.weights) +
+    c.numLayers * kv.layerWords * 4 +
+    2 * ropePositions * half * 4 +
+    stepBytes(c, INITIAL_TOKENS) +
+    threads * 128 * 1024;
+  const rt = await createWasmRuntime({
+    threads,
+    reserveBytes: reserve,
+    what: `this model (${c.numLayers} layers, hidden ${c.hiddenSize}, ${kv.numBlocks} KV blocks of ${kv.format})`,
+  });
+  try {
+    const weights = await loadWeights(reader, wasmAllocator(rt.arena), ctx.weights);
+    const forward = new WasmForward(rt, c, kv, weights);
+    return {
+      forward: async (plan) => forward.forward(plan),
+      blocks: cpuKvBlockIo(kv, forward.caches),
+      destroy: () => rt.close(),
+      get info() {
+        return {
+          threads: rt.pool.threads,
+          simd: rt.features.relaxedSimd ? 'simd128 (relaxed simd available)' : 'simd128',
+          memoryBytes: rt.arena.top,
+        };
+      },
+    };
+  } catch (e) {
+    await rt.close();
+    throw e;
+  }
+}
+
+/** Bytes the weights will take in the storage `loadWeights` picks for them. */
+function estimateWeightBytes(reader: CheckpointReader, o: LoadWeightsOptions): number {
+  const c = reader.config;
+  let bytes = 0;
+  for (const [name, t] of reader.tensors) {
+    if (name === 'lm_head.weight' && c.tieWordEmbeddings) continue;
+    const n = t.shape.reduce((a, b) => a * b, 1);
+    if (t.shape.length !== 2) bytes += n * 4;
+    else if (o.weightQuant === 'int8') bytes += n + (n / (o.groupSize ?? 32)) * 4;
+    else if (o.weightDtype === 'f32' || (o.weightDtype !== 'f16' && t.dtype === 'F32'))
+      bytes += n * 4;
+    else bytes += n * 2;
+  }
+  return bytes;
+}
+
+/** Bytes of the per-step buffers for `t` tokens. */
+function stepBytes(c: ModelConfig, t: number): number {
+  const d = c.headDim;
+  const floats =
+    t * (2 * c.hiddenSize + 2 * c.numHeads * d + 2 * c.numKvHeads * d + c.intermediateSize);
+  return floats * 4 + t * 6 * 4;
+}
+
+/** Per-step buffers for up to `tokens` tokens (byte offsets). */
+interface StepBuffers {
+  readonly tokens: number;
+  readonly ids: number;
+  readonly positions: number;
+  readonly slots: number;
+  readonly tokSeq: number;
+  readonly x: number;
+  readonly xn: number;
+  readonly q: number;
+  readonly k: number;
+  readonly v: number;
+  readonly attn: number;
+  readonly act: number;
+}
+
+/** Buffers whose size follows the plan's sequences, rows and context. */
+interface PlanBuffers {
+  readonly seqs: number;
+  readonly blocks: number;
+  readonly rows: number;
+  readonly context: number;
+  readonly queryStarts: number;
+  readonly queryLens: number;
+  readonly contextLens: number;
+  readonly tables: number;
+  readonly logitRows: number;
+  readonly finalNorm: number;
+  readonly logits: number;
+  /** Per-thread scratch: a 4-row f32 weight tile, then attention scores and accumulator. */
+  readonly scratch: number;
+  readonly scratchStride: number;
+}
+
+/** Host-side norms and biases copied into wasm memory. */
+interface LayerVectors {
+  readonly inputNorm: number;
+  readonly postNorm: number;
+  readonly qBias: number;
+  readonly kBias: number;
+  readonly vBias: number;
+  readonly oBias: number;
+}
+
+/** One forward step as a single kernel program over the wasm memory. */
+class WasmForward {
+  readonly caches: Uint32Array[];
+  readonly #rt: WasmRuntime;
+  readonly #arena: WasmArena;
+  readonly #c: ModelConfig;
+  readonly #kv: KvCacheSpec;
+  readonly #w: ModelWeights<WasmWeight>;
+  readonly #vectors: LayerVectors[];
+  readonly #finalNorm: number;
+  readonly #cachePtrs: number[];
+  #rope = { cos: 0, sin: 0, positions: 0 };
+  readonly #program: ProgramBuilder;
+  #step: StepBuffers;
+  #plan: PlanBuffers | undefined;
+
+  constructor(rt: WasmRuntime, c: ModelConfig, kv: KvCacheSpec, w: ModelWeights<WasmWeight>) {
+    this.#rt = rt;
+    this.#arena = rt.arena;
+    this.#c = c;
+    this.#kv = kv;
+    this.#w = w;
+    const vec = (v: Float32Array | undefined, what: string) => {
+      if (!v) return 0;
+      const p = this.#arena.alloc(v.length * 4, what);
+      this.#arena.f32(p, v.length).set(v);
+      return p;
+    };
+    this.#vectors = w.layers.map((l, i) => ({
+      inputNorm: vec(l.inputNorm, `layer ${i} norm`),
+      postNorm: vec(l.postNorm, `layer ${i} norm`),
+      qBias: vec(l.qBias, `layer ${i} bias`),
+      kBias: vec(l.kBias, `layer ${i} bias`),
+      vBias: vec(l.vBias, `layer ${i} bias`),
+      oBias: vec(l.oBias, `layer ${i} bias`),
+    }));
+    this.#finalNorm = vec(w.finalNorm, 'final norm');
+    this.#cachePtrs = [];
+    this.caches = [];
+    for (let l = 0; l < c.numLayers; l++) {
+      const p = this.#arena.alloc(kv.layerWords * 4, `layer ${l} KV cache`);
+      this.#cachePtrs.push(p);
+      this.caches.push(this.#arena.u32(p, kv.layerWords));
+    }
+    this.#program = rt.program(c.numLayers * 10 + 8);
+    this.#step = this.#stepBuffers(INITIAL_TOKENS);
+  }
+
+  /** RoPE cos/sin tables covering positions below `maxPos` (rebuilt larger when needed). */
+  /** KV write and attention of layer `l` on the host, for KV formats without wasm kernels. */
+  #hostAttention(l: number, plan: NormalizedPlan): void {
+    const c = this.#c;
+    const kv = this.#kv;
+    const s = this.#step;
+    const t = plan.numTokens;
+    const d = c.headDim;
+    const cache = this.caches[l] as Uint32Array;
+    const k = this.#arena.f32(s.k, t * c.numKvHeads * d);
+    const v = this.#arena.f32(s.v, t * c.numKvHeads * d);
+    for (let i = 0; i < t; i++) {
+      const slot = plan.slotMapping[i] as number;
+      if (slot < 0) continue;
+      for (let h = 0; h < c.numKvHeads; h++) {
+        const off = (i * c.numKvHeads + h) * d;
+        encodeKvRow(kv, cache, kvRowWord(kv, slot, h, 0), k, off);
+        encodeKvRow(kv, cache, kvRowWord(kv, slot, h, 1), v, off);
+      }
+    }
+    const q = this.#arena.f32(s.q, t * c.numHeads * d);
+    pagedAttentionCpu(c, kv, cache, q, plan, this.#arena.f32(s.attn, t * c.numHeads * d));
+  }
+
+  #ropeFor(maxPos: number): { cos: number; sin: number } {
+    const have = this.#rope.positions;
+    if (maxPos > have) {
+      const c = this.#c;
+      const positions = Math.min(
+        c.maxPositionEmbeddings,
+        Math.max(maxPos, 2 * have, INITIAL_ROPE_POSITIONS),
+      );
+      const t = ropeTables(ropeConfig(c, positions));
+      const cos = this.#arena.alloc(t.cos.length * 4, 'RoPE tables');
+      this.#arena.f32(cos, t.cos.length).set(t.cos);
+      const sin = this.#arena.alloc(t.sin.length * 4, 'RoPE tables');
+      this.#arena.f32(sin, t.sin.length).set(t.sin);
+      this.#rope = { cos, sin, positions };
+    }
+    return this.#rope;
+  }
+
+  #stepBuffers(tokens: number): StepBuffers {
+    const c = this.#c;
+    const a = (n: number) => this.#arena.alloc(n * 4, 'step activations');
+    const d = c.headDim;
+    return {
+      tokens,
+      ids: a(tokens),
+      positions: a(tokens),
+      slots: a(tokens),
+      tokSeq: a(tokens),
+      x: a(tokens * c.hiddenSize),
+      xn: a(tokens * c.hiddenSize),
+      q: a(tokens * c.numHeads * d),
+      k: a(tokens * c.numKvHeads * d),
+      v: a(tokens * c.numKvHeads * d),
+      attn: a(tokens * c.numHeads * d),
+      act: a(tokens * c.intermediateSize),
+    };
+  }
+
+  #planBuffers(plan: NormalizedPlan): PlanBuffers {
+    const need = {
+      seqs: plan.numSeqs,
+      blocks: plan.numSeqs * plan.maxBlocksPerSeq,
+      rows: plan.logitsIndices.length,
+      context: Math.max(...Array.from(plan.contextLens)),
+    };
+    const have = this.#plan;
+    if (
+      have &&
+      have.seqs >= need.seqs &&
+      have.blocks >= need.blocks &&
+      have.rows >= need.rows &&
+      have.context >= need.context
+    ) {
+      return have;
+    }
+    // Grow geometrically, so a run of slowly growing plans reallocates O(log n) times (the
+    // arena never frees; the old buffers are the price).
+    const grow = (n: number, old = 0) => Math.max(n, 2 * old, 16);
+    const seqs = grow(need.seqs, have?.seqs);
+    const blocks = grow(need.blocks, have?.blocks);
+    const rows = grow(need.rows, have?.rows);
+    const context = grow(need.context, have?.context);
+    const c = this.#c;
+    const a = (n: number) => this.#arena.alloc(n * 4, 'step buffers');
+    const maxK = Math.max(c.hiddenSize, c.intermediateSize, c.numHeads * c.headDim);
+    const scratchStride = (4 * maxK + context + c.headDim + 64) * 4;
+    this.#plan = {
+      seqs,
+      blocks,
+      rows,
+      context,
+      queryStarts: a(seqs),
+      queryLens: a(seqs),
+      contextLens: a(seqs),
+      tables: a(blocks),
+      logitRows: a(rows),
+      finalNorm: a(rows * c.hiddenSize),
+      logits: a(rows * c.vocabSize),
+      scratch: a((scratchStride / 4) * this.#rt.pool.threads),
+      scratchStride,
+    };
+    return this.#plan;
+  }
+
+  forward(plan: NormalizedPlan): Float32Array {
+    const c = this.#c;
+    const kv = this.#kv;
+    const arena = this.#arena;
+    const t = plan.numTokens;
+    for (const cache of this.caches) {
+      for (const cp of plan.copies) {
+        cache.copyWithin(
+          cp.dst * kv.blockWords,
+          cp.src * kv.blockWords,
+          (cp.src + 1) * kv.blockWords,
+        );
+      }
+    }
+    if (t > this.#step.tokens) this.#step = this.#stepBuffers(Math.max(t, 2 * this.#step.tokens));
+    const s = this.#step;
+    const pb = this.#planBuffers(plan);
+    const rope = this.#ropeFor(Math.max(...Array.from(plan.positions)) + 1);
+    arena.i32(s.ids, t).set(plan.tokenIds);
+    arena.i32(s.positions, t).set(plan.positions);
+    arena.i32(s.slots, t).set(plan.slotMapping);
+    const tokSeq = arena.i32(s.tokSeq, t);
+    for (let q = 0; q < plan.numSeqs; q++) {
+      const start = plan.queryStarts[q] as number;
+      tokSeq.fill(q, start, start + (plan.queryLens[q] as number));
+    }
+    arena.u32(pb.queryStarts, plan.numSeqs).set(plan.queryStarts);
+    arena.u32(pb.queryLens, plan.numSeqs).set(plan.queryLens);
+    arena.u32(pb.contextLens, plan.numSeqs).set(plan.contextLens);
+    arena.u32(pb.tables, plan.blockTables.length).set(plan.blockTables);
+    const rows = plan.logitsIndices.length;
+    arena.i32(pb.logitRows, rows).set(plan.logitsIndices);
+
+    const p = this.#program.reset();
+    const h = c.hiddenSize;
+    const d = c.headDim;
+    const w = this.#w;
+    const scratch = [pb.scratch, pb.scratchStride];
+    const matmul = (
+      x: number,
+      m: number,
+      wt: WasmWeight,
+      y: number,
+      epilogue: keyof typeof EpilogueCode,
+      bias = 0,
+    ) => {
+      const a = weightArgs(wt);
+      p.push(Op.matmul, [
+        x,
+        m,
+        wt.cols,
+        wt.data,
+        wt.rows,
+        a.code,
+        a.scales,
+        a.gs,
+        bias,
+        y,
+        EpilogueCode[epilogue],
+        ...scratch,
+      ]);
+    };
+    const embed = weightArgs(w.embed);
+    p.push(Op.embed, [s.ids, t, w.embed.data, embed.code, h, embed.scales, embed.gs, s.x]);
+    p.barrier();
+    const eps = f32Word(c.rmsNormEps);
+    const kvCode = (WASM_KV_FORMATS as readonly string[]).includes(kv.format)
+      ? KvCode[kv.format as keyof typeof KvCode]
+      : -1;
+    for (let l = 0; l < c.numLayers; l++) {
+      const lw = w.layers[l] as ModelWeights<WasmWeight>['layers'][number];
+      const vec = this.#vectors[l] as LayerVectors;
+      p.push(Op.rmsNorm, [s.x, t, h, vec.inputNorm, eps, s.xn, 0]).barrier();
+      // q, k and v read only xn: no barrier between them.
+      matmul(s.xn, t, lw.q, s.q, 'store', vec.qBias);
+      matmul(s.xn, t, lw.k, s.k, 'store', vec.kBias);
+      matmul(s.xn, t, lw.v, s.v, 'store', vec.vBias);
+      p.barrier();
+      p.push(Op.ropeKv, [
+        s.q,
+        s.k,
+        s.v,
+        t,
+        s.positions,
+        s.slots,
+        c.numHeads,
+        c.numKvHeads,
+        d,
+        rope.cos,
+        rope.sin,
+        this.#cachePtrs[l] as number,
+        kvCode,
+        kv.blockSize,
+        kv.blockWords,
+        kv.slabWords,
+        kv.rowWords,
+      ]).barrier();
+      if (kvCode < 0) {
+        this.#rt.run(p);
+        p.reset();
+        this.#hostAttention(l, plan);
+      } else {
+        p.push(Op.attention, [
+          s.q,
+          s.attn,
+          t,
+          s.tokSeq,
+          pb.queryStarts,
+          pb.queryLens,
+          pb.contextLens,
+          pb.tables,
+          plan.maxBlocksPerSeq,
+          c.numHeads,
+          c.numKvHeads,
+          d,
+          this.#cachePtrs[l] as number,
+          kvCode,
+          kv.blockSize,
+          kv.blockWords,
+          kv.slabWords,
+          kv.rowWords,
+          f32Word(1 / Math.sqrt(d)),
+          pb.scratch + 4 * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
+          pb.scratchStride,
+        ]).barrier();
+      }
+      matmul(s.attn, t, lw.o, s.x, 'residual', vec.oBias);
+      p.barrier();
+      p.push(Op.rmsNorm, [s.x, t, h, vec.postNorm, eps, s.xn, 0]).barrier();
+      matmul(s.xn, t, lw.gateUp, s.act, 'swiglu');
+      p.barrier();
+      matmul(s.act, t, lw.down, s.x, 'residual');
+      p.barrier();
+    }
+    if (rows === 0) {
+      this.#rt.run(p);
+      return new Float32Array(0);
+    }
+    p.push(Op.rmsNorm, [s.x, rows, h, this.#finalNorm, eps, pb.finalNorm, pb.logitRows]).barrier();
+    matmul(pb.finalNorm, rows, w.lmHead, pb.logits, 'store');
+    this.#rt.run(p);
+    return arena.f32(pb.logits, rows * c.vocabSize).slice();
+  }
+}
