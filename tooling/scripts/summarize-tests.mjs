@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// Sums the vitest JSON reports of every package that has a test script and prints one closing
-// line `N passed, N failed[, N skipped]`. A package whose report is missing (its runner crashed
-// before writing one) counts as one failure, so a broken package can never look green.
+// Sums the vitest JSON reports of every package (packages/, apps/, tooling/) that has a test
+// script and prints one closing line `N passed, N failed[, N skipped]`. A package whose report
+// is missing (its runner crashed before writing one) counts as one failure, so a broken package
+// can never look green.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -12,7 +13,7 @@ let failed = 0;
 let skipped = 0;
 const rows = [];
 
-for (const group of ['packages', 'apps']) {
+for (const group of ['packages', 'apps', 'tooling']) {
   const dir = join(root, group);
   if (!existsSync(dir)) continue;
   for (const name of readdirSync(dir).sort()) {

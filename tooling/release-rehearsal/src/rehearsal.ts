@@ -1,0 +1,249 @@
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RehearsalError } from './errors.js';
+import { checkExampleImports, type ReadmeExample, toNodeProgram } from './examples.js';
+import { type CommandOutput, inheritedEnv, runCommand } from './exec.js';
+import { type Registry, startRegistry } from './registry.js';
+import { checkPublishedShape } from './shape.js';
+import {
+  copyWorkspace,
+  type Manifest,
+  publicPackages,
+  readManifest,
+  type WorkspacePackage,
+  writeRehearsalChangeset,
+} from './workspace.js';
+
+/** Time limits, generous for a loaded two-core CI machine; each one only stops a hang. */
+export const LIMITS = {
+  registryStartMs: 60_000,
+  versionMs: 120_000,
+  publishMs: 600_000,
+  installMs: 300_000,
+  exampleMs: 240_000,
+} as const;
+
+/** A package installed alone in a fresh project. */
+export interface InstalledPackage {
+  /** The project's directory. */
+  project: string;
+  /** The package's directory inside the project's node_modules. */
+  dir: string;
+  /** Its package.json as the registry served it. */
+  manifest: Manifest;
+}
+
+/**
+ * One release rehearsal: a private registry on loopback with every public package published to
+ * it the way `pnpm release` publishes (`changeset publish`, which runs `pnpm publish` per
+ * package), from a snapshot-versioned copy of the workspace. The checkout is only read.
+ */
+export class Rehearsal {
+  readonly #work: string;
+  readonly #registry: Registry;
+  readonly #versions: ReadonlyMap<string, string>;
+  readonly #env: NodeJS.ProcessEnv;
+  #projects = 0;
+
+  private constructor(work: string, registry: Registry, versions: ReadonlyMap<string, string>) {
+    this.#work = work;
+    this.#registry = registry;
+    this.#versions = versions;
+    this.#env = clientEnv(work, registry.url);
+  }
+
+  /**
+   * Copies the workspace, versions the copy with `changeset version --snapshot rehearsal`,
+   * starts the registry and publishes every public package with `changeset publish`.
+   *
+   * @throws {RehearsalError} from any step; the registry and temporary files are gone by then.
+   */
+  static async prepare(root: string, packages: readonly WorkspacePackage[]): Promise<Rehearsal> {
+    const work = mkdtempSync(join(tmpdir(), 'kvasir-rehearsal-'));
+    let registry: Registry | undefined;
+    try {
+      const copy = join(work, 'workspace');
+      copyWorkspace(root, copy, packages);
+      writeRehearsalChangeset(copy, packages);
+      const released = publicPackages(packages);
+      registry = await startRegistry({
+        dir: join(work, 'registry'),
+        ownPackages: released.map((p) => p.name),
+        uplink: upstreamRegistry(),
+        startTimeoutMs: LIMITS.registryStartMs,
+      });
+      const env = clientEnv(work, registry.url);
+      const changeset = join(root, 'node_modules', '.bin', 'changeset');
+      await runCommand(changeset, ['version', '--snapshot', 'rehearsal'], {
+        cwd: copy,
+        env,
+        timeoutMs: LIMITS.versionMs,
+      });
+      const versions = new Map(
+        released.map((p) => [p.name, readManifest(join(copy, p.relDir)).version]),
+      );
+      const publish = await runCommand(changeset, ['publish', '--no-git-tag'], {
+        cwd: copy,
+        env,
+        timeoutMs: LIMITS.publishMs,
+      });
+      const rehearsal = new Rehearsal(work, registry, versions);
+      rehearsal.#checkAllPublished(publish);
+      return rehearsal;
+    } catch (error) {
+      await registry?.stop();
+      rmSync(work, { recursive: true, force: true });
+      throw error;
+    }
+  }
+
+  /** The registry's URL. */
+  get registryUrl(): string {
+    return this.#registry.url;
+  }
+
+  /** The snapshot version `name` was published at. */
+  version(name: string): string {
+    const version = this.#versions.get(name);
+    if (version === undefined) {
+      throw new RehearsalError('BAD_WORKSPACE', `${name} is not a published package`, {
+        details: { name },
+      });
+    }
+    return version;
+  }
+
+  /**
+   * `npm install <name>` and nothing else in a fresh project that knows only the private
+   * registry, then checks what was served (version, `workspace:` ranges, entry files).
+   *
+   * @throws {RehearsalError} COMMAND_FAILED when npm cannot install it (a 404 for an unpublished
+   *   sibling), BAD_PUBLISHED_SHAPE for a wrong version or a broken manifest.
+   */
+  async installAlone(name: string): Promise<InstalledPackage> {
+    const project = this.newProject(name);
+    await this.npm(['install', name], project);
+    const dir = join(project, 'node_modules', name);
+    const manifest = readManifest(dir);
+    if (manifest.version !== this.version(name)) {
+      throw new RehearsalError(
+        'BAD_PUBLISHED_SHAPE',
+        `npm installed ${name}@${manifest.version}, not the rehearsed ${this.version(name)}`,
+        { details: { name } },
+      );
+    }
+    checkPublishedShape(dir, manifest);
+    return { project, dir, manifest };
+  }
+
+  /**
+   * Runs a README example in `installed`'s project: `ts`/`js` blocks as a Node program in
+   * `format` (its imports checked first), `sh` blocks with bash, `npm i -g` going to a
+   * private prefix whose `bin` is first on PATH.
+   *
+   * @throws {RehearsalError} BAD_EXAMPLE for an import a user would not have, COMMAND_FAILED or
+   *   COMMAND_TIMEOUT when the example fails or hangs.
+   */
+  async runExample(
+    installed: InstalledPackage,
+    example: ReadmeExample,
+    format: 'esm' | 'cjs',
+  ): Promise<CommandOutput> {
+    const base = join(installed.project, `readme-line-${example.line}`);
+    if (example.lang === 'sh') {
+      writeFileSync(`${base}.sh`, example.code);
+      return runCommand('bash', ['-eo', 'pipefail', `${base}.sh`], {
+        cwd: installed.project,
+        env: this.#env,
+        timeoutMs: LIMITS.exampleMs,
+      });
+    }
+    checkExampleImports(
+      example.code,
+      installed.manifest.name,
+      Object.keys(installed.manifest.dependencies ?? {}),
+    );
+    const file = `${base}.${format === 'esm' ? 'mjs' : 'cjs'}`;
+    writeFileSync(file, toNodeProgram(example.code, format));
+    return runCommand(process.execPath, [file], {
+      cwd: installed.project,
+      env: this.#env,
+      timeoutMs: LIMITS.exampleMs,
+    });
+  }
+
+  /** Stops the registry and deletes every temporary file. */
+  async dispose(): Promise<void> {
+    await this.#registry.stop();
+    rmSync(this.#work, { recursive: true, force: true });
+  }
+
+  private newProject(name: string): string {
+    const project = join(
+      this.#work,
+      'projects',
+      `${++this.#projects}-${name.replace(/[@/]/g, '_')}`,
+    );
+    mkdirSync(project, { recursive: true });
+    writeFileSync(
+      join(project, 'package.json'),
+      `${JSON.stringify({ name: 'rehearsal-user', private: true }, null, 2)}\n`,
+    );
+    return project;
+  }
+
+  private npm(args: string[], cwd: string): Promise<CommandOutput> {
+    return runCommand('npm', args, { cwd, env: this.#env, timeoutMs: LIMITS.installMs });
+  }
+
+  #checkAllPublished(publish: CommandOutput): void {
+    const registryFiles = join(this.#work, 'registry', 'storage');
+    const missing = [...this.#versions.keys()].filter(
+      (name) => !existsSync(join(registryFiles, name, 'package.json')),
+    );
+    if (missing.length > 0) {
+      throw new RehearsalError(
+        'COMMAND_FAILED',
+        `changeset publish left out ${missing.join(', ')}:\n${publish.stdout.slice(-3000)}${publish.stderr.slice(-3000)}`,
+        { details: { missing } },
+      );
+    }
+  }
+}
+
+/** The registry this machine installs from, where third-party dependencies are proxied from. */
+function upstreamRegistry(): string {
+  const configured = process.env.npm_config_registry;
+  return configured?.startsWith('http') ? configured : 'https://registry.npmjs.org/';
+}
+
+/**
+ * The environment of every npm, pnpm and example process: a private HOME whose `.npmrc` names
+ * only the rehearsal registry (with a token, which it accepts for any value), a private npm
+ * cache and global prefix, and none of the npm/pnpm settings a parent `pnpm test` exports.
+ */
+function clientEnv(work: string, registryUrl: string): NodeJS.ProcessEnv {
+  const home = join(work, 'home');
+  const prefix = join(work, 'global');
+  mkdirSync(home, { recursive: true });
+  mkdirSync(join(prefix, 'bin'), { recursive: true });
+  const npmrc = join(home, '.npmrc');
+  if (!existsSync(npmrc) || !readFileSync(npmrc, 'utf8').includes(registryUrl)) {
+    const auth = registryUrl.replace(/^https?:/, '');
+    writeFileSync(npmrc, `registry=${registryUrl}\n${auth}:_authToken=rehearsal\n`);
+  }
+  return {
+    ...inheritedEnv(),
+    HOME: home,
+    PATH: `${join(prefix, 'bin')}:${process.env.PATH ?? ''}`,
+    npm_config_userconfig: npmrc,
+    npm_config_registry: registryUrl,
+    npm_config_cache: join(work, 'npm-cache'),
+    npm_config_prefix: prefix,
+    npm_config_audit: 'false',
+    npm_config_fund: 'false',
+    npm_config_update_notifier: 'false',
+    KVASIR_CACHE_DIR: join(work, 'kvasir-cache'),
+  };
+}
