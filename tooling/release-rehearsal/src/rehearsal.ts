@@ -70,7 +70,7 @@ export class Rehearsal {
       registry = await startRegistry({
         dir: join(work, 'registry'),
         ownPackages: released.map((p) => p.name),
-        uplink: upstreamRegistry(),
+        uplink: await upstreamRegistry(root),
         startTimeoutMs: LIMITS.registryStartMs,
       });
       const env = clientEnv(work, registry.url);
@@ -212,10 +212,25 @@ export class Rehearsal {
   }
 }
 
-/** The registry this machine installs from, where third-party dependencies are proxied from. */
-function upstreamRegistry(): string {
-  const configured = process.env.npm_config_registry;
-  return configured?.startsWith('http') ? configured : 'https://registry.npmjs.org/';
+/**
+ * The registry this machine installs from, where third-party dependencies are proxied from:
+ * the one a parent `npm test` exports, else what `npm config get registry` says (a CI mirror
+ * set in ~/.npmrc), else npmjs.
+ */
+async function upstreamRegistry(root: string): Promise<string> {
+  const exported = process.env.npm_config_registry;
+  if (exported?.startsWith('http')) return exported;
+  try {
+    const { stdout } = await runCommand('npm', ['config', 'get', 'registry'], {
+      cwd: root,
+      env: inheritedEnv(),
+      timeoutMs: 60_000,
+    });
+    if (stdout.trim().startsWith('http')) return stdout.trim();
+  } catch {
+    // No usable npm config: the public registry.
+  }
+  return 'https://registry.npmjs.org/';
 }
 
 /**
@@ -233,6 +248,9 @@ function clientEnv(work: string, registryUrl: string): NodeJS.ProcessEnv {
     const auth = registryUrl.replace(/^https?:/, '');
     writeFileSync(npmrc, `registry=${registryUrl}\n${auth}:_authToken=rehearsal\n`);
   }
+  const noProxy = ['127.0.0.1', 'localhost', process.env.NO_PROXY ?? process.env.no_proxy]
+    .filter(Boolean)
+    .join(',');
   return {
     ...inheritedEnv(),
     HOME: home,
@@ -245,5 +263,8 @@ function clientEnv(work: string, registryUrl: string): NodeJS.ProcessEnv {
     npm_config_fund: 'false',
     npm_config_update_notifier: 'false',
     KVASIR_CACHE_DIR: join(work, 'kvasir-cache'),
+    // A proxy a CI machine needs for the internet must not carry requests to loopback.
+    NO_PROXY: noProxy,
+    no_proxy: noProxy,
   };
 }
