@@ -143,6 +143,10 @@ describe('echo with logprobs on the real engine (built CLI, CPU backend)', () =>
       tokenizer.encode('Short one.'),
       tokenizer.encode('A third prompt, long enough to be split into more than one chunk here.'),
     ];
+    // A prompt that ends in the model's own greedy continuation: the harness reads it as greedy.
+    const greedy = tokenizer.encode('Greedy ending:');
+    for (let i = 0; i < 2; i++) greedy.push((await referenceScores(greedy)).next.token);
+    prompts.push(greedy);
     const response = await fetch(`${server.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}` },
@@ -160,7 +164,7 @@ describe('echo with logprobs on the real engine (built CLI, CPU backend)', () =>
     const body = (await response.json()) as {
       choices: { index: number; logprobs: LegacyLogprobs }[];
     };
-    expect(body.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+    expect(body.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
     for (const [p, ids] of prompts.entries()) {
       const lp = body.choices[p]!.logprobs;
       const ref = await referenceScores(ids);
@@ -169,6 +173,16 @@ describe('echo with logprobs on the real engine (built CLI, CPU backend)', () =>
       expect(lp.tokens).toHaveLength(ids.length + 1);
       expect(Math.abs(lp.token_logprobs.at(-1)! - ref.next.logprob)).toBeLessThan(1e-4);
       expect(lp.tokens.at(-1)).toBe(tokenizer.decode([ref.next.token]));
+      // What the harness's parse_logprobs computes for a continuation of the last 2 tokens.
+      const ctxlen = ids.length - 2;
+      const continuation = lp.token_logprobs.slice(ctxlen, -1) as number[];
+      const tops = lp.top_logprobs!.slice(ctxlen, -1) as Record<string, number>[];
+      const sum = continuation.reduce((a, b) => a + b, 0);
+      const isGreedy = continuation.every((x, i) => x === Math.max(...Object.values(tops[i]!)));
+      const want = ref.scores.slice(ctxlen) as number[];
+      expect(Math.abs(sum - want.reduce((a, b) => a + b, 0))).toBeLessThan(1e-4);
+      expect(isGreedy).toBe(ids.slice(ctxlen).every((id, i) => id === ref.top[ctxlen + i]));
+      if (ids === greedy) expect(isGreedy).toBe(true);
     }
   });
 
