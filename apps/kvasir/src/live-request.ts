@@ -31,7 +31,7 @@ function choiceSeed(seed: number | undefined, index: number): number | undefined
  */
 export class LiveRequest {
   readonly request: GenerationRequest;
-  /** What the stream yields: deltas of every choice, then one usage event. */
+  /** What the stream yields: the echoed prompt when asked, deltas of every choice, one usage event. */
   readonly queue = new AsyncQueue<GenerationEvent>();
   readonly #choices: Choice[];
   readonly #stopTokens: ReadonlySet<number>;
