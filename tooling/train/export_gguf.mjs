@@ -1,11 +1,15 @@
 // Writes an exported HF directory's weights as one GGUF file (F16, tokenizer and chat template in
 // the metadata) with @kvasir/model's convertToGguf, then checks the file: Kvasir loads both and
 // must give the same tokens, chat prompt, logits and greedy continuation; llama.cpp's gguf-py
-// reader (when its source is at hand) must read every tensor with the expected type and shape.
+// reader (when its source is at hand) must read every tensor with the expected type and shape;
+// llama.cpp itself (when tooling/llama.cpp/build.sh has built llama-greedy) must tokenize a
+// prompt, score it and continue it greedily as Kvasir does.
 //
 // Usage (after `pnpm build` and export.py): node tooling/train/export_gguf.mjs
 //   [--hf tooling/train/runs/<name>/hf] [--out <hf>/../kvasir-mini.gguf] [--dtype F16|F32]
-//   [--tolerance 1e-3] [--gguf-py tooling/llama.cpp/src/gguf-py] [--json]
+//   [--name kvasir-mini (general.name)]
+//   [--tolerance 1e-3] [--gguf-py tooling/llama.cpp/src/gguf-py]
+//   [--llama-greedy tooling/llama.cpp/build/bin/llama-greedy] [--json]
 // Exits 1 when any check fails. Q/K rows are permuted for llama.cpp's interleaved RoPE on the
 // way out and back on the way in, and the two runs use different RoPE layouts, so logits agree to
 // f32 rounding, not bit for bit.
@@ -27,8 +31,10 @@ const { values } = parseArgs({
     hf: { type: 'string', default: join(here, 'runs/kvasir-mini-v1/hf') },
     out: { type: 'string' },
     dtype: { type: 'string', default: 'F16' },
+    name: { type: 'string', default: 'kvasir-mini' },
     tolerance: { type: 'string', default: '1e-3' },
     'gguf-py': { type: 'string', default: join(here, '../llama.cpp/src/gguf-py') },
+    'llama-greedy': { type: 'string', default: join(here, '../llama.cpp/build/bin/llama-greedy') },
     json: { type: 'boolean', default: false },
   },
 });
@@ -36,7 +42,14 @@ const hfDir = resolve(values.hf);
 const out = resolve(values.out ?? join(dirname(hfDir), 'kvasir-mini.gguf'));
 const tolerance = Number(values.tolerance);
 
-await convertToGguf(hfDir, out, { dtype: values.dtype });
+await convertToGguf(hfDir, out, {
+  dtype: values.dtype,
+  metadata: {
+    'general.name': values.name,
+    // The Brown Corpus's terms, which the weights inherit (see the model card).
+    'general.license': 'non-commercial research use only',
+  },
+});
 
 // Plain prose from three of the corpus's registers plus a chat turn: enough tokens to cover
 // ordinary merges, punctuation, digits and the special tokens.
@@ -45,6 +58,8 @@ const TEXT =
   'before noon; greet them kindly.\nhouse (noun): a dwelling that serves as living quarters.';
 const MESSAGES = [{ role: 'user', content: 'Tell me a fortune.' }];
 const GREEDY_TOKENS = 32;
+// llama.cpp's F16 kernels against Kvasir's f32 reads of the same F16 values.
+const LLAMA_CPP_TOLERANCE = 1e-2;
 
 const config = JSON.parse(readFileSync(join(hfDir, 'config.json'), 'utf8'));
 const eos = [config.eos_token_id].flat();
@@ -146,6 +161,7 @@ def value(name):
     return None if f is None else f.contents()
 print(json.dumps({
   'architecture': value('general.architecture'),
+  'name': value('general.name'),
   'context_length': value('llama.context_length'),
   'block_count': value('llama.block_count'),
   'head_count': value('llama.attention.head_count'),
@@ -179,10 +195,12 @@ print(json.dumps({
   ggufPy = {
     checked: true,
     architecture: read.architecture,
+    name: read.name,
     tensors: Object.keys(read.tensors).length,
     tensors_match: tensorsMatch,
     hparams_match:
       read.architecture === 'llama' &&
+      read.name === values.name &&
       read.context_length === config.max_position_embeddings &&
       read.block_count === config.num_hidden_layers &&
       read.head_count === config.num_attention_heads &&
@@ -194,6 +212,35 @@ print(json.dumps({
       read.bos === config.bos_token_id &&
       read.eos === eos[0],
     chat_template_match: read.chat_template === tokenizerConfig.chat_template,
+  };
+}
+
+// llama.cpp itself (tooling/llama.cpp/build.sh builds llama-greedy): its tokens for a prompt, its
+// logits after it and its greedy continuation, against Kvasir's on the HF directory. llama.cpp
+// runs the F16 matrices in its own kernels, so logits agree to about 1e-3, not to f32 rounding.
+let llamaCpp = { checked: false, reason: `no llama-greedy at ${values['llama-greedy']}` };
+if (existsSync(values['llama-greedy'])) {
+  const prompt = 'And God said, Let there be light: and there was light. And God saw the light,';
+  const read = JSON.parse(
+    execFileSync(values['llama-greedy'], [out, prompt, String(GREEDY_TOKENS)], {
+      encoding: 'utf8',
+      maxBuffer: 64 * 1024 * 1024,
+    }),
+  );
+  const ids = hfTok.encode(prompt);
+  const k = await run(hfDir, ids, ids);
+  const last = k.logits.subarray((ids.length - 1) * vocab, ids.length * vocab);
+  let diff = 0;
+  for (let v = 0; v < vocab; v++) diff = Math.max(diff, Math.abs(last[v] - read.first_logits[v]));
+  // Kvasir stops at an end token; llama-greedy goes on: compare Kvasir's tokens as a prefix.
+  llamaCpp = {
+    checked: true,
+    prompt_tokens_equal: sameIds(read.prompt_tokens, ids),
+    max_abs_logit_diff: diff,
+    tolerance: LLAMA_CPP_TOLERANCE,
+    greedy_equal: sameIds(read.tokens.slice(0, k.greedy.length), k.greedy),
+    greedy_tokens: k.greedy.length,
+    greedy_text: hfTok.decode(read.tokens, { skipSpecialTokens: true }),
   };
 }
 
@@ -210,6 +257,7 @@ const result = {
   greedy_equal: sameIds(a.greedy, b.greedy),
   greedy_text: hfTok.decode(a.greedy, { skipSpecialTokens: true }),
   gguf_py: ggufPy,
+  llama_cpp: llamaCpp,
 };
 if (values.json) console.log(JSON.stringify(result, null, 2));
 else for (const [k, v] of Object.entries(result)) console.log(`${k}: ${JSON.stringify(v)}`);
@@ -221,5 +269,9 @@ const ok =
     (ggufPy.tensors_match &&
       ggufPy.hparams_match &&
       ggufPy.tokenizer_match &&
-      ggufPy.chat_template_match));
+      ggufPy.chat_template_match)) &&
+  (!llamaCpp.checked ||
+    (llamaCpp.prompt_tokens_equal &&
+      llamaCpp.greedy_equal &&
+      llamaCpp.max_abs_logit_diff <= LLAMA_CPP_TOLERANCE));
 process.exitCode = ok ? 0 : 1;

@@ -86,6 +86,17 @@ try {
   ) {
     failures.push('gguf-py reading');
   }
+  const llama = vsGguf.llama_cpp;
+  if (
+    llama.checked &&
+    !(
+      llama.prompt_tokens_equal &&
+      llama.greedy_equal &&
+      llama.max_abs_logit_diff <= llama.tolerance
+    )
+  ) {
+    failures.push('llama.cpp against Kvasir');
+  }
   if (failures.length > 0) throw new Error(`checks failed, package unchanged: ${failures}`);
 
   step(`generating sample answers with Kvasir (CPU, greedy)`);
@@ -181,6 +192,9 @@ try {
     vsGguf.gguf_py.checked
       ? `- llama.cpp's gguf-py reader: ${vsGguf.gguf_py.tensors} tensors with the expected names, types and shapes, all finite; llama hyperparameters, tokenizer (${vsGguf.gguf_py.tokenizer}) and chat template as in the HF directory.`
       : "- llama.cpp's gguf-py reader: not run (no llama.cpp source at hand).",
+    llama.checked
+      ? `- llama.cpp (\`llama-greedy\`, CPU) on the GGUF file against Kvasir on the HF directory: same prompt tokens, largest difference of the next-token logits ${llama.max_abs_logit_diff.toExponential(1)} (llama.cpp's F16 kernels), the same ${llama.greedy_tokens} greedy tokens.`
+      : '- llama.cpp: not run (no `llama-greedy` built; `tooling/llama.cpp/build.sh`).',
     '',
     'What it says (Kvasir, CPU, greedy, chat template, at most 48 new tokens):',
     '',

@@ -21,6 +21,11 @@ export interface ConvertToGgufOptions {
   readonly dtype?: TensorDtype;
   /** Skip the tokenizer even when the source directory has one. Default false. */
   readonly withoutTokenizer?: boolean;
+  /**
+   * More metadata, written over the converter's own keys: `general.name` (default
+   * `kvasir-converted`), `general.license`, a description. Values as {@link writeGguf} takes them.
+   */
+  readonly metadata?: Readonly<Record<string, unknown | GgufTypedValue>>;
 }
 
 /**
@@ -127,6 +132,7 @@ export async function convertToGguf(
         },
       });
     }
+    Object.assign(md, options?.metadata);
     await writeGguf(dstPath, md, tensors);
   } finally {
     if (typeof src === 'string') await reader.close();
