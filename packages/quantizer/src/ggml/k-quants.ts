@@ -199,8 +199,10 @@ export function dequantizeQ6K(
 // The reference quantizers (`quantize_row_q*_K_ref`, what llama-quantize uses without an
 // importance matrix), transcribed with every f32 operation rounded by Math.fround in C's
 // evaluation order. They are bit-exact with ggml compiled without floating-point contraction
-// (`-ffp-contract=off`); a build that fuses `a * b + c` into FMA (GCC's default with -mfma) can
-// pick different codes in rare near-ties, as it differs from itself across machines.
+// (`-ffp-contract=off`), which is what x86-64 builds of llama-quantize are in effect: these
+// functions live in ggml-base, compiled without -mfma, so there is no FMA to contract into
+// (their files are reproduced byte for byte, see tooling/ggml-fixtures). A build that fuses
+// `a * b + c` (GCC's default where FMA exists, e.g. AArch64) can pick other codes in near-ties.
 
 const GROUP_MAX_EPS = fr(1e-15);
 const F01 = fr(0.1);
