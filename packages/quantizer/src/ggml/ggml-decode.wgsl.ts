@@ -14,6 +14,7 @@
 // scales are decoded from their bits (subnormals kept, no `unpack2x16float`, which a GPU may
 // flush).
 
+import { checkBlocks } from './block-io.js';
 import { IQ4_NL_VALUES } from './iq4-nl.js';
 import { GGML_BLOCK_FORMATS, type GgmlBlockType } from './types.js';
 
@@ -294,4 +295,30 @@ fn ${wgslGgmlDecodeName(type, p)}_x4(block: u32, i: u32) -> vec4<f32> {${BODIES_
 }`);
   }
   return parts.join('\n');
+}
+
+/**
+ * WGSL `fn <prefix>_load4(row: u32, k4: u32) -> vec4<f32>`: elements `4·k4 .. 4·k4 + 3` of row
+ * `row` of a `rows × cols` GGML matrix stored as in GGUF (row after row, `cols` a whole number
+ * of blocks; byte `offset` of `options.buffer` is where row 0 starts). The shape of a matmul
+ * kernel's weight load: a kernel written against `loadW(row, k4)` decodes GGUF weights on the
+ * fly with it. Includes {@link wgslGgmlDecoders} for `type`.
+ *
+ * @throws {QuantizerError} `BAD_SHAPE` when `cols` is not a whole number of blocks.
+ */
+export function wgslGgmlLoad4(
+  type: GgmlBlockType,
+  cols: number,
+  options: WgslGgmlOptions & { readonly offset?: number },
+): string {
+  const f = GGML_BLOCK_FORMATS[type];
+  checkBlocks(f, cols);
+  const p = options.prefix ?? 'ggml';
+  const rowBytes = (cols / f.blockSize) * f.bytesPerBlock;
+  return `${wgslGgmlDecoders([type], options)}
+fn ${p}_load4(row: u32, k4: u32) -> vec4<f32> {
+  let k = 4u * k4;
+  let block = ${options.offset ?? 0}u + row * ${rowBytes}u + (k / ${f.blockSize}u) * ${f.bytesPerBlock}u;
+  return ${wgslGgmlDecodeName(type, p)}_x4(block, k % ${f.blockSize}u);
+}`;
 }

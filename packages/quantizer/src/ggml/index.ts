@@ -3,6 +3,7 @@ export {
   type WgslGgmlOptions,
   wgslGgmlDecodeName,
   wgslGgmlDecoders,
+  wgslGgmlLoad4,
   wgslGgmlReaders,
 } from './ggml-decode.wgsl.js';
 export { IQ4_NL_VALUES } from './iq4-nl.js';
