@@ -71,20 +71,18 @@ addEngineOptions(
     .addOption(
       new Option(
         '--reference-kv-dtype <dtype>',
-        'KV dtype of the reference run (same model, backend, block size), or none',
-      )
-        .choices([
-          'f32',
-          'f16',
-          'int8',
-          'int8-h8',
-          'fp8-e4m3',
-          'fp8-e5m2',
-          'int4',
-          'int4-h32',
-          'none',
-        ])
-        .default('f32'),
+        'KV dtype of the reference run (same model, backend, block size), or none (default: f32, none when --kv-dtype is f32)',
+      ).choices([
+        'f32',
+        'f16',
+        'int8',
+        'int8-h8',
+        'fp8-e4m3',
+        'fp8-e5m2',
+        'int4',
+        'int4-h32',
+        'none',
+      ]),
     )
     .option(
       '--reference <file.json>',
@@ -103,7 +101,7 @@ addEngineOptions(
     ...(opts.ctx === undefined ? {} : { ctx: opts.ctx }),
     ...(opts.stride === undefined ? {} : { stride: opts.stride }),
     ...(opts.maxTokens === undefined ? {} : { maxTokens: opts.maxTokens }),
-    referenceKvDtype: opts.referenceKvDtype,
+    ...(opts.referenceKvDtype ? { referenceKvDtype: opts.referenceKvDtype } : {}),
     ...(opts.reference ? { reference: opts.reference } : {}),
     ...(opts.saveLogits ? { saveLogits: opts.saveLogits } : {}),
     ...(opts.tokensOut ? { tokensOut: opts.tokensOut } : {}),

@@ -19,8 +19,11 @@ export interface EvalOptions {
   readonly stride?: number;
   /** Evaluate only the file's first this many tokens. */
   readonly maxTokens?: number;
-  /** KV dtype of the reference run (same model, backend and block size), or `none`. */
-  readonly referenceKvDtype: EngineConfig['kvDtype'] | 'none';
+  /**
+   * KV dtype of the reference run (same model, backend and block size), or `none`. Default
+   * `f32`, and `none` when the run itself is f32 (it would only compare the run with itself).
+   */
+  readonly referenceKvDtype?: EngineConfig['kvDtype'] | 'none';
   /** Compare with the logits an earlier run saved (`saveLogits`) instead of a reference run. */
   readonly reference?: string;
   /** Save the logits of every scored position here (JSON, with a `.f32` beside it). */
@@ -202,10 +205,10 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
       throw error;
     }
     const runner = opened[0]!.runner;
-    if (options.reference === undefined && options.referenceKvDtype !== 'none') {
-      opened.push(
-        await openRunner(path, { ...config, kvDtype: options.referenceKvDtype }, numBlocks),
-      );
+    const referenceKvDtype =
+      options.referenceKvDtype ?? (config.kvDtype === 'f32' ? 'none' : 'f32');
+    if (options.reference === undefined && referenceKvDtype !== 'none') {
+      opened.push(await openRunner(path, { ...config, kvDtype: referenceKvDtype }, numBlocks));
     }
     const reference = opened[1]?.runner;
     let ids = runner.codec.encode(text);
@@ -272,7 +275,7 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
       reference: result.reference
         ? {
             source: saved ? options.reference! : 'run',
-            kv_dtype: saved ? saved.header.kv_dtype : options.referenceKvDtype,
+            kv_dtype: saved ? saved.header.kv_dtype : referenceKvDtype,
             perplexity: result.reference.perplexity,
             mean_kl: result.reference.meanKl,
             top1_agreement: result.reference.top1Agreement,
