@@ -5,7 +5,7 @@ import { RehearsalError } from './errors.js';
 import { checkExampleImports, type ReadmeExample, toNodeProgram } from './examples.js';
 import { type CommandOutput, inheritedEnv, runCommand } from './exec.js';
 import { type Registry, startRegistry } from './registry.js';
-import { checkPublishedShape } from './shape.js';
+import { checkPublishedShape, entryFiles } from './shape.js';
 import {
   copyWorkspace,
   type Manifest,
@@ -43,13 +43,21 @@ export class Rehearsal {
   readonly #work: string;
   readonly #registry: Registry;
   readonly #versions: ReadonlyMap<string, string>;
+  /** Entry files each package lacked in the copy, before publishing: it was not (fully) built. */
+  readonly #unbuilt: ReadonlyMap<string, string[]>;
   readonly #env: NodeJS.ProcessEnv;
   #projects = 0;
 
-  private constructor(work: string, registry: Registry, versions: ReadonlyMap<string, string>) {
+  private constructor(
+    work: string,
+    registry: Registry,
+    versions: ReadonlyMap<string, string>,
+    unbuilt: ReadonlyMap<string, string[]>,
+  ) {
     this.#work = work;
     this.#registry = registry;
     this.#versions = versions;
+    this.#unbuilt = unbuilt;
     this.#env = clientEnv(work, registry.url);
   }
 
@@ -67,6 +75,14 @@ export class Rehearsal {
       copyWorkspace(root, copy, packages);
       writeRehearsalChangeset(copy, packages);
       const released = publicPackages(packages);
+      const unbuilt = new Map<string, string[]>();
+      for (const pkg of released) {
+        const dir = join(copy, pkg.relDir);
+        const missing = entryFiles(readManifest(dir)).filter(
+          (file) => !existsSync(join(dir, file)),
+        );
+        if (missing.length > 0) unbuilt.set(pkg.name, missing);
+      }
       registry = await startRegistry({
         dir: join(work, 'registry'),
         ownPackages: released.map((p) => p.name),
@@ -88,7 +104,7 @@ export class Rehearsal {
         env,
         timeoutMs: LIMITS.publishMs,
       });
-      const rehearsal = new Rehearsal(work, registry, versions);
+      const rehearsal = new Rehearsal(work, registry, versions, unbuilt);
       rehearsal.#checkAllPublished(publish);
       return rehearsal;
     } catch (error) {
@@ -118,10 +134,20 @@ export class Rehearsal {
    * `npm install <name>` and nothing else in a fresh project that knows only the private
    * registry, then checks what was served (version, `workspace:` ranges, entry files).
    *
-   * @throws {RehearsalError} COMMAND_FAILED when npm cannot install it (a 404 for an unpublished
+   * @throws {RehearsalError} BAD_WORKSPACE when the checkout's build of it lacked entry files
+   *   (build first), COMMAND_FAILED when npm cannot install it (a 404 for an unpublished
    *   sibling), BAD_PUBLISHED_SHAPE for a wrong version or a broken manifest.
    */
   async installAlone(name: string): Promise<InstalledPackage> {
+    const unbuilt = this.#unbuilt.get(name);
+    if (unbuilt !== undefined) {
+      // Told apart from a `files` list that drops a file: here the file was never there.
+      throw new RehearsalError(
+        'BAD_WORKSPACE',
+        `${name} was not built when the rehearsal copied it (missing ${unbuilt.join(', ')}): the rehearsal publishes the checkout's build, so run \`pnpm build\` first (a build still running counts too)`,
+        { details: { name, missing: unbuilt } },
+      );
+    }
     const project = this.newProject(name);
     await this.npm(['install', name], project);
     const dir = join(project, 'node_modules', name);
