@@ -43,7 +43,9 @@ export const engineConfigSchema = z.strictObject({
   model: z.string().optional(),
   /** Name clients pass as `model`; default: the directory's name. */
   servedModelName: z.string().min(1).optional(),
-  backend: z.enum(['auto', 'webgpu', 'cpu']).default('auto'),
+  backend: z.enum(['auto', 'webgpu', 'wasm', 'cpu']).default('auto'),
+  /** Threads of the wasm backend (default: the machine's physical cores). */
+  threads: positiveInt.max(256).optional(),
   kvDtype: z
     .enum(['f32', 'f16', 'int8', 'int8-h8', 'fp8-e4m3', 'fp8-e5m2', 'int4', 'int4-h32'])
     .default('f32'),

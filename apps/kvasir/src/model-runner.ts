@@ -4,6 +4,7 @@ import { createGpu, type Gpu, type GpuBackendOption } from '@kvasir/gpu';
 import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
 import {
   type CheckpointReader,
+  defaultThreadCount,
   type KvFormatName,
   kvBlockBytes,
   kvCacheSpec,
@@ -12,6 +13,8 @@ import {
   ModelError,
   ModelTokenizer,
   openCheckpoint,
+  WASM32_MAX_BYTES,
+  wasmFeatures,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { ChatMessage } from '@kvasir/server';
@@ -133,14 +136,15 @@ function asAppError(error: unknown, what: string): KvasirAppError {
 
 /**
  * Loads a checkpoint (HF directory or `.gguf`) for @kvasir/model's forward pass on the
- * configured backend. `auto` takes a hardware GPU when there is one and the CPU otherwise (on a
- * software adapter the CPU backend is faster).
+ * configured backend. `auto` takes a hardware GPU when there is one and the wasm backend
+ * otherwise (on a software adapter it is faster), or the CPU reference where WebAssembly has
+ * no SIMD or shared memory.
  * @throws KvasirAppError `MODEL_LOAD` when the checkpoint or backend cannot be used;
  *   `INVALID_CONFIG` for a KV dtype the model cannot store.
  */
 export async function loadModelRunner(path: string, config: EngineConfig): Promise<LoadedModel> {
   let gpu: Gpu | undefined;
-  if (config.backend !== 'cpu') {
+  if (config.backend === 'auto' || config.backend === 'webgpu') {
     // Dawn is loaded into this process only when there is an adapter to use: its native
     // warnings cannot be kept off stderr here, only in the probe's child process.
     const found = await probeGpu();
@@ -204,9 +208,16 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
   );
   const modelId = basename(path).replace(/\.gguf$/i, '');
   const onGpu = gpu;
+  const wasm = wasmFeatures();
+  const onWasm =
+    !onGpu &&
+    (config.backend === 'wasm' || (config.backend === 'auto' && wasm.simd128 && wasm.threads));
+  const threads = config.threads ?? defaultThreadCount();
   const backendText = onGpu
     ? `webgpu (${[onGpu.adapterInfo.vendor, onGpu.adapterInfo.device || onGpu.adapterInfo.description].filter(Boolean).join(' ')}, ${onGpu.backend}${onGpu.isSoftware ? ', software adapter' : ''})`
-    : 'cpu (@kvasir/model reference kernels)';
+    : onWasm
+      ? `wasm (${threads} threads, simd128${wasm.relaxedSimd ? ', relaxed simd available' : ''})`
+      : 'cpu (@kvasir/model reference kernels)';
   const qDim = c.numHeads * c.headDim;
   const kvDim = c.numKvHeads * c.headDim;
   return {
@@ -216,8 +227,17 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     weightBytes: reader.totalBytes,
     maxModelLen,
     kvLayout,
-    // The CPU keeps one typed array per layer.
-    maxBindingBytes: onGpu ? onGpu.limits.maxStorageBufferBindingSize : 2 ** 31 - 1,
+    // The CPU keeps one typed array per layer; the wasm backend keeps weights and every
+    // layer's cache in one wasm32 memory of at most 4 GiB, so each layer gets its share of
+    // what the weights (and 256 MiB of activations) leave.
+    maxBindingBytes: onGpu
+      ? onGpu.limits.maxStorageBufferBindingSize
+      : onWasm
+        ? Math.max(
+            0,
+            Math.floor((WASM32_MAX_BYTES - reader.totalBytes - 256 * 2 ** 20) / c.numLayers),
+          )
+        : 2 ** 31 - 1,
     backend: backendText,
     device: onGpu ? 'webgpu' : 'cpu',
     activationBytes(maxTokens, maxSeqs) {
@@ -226,7 +246,11 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     },
     async allocate(numBlocks) {
       const model = await loadModel(reader, {
-        ...(onGpu ? { gpu: onGpu } : { backend: 'cpu' as const }),
+        ...(onGpu
+          ? { gpu: onGpu }
+          : onWasm
+            ? { backend: 'wasm' as const, threads }
+            : { backend: 'cpu' as const }),
         numBlocks,
         blockSize: config.blockSize,
         kvFormat,

@@ -1,6 +1,10 @@
 // What an application needs: load a checkpoint, run it, sample, tokenize. The checkpoint
 // formats are in `@kvasir/model/formats`, the kernels and backend pieces in `@kvasir/model/kernels`.
 
+export { defaultThreadCount } from './backends/wasm/thread-count.js';
+export { WASM32_MAX_BYTES } from './backends/wasm/wasm-arena.js';
+export type { WasmFeatures } from './backends/wasm/wasm-module.js';
+export { wasmFeatures } from './backends/wasm/wasm-module.js';
 export type { Architecture, ExpectedTensor, ModelConfig, RopeScaling } from './config.js';
 export {
   expectedTensors,

@@ -24,6 +24,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   model: 'model',
   servedModelName: 'servedModelName',
   backend: 'backend',
+  threads: 'threads',
   kvDtype: 'kvDtype',
   blockSize: 'blockSize',
   gpuMemoryBytes: 'gpuMemoryBytes',
@@ -63,8 +64,12 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     )
     .option('--served-model-name <name>', 'model id clients use')
     .addOption(
-      new Option('--backend <backend>', 'execution backend').choices(['auto', 'webgpu', 'cpu']),
+      new Option(
+        '--backend <backend>',
+        'execution backend (auto: WebGPU on a hardware GPU, else wasm)',
+      ).choices(['auto', 'webgpu', 'wasm', 'cpu']),
     )
+    .option('--threads <n>', 'wasm backend threads (default: physical cores)', int())
     .addOption(
       new Option('--kv-dtype <dtype>', 'KV cache element type').choices([
         'f32',
