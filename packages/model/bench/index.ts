@@ -4,57 +4,13 @@ import { BufferUsage, createGpu, type Gpu } from '@kvasir/gpu';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
 import type { ForwardPlan } from '../src/execution/forward-plan.js';
 import { loadModel, type Model } from '../src/execution/model.js';
-import type { CheckpointReader, TensorInfo } from '../src/formats/checkpoint-reader.js';
+import { syntheticReader } from './synthetic-reader.js';
+import { benchWasm } from './wasm.js';
 
 const json = process.argv.includes('--json');
 const log = (s: string) => {
   if (!json) console.log(s);
 };
-
-/** A checkpoint that generates seeded uniform weights on the fly (nothing on disk). */
-function syntheticReader(config: ModelConfig): CheckpointReader {
-  const tensors = new Map<string, TensorInfo>();
-  for (const t of expectedTensors(config)) {
-    const n = t.shape.reduce((a, b) => a * b, 1);
-    tensors.set(t.name, { name: t.name, dtype: 'F32', shape: t.shape, byteLength: n * 4 });
-  }
-  const values = (name: string, start: number, count: number): Float32Array => {
-    const info = tensors.get(name) as TensorInfo;
-    const out = new Float32Array(count);
-    if (info.shape.length === 1) return out.fill(1);
-    const a = Math.sqrt(3 / (info.shape[1] as number));
-    let s = (start * 2654435761 + name.length * 97) >>> 0;
-    for (let i = 0; i < count; i++) {
-      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-      out[i] = (s / 2 ** 32 - 0.5) * 2 * a;
-    }
-    return out;
-  };
-  const bytes = (name: string, start: number, count: number) =>
-    new Uint8Array(values(name, start, count).buffer);
-  return {
-    format: 'safetensors',
-    path: '<synthetic>',
-    config,
-    tensors,
-    totalBytes: [...tensors.values()].reduce((a, t) => a + t.byteLength, 0),
-    metadata: new Map(),
-    tensor: (name) => tensors.get(name) as TensorInfo,
-    async *readChunks(name) {
-      const total = (tensors.get(name) as TensorInfo).byteLength / 4;
-      const step = 2 * 1024 * 1024;
-      for (let i = 0; i < total; i += step) yield bytes(name, i, Math.min(step, total - i));
-    },
-    async readInto(name, target, off = 0) {
-      target.set(bytes(name, 0, (tensors.get(name) as TensorInfo).byteLength / 4), off);
-    },
-    readTensorBytes: async (name) =>
-      bytes(name, 0, (tensors.get(name) as TensorInfo).byteLength / 4),
-    readTensorF32: async (name) =>
-      values(name, 0, (tensors.get(name) as TensorInfo).byteLength / 4),
-    close: async () => {},
-  };
-}
 
 /**
  * Streaming-read bandwidth of the adapter: a vec4 sum over a 64 MiB buffer. Returns a
@@ -237,6 +193,11 @@ const base = {
   tieWordEmbeddings: true,
   maxPositionEmbeddings: 2048,
 };
+const wasm = await benchWasm(log);
+if (process.argv.includes('--wasm-only')) {
+  console.log(JSON.stringify(wasm, null, json ? undefined : 2));
+  process.exit(0);
+}
 const gpu = await createGpu();
 const bandwidth = await bandwidthMeter(gpu);
 log(`adapter: ${gpu.describe()}`);
@@ -249,6 +210,7 @@ const gqa = await benchConfig(
 );
 gpu.destroy();
 const out = {
+  ...wasm,
   adapter: gpu.adapterInfo.description || gpu.adapterInfo.device,
   mha_110m: mha,
   gqa_110m_kv4: gqa,
