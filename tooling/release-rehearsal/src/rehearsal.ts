@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { RehearsalError } from './errors.js';
 import { checkExampleImports, type ReadmeExample, toNodeProgram } from './examples.js';
 import { type CommandOutput, inheritedEnv, runCommand } from './exec.js';
@@ -22,6 +23,8 @@ export const LIMITS = {
   publishMs: 600_000,
   installMs: 300_000,
   exampleMs: 240_000,
+  /** How long to wait for a package whose entry files are missing (a build in progress). */
+  buildWaitMs: 300_000,
 } as const;
 
 /** A package installed alone in a fresh project. */
@@ -72,6 +75,7 @@ export class Rehearsal {
     let registry: Registry | undefined;
     try {
       const copy = join(work, 'workspace');
+      await waitForBuilds(packages, LIMITS.buildWaitMs);
       copyWorkspace(root, copy, packages);
       writeRehearsalChangeset(copy, packages);
       const released = publicPackages(packages);
@@ -236,6 +240,26 @@ export class Rehearsal {
       );
     }
   }
+}
+
+/**
+ * Waits until every public package's entry files exist in the checkout, or `timeoutMs` passes
+ * (then the copy goes ahead and {@link Rehearsal.installAlone} names what is missing). A build
+ * running beside the rehearsal (tsup empties `dist` first and writes the `.d.ts` files last)
+ * would otherwise be published half-written.
+ */
+async function waitForBuilds(
+  packages: readonly WorkspacePackage[],
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const unbuilt = () =>
+    publicPackages(packages).filter((pkg) =>
+      entryFiles(readManifest(pkg.dir)).some((file) => !existsSync(join(pkg.dir, file))),
+    );
+  while (unbuilt().length > 0 && Date.now() < deadline) await sleep(2000);
+  // A build that just wrote its last entry file may still be flushing others.
+  await sleep(1000);
 }
 
 /**
