@@ -20,6 +20,7 @@ const BLOCK = 16;
 /** Best-of-3 streaming read of 256 MiB by the wasm stream kernel on `threads` threads (GB/s). */
 async function wasmStreamMeter(threads: number): Promise<{
   measure: () => number;
+  lostWakeups: () => number;
   close: () => Promise<void>;
 }> {
   const rt = await createWasmRuntime({ threads, reserveBytes: STREAM_BYTES + (1 << 20) });
@@ -30,6 +31,7 @@ async function wasmStreamMeter(threads: number): Promise<{
   p.push(Op.stream, [buf, STREAM_BYTES, out]);
   rt.run(p);
   return {
+    lostWakeups: () => rt.pool.lostWakeups,
     measure() {
       let best = 0;
       for (let r = 0; r < 3; r++) {
@@ -163,6 +165,7 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
   const single = await wasmStreamMeter(1);
   const out: Record<string, unknown> = { wasm_threads: threads };
   out.wasm_stream_gbps = meter.measure();
+  out.wasm_stream_lost_wakeups = meter.lostWakeups();
   out.wasm_stream_gbps_1_thread = single.measure();
   await single.close();
   out.c_stream_gbps = cStream(threads);

@@ -18,6 +18,7 @@ const C_BGEN = 6;
 const C_QUIT = 7;
 const C_SPIN = 9;
 const C_ERROR = 10;
+const C_LOST = 11;
 const CONTROL_BYTES = 64;
 /** Each thread's shadow stack (the kernels keep a few small arrays there). */
 const STACK_BYTES = 64 * 1024;
@@ -166,6 +167,14 @@ export class ThreadPool {
       this.#error = this.#workerErrors.message ?? 'a worker trapped';
       throw new ModelError('BACKEND', `wasm worker failed: ${this.#error}`);
     }
+  }
+
+  /**
+   * Blocking waits that timed out although the word they waited on had changed: wake-ups that
+   * `memory.atomic.notify` did not deliver (each cost up to the wait's timeout, 50 µs to 1 ms).
+   */
+  get lostWakeups(): number {
+    return Atomics.load(this.#arena.i32(this.#ctrl, CONTROL_BYTES / 4), C_LOST);
   }
 
   /** Stops the workers. */

@@ -701,8 +701,11 @@ INLINE void astore(i32* p, i32 v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 INLINE i32 aadd(i32* p, i32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
 // Waits until *p != seen: spins first (the next op is usually microseconds away), then blocks
-// with a timeout that doubles from 50 µs to 10 ms, so a wake-up that never arrives costs at
-// most that long (C_LOST counts the waits that timed out with *p already changed).
+// with a timeout that doubles from 50 µs to 1 ms. The timeout is not optional: on Node 20
+// (V8 11.3) some memory.atomic.notify calls between instances on different threads wake no
+// one (C_LOST counts the waits that timed out with *p already changed: about one in three
+// steps on 2 threads), and without it those threads slept forever. An idle worker so wakes
+// about a thousand times a second.
 static void wait_change(i32* ctrl, i32* p, i32 seen) {
   i32 spins = ctrl[C_SPIN];
   for (i32 i = 0; i < spins; i++)
@@ -713,7 +716,7 @@ static void wait_change(i32* ctrl, i32* p, i32 seen) {
     i32 r = __builtin_wasm_memory_atomic_wait32(p, seen, timeout);
     aadd(ctrl + C_SLEEPERS, -1);
     if (r == 2 && aload(p) != seen) aadd(ctrl + C_LOST, 1);
-    if (timeout < 10000000) timeout *= 2;
+    if (timeout < 1000000) timeout *= 2;
   }
 }
 
