@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
 import type { CheckpointReader } from './checkpoint-reader.js';
-import type { TensorDtype } from './dtype.js';
+import { isBlockDtype, type TensorDtype } from './dtype.js';
 import { openCheckpoint } from './open-checkpoint.js';
 import { type TensorToWrite, writeSafetensors } from './safetensors.js';
 
@@ -98,7 +98,7 @@ export async function convertToGqa(
     await writeFile(join(dstDir, 'config.json'), `${JSON.stringify(hf, null, 2)}\n`);
     const tensors: TensorToWrite[] = expectedTensors(config).map((t) => {
       const info = reader.tensor(t.name);
-      const dtype: TensorDtype = info.dtype === 'Q8_0' ? 'F32' : info.dtype;
+      const dtype: TensorDtype = isBlockDtype(info.dtype) ? 'F32' : info.dtype;
       const pooled = /\.self_attn\.[kv]_proj\./.test(t.name);
       return {
         name: t.name,

@@ -8,7 +8,6 @@ import {
   buildByteLevelTokenizerJson,
   trainByteLevelBpe,
 } from '../tokenizer/byte-level-bpe.js';
-import type { TensorDtype } from './dtype.js';
 import { type TensorToWrite, writeSafetensors } from './safetensors.js';
 
 /** Special tokens of the random checkpoint's tokenizer, ids 256–260 (Llama 3 names). */
@@ -42,7 +41,7 @@ Numbers 0 1 2 3 4 5 6 7 8 9 10 100 1000 2024 2025. Attention is all you need. To
 /** Options of {@link writeRandomCheckpoint}. */
 export interface RandomCheckpointOptions {
   /** Stored weight dtype (default F32). */
-  readonly dtype?: Exclude<TensorDtype, 'Q8_0'>;
+  readonly dtype?: 'F32' | 'F16' | 'BF16';
   /** Split the weights over this many safetensors shards with an index (default 1: one file). */
   readonly shards?: number;
 }

@@ -1,22 +1,43 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ropeInvFrequencies } from '@kvasir/attention-kernels';
+import { GGML_BLOCK_FORMATS } from '@kvasir/quantizer/ggml';
 import { expectedTensors, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import { ggufTokenizerMetadata } from '../../tokenizer/gguf-tokenizer.js';
 import type { CheckpointReader } from '../checkpoint-reader.js';
-import type { TensorDtype } from '../dtype.js';
+import { isBlockDtype, type TensorDtype } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
 import { permuteQkRows } from './qk-permute.js';
 import { hfToGgufName } from './tensor-names.js';
 import type { GgufTypedValue } from './value-types.js';
 import { type GgufTensorToWrite, writeGguf } from './writer.js';
 
+// llama.cpp's `llama_ftype` of a file whose matrices are all `dtype` (the `_S` preset for a
+// k-quant: every matrix in that one type).
+const LLAMA_FTYPE: Record<TensorDtype, number> = {
+  F32: 0,
+  F16: 1,
+  Q4_0: 2,
+  Q4_1: 3,
+  Q8_0: 7,
+  Q5_0: 8,
+  Q5_1: 9,
+  Q2_K: 10,
+  Q3_K: 11,
+  Q4_K: 14,
+  Q5_K: 16,
+  Q6_K: 18,
+  IQ4_NL: 25,
+  BF16: 32,
+};
+
 /** Options of {@link convertToGguf}. */
 export interface ConvertToGgufOptions {
   /**
    * Type of the 2-D weight matrices (default F32). Norm weights and biases stay F32, as
-   * llama.cpp's converter keeps them. Q8_0 needs row lengths that are multiples of 32.
+   * llama.cpp's converter keeps them. A block format (Q8_0, Q4_K, ...: ggml's reference
+   * quantizer, no importance matrix) needs row lengths that are whole blocks (32 or 256).
    */
   readonly dtype?: TensorDtype;
   /** Skip the tokenizer even when the source directory has one. Default false. */
@@ -52,7 +73,7 @@ export async function convertToGguf(
     const md: Record<string, unknown | GgufTypedValue> = {
       'general.architecture': arch,
       'general.name': 'kvasir-converted',
-      'general.file_type': { F32: 0, F16: 1, Q8_0: 7, BF16: 32 }[dtype],
+      'general.file_type': LLAMA_FTYPE[dtype],
       [`${arch}.context_length`]: c.maxPositionEmbeddings,
       [`${arch}.embedding_length`]: c.hiddenSize,
       [`${arch}.block_count`]: c.numLayers,
@@ -113,10 +134,10 @@ export async function convertToGguf(
       if (!gname) throw new ModelError('INVALID_ARGUMENT', `no GGUF name for tensor "${t.name}"`);
       const matrix = t.shape.length === 2;
       let tdtype: TensorDtype = matrix ? dtype : 'F32';
-      if (tdtype === 'Q8_0' && t.shape[1]! % 32 !== 0) {
+      if (isBlockDtype(tdtype) && t.shape[1]! % GGML_BLOCK_FORMATS[tdtype].blockSize !== 0) {
         throw new ModelError(
           'INVALID_ARGUMENT',
-          `Q8_0 needs rows that are multiples of 32; "${t.name}" has rows of ${t.shape[1]}`,
+          `${tdtype} needs rows that are multiples of ${GGML_BLOCK_FORMATS[tdtype].blockSize}; "${t.name}" has rows of ${t.shape[1]}`,
           { details: { tensor: t.name } },
         );
       }

@@ -265,13 +265,13 @@ describe('GGUF writer and header', () => {
     await expectModelError(openGgufCheckpoint(trunc), 'TRUNCATED_FILE');
     await expectModelError(
       openGgufCheckpoint(
-        await patched('q4k.gguf', (b) => {
-          b.writeUInt32LE(12, tensorTypeOffset(b, 'blk.1.ffn_up.weight'));
+        await patched('iq2.gguf', (b) => {
+          b.writeUInt32LE(16, tensorTypeOffset(b, 'blk.1.ffn_up.weight'));
           return b;
         }),
       ),
       'UNSUPPORTED_DTYPE',
-      'blk.1.ffn_up.weight" is Q4_K',
+      'blk.1.ffn_up.weight" is IQ2_XXS (GGML type 16)',
     );
     await expectModelError(
       openGgufCheckpoint(

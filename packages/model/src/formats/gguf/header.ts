@@ -1,9 +1,10 @@
 import type { FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
+import { GGML_BLOCK_FORMATS } from '@kvasir/quantizer/ggml';
 import { ModelError } from '../../errors.js';
-import { dtypeByteLength, type TensorDtype } from '../dtype.js';
+import { dtypeByteLength, isBlockDtype, type TensorDtype } from '../dtype.js';
 import { GgufByteReader } from './byte-reader.js';
-import { GGML_TYPE_BY_ID, GGML_TYPE_NAMES } from './ggml-types.js';
+import { dtypeOfGgmlType, ggmlTypeName } from './ggml-types.js';
 
 /** A tensor entry of a GGUF file, under its GGUF name and in GGUF dimension order. */
 export interface GgufTensorEntry {
@@ -34,6 +35,7 @@ export interface GgufHeader {
 }
 
 const MAX_ARRAY = 1 << 28;
+const SUPPORTED = `F32, F16, BF16, ${Object.keys(GGML_BLOCK_FORMATS).join(', ')}`;
 /**
  * Reads and validates a GGUF header (metadata and tensor infos) through buffered positional
  * reads; tensor data is never read.
@@ -120,19 +122,18 @@ export async function readGgufHeader(fh: FileHandle, file: string): Promise<Gguf
     const dims: number[] = [];
     for (let d = 0; d < nd; d++) dims.push(await c.safeU64(`tensor "${name}" dimension`, 2 ** 40));
     const typeId = await c.u32(`tensor "${name}" type`);
-    const dtype = GGML_TYPE_BY_ID.get(typeId);
+    const dtype = dtypeOfGgmlType(typeId);
     if (!dtype) {
-      const tname = GGML_TYPE_NAMES[typeId] ?? `type id ${typeId}`;
       throw new ModelError(
         'UNSUPPORTED_DTYPE',
-        `${basename(file)}: tensor "${name}" is ${tname}; supported: F32, F16, BF16, Q8_0`,
-        { details: { file, tensor: name, ggmlType: typeId } },
+        `${basename(file)}: tensor "${name}" is ${ggmlTypeName(typeId)} (GGML type ${typeId}); supported: ${SUPPORTED}`,
+        { details: { file, tensor: name, ggmlType: typeId, typeName: ggmlTypeName(typeId) } },
       );
     }
-    if (dtype === 'Q8_0' && dims[0]! % 32 !== 0) {
+    if (isBlockDtype(dtype) && dims[0]! % GGML_BLOCK_FORMATS[dtype].blockSize !== 0) {
       throw new ModelError(
         'MALFORMED_FILE',
-        `${basename(file)}: Q8_0 tensor "${name}" rows of ${dims[0]} are not whole blocks`,
+        `${basename(file)}: ${dtype} tensor "${name}" rows of ${dims[0]} are not whole blocks`,
         {
           details: { file, tensor: name },
         },

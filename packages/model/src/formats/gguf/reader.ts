@@ -14,12 +14,15 @@ import { readGgufHeader } from './header.js';
 import { ggufToHfName } from './tensor-names.js';
 
 /**
- * Opens a GGUF checkpoint (GGUF v2/v3, architecture llama or qwen2; F32/F16/BF16/Q8_0
- * tensors). Tensors are exposed under canonical HF names and shapes; llama's Q/K rows, which
- * llama.cpp's converter permutes for its interleaved RoPE, are un-permuted on read so the bytes
- * equal the HF tensors. Q8_0 stays Q8_0 (see {@link dequantizeQ8_0}).
+ * Opens a GGUF checkpoint (GGUF v2/v3, architecture llama or qwen2; F32/F16/BF16 tensors and
+ * GGML's block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K–Q6_K and IQ4_NL, mixed per tensor as
+ * llama-quantize's `_S`/`_M`/`_L` presets mix them). Tensors are exposed under canonical HF
+ * names and shapes; llama's Q/K rows, which llama.cpp's converter permutes for its interleaved
+ * RoPE, are un-permuted on read (whole rows of blocks) so the bytes equal the HF tensors. Block
+ * tensors keep their blocks: `readChunks` returns the file's bytes, `readTensorF32` decodes.
  *
- * @throws {@link ModelError} `IO`, `MALFORMED_FILE`, `TRUNCATED_FILE`, `UNSUPPORTED_DTYPE`,
+ * @throws {@link ModelError} `IO`, `MALFORMED_FILE`, `TRUNCATED_FILE`, `UNSUPPORTED_DTYPE`
+ *   (a type such as IQ2_XXS, naming the tensor and the type),
  *   `UNSUPPORTED_ARCHITECTURE`, `INVALID_CONFIG`, `MISSING_TENSOR`, `SHAPE_MISMATCH`.
  */
 export async function openGgufCheckpoint(

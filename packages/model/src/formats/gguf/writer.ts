@@ -5,7 +5,7 @@ import {
   tensorBytes,
   writeFileWith,
 } from '../tensor-write.js';
-import { GGML_TYPE_ID } from './ggml-types.js';
+import { ggmlTypeId } from './ggml-types.js';
 import { GGUF_VALUE_TYPES, type GgufTypedValue, type GgufValueType } from './value-types.js';
 
 /**
@@ -183,7 +183,7 @@ export async function writeGguf(
     h.string(t.name);
     h.u32(t.shape.length);
     for (let d = t.shape.length - 1; d >= 0; d--) h.u64(t.shape[d]!);
-    h.u32(GGML_TYPE_ID[t.dtype]);
+    h.u32(ggmlTypeId(t.dtype));
     h.u64(rel);
     const len = storedByteLength(t);
     rel += Math.ceil(len / alignment) * alignment;
