@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 18's comparison: the same GGUF through llama.cpp (llama-bench) and Kvasir's wasm
+# backend on the same machine, in the same window, alternating runs, with the same thread
+# count. Not for CI. Needs tooling/llama.cpp/build.sh's llama-bench (LLAMA_TARGETS=llama-bench).
+#
+#   tooling/llama.cpp/compare-wasm.sh                       # F16, MHA, 2 threads, 3 rounds
+#   DTYPE=Q8_0 KV_HEADS=4 THREADS=2 ROUNDS=3 tooling/llama.cpp/compare-wasm.sh
+#
+# Prints one JSON object: each round's tg128 / pp512 from both, their medians and the ratios
+# the issue sets goals for (decode >= 0.5x, prompt processing >= 0.25x llama.cpp).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+dtype="${DTYPE:-F16}"
+kv="${KV_HEADS:-12}"
+threads="${THREADS:-2}"
+rounds="${ROUNDS:-3}"
+bench="$here/build/bin/llama-bench"
+[[ -x "$bench" ]] || { echo "no $bench: LLAMA_TARGETS=llama-bench $here/build.sh" >&2; exit 1; }
+tsx="$root/packages/model/node_modules/.bin/tsx"
+gguf="${GGUF:-$root/.kvasir-cache/issue18-110m-$dtype-kv$kv.gguf}"
+mkdir -p "$(dirname "$gguf")"
+[[ -f "$gguf" ]] || "$tsx" "$here/make-random-gguf.ts" "$gguf" "$dtype" "$kv"
+(cd "$root/packages/model" && node scripts/build-wasm.mjs)
+
+llama=()
+kvasir=()
+for ((r = 0; r < rounds; r++)); do
+  llama+=("$("$bench" -m "$gguf" -p 512 -n 128 -t "$threads" -r 1 -o json)")
+  kvasir+=("$("$tsx" "$here/kvasir-wasm-bench.ts" "$gguf" "$threads" 512 128)")
+done
+
+node - "$dtype" "$kv" "$threads" "${#llama[@]}" "${llama[@]}" "${kvasir[@]}" <<'JS'
+const [dtype, kv, threads, n, ...rest] = process.argv.slice(2);
+const rounds = Number(n);
+const llama = rest.slice(0, rounds).map((s) => JSON.parse(s));
+const kvasir = rest.slice(rounds).map((s) => JSON.parse(s));
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+// llama-bench prints one record per test: n_prompt > 0 is pp, n_gen > 0 is tg.
+const pick = (runs, f) => runs.map((r) => r.find(f).avg_ts);
+const llamaPp = pick(llama, (t) => t.n_prompt > 0 && t.n_gen === 0);
+const llamaTg = pick(llama, (t) => t.n_gen > 0 && t.n_prompt === 0);
+const kvPp = kvasir.map((r) => r.pp_tok_s);
+const kvTg = kvasir.map((r) => r.tg_tok_s);
+console.log(JSON.stringify({
+  dtype, kv_heads: Number(kv), threads: Number(threads),
+  llama_cpp: { pp512: llamaPp, tg128: llamaTg },
+  kvasir_wasm: { pp512: kvPp, tg128: kvTg },
+  decode_vs_llama_cpp: median(kvTg) / median(llamaTg),
+  pp_vs_llama_cpp: median(kvPp) / median(llamaPp),
+}, null, 2));
+JS
