@@ -294,6 +294,57 @@ INLINE void dot2_i8(const int8_t* w, const float* scales, i32 k, i32 gs, const f
   o[1] = hsum(t1);
 }
 
+// int8 rows against x quantized to int16 per weight group (quantize_x16): i16 × i16 pair dot
+// products in i32 (a group of 32 sums at most 32 · 127 · 32767 < 2^31), one float multiply per
+// group. x's own rounding is 2^-16 of its group's largest value, far below the weights' 2^-8.
+INLINE void dot2_i8x16(const int8_t* w, const float* scales, i32 k, i32 gs, const int16_t* xq,
+                       const float* xs, float* o) {
+  const int8_t* w0 = w;
+  const int8_t* w1 = w + k;
+  const float* s0 = scales;
+  const float* s1 = scales + k / gs;
+  v128_t t0 = wasm_f32x4_splat(0), t1 = t0;
+  for (i32 g = 0; g < k; g += gs) {
+    v128_t a0 = wasm_i32x4_splat(0), a1 = a0;
+    for (i32 i = g; i < g + gs; i += 16) {
+      v128_t xlo = ld(xq + i), xhi = ld(xq + i + 8);
+      v128_t b0 = ld(w0 + i), b1 = ld(w1 + i);
+      a0 = wasm_i32x4_add(a0, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(b0), xlo));
+      a0 = wasm_i32x4_add(a0, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(b0), xhi));
+      a1 = wasm_i32x4_add(a1, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(b1), xlo));
+      a1 = wasm_i32x4_add(a1, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(b1), xhi));
+    }
+    float xsg = xs[g / gs];
+    t0 = madd(t0, wasm_f32x4_convert_i32x4(a0), wasm_f32x4_splat(s0[g / gs] * xsg));
+    t1 = madd(t1, wasm_f32x4_convert_i32x4(a1), wasm_f32x4_splat(s1[g / gs] * xsg));
+  }
+  o[0] = hsum(t0);
+  o[1] = hsum(t1);
+}
+
+// x (k floats) to int16 per group of gs: xq = round(x / s), s = max|x| / 32767 per group.
+static void quantize_x16(const float* x, i32 k, i32 gs, int16_t* xq, float* xs) {
+  for (i32 g = 0; g < k; g += gs) {
+    v128_t mx = wasm_f32x4_splat(0);
+    for (i32 i = g; i < g + gs; i += 4) mx = wasm_f32x4_max(mx, wasm_f32x4_abs(ld(x + i)));
+    float m = wasm_f32x4_extract_lane(mx, 0);
+    for (i32 l = 1; l < 4; l++) {
+      float v = l == 1 ? wasm_f32x4_extract_lane(mx, 1)
+                       : l == 2 ? wasm_f32x4_extract_lane(mx, 2) : wasm_f32x4_extract_lane(mx, 3);
+      if (v > m) m = v;
+    }
+    float scale = m / 32767.0f;
+    xs[g / gs] = scale;
+    v128_t inv = wasm_f32x4_splat(scale > 0.0f ? 1.0f / scale : 0.0f);
+    for (i32 i = g; i < g + gs; i += 8) {
+      v128_t q0 = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(ld(x + i), inv)));
+      v128_t q1 =
+          wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(ld(x + i + 4), inv)));
+      wasm_v128_store(xq + i, wasm_i16x8_narrow_i32x4(q0, q1));
+    }
+  }
+}
+
 // One row of any format against one x row (tails of row tiles).
 static float dot1(const u32* w, i32 fmt, i32 k, const float* scales, i32 gs, i32 r,
                   const float* x) {
@@ -388,6 +439,14 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
   split(n, 4, tid, nth, &lo, &hi);
   float o[8];
   if (m == 1) {
+    // int8 decode: x to int16 once per thread (its own scratch), then integer dot products.
+    int16_t* xq = 0;
+    float* xs = 0;
+    if (fmt == WF_INT8 && gs % 16 == 0 && lo < hi) {
+      xq = (int16_t*)scratch;
+      xs = scratch + (k + 1) / 2;
+      quantize_x16(x, k, gs, xq, xs);
+    }
     i32 j = lo;
     for (; j + 4 <= hi; j += 4) {
       if (fmt == WF_F32) dot4_f32((const float*)w + (long)j * k, k, x, o);
@@ -395,8 +454,13 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
       else {
         const int8_t* p = (const int8_t*)w + (long)j * k;
         const float* s = scales + (long)j * (k / gs);
-        dot2_i8(p, s, k, gs, x, o);
-        dot2_i8(p + 2 * (long)k, s + 2 * (k / gs), k, gs, x, o + 2);
+        if (xq) {
+          dot2_i8x16(p, s, k, gs, xq, xs, o);
+          dot2_i8x16(p + 2 * (long)k, s + 2 * (k / gs), k, gs, xq, xs, o + 2);
+        } else {
+          dot2_i8(p, s, k, gs, x, o);
+          dot2_i8(p + 2 * (long)k, s + 2 * (k / gs), k, gs, x, o + 2);
+        }
       }
       if (ep == EP_SWIGLU) {
         emit_swiglu(y, n, bias, 0, j, o[0], o[1]);
