@@ -2,30 +2,40 @@ import type { ModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
 import type { CheckpointReader } from '../formats/checkpoint-reader.js';
 import type { LoadProgress } from '../formats/checkpoint-stream.js';
-import { decodeToF32 } from '../formats/dtype.js';
+import { decodeToF32, isBlockDtype } from '../formats/dtype.js';
 import {
   DEFAULT_INT8_GROUP_SIZE,
-  type PackedWeight,
+  isGgmlFormat,
   packable,
   packRows,
+  type StoredFormat,
+  type StoredWeight,
   type WeightFormat,
-  wordsPerRow,
+  weightRowBytes,
+  weightWords,
 } from '../kernels/weight-format.js';
 
 /** Where packed rows of one matrix go (a host array or a GPU buffer). */
 export interface WeightSink<W> {
-  /** Stores packed rows starting at row `rowStart` (with their int8 scales). */
+  /**
+   * Stores packed rows starting at row `rowStart` (with their int8 scales). For GGML block
+   * formats `data` holds whole rows of blocks from byte 0, zero-padded to a whole word, and
+   * goes at byte `rowStart · weightRowBytes(format, cols)` (always a multiple of 4).
+   */
   write(rowStart: number, data: Uint32Array, scales: Float32Array | undefined): void;
   /** The finished weight. */
   finish(): W;
 }
 
-/** Allocates the storage of one packed matrix. */
-export type WeightAllocator<W> = (
+/**
+ * Allocates the storage of one packed matrix. `F` is what the backend can store: the dense
+ * formats ({@link loadWeights}) or GGML blocks as well ({@link loadBlockWeights}).
+ */
+export type WeightAllocator<W, F extends StoredFormat = WeightFormat> = (
   name: string,
   rows: number,
   cols: number,
-  format: WeightFormat,
+  format: F,
   groupSize: number,
 ) => WeightSink<W>;
 
@@ -61,8 +71,9 @@ export interface LoadWeightsOptions {
   /** int8 group size along the input dimension (default 32). */
   readonly groupSize?: number;
   /**
-   * Storage of unquantized matrices: `'auto'` (default) keeps f32 tensors in f32 and stores
-   * every other dtype (f16, bf16, Q8_0) as f16.
+   * Storage of matrices: `'auto'` (default) keeps f32 tensors in f32, GGML block tensors
+   * (Q8_0, Q4_K, ...) as their blocks under {@link loadBlockWeights}, and stores every other
+   * dtype (f16, bf16, and GGML blocks under {@link loadWeights}) as f16.
    */
   readonly weightDtype?: 'auto' | 'f32' | 'f16';
   readonly progress?: LoadProgress | undefined;
@@ -77,15 +88,42 @@ const TARGET_BATCH_ELEMENTS = 1 << 20;
 
 /**
  * Streams a checkpoint's weights into packed storage, chunk by chunk: no tensor is ever held
- * whole (beyond one batch of rows), so multi-gigabyte files load in bounded memory.
+ * whole (beyond one batch of rows), so multi-gigabyte files load in bounded memory. GGML
+ * block tensors (a GGUF file's Q4_K, Q6_K, ...) are dequantized to f16 (or to the asked
+ * `weightDtype` / int8): for backends whose kernels read dense formats only.
  *
  * @throws {ModelError} `INVALID_CONFIG` when a matrix cannot be packed in the asked format
  *   (columns not a multiple of 4, or of the int8 group size); reader errors as they come.
  */
-export async function loadWeights<W>(
+export function loadWeights<W>(
   reader: CheckpointReader,
   allocate: WeightAllocator<W>,
   options: LoadWeightsOptions = {},
+): Promise<ModelWeights<W>> {
+  return load(reader, allocate as WeightAllocator<W, StoredFormat>, options, false);
+}
+
+/**
+ * {@link loadWeights} for backends that multiply straight from GGML blocks: with the default
+ * `weightDtype: 'auto'`, a block tensor keeps its file bytes and its type as the format
+ * (gate and up of one layer in two different block types are the exception: they are
+ * interleaved into one matrix, so both go to f16).
+ *
+ * @throws {ModelError} as {@link loadWeights}.
+ */
+export function loadBlockWeights<W>(
+  reader: CheckpointReader,
+  allocate: WeightAllocator<W, StoredFormat>,
+  options: LoadWeightsOptions = {},
+): Promise<ModelWeights<W>> {
+  return load(reader, allocate, options, true);
+}
+
+async function load<W>(
+  reader: CheckpointReader,
+  allocate: WeightAllocator<W, StoredFormat>,
+  options: LoadWeightsOptions,
+  keepBlocks: boolean,
 ): Promise<ModelWeights<W>> {
   const c = reader.config;
   const groupSize = options.groupSize ?? DEFAULT_INT8_GROUP_SIZE;
@@ -97,12 +135,14 @@ export async function loadWeights<W>(
     names.reduce((a, n) => a + reader.tensor(n).byteLength, 0),
     names.length,
   );
-  const formatOf = (name: string, cols: number): WeightFormat => {
-    let f: WeightFormat;
+  const formatOf = (name: string, cols: number): StoredFormat => {
+    const dtype = reader.tensor(name).dtype;
+    let f: StoredFormat;
     if (options.weightQuant === 'int8') f = 'int8';
     else if (options.weightDtype === 'f32' || options.weightDtype === 'f16')
       f = options.weightDtype;
-    else f = reader.tensor(name).dtype === 'F32' ? 'f32' : 'f16';
+    else if (keepBlocks && isBlockDtype(dtype)) return dtype;
+    else f = dtype === 'F32' ? 'f32' : 'f16';
     if (!packable(f, cols, groupSize)) {
       throw new ModelError(
         'INVALID_CONFIG',
@@ -120,6 +160,20 @@ export async function loadWeights<W>(
     const [rows, cols] = reader.tensor(name).shape as [number, number];
     const format = formatOf(name, cols);
     const sink = allocate(name, rows, cols, format, groupSize);
+    if (isGgmlFormat(format)) {
+      const rowBytes = weightRowBytes(format, cols);
+      for await (const b of blockRowBatches(
+        reader,
+        name,
+        rowBytes,
+        readOpts,
+        progress,
+        cols,
+        batchElements,
+      ))
+        sink.write(b.rowStart, b.words, undefined);
+      return sink.finish();
+    }
     for await (const { rowStart, values, rowCount } of rowBatches(
       reader,
       name,
@@ -128,7 +182,7 @@ export async function loadWeights<W>(
       progress,
       batchElements,
     )) {
-      const { data, scales } = packRows(values, rowCount, cols, format, groupSize);
+      const { data, scales } = packRows(values, rowCount, cols, format as WeightFormat, groupSize);
       sink.write(rowStart, data, scales);
     }
     return sink.finish();
@@ -137,9 +191,35 @@ export async function loadWeights<W>(
   // gate and up stream side by side and are interleaved row by row, one batch at a time.
   async function gateUp(gateName: string, upName: string): Promise<W> {
     const [rows, cols] = reader.tensor(gateName).shape as [number, number];
-    const format = formatOf(gateName, cols);
-    formatOf(upName, cols);
+    let format = formatOf(gateName, cols);
+    const upFormat = formatOf(upName, cols);
+    if (format !== upFormat && (isGgmlFormat(format) || isGgmlFormat(upFormat))) format = 'f16';
     const sink = allocate(`${gateName}+up`, 2 * rows, cols, format, groupSize);
+    if (isGgmlFormat(format)) {
+      const rowBytes = weightRowBytes(format, cols);
+      const batches = (name: string) =>
+        blockRowBatches(reader, name, rowBytes, readOpts, progress, cols, batchElements)[
+          Symbol.asyncIterator
+        ]();
+      const gate = batches(gateName);
+      const up = batches(upName);
+      for (;;) {
+        const [g, u] = [await gate.next(), await up.next()];
+        if (g.done || u.done) break;
+        // Same row bytes, so the same batches: interleave row by row.
+        const n = g.value.rowCount;
+        const words = new Uint32Array(Math.ceil((2 * n * rowBytes) / 4));
+        const out = new Uint8Array(words.buffer);
+        const gb = new Uint8Array(g.value.words.buffer);
+        const ub = new Uint8Array(u.value.words.buffer);
+        for (let i = 0; i < n; i++) {
+          out.set(gb.subarray(i * rowBytes, (i + 1) * rowBytes), 2 * i * rowBytes);
+          out.set(ub.subarray(i * rowBytes, (i + 1) * rowBytes), (2 * i + 1) * rowBytes);
+        }
+        sink.write(2 * g.value.rowStart, words, undefined);
+      }
+      return sink.finish();
+    }
     const gate = rowBatches(reader, gateName, cols, readOpts, progress, batchElements)[
       Symbol.asyncIterator
     ]();
@@ -178,7 +258,7 @@ export async function loadWeights<W>(
       }
       pending[0].splice(0, n);
       pending[1].splice(0, n);
-      const { data, scales } = packRows(inter, 2 * n, cols, format, groupSize);
+      const { data, scales } = packRows(inter, 2 * n, cols, format as WeightFormat, groupSize);
       sink.write(2 * next, data, scales);
       next += n;
     }
@@ -266,26 +346,87 @@ async function* rowBatches(
   if (filled > 0) yield { rowStart, rowCount: filled / cols, values: buf.slice(0, filled) };
 }
 
+/**
+ * Whole rows of a GGML block tensor, unchanged, in batches of a multiple of 4 rows (so every
+ * batch starts at a word boundary whatever the row's byte length), each zero-padded to a
+ * whole word.
+ */
+async function* blockRowBatches(
+  reader: CheckpointReader,
+  name: string,
+  rowBytes: number,
+  readOpts: { maxChunkBytes: number } | undefined,
+  progress: LoadProgress | undefined,
+  cols: number,
+  batchElements: number,
+): AsyncGenerator<{ rowStart: number; rowCount: number; words: Uint32Array }> {
+  const info = reader.tensor(name);
+  const totalRows = info.shape[0] as number;
+  const batchRows = Math.min(totalRows, Math.max(4, Math.floor(batchElements / cols / 4) * 4));
+  let words = new Uint32Array(Math.ceil((batchRows * rowBytes) / 4));
+  let buf = new Uint8Array(words.buffer, 0, batchRows * rowBytes);
+  let filled = 0;
+  let rowStart = 0;
+  let read = 0;
+  for await (const chunk of reader.readChunks(name, readOpts)) {
+    read += chunk.byteLength;
+    progress?.advance(name, chunk.byteLength, read >= info.byteLength);
+    let off = 0;
+    while (off < chunk.byteLength) {
+      const take = Math.min(chunk.byteLength - off, buf.byteLength - filled);
+      buf.set(chunk.subarray(off, off + take), filled);
+      filled += take;
+      off += take;
+      if (filled === buf.byteLength) {
+        yield { rowStart, rowCount: batchRows, words };
+        rowStart += batchRows;
+        filled = 0;
+        words = new Uint32Array(words.length);
+        buf = new Uint8Array(words.buffer, 0, buf.byteLength);
+      }
+    }
+  }
+  if (filled % rowBytes !== 0 || rowStart + filled / rowBytes !== totalRows) {
+    throw new ModelError(
+      'TRUNCATED_FILE',
+      `tensor ${name}: got ${rowStart + Math.floor(filled / rowBytes)} of ${totalRows} rows`,
+      { details: { tensor: name } },
+    );
+  }
+  if (filled > 0) {
+    yield {
+      rowStart,
+      rowCount: filled / rowBytes,
+      words: words.slice(0, Math.ceil(filled / 4)),
+    };
+  }
+}
+
 /** A {@link WeightAllocator} into host memory (the CPU backend's storage). */
-export function hostAllocator(): WeightAllocator<PackedWeight> {
+export function hostAllocator(): WeightAllocator<StoredWeight, StoredFormat> {
   return (_name, rows, cols, format, groupSize) => {
-    const wpr = wordsPerRow(format, cols);
-    const data = new Uint32Array(rows * wpr);
+    const data = new Uint32Array(weightWords(format, rows, cols));
+    const rowBytes = weightRowBytes(format, cols);
+    const bytes = new Uint8Array(data.buffer);
     const gpr = format === 'int8' ? cols / groupSize : 0;
     const scales = format === 'int8' ? new Float32Array(rows * gpr) : undefined;
     return {
       write(rowStart, d, sc) {
-        data.set(d, rowStart * wpr);
+        const at = rowStart * rowBytes;
+        // A GGML batch's padding may reach past the last row: keep only what fits.
+        const n = Math.min(d.byteLength, rows * rowBytes - at);
+        bytes.set(new Uint8Array(d.buffer, d.byteOffset, n), at);
         if (sc && scales) scales.set(sc, rowStart * gpr);
       },
-      finish: () => ({
-        format,
-        rows,
-        cols,
-        data,
-        scales,
-        groupSize: format === 'int8' ? groupSize : 0,
-      }),
+      finish: () =>
+        ({
+          format,
+          rows,
+          cols,
+          data,
+          scales,
+          groupSize: format === 'int8' ? groupSize : 0,
+        }) as StoredWeight,
     };
   };
 }

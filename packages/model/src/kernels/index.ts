@@ -18,7 +18,7 @@ export type {
   WeightAllocator,
   WeightSink,
 } from '../execution/weights.js';
-export { hostAllocator, loadWeights } from '../execution/weights.js';
+export { hostAllocator, loadBlockWeights, loadWeights } from '../execution/weights.js';
 export type { GpuWeight } from './dense-kernels.js';
 export { DenseKernels, GEMV_MAX_ROWS } from './dense-kernels.js';
 export { addWgsl, biasAddWgsl, swigluWgsl } from './elementwise.wgsl.js';
@@ -37,12 +37,22 @@ export {
 export { rmsNormWgsl } from './rms-norm.wgsl.js';
 export type { RopeKvWriteOptions } from './rope-kv-write.wgsl.js';
 export { ropeKvWriteWgsl } from './rope-kv-write.wgsl.js';
-export type { PackedWeight, WeightFormat } from './weight-format.js';
+export type {
+  GgmlWeight,
+  PackedWeight,
+  StoredFormat,
+  StoredWeight,
+  WeightFormat,
+} from './weight-format.js';
 export {
   DEFAULT_INT8_GROUP_SIZE,
+  isGgmlFormat,
+  isGgmlWeight,
   packRows,
   packWeight,
   unpackRow,
   unpackWeight,
+  weightRowBytes,
+  weightWords,
   wordsPerRow,
 } from './weight-format.js';

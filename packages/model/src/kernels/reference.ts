@@ -1,6 +1,12 @@
 // CPU reference twins of the dense WGSL kernels. Same inputs, same packed weight words, same
 // epilogues; they define what the GPU kernels must compute and run the CPU backend.
-import { type PackedWeight, unpackRow } from './weight-format.js';
+import {
+  ggmlRowDot,
+  isGgmlWeight,
+  type StoredWeight,
+  unpackRow,
+  weightBytesView,
+} from './weight-format.js';
 
 /** What a matmul does with each result `v = Σ_k x[m][k]·W[n][k]`. */
 export type MatmulEpilogue =
@@ -26,7 +32,7 @@ export function silu(x: number): number {
 export function matmulRef(
   x: Float32Array,
   m: number,
-  w: PackedWeight,
+  w: StoredWeight,
   options: { bias?: Float32Array; epilogue?: MatmulEpilogue; out?: Float32Array } = {},
 ): Float32Array {
   const { rows: n, cols: k } = w;
@@ -34,6 +40,25 @@ export function matmulRef(
   const outCols = epilogue === 'swiglu' ? n / 2 : n;
   const y = options.out ?? new Float32Array(m * outCols);
   const bias = options.bias;
+  if (isGgmlWeight(w)) {
+    // Straight from the blocks, one block decoded at a time: no row (let alone matrix) of
+    // f32 weights is materialized. Same products, same order as the dense path below.
+    const g = w;
+    const bytes = weightBytesView(g);
+    const dot = (j: number, i: number) => {
+      const v = ggmlRowDot(g, bytes, j, x, i * k);
+      return bias ? v + (bias[j] as number) : v;
+    };
+    for (let i = 0; i < m; i++) {
+      for (let j = 0; j < n; j += epilogue === 'swiglu' ? 2 : 1) {
+        if (epilogue === 'swiglu') y[i * outCols + j / 2] = silu(dot(j, i)) * dot(j + 1, i);
+        else if (epilogue === 'residual')
+          y[i * outCols + j] = (y[i * outCols + j] as number) + dot(j, i);
+        else y[i * outCols + j] = dot(j, i);
+      }
+    }
+    return y;
+  }
   const row = new Float32Array(k);
   const row2 = new Float32Array(k);
   const step = epilogue === 'swiglu' ? 2 : 1;
@@ -98,7 +123,7 @@ export function swigluRef(gate: Float32Array, up: Float32Array, out?: Float32Arr
 /** Gathers embedding rows: `y[t] = table[ids[t]]`, decoded from the packed table. */
 export function embeddingRef(
   ids: Int32Array,
-  table: PackedWeight,
+  table: StoredWeight,
   out?: Float32Array,
 ): Float32Array {
   const h = table.cols;

@@ -1,4 +1,5 @@
 import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
+import { GGML_BLOCK_FORMATS, type GgmlBlockType, ggmlDot } from '@kvasir/quantizer/ggml';
 
 /**
  * How a dense weight matrix is stored in GPU (and CPU-backend) memory.
@@ -28,6 +29,56 @@ export interface PackedWeight {
   readonly scales: Float32Array | undefined;
   /** int8 group size (0 for float formats). */
   readonly groupSize: number;
+}
+
+/**
+ * A weight matrix kept in a GGUF file's own block format (`Q4_K`, `Q6_K`, `Q8_0`, ...): the
+ * file's bytes unchanged, row after row (a row is `cols / blockSize` blocks, GGUF's layout),
+ * in 32-bit words with the last word zero-padded and one spare zero word after it, so that a
+ * kernel reading an unaligned 32-bit value at the end stays in bounds. Backends decode blocks
+ * as they multiply: memory and bytes read per step are the file's.
+ */
+export interface GgmlWeight {
+  readonly format: GgmlBlockType;
+  readonly rows: number;
+  readonly cols: number;
+  /** The blocks, `rows * ggmlRowBytes(format, cols)` bytes, then padding (see above). */
+  readonly data: Uint32Array;
+  readonly scales: undefined;
+  readonly groupSize: 0;
+}
+
+/** How a stored weight matrix is laid out: a dense {@link WeightFormat} or GGML blocks. */
+export type StoredFormat = WeightFormat | GgmlBlockType;
+/** A weight matrix as a backend holds it. */
+export type StoredWeight = PackedWeight | GgmlWeight;
+
+/** Whether `format` keeps GGML blocks (as opposed to one of the dense formats). */
+export function isGgmlFormat(format: StoredFormat): format is GgmlBlockType {
+  return format !== 'f32' && format !== 'f16' && format !== 'int8';
+}
+
+/** Whether `w` holds GGML blocks. */
+export function isGgmlWeight(w: StoredWeight): w is GgmlWeight {
+  return isGgmlFormat(w.format);
+}
+
+/** Bytes of one stored row of `cols` elements (a whole number of blocks for GGML formats). */
+export function weightRowBytes(format: StoredFormat, cols: number): number {
+  if (!isGgmlFormat(format)) return wordsPerRow(format, cols) * 4;
+  const f = GGML_BLOCK_FORMATS[format];
+  return (cols / f.blockSize) * f.bytesPerBlock;
+}
+
+/** 32-bit words a `rows × cols` matrix takes in `format` (GGML padding included). */
+export function weightWords(format: StoredFormat, rows: number, cols: number): number {
+  if (!isGgmlFormat(format)) return rows * wordsPerRow(format, cols);
+  return Math.ceil((rows * weightRowBytes(format, cols)) / 4) + 1;
+}
+
+/** The bytes of a stored weight's words. */
+export function weightBytesView(w: StoredWeight): Uint8Array {
+  return new Uint8Array(w.data.buffer, w.data.byteOffset, w.data.byteLength);
 }
 
 /** 32-bit words per packed row of `cols` elements. */
@@ -113,9 +164,17 @@ export function packWeight(
   return { format, rows, cols, data, scales, groupSize: format === 'int8' ? groupSize : 0 };
 }
 
-/** Decodes row `row` of a packed weight into `out` (length `cols`), exactly as the GPU does. */
-export function unpackRow(w: PackedWeight, row: number, out: Float32Array): Float32Array {
+/**
+ * Decodes row `row` of a stored weight into `out` (length `cols`), exactly as the GPU does
+ * (GGML blocks: ggml's dequantization, bit-exact).
+ */
+export function unpackRow(w: StoredWeight, row: number, out: Float32Array): Float32Array {
   const { cols, data } = w;
+  if (isGgmlFormat(w.format)) {
+    const rowBytes = weightRowBytes(w.format, cols);
+    GGML_BLOCK_FORMATS[w.format].dequantize(weightBytesView(w), row * rowBytes, out, 0, cols);
+    return out;
+  }
   if (w.format === 'f32') {
     out.set(new Float32Array(data.buffer, data.byteOffset + row * cols * 4, cols));
     return out;
@@ -130,19 +189,33 @@ export function unpackRow(w: PackedWeight, row: number, out: Float32Array): Floa
     return out;
   }
   const scales = w.scales as Float32Array;
-  const gpr = cols / w.groupSize;
+  const gpr = cols / (w.groupSize as number);
   const base = (row * cols) / 4;
   for (let i = 0; i < cols; i += 4) {
     const word = data[base + i / 4] as number;
-    const s = scales[row * gpr + Math.floor(i / w.groupSize)] as number;
+    const s = scales[row * gpr + Math.floor(i / (w.groupSize as number))] as number;
     for (let j = 0; j < 4; j++)
       out[i + j] = Math.fround((((word << (24 - 8 * j)) >> 24) as number) * s);
   }
   return out;
 }
 
-/** Decodes a whole packed weight to f32 (tests and small matrices). */
-export function unpackWeight(w: PackedWeight): Float32Array {
+/**
+ * `Σ_c W[row, c] · x[xOffset + c]` for a GGML-block weight, a block decoded at a time (the
+ * products of {@link unpackRow}'s values, summed in order in double precision).
+ */
+export function ggmlRowDot(
+  w: GgmlWeight,
+  bytes: Uint8Array,
+  row: number,
+  x: Float32Array,
+  xOffset: number,
+): number {
+  return ggmlDot(w.format, bytes, row * weightRowBytes(w.format, w.cols), x, xOffset, w.cols);
+}
+
+/** Decodes a whole stored weight to f32 (tests and small matrices). */
+export function unpackWeight(w: StoredWeight): Float32Array {
   const out = new Float32Array(w.rows * w.cols);
   const row = new Float32Array(w.cols);
   for (let r = 0; r < w.rows; r++) out.set(unpackRow(w, r, row), r * w.cols);

@@ -10,7 +10,7 @@ import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
 import type { ModelWeights } from '../../execution/weights.js';
 import { embeddingRef, matmulRef, rmsNormRef } from '../../kernels/reference.js';
-import type { PackedWeight } from '../../kernels/weight-format.js';
+import type { StoredWeight } from '../../kernels/weight-format.js';
 
 /** Encodes one K or V row into the cache (f32 words or f16 pairs). */
 export function encodeKvRow(
@@ -137,7 +137,7 @@ export class CpuForward {
 
   constructor(
     readonly config: ModelConfig,
-    readonly weights: ModelWeights<PackedWeight>,
+    readonly weights: ModelWeights<StoredWeight>,
     readonly spec: KvCacheSpec,
   ) {
     this.caches = Array.from({ length: config.numLayers }, () => new Uint32Array(spec.layerWords));
@@ -174,7 +174,7 @@ export class CpuForward {
     const x = embeddingRef(plan.tokenIds, w.embed);
     const attn = new Float32Array(t * c.numHeads * d);
     for (let l = 0; l < c.numLayers; l++) {
-      const lw = w.layers[l] as ModelWeights<PackedWeight>['layers'][number];
+      const lw = w.layers[l] as ModelWeights<StoredWeight>['layers'][number];
       const cache = this.caches[l] as Uint32Array;
       const xn = rmsNormRef(x, t, h, lw.inputNorm, c.rmsNormEps);
       const q = matmulRef(xn, t, lw.q, { bias: lw.qBias });
