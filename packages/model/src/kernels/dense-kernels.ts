@@ -10,11 +10,11 @@ import {
 } from './matmul.wgsl.js';
 import type { MatmulEpilogue } from './reference.js';
 import { rmsNormWgsl } from './rms-norm.wgsl.js';
-import type { WeightFormat } from './weight-format.js';
+import type { StoredFormat } from './weight-format.js';
 
-/** A packed weight resident on the GPU (see {@link PackedWeight}). */
+/** A packed weight resident on the GPU (see {@link PackedWeight} and {@link GgmlWeight}). */
 export interface GpuWeight {
-  readonly format: WeightFormat;
+  readonly format: StoredFormat;
   readonly rows: number;
   readonly cols: number;
   readonly groupSize: number;

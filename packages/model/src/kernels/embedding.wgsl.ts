@@ -1,11 +1,11 @@
-import type { WeightFormat } from './weight-format.js';
+import type { StoredFormat } from './weight-format.js';
 import { weightLoadWgsl } from './weight-load.wgsl.js';
 
 /**
  * Embedding gather from a packed table `[vocab][h]`: a workgroup per token copies (and
  * dequantizes) its row. Bindings: 0 ids (i32), 1 table, 2 y, 4 int8 scales. Dispatch `(T)`.
  */
-export function embeddingWgsl(format: WeightFormat, h: number, groupSize: number): string {
+export function embeddingWgsl(format: StoredFormat, h: number, groupSize: number): string {
   return /* wgsl */ `
 const K4: u32 = ${h / 4}u;
 @group(0) @binding(0) var<storage, read> ids: array<i32>;

@@ -1,10 +1,10 @@
 import type { MatmulEpilogue } from './reference.js';
-import type { WeightFormat } from './weight-format.js';
+import type { StoredFormat } from './weight-format.js';
 import { weightLoadWgsl } from './weight-load.wgsl.js';
 
 /** Shape and options that select one matmul shader. */
 export interface MatmulShaderOptions {
-  readonly format: WeightFormat;
+  readonly format: StoredFormat;
   /** Output features (weight rows). */
   readonly n: number;
   /** Input features (weight columns); a multiple of 4. */

@@ -1,17 +1,27 @@
-import type { WeightFormat } from './weight-format.js';
+import { wgslGgmlLoad4 } from '@kvasir/quantizer/ggml';
+import { isGgmlFormat, type StoredFormat } from './weight-format.js';
 
 /**
  * WGSL declarations of a packed weight (`w`, and `wScales` for int8) and `loadW(row, k4)`,
  * which returns elements `4*k4 .. 4*k4+3` of row `row` as f32. `K4` (packed quads per row)
- * must be a module constant.
+ * must be a module constant. A GGML block weight is the file's bytes as `array<u32>`, its
+ * blocks decoded four weights at a time by `@kvasir/quantizer/ggml`'s `wgslGgmlLoad4`
+ * (bit-exact with the CPU's dequantization).
  */
 export function weightLoadWgsl(
-  format: WeightFormat,
+  format: StoredFormat,
   wBinding: number,
   scaleBinding: number,
   groupSize: number,
   cols: number,
 ): string {
+  if (isGgmlFormat(format)) {
+    return /* wgsl */ `
+@group(0) @binding(${wBinding}) var<storage, read> w: array<u32>;
+${wgslGgmlLoad4(format, cols, { buffer: 'w', prefix: 'wq' })}
+fn loadW(row: u32, k4: u32) -> vec4<f32> { return wq_load4(row, k4); }
+`;
+  }
   if (format === 'f32') {
     return /* wgsl */ `
 @group(0) @binding(${wBinding}) var<storage, read> w: array<vec4<f32>>;

@@ -13,10 +13,14 @@ import type { Executor, ExecutorContext } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { gpuKvBlockIo, type KvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
-import { loadWeights, type ModelWeights, type WeightAllocator } from '../../execution/weights.js';
+import {
+  loadBlockWeights,
+  type ModelWeights,
+  type WeightAllocator,
+} from '../../execution/weights.js';
 import { DenseKernels, type GpuWeight } from '../../kernels/dense-kernels.js';
 import { ropeKvWriteWgsl } from '../../kernels/rope-kv-write.wgsl.js';
-import { wordsPerRow } from '../../kernels/weight-format.js';
+import { type StoredFormat, weightRowBytes, weightWords } from '../../kernels/weight-format.js';
 
 const STORAGE = 0x80 | 0x8 | 0x4; // STORAGE | COPY_DST | COPY_SRC
 const UNIFORM = 0x40 | 0x8; // UNIFORM | COPY_DST
@@ -86,7 +90,7 @@ export async function createGpuExecutor(
           ? undefined
           : await WriteKvCache.create(gpu, config),
     };
-    const weights = await loadWeights(reader, gpuAllocator(device, maxBinding), ctx.weights);
+    const weights = await loadBlockWeights(reader, gpuAllocator(device, maxBinding), ctx.weights);
     return new GpuForward(gpu, owned, c, weights, kv, attention);
   } catch (e) {
     if (owned) gpu.destroy();
@@ -94,10 +98,15 @@ export async function createGpuExecutor(
   }
 }
 
-function gpuAllocator(device: GPUDevice, maxBinding: number): WeightAllocator<GpuWeight> {
+function gpuAllocator(
+  device: GPUDevice,
+  maxBinding: number,
+): WeightAllocator<GpuWeight, StoredFormat> {
   return (name, rows, cols, format, groupSize) => {
-    const wpr = wordsPerRow(format, cols);
-    const bytes = rows * wpr * 4;
+    // GGML blocks go up as the file has them; rows start at any byte, the loader's batches
+    // at multiples of 4 rows, hence at word boundaries.
+    const rowBytes = weightRowBytes(format, cols);
+    const bytes = weightWords(format, rows, cols) * 4;
     if (bytes > maxBinding) {
       throw new ModelError(
         'BACKEND',
@@ -117,7 +126,9 @@ function gpuAllocator(device: GPUDevice, maxBinding: number): WeightAllocator<Gp
         : undefined;
     return {
       write(rowStart, d, s) {
-        device.queue.writeBuffer(data, rowStart * wpr * 4, d.buffer, d.byteOffset, d.byteLength);
+        const at = rowStart * rowBytes;
+        const n = Math.min(d.byteLength, bytes - at);
+        device.queue.writeBuffer(data, at, d.buffer, d.byteOffset, n);
         if (s && scales)
           device.queue.writeBuffer(
             scales,
