@@ -115,6 +115,9 @@ try {
     readFileSync(join(repo, training.config.data_dir, 'tokens.json'), 'utf8'),
   );
   const ev = training.last_heldout_eval;
+  const seqLen = training.config.train.seq_len;
+  // train.py's evaluate(): non-overlapping windows of seq_len inputs plus one target.
+  const allWindows = Math.floor((tokens.heldout_tokens - 1) / seqLen);
   const info = {
     name: 'kvasir-mini',
     parameters: training.parameters,
@@ -137,7 +140,8 @@ try {
           step: ev.step,
           loss: ev.heldout_loss,
           perplexity: ev.heldout_ppl,
-          windows: ev.heldout_windows,
+          // The run's last evaluation covers every window and logs 'all'.
+          windows: ev.heldout_windows === 'all' ? allWindows : ev.heldout_windows,
         }
       : null,
     corpus: Object.values(manifest.sources).map((s) => s.name),
@@ -181,7 +185,7 @@ try {
     `| tokens seen | ${info.tokensSeen.toLocaleString('en-US')} (${(info.tokensSeen / tokens.train_tokens).toFixed(2)} epochs of ${tokens.train_tokens.toLocaleString('en-US')} training tokens) |`,
     `| training time | ${hours} h wall clock on a shared 2-core CPU (PyTorch 1.13, 2 threads) |`,
     ev
-      ? `| held-out perplexity | ${ev.heldout_ppl.toFixed(2)} (loss ${ev.heldout_loss.toFixed(4)} nats/token) at step ${ev.step}, over ${ev.heldout_windows} of the held-out split's 512-token windows (PyTorch) |`
+      ? `| held-out perplexity | ${ev.heldout_ppl.toFixed(2)} (loss ${ev.heldout_loss.toFixed(4)} nats/token) at step ${ev.step}, over ${info.heldout.windows === allWindows ? `all ${allWindows}` : `${info.heldout.windows} of the ${allWindows}`} ${seqLen}-token windows of the held-out split, ${tokens.heldout_tokens.toLocaleString('en-US')} tokens (PyTorch) |`
       : '| held-out perplexity | not evaluated yet |',
     `| files | \`hf/model.safetensors\` ${mb(join(pkgDir, 'hf/model.safetensors'))} (F16), \`${GGUF_NAME}\` ${mb(join(pkgDir, GGUF_NAME))} (F16, tokenizer and chat template in the metadata) |`,
     '',

@@ -1,4 +1,4 @@
-// Written by tooling/train/package_model.mjs from kvasir-mini-v1 at step 124; do not edit.
+// Written by tooling/train/package_model.mjs from kvasir-mini-v1 at step 1400; do not edit.
 import type { MiniModelInfo } from './model-info.js';
 
 /** What the packaged weights are: architecture, training run and step, held-out figures. */
@@ -15,15 +15,15 @@ export const modelInfo: MiniModelInfo = {
     contextLength: 512,
   },
   run: 'kvasir-mini-v1',
-  step: 124,
+  step: 1400,
   totalSteps: 1400,
-  tokensSeen: 507904,
-  trainingSeconds: 613,
+  tokensSeen: 5734400,
+  trainingSeconds: 5290,
   heldout: {
-    step: 100,
-    loss: 5.4085,
-    perplexity: 223.297,
-    windows: 32,
+    step: 1400,
+    loss: 3.8775,
+    perplexity: 48.305,
+    windows: 582,
   },
   corpus: [
     'King James Version of the Bible (1611)',

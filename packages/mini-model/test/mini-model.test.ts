@@ -4,6 +4,7 @@ import {
   loadModel,
   type Model,
   ModelTokenizer,
+  openCheckpoint,
   parameterCount,
   parseHfConfig,
 } from '@kvasir/model';
@@ -94,6 +95,16 @@ describe('the package entry', () => {
     expect(training.step).toBe(modelInfo.step);
     expect(snippet.step).toBe(modelInfo.step);
     expect(modelInfo.step).toBeLessThanOrEqual(modelInfo.totalSteps);
+  });
+
+  it('names the model and its licence in the GGUF metadata', async () => {
+    const gguf = await openCheckpoint(ggufPath);
+    try {
+      expect(gguf.metadata.get('general.name')).toBe(modelInfo.name);
+      expect(gguf.metadata.get('general.license')).toMatch(/non-commercial/);
+    } finally {
+      await gguf.close();
+    }
   });
 
   it('says in the model card which step the weights are from', () => {
