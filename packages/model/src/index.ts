@@ -53,6 +53,8 @@ export {
   RANDOM_SPECIAL_TOKENS,
   writeRandomCheckpoint,
 } from './formats/random-checkpoint.js';
+export type { WeightSummary, WeightTypeCount } from './formats/weight-summary.js';
+export { summarizeWeights } from './formats/weight-summary.js';
 export { Rng } from './sampling/rng.js';
 export type { SampleResult, SamplingParams, TokenLogprob } from './sampling/sampler.js';
 export {

@@ -59,3 +59,5 @@ export {
   writeSafetensors,
 } from './safetensors.js';
 export type { TensorToWrite } from './tensor-write.js';
+export type { WeightSummary, WeightTypeCount } from './weight-summary.js';
+export { summarizeWeights } from './weight-summary.js';
