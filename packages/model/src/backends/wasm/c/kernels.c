@@ -7,9 +7,8 @@
 // each op's rows, and meets the others at a barrier only where an op reads what an earlier
 // one wrote. So one step costs one wake-up per worker, whatever the number of layers.
 //
-// The kernels never take the address of a local, so clang keeps everything in wasm locals and
-// the shadow stack (one per module instance, shared by every thread) is never used;
-// build-wasm.mjs checks the output for that.
+// A few small arrays live on the shadow stack: every worker's instance points its own
+// __stack_pointer (exported for that) at a stack of its own (thread-pool.ts).
 
 #include <stdint.h>
 #include <wasm_simd128.h>
