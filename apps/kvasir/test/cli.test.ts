@@ -42,6 +42,43 @@ describe('kvasir CLI commands (built CLI)', () => {
     );
   });
 
+  it("info lists a k-quant GGUF's tensor types, bits per weight and the memory it needs", async () => {
+    const gguf = join(
+      import.meta.dirname,
+      '../../../tooling/ggml-fixtures/models/tiny-llama-Q4_K_M.gguf',
+    );
+    const fixture = JSON.parse(await readFile(gguf.replace(/\.gguf$/, '.json'), 'utf8'));
+    const args = ['info', '--backend', 'cpu', '--model', gguf, '--gpu-memory-bytes', '64MiB'];
+    const info = JSON.parse((await kvasir([...args, '--json'])).stdout);
+    const w = info.weights;
+    const types = new Map<string, { tensors: number; parameters: number }>();
+    for (const t of fixture.tensors as { type: string; shape: number[] }[]) {
+      const e = types.get(t.type) ?? { tensors: 0, parameters: 0 };
+      e.tensors++;
+      e.parameters += t.shape.reduce((a, b) => a * b, 1);
+      types.set(t.type, e);
+    }
+    expect(
+      new Map(
+        w.types.map((t: { dtype: string; tensors: number; parameters: number }) => [
+          t.dtype,
+          { tensors: t.tensors, parameters: t.parameters },
+        ]),
+      ),
+    ).toEqual(types);
+    const q4k = w.types.find((t: { dtype: string }) => t.dtype === 'Q4_K');
+    expect(q4k.bits_per_weight).toBe(4.5);
+    expect(w.types.find((t: { dtype: string }) => t.dtype === 'Q6_K').bits_per_weight).toBe(6.5625);
+    expect(w.bits_per_weight).toBeCloseTo((8 * w.bytes) / w.parameters, 3);
+    expect(w.bytes).toBe(info.model.weight_bytes);
+    expect(info.memory_needed.full_context_bytes).toBe(
+      w.bytes + info.kv_cache.bytes_per_token * info.model.max_model_len,
+    );
+    const text = (await kvasir(args)).stdout;
+    expect(text).toMatch(/Q4_K +6 tensors/);
+    expect(text).toMatch(/model needs +\S+ KiB of weights \+ \S+ KiB of KV per token/);
+  });
+
   it('generate prints a continuation and its token accounting', async () => {
     const { stdout, stderr } = await kvasir([
       'generate',

@@ -1,3 +1,4 @@
+import { openCheckpoint, summarizeWeights, type WeightSummary } from '@kvasir/model';
 import { loadAndPlan } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
 import { DEFAULT_MODEL_NAME, describeDefaultModel, RANDOM_MODEL_NAME } from '../default-model.js';
@@ -9,11 +10,32 @@ const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
   'host-available': 'host memory available',
 };
 
-/** `kvasir info`: adapter, model and memory plan, without serving. */
+/** The stored types of the model's tensors (a k-quant GGUF mixes several), header only. */
+async function weightSummary(path: string): Promise<WeightSummary> {
+  const reader = await openCheckpoint(path);
+  try {
+    return summarizeWeights(reader);
+  } finally {
+    await reader.close();
+  }
+}
+
+const count = (n: number) =>
+  n >= 1e9
+    ? `${(n / 1e9).toFixed(2)}B`
+    : n >= 1e6
+      ? `${(n / 1e6).toFixed(2)}M`
+      : n >= 1e3
+        ? `${(n / 1e3).toFixed(1)}K`
+        : `${n}`;
+
+/** `kvasir info`: adapter, model, its weight types and memory plan, without serving. */
 export async function infoCommand(config: EngineConfig, json: boolean): Promise<void> {
   const { model, plan, path, isDefault, isRandom } = await loadAndPlan(config);
   try {
     const layout = model.kvLayout;
+    const weights = await weightSummary(path);
+    const bpw = (bytes: number, params: number) => Number(((8 * bytes) / params).toFixed(4));
     const report = {
       backend: model.backend,
       model: {
@@ -26,6 +48,23 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         head_dim: layout.headDim,
         max_model_len: model.maxModelLen,
         weight_bytes: plan.weightBytes,
+      },
+      weights: {
+        types: weights.types.map((t) => ({
+          dtype: t.dtype,
+          tensors: t.tensors,
+          parameters: t.parameters,
+          bytes: t.bytes,
+          bits_per_weight: bpw(t.bytes, t.parameters),
+        })),
+        parameters: weights.parameters,
+        bytes: weights.bytes,
+        bits_per_weight: Number(weights.bitsPerWeight.toFixed(4)),
+      },
+      memory_needed: {
+        weight_bytes: weights.bytes,
+        kv_bytes_per_token: plan.kvBytesPerToken,
+        full_context_bytes: weights.bytes + plan.kvBytesPerToken * model.maxModelLen,
       },
       kv_cache: {
         dtype: config.kvDtype,
@@ -57,7 +96,12 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       `                 ${path}`,
       ...(isDefault ? describeDefaultModel().map((line) => `                 ${line}`) : []),
       `shape            ${layout.numLayers} layers, ${layout.numKvHeads} KV heads × ${layout.headDim}, context ${model.maxModelLen}`,
-      `weights          ${formatBytes(plan.weightBytes)}`,
+      `weights          ${formatBytes(plan.weightBytes)}: ${count(weights.parameters)} parameters, ${report.weights.bits_per_weight} bits per weight`,
+      ...report.weights.types.map(
+        (t) =>
+          `                 ${t.dtype.padEnd(6)} ${String(t.tensors).padStart(4)} tensors ${count(t.parameters).padStart(8)} params ${formatBytes(t.bytes).padStart(10)} (${t.bits_per_weight} bpw)`,
+      ),
+      `model needs      ${formatBytes(weights.bytes)} of weights + ${formatBytes(plan.kvBytesPerToken)} of KV per token (${formatBytes(report.memory_needed.full_context_bytes)} for one ${model.maxModelLen}-token context)`,
       `KV per token     ${formatBytes(plan.kvBytesPerToken)} (${config.kvDtype}); per block of ${layout.blockSize}: ${formatBytes(plan.kvBytesPerBlock)}`,
       `memory budget    ${formatBytes(plan.budgetBytes)} = ${config.gpuMemoryFraction} × ${formatBytes(plan.deviceBytes)} (${MEMORY_SOURCES[plan.memorySource]})`,
       `activations      ${formatBytes(plan.activationBytes)} (${config.maxNumBatchedTokens} tokens/step, ${config.maxNumSeqs} seqs)`,
