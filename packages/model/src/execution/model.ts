@@ -34,7 +34,10 @@ export interface LoadModelOptions {
   readonly weightQuant?: 'int8';
   /** int8 group size (default 32). */
   readonly groupSize?: number;
-  /** Storage of unquantized matrices (default `'auto'`: f32 stays f32, the rest f16). */
+  /**
+   * Storage of matrices (default `'auto'`: f32 stays f32, GGUF block tensors such as Q4_K
+   * stay blocks on the CPU and WebGPU backends and become f16 on wasm, the rest f16).
+   */
   readonly weightDtype?: 'auto' | 'f32' | 'f16';
   /** Show a progress bar on stderr (`true`), or report through a {@link LoadProgress}. */
   readonly progress?: boolean | LoadProgress;
