@@ -118,6 +118,8 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     `Metrics: ${url}/metrics   Health: ${url}/health   Stop: Ctrl-C`,
     '',
   );
-  process.stdout.write(`${lines.join('\n')}\n`);
+  // Signals are handled before the banner goes out: a supervisor (or a test) that reads the
+  // banner and stops the server at once must get a drain, not the default SIGTERM death.
   handleShutdownSignals(server, { deadlineMs: 30_000, onClosed: () => built.close() });
+  process.stdout.write(`${lines.join('\n')}\n`);
 }
