@@ -274,7 +274,9 @@ function detectPre(preTokenizer: unknown): string {
 /**
  * GGUF `tokenizer.*` metadata for a byte-level BPE `tokenizer.json` (what llama.cpp's converter
  * writes for `gpt2`-style vocabularies): tokens in id order, token types, merges, bos/eos ids,
- * the pre-tokenizer name and the chat template.
+ * the pre-tokenizer name and the chat template. With `vocabSize` (the model's embedding rows),
+ * the token list is padded to it with unused `[PAD<i>]` tokens, as llama.cpp's converter does:
+ * llama.cpp refuses a file whose token count differs from the embedding's rows.
  *
  * @throws {@link ModelError} `UNSUPPORTED_TOKENIZER` for non-BPE or non-byte-level tokenizers.
  */
@@ -282,6 +284,7 @@ export function ggufTokenizerMetadata(
   tokenizerJson: Record<string, unknown>,
   tokenizerConfig: Record<string, unknown>,
   chatTemplate: string | null,
+  vocabSize = 0,
 ): Record<string, unknown | GgufTypedValue> {
   const model = tokenizerJson.model as
     | { type?: string; vocab?: Record<string, number>; merges?: unknown[] }
@@ -297,7 +300,7 @@ export function ggufTokenizerMetadata(
     (tokenizerJson.added_tokens as
       | { id: number; content: string; special: boolean }[]
       | undefined) ?? [];
-  let n = 0;
+  let n = vocabSize;
   for (const id of Object.values(model.vocab)) n = Math.max(n, id + 1);
   for (const a of added) n = Math.max(n, a.id + 1);
   const tokens = Array.from({ length: n }, (_, i) => `[PAD${i}]`);

@@ -110,7 +110,7 @@ export async function convertToGguf(
           // A tokenizer without a config has no bos/eos names or template; ids come from config.json.
         }
         const template = typeof tc.chat_template === 'string' ? tc.chat_template : null;
-        Object.assign(md, ggufTokenizerMetadata(tj, tc, template));
+        Object.assign(md, ggufTokenizerMetadata(tj, tc, template, c.vocabSize));
         if (c.bosTokenId !== null) md['tokenizer.ggml.bos_token_id'] = c.bosTokenId;
         if (c.eosTokenIds[0] !== undefined) md['tokenizer.ggml.eos_token_id'] = c.eosTokenIds[0];
       }

@@ -155,6 +155,30 @@ describe('GGUF', () => {
     expect(b.bosTokenId).toBe(a.bosTokenId);
     expect(b.eosTokenIds).toContain(260);
   });
+
+  it('pads the token list to the embedding rows with unused [PAD<i>] tokens, as llama.cpp requires', async () => {
+    // A 1,000-row embedding over the random tokenizer's few hundred tokens.
+    const wide = makeModelConfig({ ...config, ropeScaling: null, vocabSize: 1000 });
+    const dir = join(root, 'wide-vocab');
+    await writeRandomCheckpoint(dir, wide, 6);
+    await convertToGguf(dir, join(root, 'wide-vocab.gguf'));
+    const tj = JSON.parse(await readFile(join(dir, 'tokenizer.json'), 'utf8')) as {
+      model: { vocab: Record<string, number> };
+    };
+    expect(Object.keys(tj.model.vocab).length).toBeLessThan(wide.vocabSize);
+    const gg = await openCheckpoint(join(root, 'wide-vocab.gguf'));
+    try {
+      const tokens = gg.metadata.get('tokenizer.ggml.tokens') as string[];
+      const types = gg.metadata.get('tokenizer.ggml.token_type') as number[];
+      expect(tokens.length).toBe(wide.vocabSize);
+      expect(types.length).toBe(wide.vocabSize);
+      const last = wide.vocabSize - 1;
+      expect(tokens[last]).toBe(`[PAD${last}]`);
+      expect(types[last]).toBe(5); // llama.cpp's LLAMA_TOKEN_TYPE_UNUSED
+    } finally {
+      await gg.close();
+    }
+  });
 });
 
 describe('Q8_0', () => {
