@@ -28,6 +28,7 @@ import {
   PrefixOffloadConnector,
   type PrefixOffloadStats,
 } from './prefix-offload-connector.js';
+import { promptLogitRows, recordPromptLogits } from './prompt-logits.js';
 import type { ModelRunner } from './runner.js';
 import { SwapConnector } from './swap-connector.js';
 
@@ -335,35 +336,6 @@ export class KvasirEngine implements InferenceEngine {
     this.#live.delete(live.request.id);
   }
 
-  /**
-   * The plan's logits rows plus, after them, every prompt position of an echo request with
-   * log-probabilities that this step computes (its logits score the next prompt token);
-   * undefined when the plan has none, so other plans run as they are.
-   */
-  #promptLogitRows(
-    plan: BatchPlan,
-  ): { logitsIndices: Int32Array; owners: { live: LiveRequest; position: number }[] } | undefined {
-    let owners: { live: LiveRequest; position: number }[] | undefined;
-    const extra: number[] = [];
-    for (const row of plan.rows) {
-      if (!row.isPrefill) continue;
-      const live = this.#live.get(row.requestId);
-      if (!live?.request.echo || live.request.logprobs === undefined) continue;
-      const first = plan.positions[row.queryStart]!;
-      for (let i = 0; i < row.queryLen; i++) {
-        if (!live.needsPromptLogits(first + i)) continue;
-        owners ??= [];
-        owners.push({ live, position: first + i });
-        extra.push(row.queryStart + i);
-      }
-    }
-    if (!owners) return undefined;
-    const logitsIndices = new Int32Array(plan.logitsIndices.length + extra.length);
-    logitsIndices.set(plan.logitsIndices);
-    logitsIndices.set(extra, plan.logitsIndices.length);
-    return { logitsIndices, owners };
-  }
-
   async #runPlan(plan: BatchPlan): Promise<boolean> {
     const lost = new Set<string>();
     for (const c of this.#connectors) {
@@ -375,19 +347,13 @@ export class KvasirEngine implements InferenceEngine {
     let logprobs = new Float64Array(0);
     const numSamples = plan.logitsIndices.length;
     if (plan.numTokens > 0) {
-      const prompt = this.#promptLogitRows(plan);
+      const prompt = promptLogitRows(plan, this.#live);
       const logits = await this.runner.forward(
         prompt ? { ...plan, logitsIndices: prompt.logitsIndices } : plan,
       );
       for (const c of this.#connectors) c.afterForward?.(plan);
       const vocab = this.runner.facts.vocabSize;
-      if (prompt) {
-        // Before sampling: the first token of an echo request sends the prompt ahead of it.
-        prompt.owners.forEach(({ live, position }, k) => {
-          const at = (numSamples + k) * vocab;
-          live.recordPromptLogits(position, logits.subarray(at, at + vocab));
-        });
-      }
+      if (prompt) recordPromptLogits(prompt, logits, numSamples, vocab);
       tokenIds = new Int32Array(numSamples);
       logprobs = new Float64Array(numSamples);
       for (let i = 0; i < numSamples; i++) {

@@ -66,33 +66,14 @@ export function dtypeBitsPerWeight(dtype: TensorDtype): number {
 export { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits };
 
 /**
- * Quantizes float values to Q8_0 blocks exactly as llama.cpp's reference quantizer does:
- * per 32 values, `d = amax / 127` stored as f16, `q = round(x / d)` (half away from zero).
+ * Quantizes float values to Q8_0 blocks exactly as llama.cpp's reference quantizer does (per
+ * 32 values, `d = amax / 127` stored as f16, `q = round(x / d)`), through
+ * `@kvasir/quantizer/ggml`, the one owner of the GGML block formats.
  *
  * @throws {@link ModelError} `SHAPE_MISMATCH` when `values.length` is not a multiple of 32.
  */
 export function quantizeQ8_0(values: Float32Array): Uint8Array {
-  const out = new Uint8Array(dtypeByteLength('Q8_0', values.length));
-  const view = new DataView(out.buffer);
-  const blocks = values.length / Q8_0_BLOCK_VALUES;
-  for (let b = 0; b < blocks; b++) {
-    const base = b * Q8_0_BLOCK_VALUES;
-    let amax = 0;
-    for (let j = 0; j < Q8_0_BLOCK_VALUES; j++) {
-      const a = Math.abs(values[base + j]!);
-      if (a > amax) amax = a;
-    }
-    const d = Math.fround(amax / 127);
-    const id = d !== 0 ? Math.fround(1 / d) : 0;
-    const o = b * Q8_0_BLOCK_BYTES;
-    view.setUint16(o, f32ToF16Bits(d), true);
-    for (let j = 0; j < Q8_0_BLOCK_VALUES; j++) {
-      const x = Math.fround(values[base + j]! * id);
-      const q = Math.sign(x) * Math.round(Math.abs(x));
-      view.setInt8(o + 2 + j, Math.max(-128, Math.min(127, q)));
-    }
-  }
-  return out;
+  return encodeFromF32('Q8_0', values);
 }
 
 /**
@@ -108,7 +89,7 @@ export function decodeToF32(dtype: TensorDtype, bytes: Uint8Array): Float32Array
       `${bytes.byteLength} bytes are not a whole number of ${dtype} elements`,
     );
   }
-  if (isBlockDtype(dtype) && dtype !== 'Q8_0') {
+  if (isBlockDtype(dtype)) {
     const f = GGML_BLOCK_FORMATS[dtype];
     const n = (bytes.byteLength / f.bytesPerBlock) * f.blockSize;
     const out = new Float32Array(n);
@@ -127,16 +108,7 @@ export function decodeToF32(dtype: TensorDtype, bytes: Uint8Array): Float32Array
     for (let i = 0; i < out.length; i++) out[i] = conv(view.getUint16(i * 2, true));
     return out;
   }
-  const blocks = bytes.byteLength / Q8_0_BLOCK_BYTES;
-  const out = new Float32Array(blocks * Q8_0_BLOCK_VALUES);
-  for (let b = 0; b < blocks; b++) {
-    const o = b * Q8_0_BLOCK_BYTES;
-    const d = f16BitsToF32(view.getUint16(o, true));
-    for (let j = 0; j < Q8_0_BLOCK_VALUES; j++) {
-      out[b * Q8_0_BLOCK_VALUES + j] = d * view.getInt8(o + 2 + j);
-    }
-  }
-  return out;
+  throw new ModelError('INVALID_ARGUMENT', `unknown tensor dtype ${String(dtype)}`);
 }
 
 /** Dequantizes Q8_0 blocks to float32 (`value = d × q`). */
@@ -146,14 +118,12 @@ export function dequantizeQ8_0(bytes: Uint8Array): Float32Array {
 
 /**
  * Encodes float32 values as little-endian bytes of `dtype` (F16/BF16 round to nearest even;
- * Q8_0 through {@link quantizeQ8_0}, the other block formats through ggml's reference
- * quantizers in `@kvasir/quantizer/ggml`).
+ * the block formats through ggml's reference quantizers in `@kvasir/quantizer/ggml`).
  *
  * @throws {@link ModelError} `SHAPE_MISMATCH` for a block format's length that is not a whole
  *   number of blocks.
  */
 export function encodeFromF32(dtype: TensorDtype, values: Float32Array): Uint8Array {
-  if (dtype === 'Q8_0') return quantizeQ8_0(values);
   if (isBlockDtype(dtype)) {
     const out = new Uint8Array(dtypeByteLength(dtype, values.length));
     GGML_BLOCK_FORMATS[dtype].quantize(values, 0, out, 0, values.length);
