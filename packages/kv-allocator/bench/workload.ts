@@ -1,16 +1,9 @@
 // Seeded request workloads for the allocator benchmark.
 
-/** mulberry32: a small, fast, seedable PRNG (uniform in [0, 1)). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom } from '@kvasir/test-utils';
+
+/** The workspace's one seeded test generator (mulberry32), under this file's old name. */
+export const rng = seededRandom;
 
 function logNormal(rand: () => number, median: number, sigma: number): number {
   const u = Math.max(rand(), 1e-12);

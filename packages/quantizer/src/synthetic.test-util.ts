@@ -1,17 +1,10 @@
 // Seeded synthetic K/V for tests and the benchmark: Gaussian values, and for keys a few outlier
 // channels with large magnitude and offset, as real LLM keys have (KIVI, KVQuant).
 
-/** mulberry32: small, fast, seeded. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom } from '@kvasir/test-utils';
+
+/** The workspace's one seeded test generator (mulberry32), under this file's old name. */
+export const rng = seededRandom;
 
 /** Standard normal samples (Box–Muller). */
 export function gaussian(n: number, seed: number, std = 1): Float32Array {
