@@ -60,6 +60,9 @@ function verdaccioConfig(options: RegistryOptions): string {
     `    url: ${JSON.stringify(options.uplink)}`,
     '    timeout: 60s',
     '    max_fails: 5',
+    // A failed fetch marks the uplink offline for this long (Verdaccio's default is 5 minutes,
+    // which turned one network hiccup into a 404 for every later third-party package).
+    '    fail_timeout: 2s',
     'packages:',
     `${own}  '**':`,
     '    access: $all',

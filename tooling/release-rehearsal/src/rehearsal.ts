@@ -27,6 +27,26 @@ export const LIMITS = {
   buildWaitMs: 300_000,
 } as const;
 
+/** Tries of an npm command that failed on the way to the public registry. */
+const UPSTREAM_ATTEMPTS = 3;
+
+/**
+ * Whether an npm failure came from the public registry behind the rehearsal's (a third-party
+ * package the uplink could not fetch, or a network error), not from the rehearsed packages.
+ */
+export function isUpstreamFailure(error: unknown): boolean {
+  const message = error instanceof Error ? error.message : String(error);
+  if (/\b(ECONNRESET|ETIMEDOUT|EAI_AGAIN|ENOTFOUND|ECONNREFUSED|socket hang up)\b/.test(message)) {
+    return true;
+  }
+  const missing = /404 Not Found - GET \S+?\/((?:@[^/%\s]+(?:%2f|\/))?[^/\s]+) /i.exec(message);
+  return (
+    missing !== null &&
+    !decodeURIComponent(missing[1]!).startsWith('@kvasir/') &&
+    missing[1] !== 'kvasir'
+  );
+}
+
 /** A package installed alone in a fresh project. */
 export interface InstalledPackage {
   /** The project's directory. */
@@ -223,8 +243,20 @@ export class Rehearsal {
     return project;
   }
 
-  private npm(args: string[], cwd: string): Promise<CommandOutput> {
-    return runCommand('npm', args, { cwd, env: this.#env, timeoutMs: LIMITS.installMs });
+  /**
+   * Runs npm, again after a pause when it failed on the way to the public registry (a network
+   * error, or a 404 for a third-party package that the registry's uplink could not fetch):
+   * such a failure says nothing about the release, and one flaky moment must not fail CI.
+   */
+  private async npm(args: string[], cwd: string): Promise<CommandOutput> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await runCommand('npm', args, { cwd, env: this.#env, timeoutMs: LIMITS.installMs });
+      } catch (error) {
+        if (attempt >= UPSTREAM_ATTEMPTS || !isUpstreamFailure(error)) throw error;
+        await sleep(5000 * attempt);
+      }
+    }
   }
 
   #checkAllPublished(publish: CommandOutput): void {
