@@ -27,6 +27,11 @@ export interface RegistryOptions {
    * so a sibling that was not published is a 404, as it would be for a user.
    */
   uplink: string;
+  /**
+   * A PEM file of extra certificate authorities for the uplink's TLS (`NODE_EXTRA_CA_CERTS`), on
+   * machines whose way to the registry needs one (npm's `cafile`, a TLS-inspecting proxy).
+   */
+  caFile?: string | undefined;
   /** How long Verdaccio may take to answer its first ping. */
   startTimeoutMs: number;
 }
@@ -102,7 +107,12 @@ export async function startRegistry(options: RegistryOptions): Promise<Registry>
         cwd: options.dir,
         detached: true,
         stdio: ['ignore', log, log],
-        env: { ...inheritedEnv(), HOME: options.dir, NODE_ENV: 'production' },
+        env: {
+          ...inheritedEnv(),
+          HOME: options.dir,
+          NODE_ENV: 'production',
+          ...(options.caFile ? { NODE_EXTRA_CA_CERTS: options.caFile } : {}),
+        },
       },
     );
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

@@ -111,6 +111,7 @@ export class Rehearsal {
         dir: join(work, 'registry'),
         ownPackages: released.map((p) => p.name),
         uplink: await upstreamRegistry(root),
+        caFile: await upstreamCaFile(root),
         startTimeoutMs: LIMITS.registryStartMs,
       });
       const env = clientEnv(work, registry.url);
@@ -313,6 +314,29 @@ async function upstreamRegistry(root: string): Promise<string> {
     // No usable npm config: the public registry.
   }
   return 'https://registry.npmjs.org/';
+}
+
+/**
+ * The certificate authorities this machine's npm trusts for the registry: `NODE_EXTRA_CA_CERTS`
+ * when set, else npm's `cafile` setting. Verdaccio is a Node process and needs the same file for
+ * its uplink; a test runner that filters the environment (turbo's strict mode) drops the
+ * variable, and without it every third-party package was a 404.
+ */
+async function upstreamCaFile(root: string): Promise<string | undefined> {
+  const exported = process.env.NODE_EXTRA_CA_CERTS;
+  if (exported && existsSync(exported)) return exported;
+  try {
+    const { stdout } = await runCommand('npm', ['config', 'get', 'cafile'], {
+      cwd: root,
+      env: inheritedEnv(),
+      timeoutMs: 60_000,
+    });
+    const file = stdout.trim();
+    if (file.startsWith('/') && existsSync(file)) return file;
+  } catch {
+    // No npm setting: Node's own CA store.
+  }
+  return undefined;
 }
 
 /**
