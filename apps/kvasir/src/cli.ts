@@ -7,6 +7,7 @@ import { addEngineOptions, resolveEngineConfig } from './commands/options.js';
 import { collect, int, num } from './commands/parsers.js';
 import { serveCommand } from './commands/serve.js';
 import { simulateCommand } from './commands/simulate.js';
+import { KV_DTYPES } from './config.js';
 import { userMessage } from './errors.js';
 
 const program = new Command()
@@ -72,17 +73,7 @@ addEngineOptions(
       new Option(
         '--reference-kv-dtype <dtype>',
         'KV dtype of the reference run (same model, backend, block size), or none (default: f32, none when --kv-dtype is f32)',
-      ).choices([
-        'f32',
-        'f16',
-        'int8',
-        'int8-h8',
-        'fp8-e4m3',
-        'fp8-e5m2',
-        'int4',
-        'int4-h32',
-        'none',
-      ]),
+      ).choices([...KV_DTYPES, 'none']),
     )
     .option(
       '--reference <file.json>',

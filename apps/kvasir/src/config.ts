@@ -7,6 +7,18 @@ import { KvasirAppError } from './errors.js';
 
 const positiveInt = z.number().int().min(1);
 
+/** The KV cache element types `--kv-dtype` accepts (the config schema and every command's flag). */
+export const KV_DTYPES = [
+  'f32',
+  'f16',
+  'int8',
+  'int8-h8',
+  'fp8-e4m3',
+  'fp8-e5m2',
+  'int4',
+  'int4-h32',
+] as const;
+
 /** `redis://` or `rediss://` with a host: @kvasir/offload's own rule, checked before start-up. */
 const redisUrl = z.string().check((ctx) => {
   try {
@@ -46,9 +58,7 @@ export const engineConfigSchema = z.strictObject({
   backend: z.enum(['auto', 'webgpu', 'wasm', 'cpu']).default('auto'),
   /** Threads of the wasm backend (default: the machine's physical cores). */
   threads: positiveInt.max(256).optional(),
-  kvDtype: z
-    .enum(['f32', 'f16', 'int8', 'int8-h8', 'fp8-e4m3', 'fp8-e5m2', 'int4', 'int4-h32'])
-    .default('f32'),
+  kvDtype: z.enum(KV_DTYPES).default('f32'),
   blockSize: z.literal([8, 16, 32]).default(16),
   /**
    * Memory the engine plans with, in bytes. WebGPU cannot report it: there the default is

@@ -2,6 +2,7 @@ import { type Command, Option } from 'commander';
 import {
   type EngineConfig,
   type EngineConfigInput,
+  KV_DTYPES,
   parseEngineConfig,
   readConfigFile,
 } from '../config.js';
@@ -70,18 +71,7 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
       ).choices(['auto', 'webgpu', 'wasm', 'cpu']),
     )
     .option('--threads <n>', 'wasm backend threads (default: physical cores)', int())
-    .addOption(
-      new Option('--kv-dtype <dtype>', 'KV cache element type').choices([
-        'f32',
-        'f16',
-        'int8',
-        'int8-h8',
-        'fp8-e4m3',
-        'fp8-e5m2',
-        'int4',
-        'int4-h32',
-      ]),
-    )
+    .addOption(new Option('--kv-dtype <dtype>', 'KV cache element type').choices(KV_DTYPES))
     .option('--block-size <tokens>', 'tokens per KV block (8, 16, 32)', int())
     .option(
       '--gpu-memory-bytes <bytes>',
