@@ -19,6 +19,7 @@ export { ModelError } from './errors.js';
 export type { BackendChoice, BackendName } from './execution/backend-select.js';
 export type {
   ForwardBlockCopy,
+  ForwardKeyShift,
   ForwardPlan,
   ForwardRow,
 } from './execution/forward-plan.js';

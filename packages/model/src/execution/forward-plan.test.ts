@@ -67,4 +67,77 @@ describe('normalizePlan', () => {
       }),
     );
   });
+
+  it('reads attention mass outputs and key shifts, off by default', () => {
+    const p = plan(
+      [
+        { queryStart: 0, queryLen: 3, contextLen: 9, blockTable: [1, 2, 3] },
+        {
+          queryStart: 3,
+          queryLen: 2,
+          contextLen: 6,
+          blockTable: [4, 5],
+          attentionMass: new Float32Array(2),
+        },
+        {
+          queryStart: 5,
+          queryLen: 3,
+          contextLen: 3,
+          blockTable: [6],
+          attentionMass: new Float32Array(4),
+          massQueries: 2,
+        },
+      ],
+      8,
+    );
+    const n = normalizePlan({ ...p, keyShifts: [{ block: 7, delta: -4 }] }, limits);
+    expect([...n.massQueries]).toEqual([0, 2, 2]);
+    expect(n.massOut[0]).toBeUndefined();
+    expect(n.massOut[1]).toBe(p.rows[1]!.attentionMass);
+    expect(n.massOut[2]).toBe(p.rows[2]!.attentionMass);
+    expect(n.keyShifts).toEqual([{ block: 7, delta: -4 }]);
+    const off = normalizePlan(plan([p.rows[0]!], 3), limits);
+    expect([...off.massQueries]).toEqual([0]);
+    expect(off.keyShifts).toEqual([]);
+  });
+
+  it('rejects a mass output too short, a bad massQueries and bad key shifts', () => {
+    const row = { queryStart: 0, queryLen: 2, contextLen: 6, blockTable: [3, 5] };
+    const bad = (p: ForwardPlan, re: RegExp) => {
+      expect(() => normalizePlan(p, limits)).toThrow(re);
+      expect(() => normalizePlan(p, limits)).toThrow(
+        expect.objectContaining({ code: 'INVALID_PLAN' }),
+      );
+    };
+    bad(
+      plan([{ ...row, attentionMass: new Float32Array(1) }], 2),
+      /row 0: attentionMass has 1 entries, needs 2/,
+    );
+    for (const m of [0, 3, 1.5]) {
+      bad(
+        plan([{ ...row, attentionMass: new Float32Array(2), massQueries: m }], 2),
+        new RegExp(`row 0: massQueries ${m} outside \\[1, 2\\]`),
+      );
+    }
+    bad(plan([{ ...row, massQueries: 1 }], 2), /massQueries without attentionMass/);
+    bad(
+      plan([{ ...row, attentionMass: [0, 0] as unknown as Float32Array }], 2),
+      /attentionMass is not a Float32Array/,
+    );
+    const p = plan([row], 2);
+    bad({ ...p, keyShifts: [{ block: 8, delta: 1 }] }, /key shift of block 8 outside the cache/);
+    for (const delta of [0, 64, -64, 0.5]) {
+      bad({ ...p, keyShifts: [{ block: 1, delta }] }, /delta .* is not a nonzero integer/);
+    }
+    bad(
+      {
+        ...p,
+        keyShifts: [
+          { block: 1, delta: 1 },
+          { block: 1, delta: 2 },
+        ],
+      },
+      /key shift of block 1 listed twice/,
+    );
+  });
 });

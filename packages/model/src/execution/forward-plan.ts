@@ -10,6 +10,25 @@ export interface ForwardRow {
   readonly contextLen: number;
   /** Physical block ids in logical order (at least `ceil(contextLen / blockSize)`). */
   readonly blockTable: ArrayLike<number>;
+  /**
+   * Output, optional. When present, the step fills entries [0, ceil(contextLen / blockSize)) with
+   * the attention mass of each LOGICAL block of this row's block table: the sum, over all layers,
+   * all query heads and the row's last `massQueries` query tokens, of the softmax probabilities
+   * those queries give the keys in that block (so with massQueries = q the entries sum to
+   * layers * numHeads * q, up to rounding). Overwritten each step, not accumulated.
+   * Length must be >= ceil(contextLen / blockSize) (INVALID_PLAN otherwise).
+   */
+  readonly attentionMass?: Float32Array;
+  /** How many of the row's last query tokens count in `attentionMass` (1..queryLen; default queryLen). */
+  readonly massQueries?: number;
+}
+
+/** RoPE re-rotation of one physical block's keys, on every layer, before the step. */
+export interface ForwardKeyShift {
+  /** Physical block id. */
+  readonly block: number;
+  /** Positions the block's keys move by: a nonzero integer, `|delta| < maxPosition`. */
+  readonly delta: number;
 }
 
 /** A block copy (copy-on-write) performed on every layer before the step. */
@@ -33,6 +52,14 @@ export interface ForwardPlan {
   readonly logitsIndices: Int32Array;
   /** Block copies run on every layer before the step (none when absent). */
   readonly copies?: readonly ForwardBlockCopy[];
+  /**
+   * Applied after `copies`, before the layers: every layer's K of each listed physical block
+   * (all KV heads, all blockSize slots) is rotated by RoPE as if its position moved by `delta`
+   * (k' = R(delta) k, the model's own RoPE: theta, scaling, neox/interleaved style), and stored
+   * back in the cache's KV format (decode -> rotate in f32 -> encode for quantized formats).
+   * V is untouched. A block may appear at most once.
+   */
+  readonly keyShifts?: readonly ForwardKeyShift[];
 }
 
 /** A validated plan in the flat form kernels take. */
@@ -50,6 +77,12 @@ export interface NormalizedPlan {
   readonly blockTables: Uint32Array;
   readonly logitsIndices: Int32Array;
   readonly copies: readonly ForwardBlockCopy[];
+  /** Per row: how many of its last query tokens count in its attention mass; 0 = no mass. */
+  readonly massQueries: Uint32Array;
+  /** Per row: where its attention mass goes (`undefined` when `massQueries` is 0). */
+  readonly massOut: readonly (Float32Array | undefined)[];
+  /** Key shifts to apply after `copies` (empty when the plan has none). */
+  readonly keyShifts: readonly ForwardKeyShift[];
 }
 
 /** What a plan is checked against. */
@@ -95,6 +128,8 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
   const queryStarts = new Uint32Array(n);
   const queryLens = new Uint32Array(n);
   const contextLens = new Uint32Array(n);
+  const massQueries = new Uint32Array(n);
+  const massOut: (Float32Array | undefined)[] = new Array(n).fill(undefined);
   let maxBlocks = 1;
   for (let s = 0; s < n; s++) {
     const q = rows[s] as ForwardRow;
@@ -111,6 +146,22 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     for (let b = 0; b < need; b++) {
       const id = q.blockTable[b] as number;
       if (!(id >= 0 && id < limits.numBlocks)) bad(`row ${s}: block ${id} outside the cache`);
+    }
+    if (q.attentionMass !== undefined) {
+      if (!(q.attentionMass instanceof Float32Array))
+        bad(`row ${s}: attentionMass is not a Float32Array`);
+      if (q.attentionMass.length < need) {
+        bad(`row ${s}: attentionMass has ${q.attentionMass.length} entries, needs ${need}`);
+      }
+      const m = q.massQueries ?? q.queryLen;
+      if (!(Number.isInteger(m) && m >= 1 && m <= q.queryLen)) {
+        bad(`row ${s}: massQueries ${m} outside [1, ${q.queryLen}]`);
+      }
+      massQueries[s] = m;
+      massOut[s] = q.attentionMass;
+    } else if (q.massQueries !== undefined) {
+      // A count without an output is a caller mistake worth naming: the mass would go nowhere.
+      bad(`row ${s}: massQueries without attentionMass`);
     }
     queryStarts[s] = q.queryStart;
     queryLens[s] = q.queryLen;
@@ -133,6 +184,21 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
       bad(`block copy ${c.src} -> ${c.dst} outside the cache`);
     }
   }
+  const keyShifts = plan.keyShifts ?? [];
+  if (keyShifts.length > 0) {
+    const seen = new Set<number>();
+    for (const k of keyShifts) {
+      if (!(Number.isInteger(k.block) && k.block >= 0 && k.block < limits.numBlocks))
+        bad(`key shift of block ${k.block} outside the cache`);
+      if (!(Number.isInteger(k.delta) && k.delta !== 0 && Math.abs(k.delta) < limits.maxPosition)) {
+        bad(
+          `key shift of block ${k.block}: delta ${k.delta} is not a nonzero integer with |delta| < ${limits.maxPosition}`,
+        );
+      }
+      if (seen.has(k.block)) bad(`key shift of block ${k.block} listed twice`);
+      seen.add(k.block);
+    }
+  }
   return {
     numTokens: t,
     numSeqs: n,
@@ -146,5 +212,8 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     blockTables,
     logitsIndices,
     copies,
+    massQueries,
+    massOut,
+    keyShifts,
   };
 }
