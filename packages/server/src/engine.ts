@@ -18,6 +18,23 @@ export interface ModelCard {
    * outside it (400) before they reach the engine.
    */
   readonly vocabSize?: number;
+  /**
+   * True when requests of this model may run past {@link maxModelLen} because the engine
+   * compresses their KV cache by default (a server-wide policy that positions tokens by their
+   * place in the cache). A request that names its own `kvCompression` may do so regardless.
+   */
+  readonly unboundedContext?: boolean;
+}
+
+/**
+ * A request's token-level KV compression, as the client sent it (`kv_compression`): a policy
+ * name and its parameters. The engine checks both and refuses what it does not know with
+ * `INVALID_REQUEST`. With `positions` other than `original`, a request may run past the
+ * model's context (the cache stays bounded).
+ */
+export interface KvCompressionRequest {
+  readonly policy: string;
+  readonly [param: string]: string | number;
 }
 
 /** One chat message after the server normalized its content to plain text. */
@@ -77,6 +94,8 @@ export interface GenerationRequest {
    * `INVALID_REQUEST`; an engine that ignores the field fails the request in the server (500).
    */
   readonly echo?: boolean;
+  /** Token-level KV compression for this request (Kvasir's extension); the engine's default when absent. */
+  readonly kvCompression?: KvCompressionRequest;
 }
 
 /** One alternative token with its log-probability. */

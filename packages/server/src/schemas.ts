@@ -29,6 +29,13 @@ const common = {
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   user: z.string().nullish(),
+  // Kvasir's extension: token-level KV compression for this request (`{"policy": "sinks",
+  // "sinks": 4, "window": 1020}`). The engine knows the policies and checks the parameters.
+  kv_compression: z
+    .object({ policy: z.string().min(1).max(64) })
+    .catchall(z.union([z.number(), z.string().max(64)]))
+    .refine((o) => Object.keys(o).length <= 16, 'at most 16 parameters')
+    .nullish(),
 };
 
 /** Body of `POST /v1/completions`. */

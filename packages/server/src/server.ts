@@ -342,12 +342,20 @@ export function createServer(options: ServerOptions): KvasirServer {
     const stop = body.stop == null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`;
     const requests: GenerationRequest[] = [];
+    const kvCompression = body.kv_compression ?? undefined;
+    // A compressed cache positions tokens by their place in it: the request may outrun the
+    // context (the engine refuses policies that cannot, such as a whole prompt longer than it).
+    const unbounded =
+      kvCompression !== undefined
+        ? kvCompression.positions !== 'original'
+        : model.unboundedContext === true;
     for (const [i, prompt] of prompts.entries()) {
       const param = prompts.length > 1 ? `${promptParam}[${i}]` : promptParam;
       const promptTokens =
         typeof prompt === 'string' ? await engine.tokenize(model.id, prompt) : prompt;
-      const room = checkPrompt(model, promptTokens, param);
-      if (maxTokens != null && maxTokens > room) {
+      const left = checkPrompt(model, promptTokens, param, unbounded);
+      const room = unbounded ? model.maxModelLen : left;
+      if (!unbounded && maxTokens != null && maxTokens > room) {
         if (kind === 'chat' || body.max_tokens != null) {
           const field =
             kind === 'chat' && (body as ChatBody).max_completion_tokens != null
@@ -366,7 +374,7 @@ export function createServer(options: ServerOptions): KvasirServer {
         model: model.id,
         promptTokens,
         n,
-        maxTokens: Math.min(maxTokens ?? room, room),
+        maxTokens: unbounded ? (maxTokens ?? room) : Math.min(maxTokens ?? room, room),
         sampling: {
           temperature: body.temperature ?? 1,
           topP: body.top_p ?? 1,
@@ -381,6 +389,7 @@ export function createServer(options: ServerOptions): KvasirServer {
         stopTokenIds: body.stop_token_ids ?? [],
         ignoreEos: body.ignore_eos ?? false,
         ...(echo ? { echo: true } : {}),
+        ...(kvCompression ? { kvCompression } : {}),
       });
     }
     return {
@@ -399,9 +408,15 @@ export function createServer(options: ServerOptions): KvasirServer {
   /**
    * Checks one prompt's token ids against the model; returns the room left for generation.
    * @throws EngineError `INVALID_REQUEST` for bad or out-of-vocabulary ids or an empty prompt,
-   *   `PROMPT_TOO_LONG` for a prompt that fills the context.
+   *   `PROMPT_TOO_LONG` for a prompt that fills the context (unless `unbounded`: a request whose
+   *   KV cache is compressed may outrun the context).
    */
-  function checkPrompt(model: ModelCard, promptTokens: readonly number[], param: string): number {
+  function checkPrompt(
+    model: ModelCard,
+    promptTokens: readonly number[],
+    param: string,
+    unbounded = false,
+  ): number {
     for (const id of promptTokens) {
       if (!Number.isInteger(id) || id < 0) {
         throw new EngineError(
@@ -430,7 +445,7 @@ export function createServer(options: ServerOptions): KvasirServer {
       });
     }
     const room = model.maxModelLen - promptTokens.length;
-    if (room <= 0) {
+    if (room <= 0 && !unbounded) {
       throw new EngineError(
         'PROMPT_TOO_LONG',
         `${param}: the prompt has ${promptTokens.length} tokens; the model's context is ${model.maxModelLen}`,

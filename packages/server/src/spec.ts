@@ -22,6 +22,7 @@ export type {
   GenerationRequest,
   GenerationStream,
   InferenceEngine,
+  KvCompressionRequest,
   ModelCard,
   OffloadTierStats,
   PromptEvent,

@@ -207,6 +207,54 @@ describe('OpenAI-compatible server (official client, real socket)', () => {
     ]);
   });
 
+  it('passes kv_compression to the engine, which may then run past the context', async () => {
+    const long = 'x'.repeat(MAX_MODEL_LEN + 10);
+    // Without compression a prompt filling the context is refused by the server itself.
+    const refused = await expectApiError(
+      h.client.completions.create({ model: MODEL_ID, prompt: long, max_tokens: 1 }),
+    );
+    expect(refused.status).toBe(413);
+    expect(refused.param).toBe('prompt');
+    const kv = { policy: 'sinks', sinks: 4, window: 60 };
+    const res = await h.client.completions.create({
+      model: MODEL_ID,
+      prompt: long,
+      max_tokens: 2 * MAX_MODEL_LEN,
+      kv_compression: kv,
+    } as OpenAI.CompletionCreateParamsNonStreaming & { kv_compression: unknown });
+    expect(res.choices).toHaveLength(1);
+    const seen = h.engine.requests.at(-1)!;
+    expect(seen.kvCompression).toEqual(kv);
+    expect(seen.maxTokens).toBe(2 * MAX_MODEL_LEN);
+    expect(seen.promptTokens.length).toBe(MAX_MODEL_LEN + 10);
+    // Original positions cannot outrun the context: the usual limits apply.
+    const original = await expectApiError(
+      h.client.completions.create({
+        model: MODEL_ID,
+        prompt: 'q',
+        max_tokens: 2 * MAX_MODEL_LEN,
+        kv_compression: { ...kv, positions: 'original' },
+      } as OpenAI.CompletionCreateParamsNonStreaming & { kv_compression: unknown }),
+    );
+    expect(original.status).toBe(400);
+    expect(original.param).toBe('max_tokens');
+  });
+
+  it('refuses a malformed kv_compression, naming the field', async () => {
+    for (const bad of [{ sinks: 4 }, { policy: '' }, { policy: 'sinks', window: [1] }, 'sinks']) {
+      const error = await expectApiError(
+        h.client.completions.create({
+          model: MODEL_ID,
+          prompt: 'q',
+          max_tokens: 1,
+          kv_compression: bad,
+        } as OpenAI.CompletionCreateParamsNonStreaming & { kv_compression: unknown }),
+      );
+      expect(error.status).toBe(400);
+      expect(String(error.param)).toMatch(/^kv_compression/);
+    }
+  });
+
   it('refuses echo with stream, a streamed batch and max_tokens 0 without echo, naming the field', async () => {
     const streamed = await expectApiError(
       h.client.completions.create({ model: MODEL_ID, prompt: 'x', echo: true, stream: true }),
