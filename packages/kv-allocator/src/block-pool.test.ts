@@ -105,4 +105,15 @@ describe('BlockPool', () => {
     pool.release(a!);
     expect(() => pool.release(a!)).toThrow(/released more often/);
   });
+
+  it('unpublish takes a used block out of the index, so it is freed and not cached', () => {
+    const pool = new BlockPool({ numBlocks: 2 });
+    const [a] = pool.allocate(1)!;
+    pool.setHash(a!, 'ha');
+    pool.unpublish(a!);
+    expect(pool.lookup('ha')).toBeUndefined();
+    pool.release(a!);
+    expect([pool.numFree, pool.numCached]).toEqual([2, 0]);
+    expect(() => pool.unpublish(a!)).toThrow(/not in use/);
+  });
 });

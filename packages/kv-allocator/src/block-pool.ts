@@ -167,6 +167,20 @@ export class BlockPool {
     this.byHash.set(hash, block);
   }
 
+  /**
+   * Takes a used block out of the hash index: its content is about to change in place, so no
+   * prefix lookup may find it any more. It is freed, not cached, when its last reference goes.
+   * @throws {KvAllocatorError} INVALID_ARGUMENT for a block nothing references.
+   */
+  unpublish(block: BlockId): void {
+    if (!(this.refCounts[block]! > 0)) {
+      throw new KvAllocatorError('INVALID_ARGUMENT', `block ${block} is not in use`, {
+        details: { block },
+      });
+    }
+    this.dropHash(block);
+  }
+
   /** Empties every cached block (e.g. after weights change). Used blocks keep their hashes. */
   resetCache(): number {
     let n = 0;

@@ -8,10 +8,12 @@ export type KvAllocatorErrorCode =
   | 'SEQUENCE_EXISTS'
   | 'DOUBLE_FREE'
   | 'STALE_PREFIX'
-  | 'POLICY_VIOLATION';
+  | 'POLICY_VIOLATION'
+  | 'OUT_OF_BLOCKS';
 
 /**
- * Thrown by @kvasir/kv-allocator for misuse. The manager's state is unchanged when it is
+ * Thrown by @kvasir/kv-allocator for misuse, or (`OUT_OF_BLOCKS`) when an operation that cannot
+ * report failure in its result runs out of blocks. The manager's state is unchanged when it is
  * thrown (except `POLICY_VIOLATION`, see `BlockPool.allocate`).
  */
 export class KvAllocatorError extends KvasirError<KvAllocatorErrorCode> {}

@@ -76,6 +76,12 @@ interface Sequence {
   lastHash: BlockHash;
   /** Token ids in the last, partially filled block (needed to hash it once full). */
   tail: number[];
+  /**
+   * Logical index of the first block dropped or rewritten (Infinity while none was): blocks from
+   * here on were computed, or changed, without the context their hash chain names, so they are
+   * never published as prefix blocks.
+   */
+  compressedFrom: number;
 }
 
 const EMPTY_PREFIX: CachedPrefix = Object.freeze({ numTokens: 0, blocks: [], hashes: [] });
@@ -102,6 +108,8 @@ export class KvCacheManager {
   private queries = 0;
   private queryTokens = 0;
   private hitTokens = 0;
+  private droppedBlocks = 0;
+  private rewriteCopies = 0;
 
   /** @throws {KvAllocatorError} INVALID_ARGUMENT for bad sizes. */
   constructor(options: KvCacheManagerOptions) {
@@ -274,6 +282,7 @@ export class KvCacheManager {
             ? prefix.hashes[prefix.hashes.length - 1]!
             : rootHash(this.seed, options.extraKeys),
         tail: [],
+        compressedFrom: Number.POSITIVE_INFINITY,
       };
       this.seqs.set(seqId, seq);
       this.recentlyFreed.delete(seqId);
@@ -296,10 +305,12 @@ export class KvCacheManager {
 
     const slotMapping = new Int32Array(k);
     const bs = this.blockSize;
+    const publish = s.compressedFrom === Number.POSITIVE_INFINITY;
     for (let i = 0; i < k; i++) {
       const pos = s.numTokens + i;
       const block = s.blocks[Math.floor(pos / bs)]!;
       slotMapping[i] = block * bs + (pos % bs);
+      if (!publish) continue;
       s.tail.push(newTokenIds[i]!);
       if (s.tail.length === bs) {
         const hash = hashBlock(s.lastHash, s.tail, 0, bs);
@@ -331,6 +342,7 @@ export class KvCacheManager {
       numTokens: p.numTokens,
       lastHash: p.lastHash,
       tail: [...p.tail],
+      compressedFrom: p.compressedFrom,
     });
     this.recentlyFreed.delete(child);
   }
@@ -340,14 +352,17 @@ export class KvCacheManager {
    * before its head). Full blocks stay cached for reuse until reclaimed, unless
    * `keepCached` is false: then the blocks only this sequence held are freed and forget their
    * hashes (their content cannot be trusted, e.g. the step that was to write it failed), while
-   * blocks other sequences still hold keep theirs.
+   * blocks other sequences still hold keep theirs. A compressed sequence (see `dropBlocks`)
+   * frees its blocks from the first dropped index on as if `keepCached` were false.
    * @throws {KvAllocatorError} DOUBLE_FREE for a sequence freed before; UNKNOWN_SEQUENCE for
    *   one never seen.
    */
   free(seqId: SeqId, options: FreeOptions = {}): void {
     const s = this.get(seqId);
     const keep = options.keepCached ?? true;
-    for (let i = s.blocks.length - 1; i >= 0; i--) this.pool.release(s.blocks[i]!, keep);
+    for (let i = s.blocks.length - 1; i >= 0; i--) {
+      this.pool.release(s.blocks[i]!, keep && i < s.compressedFrom);
+    }
     this.seqs.delete(seqId);
     this.recentlyFreed.add(seqId);
     if (this.recentlyFreed.size > RECENTLY_FREED_CAPACITY) {
@@ -356,6 +371,81 @@ export class KvCacheManager {
         break;
       }
     }
+  }
+
+  /**
+   * Releases blocks of a live sequence that are not its last block (token-level compression:
+   * sinks + window, H2O, SnapKV). `logicalBlocks` are distinct indices into the sequence's
+   * current block table, each below its last index. The table compacts (kept blocks keep their
+   * order) and `numTokens(seqId)` drops by `blockSize` per block. A released block loses this
+   * sequence's reference: it is freed, or stays cached when it is full, hashed and referenced by
+   * nobody else (its content still is what its hash names).
+   *
+   * From the first dropped index on, the sequence is compressed: blocks that fill later are not
+   * hashed or published as a prefix, and `free()` keeps cached only the blocks before that
+   * index (the kept blocks after it were computed with a context that is gone).
+   * @throws {KvAllocatorError} UNKNOWN_SEQUENCE; INVALID_ARGUMENT (nothing changed) for an
+   *   index that is not an integer in range, the last block, or a repeat.
+   */
+  dropBlocks(seqId: SeqId, logicalBlocks: readonly number[]): void {
+    const s = this.get(seqId);
+    const sorted = this.checkLogicalBlocks(seqId, s, logicalBlocks, s.blocks.length - 1);
+    if (sorted.length === 0) return;
+    // Highest index first, as `free` does: under LRU the older blocks are reclaimed last.
+    for (let j = sorted.length - 1; j >= 0; j--) this.pool.release(s.blocks[sorted[j]!]!);
+    let out = 0;
+    let j = 0;
+    for (let i = 0; i < s.blocks.length; i++) {
+      if (i === sorted[j]) j++;
+      else s.blocks[out++] = s.blocks[i]!;
+    }
+    s.blocks.length = out;
+    s.numTokens -= sorted.length * this.blockSize;
+    this.droppedBlocks += sorted.length;
+    this.markCompressed(s, sorted[0]!);
+  }
+
+  /**
+   * Makes the listed logical blocks private to this sequence and unpublished, before the
+   * executor rewrites their content in place (a RoPE key shift after `dropBlocks`): a block
+   * shared with another sequence is copied (copy-on-write) into a fresh block that takes its
+   * place in the table; a block only this sequence holds loses its hash (no prefix lookup finds
+   * it any more). The sequence counts as compressed from the first listed index (see
+   * `dropBlocks`): tokens computed after a rewrite attend to changed content.
+   * @returns the copies to run before the rewrite (src → dst physical ids).
+   * @throws {KvAllocatorError} UNKNOWN_SEQUENCE; INVALID_ARGUMENT for an index that is not an
+   *   integer in range or a repeat; OUT_OF_BLOCKS when the copies cannot be allocated. Nothing
+   *   changes when it throws.
+   */
+  prepareRewrite(seqId: SeqId, logicalBlocks: readonly number[]): BlockCopy[] {
+    const s = this.get(seqId);
+    const sorted = this.checkLogicalBlocks(seqId, s, logicalBlocks, s.blocks.length);
+    if (sorted.length === 0) return [];
+    let shared = 0;
+    for (const i of sorted) if (this.pool.refCount(s.blocks[i]!) > 1) shared++;
+    const fresh = shared > 0 ? this.pool.allocate(shared) : [];
+    if (!fresh) {
+      throw new KvAllocatorError(
+        'OUT_OF_BLOCKS',
+        `rewriting ${sorted.length} blocks of sequence ${String(seqId)} needs ${shared} copies, ${this.pool.numAvailable} blocks are available`,
+        { details: { seqId, needed: shared, available: this.pool.numAvailable } },
+      );
+    }
+    const copies: BlockCopy[] = [];
+    for (const i of sorted) {
+      const src = s.blocks[i]!;
+      if (this.pool.refCount(src) > 1) {
+        const dst = fresh[copies.length]!;
+        this.pool.release(src);
+        s.blocks[i] = dst;
+        copies.push({ src, dst });
+      } else if (this.pool.hashOf(src) !== undefined) {
+        this.pool.unpublish(src);
+      }
+    }
+    this.rewriteCopies += copies.length;
+    this.markCompressed(s, sorted[0]!);
+    return copies;
   }
 
   /**
@@ -442,7 +532,9 @@ export class KvCacheManager {
     const bs = this.blockSize;
     // Tokens held per physical block: count each used block once even when shared.
     const fill = new Int32Array(this.numBlocks);
+    let compressed = 0;
     for (const s of this.seqs.values()) {
+      if (s.compressedFrom !== Number.POSITIVE_INFINITY) compressed++;
       for (let i = 0; i < s.blocks.length; i++) {
         const inBlock = Math.min(bs, s.numTokens - i * bs);
         const b = s.blocks[i]!;
@@ -464,6 +556,9 @@ export class KvCacheManager {
       prefixHitTokens: this.hitTokens,
       evictions: pool.evictions,
       numSequences: this.seqs.size,
+      compressedSequences: compressed,
+      droppedBlocks: this.droppedBlocks,
+      rewriteCopies: this.rewriteCopies,
     };
   }
 
@@ -479,6 +574,47 @@ export class KvCacheManager {
         ? 1
         : 0;
     return cow + this.blocksFor(seq.numTokens + k) - seq.blocks.length;
+  }
+
+  /**
+   * `logicalBlocks` sorted ascending, after checking each is a distinct integer in [0, limit).
+   * @throws {KvAllocatorError} INVALID_ARGUMENT naming the bad entry.
+   */
+  private checkLogicalBlocks(
+    seqId: SeqId,
+    s: Sequence,
+    logicalBlocks: readonly number[],
+    limit: number,
+  ): number[] {
+    if (!Array.isArray(logicalBlocks)) {
+      throw new KvAllocatorError('INVALID_ARGUMENT', 'logicalBlocks must be an array of indices');
+    }
+    const sorted = [...logicalBlocks].sort((a, b) => a - b);
+    for (let j = 0; j < sorted.length; j++) {
+      const i = sorted[j]!;
+      let why: string | undefined;
+      if (!Number.isInteger(i) || i < 0) why = 'is not a block index';
+      else if (i >= limit) {
+        why =
+          i === s.blocks.length - 1
+            ? 'is the last block (it is still being filled)'
+            : `is past the block table (${s.blocks.length} blocks)`;
+      } else if (j > 0 && sorted[j - 1] === i) why = 'is listed twice';
+      if (why) {
+        throw new KvAllocatorError(
+          'INVALID_ARGUMENT',
+          `logical block ${String(i)} of sequence ${String(seqId)} ${why}`,
+          { details: { seqId, logicalBlock: i } },
+        );
+      }
+    }
+    return sorted;
+  }
+
+  private markCompressed(s: Sequence, from: number): void {
+    if (from < s.compressedFrom) s.compressedFrom = from;
+    // Nothing is hashed any more, so the partial block's tokens need not be kept.
+    s.tail.length = 0;
   }
 
   private checkPrefix(prefix: CachedPrefix): void {

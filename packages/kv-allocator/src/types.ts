@@ -94,4 +94,10 @@ export interface KvCacheStats {
   /** Cached blocks reclaimed by the eviction policy so far. */
   readonly evictions: number;
   readonly numSequences: number;
+  /** Live sequences that dropped or rewrote blocks (token-level compression). */
+  readonly compressedSequences: number;
+  /** Blocks released by `dropBlocks` so far. */
+  readonly droppedBlocks: number;
+  /** Copy-on-write copies made by `prepareRewrite` so far. */
+  readonly rewriteCopies: number;
 }
