@@ -10,6 +10,7 @@ export {
   type DenseAttentionArgs,
   denseAttention,
 } from './attention/dense-reference.js';
+export type { PagedMassArgs } from './attention/paged-rows-reference.js';
 export { CopyBlocks, type CopyBlocksArgs } from './copy-blocks/copy-blocks.js';
 export { type BlockPairs, copyBlocksReference } from './copy-blocks/copy-blocks-reference.js';
 export {
@@ -72,5 +73,10 @@ export {
   ropeInvFrequencies,
   ropeTables,
 } from './rope/rope-reference.js';
+export {
+  type KeyShift,
+  type KeyShiftConfig,
+  shiftKeysReference,
+} from './rope/shift-keys-reference.js';
 export { WriteKvCache, type WriteKvCacheArgs } from './write-kv-cache/write-kv-cache.js';
 export { writeKvCacheReference } from './write-kv-cache/write-kv-cache-reference.js';

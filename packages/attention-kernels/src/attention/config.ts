@@ -239,3 +239,53 @@ export function headsPerWorkgroup(group: number): number {
   }
   return 1;
 }
+
+/**
+ * Checks the optional attention-mass arguments of a paged attention call: `massQueries` (one
+ * per sequence, each at most its query length) and `massOut` (`[numSeqs][maxBlocksPerSeq]`)
+ * together or not at all. Returns whether any sequence asks for mass.
+ *
+ * @throws {AttentionKernelError} `SHAPE_MISMATCH` or `INVALID_ARGUMENT` naming the sequence.
+ * @internal
+ */
+export function validateMass(
+  mass: { readonly massQueries?: Uint32Array; readonly massOut?: Float32Array | number },
+  numSeqs: number,
+  maxBlocksPerSeq: number,
+  queryLens: ArrayLike<number>,
+): boolean {
+  const { massQueries, massOut } = mass;
+  if (massQueries === undefined && massOut === undefined) return false;
+  if (massQueries === undefined || massOut === undefined) {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      'massQueries and massOut go together: pass both or neither',
+    );
+  }
+  if (massQueries.length !== numSeqs) {
+    throw new AttentionKernelError(
+      'SHAPE_MISMATCH',
+      `massQueries has length ${massQueries.length}, expected ${numSeqs}`,
+    );
+  }
+  const outLen = typeof massOut === 'number' ? massOut : massOut.length;
+  if (outLen < numSeqs * maxBlocksPerSeq) {
+    throw new AttentionKernelError(
+      'SHAPE_MISMATCH',
+      `massOut holds ${outLen} floats, expected [${numSeqs}][${maxBlocksPerSeq}] = ${numSeqs * maxBlocksPerSeq}`,
+    );
+  }
+  let any = false;
+  for (let s = 0; s < numSeqs; s++) {
+    const m = massQueries[s]!;
+    if (m > queryLens[s]!) {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        `sequence ${s}: massQueries ${m} exceeds its query length ${queryLens[s]}`,
+        { details: { seq: s, massQueries: m, queryLen: queryLens[s] } },
+      );
+    }
+    if (m > 0) any = true;
+  }
+  return any;
+}

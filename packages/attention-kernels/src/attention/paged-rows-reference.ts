@@ -14,6 +14,25 @@ export interface PagedRows {
   /** Index of the sequence's first query token in the concatenated query/output rows. */
   readonly firstToken: number;
   readonly numTokens: number;
+  /**
+   * When set, the attention mass of the last `queries` query tokens is ADDED per logical block
+   * into `out[block]` (see {@link PagedMassArgs}).
+   */
+  readonly mass?: { readonly queries: number; readonly out: Float32Array };
+}
+
+/**
+ * Optional per-block attention mass of a paged attention reference call. Entry
+ * `[s][b]` of `massOut` gains the sum, over all query heads and sequence `s`'s last
+ * `massQueries[s]` query tokens, of the softmax probabilities those queries give the keys of
+ * logical block `b` (so one call adds `numQHeads * massQueries[s]` over a sequence's blocks).
+ * Added, not overwritten, so calls for several layers accumulate.
+ */
+export interface PagedMassArgs {
+  /** Per sequence, u32 `[numSeqs]`: how many of its last query tokens count (0 = none). */
+  readonly massQueries?: Uint32Array;
+  /** f32 `[numSeqs][maxBlocksPerSeq]`, added into. Required when `massQueries` is. */
+  readonly massOut?: Float32Array;
 }
 
 /**
@@ -40,6 +59,37 @@ export function attendPagedRows(
   const numRows = rows.numTokens * group;
   const kRow = new Float32Array(headDim);
   const vRow = new Float32Array(headDim);
+  const scoreOf = (i: number, g: number, kvh: number): number => {
+    const qOff = ((rows.firstToken + i) * numQHeads + kvh * group + g) * headDim;
+    let dot = 0;
+    for (let d = 0; d < headDim; d++) dot += query[qOff + d]! * kRow[d]!;
+    const score = dot * scale;
+    return softCap === undefined ? score : Math.tanh(score / softCap) * softCap;
+  };
+  // A second pass over the keys once the softmax's max and denominator are known: the mass
+  // needs normalized probabilities, which the online softmax only has at the end.
+  const addMass = (
+    mass: NonNullable<PagedRows['mass']>,
+    max: Float64Array,
+    denom: Float64Array,
+    kvh: number,
+  ): void => {
+    const first = rows.numTokens - mass.queries;
+    for (let b = 0; b * blockSize < rows.contextLen; b++) {
+      const kSlab = rows.blockTable[b]! * layout.blockWords + 2 * kvh * layout.slabWords;
+      let sum = 0;
+      for (let j = b * blockSize; j < Math.min(rows.contextLen, (b + 1) * blockSize); j++) {
+        read(cache, kSlab, j - b * blockSize, kRow);
+        for (let i = Math.max(first, j - past); i < rows.numTokens; i++) {
+          for (let g = 0; g < group; g++) {
+            const row = i * group + g;
+            sum += Math.exp(scoreOf(i, g, kvh) - max[row]!) / denom[row]!;
+          }
+        }
+      }
+      mass.out[b] = mass.out[b]! + sum;
+    }
+  };
   // Per (token, head in group) running max, denominator and unnormalized output.
   const max = new Float64Array(numRows);
   const denom = new Float64Array(numRows);
@@ -60,11 +110,7 @@ export function attendPagedRows(
       for (let i = firstToken; i < rows.numTokens; i++) {
         for (let g = 0; g < group; g++) {
           const r = i * group + g;
-          const qOff = ((rows.firstToken + i) * numQHeads + kvh * group + g) * headDim;
-          let dot = 0;
-          for (let d = 0; d < headDim; d++) dot += query[qOff + d]! * kRow[d]!;
-          let score = dot * scale;
-          if (softCap !== undefined) score = Math.tanh(score / softCap) * softCap;
+          const score = scoreOf(i, g, kvh);
           const m = Math.max(max[r]!, score);
           const rescale = Math.exp(max[r]! - m);
           const p = Math.exp(score - m);
@@ -75,6 +121,7 @@ export function attendPagedRows(
         }
       }
     }
+    if (rows.mass !== undefined) addMass(rows.mass, max, denom, kvh);
     for (let i = 0; i < rows.numTokens; i++) {
       for (let g = 0; g < group; g++) {
         const r = i * group + g;
@@ -85,4 +132,16 @@ export function attendPagedRows(
       }
     }
   }
+}
+
+/** The `mass` field of sequence `s`'s rows, or nothing when it asks for none. @internal */
+export function massOf(
+  args: PagedMassArgs,
+  s: number,
+  maxBlocksPerSeq: number,
+): { mass?: { queries: number; out: Float32Array } } {
+  const queries = args.massQueries?.[s] ?? 0;
+  if (queries === 0 || args.massOut === undefined) return {};
+  const out = args.massOut.subarray(s * maxBlocksPerSeq, (s + 1) * maxBlocksPerSeq);
+  return { mass: { queries, out } };
 }

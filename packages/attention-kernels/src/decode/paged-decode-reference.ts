@@ -1,14 +1,15 @@
 import {
   type PagedAttentionConfig,
   validateConfig,
+  validateMass,
   validateSequences,
 } from '../attention/config.js';
-import { attendPagedRows } from '../attention/paged-rows-reference.js';
+import { attendPagedRows, massOf, type PagedMassArgs } from '../attention/paged-rows-reference.js';
 
 /**
  * Arguments of {@link pagedDecodeAttentionCpu}: one query token per sequence.
  */
-export interface PagedDecodeCpuArgs {
+export interface PagedDecodeCpuArgs extends PagedMassArgs {
   /** Queries, f32 `[numSeqs][numQHeads][headDim]`. */
   readonly query: Float32Array;
   /** One layer's paged KV cache in the layout of the package README (whole blocks). */
@@ -25,7 +26,8 @@ export interface PagedDecodeCpuArgs {
  * Paged decode attention on the CPU: the reference twin of the WGSL kernel and the CPU backend.
  * Each sequence's single query attends to all `contextLens[s]` cached tokens (the newest one
  * included, so its K/V must already be written). A KV row is decoded once per group of query
- * heads that share it. Accumulates in f64.
+ * heads that share it. Accumulates in f64. With `massQueries`/`massOut`, also adds each
+ * sequence's per-block attention mass (see {@link PagedMassArgs}).
  *
  * @returns the output, f32 `[numSeqs][numQHeads][headDim]`.
  * @throws {AttentionKernelError} on inconsistent shapes, an unsupported head dim, block ids
@@ -51,6 +53,7 @@ export function pagedDecodeAttentionCpu(
     queryLength: args.query.length,
     cacheWords: args.kvCache.length,
   });
+  validateMass(args, numSeqs, maxBlocksPerSeq, queryLens);
   const out = new Float32Array(numSeqs * config.numQHeads * config.headDim);
   for (let s = 0; s < numSeqs; s++) {
     attendPagedRows(config, args.kvCache, args.query, out, {
@@ -58,6 +61,7 @@ export function pagedDecodeAttentionCpu(
       contextLen: args.contextLens[s]!,
       firstToken: s,
       numTokens: 1,
+      ...massOf(args, s, maxBlocksPerSeq),
     });
   }
   return out;

@@ -1,14 +1,15 @@
 import {
   type PagedAttentionConfig,
   validateConfig,
+  validateMass,
   validateSequences,
 } from '../attention/config.js';
-import { attendPagedRows } from '../attention/paged-rows-reference.js';
+import { attendPagedRows, massOf, type PagedMassArgs } from '../attention/paged-rows-reference.js';
 
 /**
  * Arguments of {@link pagedPrefillAttentionCpu}: a chunk of new tokens of several sequences.
  */
-export interface PagedPrefillCpuArgs {
+export interface PagedPrefillCpuArgs extends PagedMassArgs {
   /** Queries of all sequences' new tokens concatenated, f32 `[numTokens][numQHeads][headDim]`. */
   readonly query: Float32Array;
   /** One layer's paged KV cache, the new tokens' K/V already written (see `writeKvCache`). */
@@ -31,6 +32,8 @@ export interface PagedPrefillCpuArgs {
  * Paged causal prefill attention on the CPU: the reference twin of the WGSL kernel and the CPU
  * backend. New token `i` of a sequence with `past = contextLen - queryLen` earlier tokens sees
  * cached tokens `0 .. past + i`. Output rows of tokens not covered by any sequence are zero.
+ * With `massQueries`/`massOut`, also adds each sequence's per-block attention mass over its
+ * last `massQueries[s]` tokens (see {@link PagedMassArgs}).
  *
  * @returns the output, f32 `[numTokens][numQHeads][headDim]`.
  * @throws {AttentionKernelError} on inconsistent shapes, an unsupported head dim, block ids
@@ -54,6 +57,7 @@ export function pagedPrefillAttentionCpu(
     queryLength: args.query.length,
     cacheWords: args.kvCache.length,
   });
+  validateMass(args, args.numSeqs, args.maxBlocksPerSeq, args.queryLens);
   const out = new Float32Array(numTokens * rowFloats);
   for (let s = 0; s < args.numSeqs; s++) {
     attendPagedRows(config, args.kvCache, args.query, out, {
@@ -64,6 +68,7 @@ export function pagedPrefillAttentionCpu(
       contextLen: args.contextLens[s]!,
       firstToken: args.queryStarts[s]!,
       numTokens: args.queryLens[s]!,
+      ...massOf(args, s, args.maxBlocksPerSeq),
     });
   }
   return out;
