@@ -81,7 +81,7 @@ async function greedy(m: Model, prompt: number[], steps: number) {
  * chosen so that every step's margin exceeds llama.cpp's activation-quantization noise).
  */
 export function ggmlFixtureSuite(
-  backend: 'cpu' | 'webgpu',
+  backend: 'cpu' | 'webgpu' | 'wasm',
   fixtures: readonly string[],
   logitsTolerance: number,
 ): void {
@@ -96,6 +96,7 @@ export function ggmlFixtureSuite(
           blockSize: 16,
           kvFormat: 'f32' as const,
           ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
+          ...(backend === 'wasm' ? { threads: 2 } : {}),
         };
         const blocks = await loadModel(fx.path, common);
         const f32 = await loadModel(fx.path, { ...common, weightDtype: 'f32' });

@@ -6,10 +6,12 @@ import { cpuKvBlockIo } from '../../execution/kv-blocks.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
 import {
   type LoadWeightsOptions,
-  loadWeights,
+  loadBlockWeights,
   type ModelWeights,
 } from '../../execution/weights.js';
 import type { CheckpointReader } from '../../formats/checkpoint-reader.js';
+import { isBlockDtype } from '../../formats/dtype.js';
+import { weightRowBytes } from '../../kernels/weight-format.js';
 import { encodeKvRow, pagedAttentionCpu } from '../cpu/cpu-forward.js';
 import { defaultThreadCount } from './thread-count.js';
 import type { WasmArena } from './wasm-arena.js';
@@ -43,6 +45,10 @@ export interface WasmExecutor extends Executor {
   readonly info: WasmExecutorInfo;
 }
 
+// Per-thread matmul scratch, f32 words per input column: a 4-row f32 weight tile, or for GGML
+// blocks a token block of x in int16 and one unpacked weight row (GGML_SCRATCH_FLOATS_PER_COL
+// of c/ggml-matmul.h).
+const MATMUL_SCRATCH_PER_COL = 11;
 // Tokens the step buffers hold before they are reallocated larger.
 const INITIAL_TOKENS = 64;
 // Positions of the first RoPE tables (they grow with the longest position seen).
@@ -78,7 +84,7 @@ export async function createWasmExecutor(
     what: `this model (${c.numLayers} layers, hidden ${c.hiddenSize}, ${kv.numBlocks} KV blocks of ${kv.format})`,
   });
   try {
-    const weights = await loadWeights(reader, wasmAllocator(rt.arena), ctx.weights);
+    const weights = await loadBlockWeights(reader, wasmAllocator(rt.arena), ctx.weights);
     const forward = new WasmForward(rt, c, kv, weights);
     return {
       forward: async (plan) => forward.forward(plan),
@@ -107,6 +113,8 @@ function estimateWeightBytes(reader: CheckpointReader, o: LoadWeightsOptions): n
     const n = t.shape.reduce((a, b) => a * b, 1);
     if (t.shape.length !== 2) bytes += n * 4;
     else if (o.weightQuant === 'int8') bytes += n + (n / (o.groupSize ?? 32)) * 4;
+    else if ((o.weightDtype ?? 'auto') === 'auto' && isBlockDtype(t.dtype))
+      bytes += (t.shape[0] as number) * weightRowBytes(t.dtype, t.shape[1] as number);
     else if (o.weightDtype === 'f32' || (o.weightDtype !== 'f16' && t.dtype === 'F32'))
       bytes += n * 4;
     else bytes += n * 2;
@@ -151,7 +159,7 @@ interface PlanBuffers {
   readonly logitRows: number;
   readonly finalNorm: number;
   readonly logits: number;
-  /** Per-thread scratch: a 4-row f32 weight tile, then attention scores and accumulator. */
+  /** Per-thread scratch: the matmul's (MATMUL_SCRATCH_PER_COL), then attention's. */
   readonly scratch: number;
   readonly scratchStride: number;
 }
@@ -303,7 +311,7 @@ class WasmForward {
     const c = this.#c;
     const a = (n: number) => this.#arena.alloc(n * 4, 'step buffers');
     const maxK = Math.max(c.hiddenSize, c.intermediateSize, c.numHeads * c.headDim);
-    const scratchStride = (4 * maxK + context + c.headDim + 64) * 4;
+    const scratchStride = (MATMUL_SCRATCH_PER_COL * maxK + context + c.headDim + 64) * 4;
     this.#plan = {
       seqs,
       blocks,
@@ -444,7 +452,7 @@ class WasmForward {
           kv.slabWords,
           kv.rowWords,
           f32Word(1 / Math.sqrt(d)),
-          pb.scratch + 4 * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
+          pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
           pb.scratchStride,
         ]).barrier();
       }

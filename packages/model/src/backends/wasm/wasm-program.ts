@@ -1,3 +1,5 @@
+import type { StoredFormat } from '../../kernels/weight-format.js';
+
 // The op records the kernels' thread runtime walks (c/kernels.c is the other half: the
 // opcodes, the record size and each record's argument order must match it).
 
@@ -15,8 +17,26 @@ export const Op = {
   stream: 6,
 } as const;
 
-/** Weight storage codes (`WeightFormat` as the kernels number it). */
-export const WeightCode = { f32: 0, f16: 1, int8: 2 } as const;
+/**
+ * Weight storage codes (`StoredFormat` as the kernels number it: the dense formats, then the
+ * GGML block formats of c/ggml-matmul.h).
+ */
+export const WeightCode = {
+  f32: 0,
+  f16: 1,
+  int8: 2,
+  Q4_0: 3,
+  Q4_1: 4,
+  Q5_0: 5,
+  Q5_1: 6,
+  Q8_0: 7,
+  Q2_K: 8,
+  Q3_K: 9,
+  Q4_K: 10,
+  Q5_K: 11,
+  Q6_K: 12,
+  IQ4_NL: 13,
+} as const satisfies Record<StoredFormat, number>;
 /** Matmul epilogues. */
 export const EpilogueCode = { store: 0, residual: 1, swiglu: 2 } as const;
 /** KV cache element formats the kernels read and write. */

@@ -1,17 +1,25 @@
 import type { WeightAllocator } from '../../execution/weights.js';
-import type { PackedWeight, WeightFormat } from '../../kernels/weight-format.js';
-import { wordsPerRow } from '../../kernels/weight-format.js';
+import {
+  isGgmlFormat,
+  type StoredFormat,
+  type StoredWeight,
+  weightRowBytes,
+  weightWords,
+} from '../../kernels/weight-format.js';
 import type { WasmArena } from './wasm-arena.js';
 import { WeightCode } from './wasm-program.js';
 
-/** A packed weight matrix in wasm memory: the same words as a `PackedWeight`, at byte offsets. */
+/**
+ * A weight matrix in wasm memory, at byte offsets: the words of a `PackedWeight`, or a GGUF
+ * tensor's GGML blocks as the file has them (row after row), which the kernels multiply in place.
+ */
 export interface WasmWeight {
-  readonly format: WeightFormat;
+  readonly format: StoredFormat;
   readonly rows: number;
   readonly cols: number;
-  /** Byte offset of the packed rows. */
+  /** Byte offset of the packed rows (or blocks). */
   readonly data: number;
-  /** Byte offset of the int8 group scales (0 for float formats). */
+  /** Byte offset of the int8 group scales (0 for the other formats). */
   readonly scales: number;
   readonly groupSize: number;
 }
@@ -22,19 +30,21 @@ export function weightArgs(w: WasmWeight): { code: number; scales: number; gs: n
 }
 
 /**
- * A `WeightAllocator` that streams packed rows straight into wasm memory: the loader's
- * bounded row batches are the only host copies, so no second full copy of the weights lives
- * on the JS heap.
+ * A `WeightAllocator` that streams packed rows (or GGML blocks) straight into wasm memory: the
+ * loader's bounded row batches are the only host copies, so no second full copy of the weights
+ * lives on the JS heap, and block weights take their file's bytes.
  */
-export function wasmAllocator(arena: WasmArena): WeightAllocator<WasmWeight> {
+export function wasmAllocator(arena: WasmArena): WeightAllocator<WasmWeight, StoredFormat> {
   return (name, rows, cols, format, groupSize) => {
-    const wpr = wordsPerRow(format, cols);
-    const data = arena.alloc(rows * wpr * 4, `weight ${name}`);
+    const data = arena.alloc(weightWords(format, rows, cols) * 4, `weight ${name}`);
+    const rowBytes = weightRowBytes(format, cols);
     const gpr = format === 'int8' ? cols / groupSize : 0;
     const scales = gpr > 0 ? arena.alloc(rows * gpr * 4, `weight ${name} scales`) : 0;
     return {
       write(rowStart, d, sc) {
-        arena.u32(data + rowStart * wpr * 4, d.length).set(d);
+        // GGML rows are whole blocks, not whole words: their batches start at a byte offset
+        // (a multiple of 4, see WeightSink) and may end in padding the next batch overwrites.
+        arena.u32(data + rowStart * rowBytes, d.length).set(d);
         if (sc && scales) arena.f32(scales + rowStart * gpr * 4, sc.length).set(sc);
       },
       finish: () => ({
@@ -49,16 +59,17 @@ export function wasmAllocator(arena: WasmArena): WeightAllocator<WasmWeight> {
   };
 }
 
-/** Copies a host `PackedWeight` into wasm memory (tests, benchmarks). */
-export function uploadWeight(arena: WasmArena, w: PackedWeight): WasmWeight {
+/** Copies a host weight (dense or GGML blocks) into wasm memory (tests, benchmarks). */
+export function uploadWeight(arena: WasmArena, w: StoredWeight): WasmWeight {
   const sink = wasmAllocator(arena)('upload', w.rows, w.cols, w.format, w.groupSize || 32);
   sink.write(0, w.data, w.scales);
   return sink.finish();
 }
 
-/** Bytes a weight's packed rows and scales occupy. */
-export function weightBytes(w: WasmWeight | PackedWeight): number {
-  const rowBytes = wordsPerRow(w.format, w.cols) * 4;
+/** Bytes a weight's packed rows (or blocks) and scales occupy. */
+export function weightBytes(w: WasmWeight | StoredWeight): number {
+  if (isGgmlFormat(w.format)) return w.rows * weightRowBytes(w.format, w.cols);
+  const rowBytes = weightRowBytes(w.format, w.cols);
   const scaleBytes = w.format === 'int8' ? (w.cols / w.groupSize) * 4 : 0;
   return w.rows * (rowBytes + scaleBytes);
 }

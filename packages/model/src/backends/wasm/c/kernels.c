@@ -11,6 +11,7 @@
 // __stack_pointer (exported for that) at a stack of its own (thread-pool.ts).
 
 #include "common.h"
+#include "ggml-matmul.h"
 
 // ---------------------------------------------------------------------------------------------
 // Op records: OP_WORDS i32 words each; word 0 is the opcode, bit 31 of it "barrier after".
@@ -29,7 +30,7 @@ enum {
   OP_STREAM = 6,
 };
 
-enum { WF_F32 = 0, WF_F16 = 1, WF_INT8 = 2 };
+enum { WF_F32 = 0, WF_F16 = 1, WF_INT8 = 2 };  // GGML blocks: ggml-matmul.h
 enum { EP_STORE = 0, EP_RESIDUAL = 1, EP_SWIGLU = 2 };
 
 // ---------------------------------------------------------------------------------------------
@@ -38,6 +39,10 @@ enum { EP_STORE = 0, EP_RESIDUAL = 1, EP_SWIGLU = 2 };
 // Decodes row `r` of a packed matrix into f32.
 static void decode_row(const u32* w, i32 fmt, i32 k, const float* scales, i32 gs, i32 r,
                        float* out) {
+  if (fmt >= WF_GGML_FIRST) {
+    ggml_decode_row((const uint8_t*)w, fmt, k, r, out);
+    return;
+  }
   if (fmt == WF_F32) {
     const float* src = (const float*)w + (long)r * k;
     for (i32 i = 0; i < k; i += 4) wasm_v128_store(out + i, ld(src + i));
@@ -301,6 +306,11 @@ INLINE void emit_swiglu(float* y, i32 n, const float* bias, i32 i, i32 j, float 
   y[(long)i * (n / 2) + j / 2] = silu(g) * u;
 }
 
+void kv_emit(float* y, i32 n, i32 ep, const float* bias, i32 i, i32 j, float v, float u) {
+  if (ep == EP_SWIGLU) emit_swiglu(y, n, bias, i, j, v, u);
+  else emit(y, n, ep, bias, i, j, v);
+}
+
 // Token rows per block of the batched path: their x rows stay in L2 while the weight tiles
 // stream past them.
 #define TOKEN_BLOCK 64
@@ -320,6 +330,10 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
   float* scratch = (float*)(a[12] + tid * a[13]);
   i32 lo, hi;
   split(n, 4, tid, nth, &lo, &hi);
+  if (fmt >= WF_GGML_FIRST) {
+    ggml_matmul(x, m, k, (const uint8_t*)w, n, fmt, lo, hi, scratch, y, ep, bias);
+    return;
+  }
   float o[8];
   if (m == 1) {
     // int8 decode: x to int16 once per thread (its own scratch), then integer dot products.

@@ -1,0 +1,365 @@
+// Matrix products straight from GGML blocks (a GGUF file's Q8_0, Q4_K, Q6_K, ... bytes, as
+// loaded), so a quantized model costs its file's bytes in memory and per decode step.
+//
+// The approach is llama.cpp's, with 16-bit activations: each x row is rounded once per matmul
+// to int16 per block of 32 (scale max|x| / 32767, so its error is 2^-16 of the block's largest
+// value, far below any weight format's), and each weight row is unpacked once per token block
+// into int16 codes with one f32 scale per 32 and one f32 offset per 16 (the minimums of the
+// `_1` and K formats). A dot product is then i16 × i16 in i32 (`i32x4.dot_i16x8_s`), one float
+// multiply per 32 weights, plus the offsets against x's per-16 sums. 8-bit activations would
+// not be faster here: SIMD128 has no i8 dot product, so they widen to i16 all the same.
+//
+// Sub-block scales that are small integers (Q2_K, Q3_K, Q6_K: per 16 weights) are folded into
+// the codes: |code · scale| <= 4096, so a lane's eight products per block stay below 2^30.
+
+#include "ggml-matmul.h"
+
+#include "common.h"
+
+typedef int16_t i16;
+typedef uint8_t u8;
+
+// Token rows quantized together: a weight row is unpacked once per block of this many tokens.
+#define TB 16
+
+INLINE float f16_at(const u8* p) { return f16_to_f32((u32)p[0] | ((u32)p[1] << 8)); }
+
+// Sixteen signed bytes to int16 at q[0..16).
+INLINE void put_i8(i16* q, v128_t b) {
+  wasm_v128_store(q, wasm_i16x8_extend_low_i8x16(b));
+  wasm_v128_store(q + 8, wasm_i16x8_extend_high_i8x16(b));
+}
+
+// Sixteen signed bytes times a small integer scale, to int16 at q[0..16).
+INLINE void put_i8_scaled(i16* q, v128_t b, i32 s) {
+  v128_t sv = wasm_i16x8_splat((i16)s);
+  wasm_v128_store(q, wasm_i16x8_mul(wasm_i16x8_extend_low_i8x16(b), sv));
+  wasm_v128_store(q + 8, wasm_i16x8_mul(wasm_i16x8_extend_high_i8x16(b), sv));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block unpackers: one block to int16 codes q[blockSize], scales d[blockSize / 32] and offsets
+// m[blockSize / 16], with weight i = d[i / 32] · q[i] + m[i / 16]. Layouts as ggml-common.h
+// (and @kvasir/quantizer's decoders, the reference the tests hold these to).
+
+static void unpack_q8_0(const u8* b, i16* q, float* d, float* m) {
+  (void)m;
+  d[0] = f16_at(b);
+  put_i8(q, ld(b + 2));
+  put_i8(q + 16, ld(b + 18));
+}
+
+// Q4_0 / IQ4_NL share a layout: byte j holds weight j (low nibble) and j + 16 (high).
+static void unpack_q4_0(const u8* b, i16* q, float* d, float* m) {
+  (void)m;
+  d[0] = f16_at(b);
+  v128_t v = ld(b + 2);
+  v128_t lo = wasm_v128_and(v, wasm_i8x16_splat(15));
+  v128_t hi = wasm_u8x16_shr(v, 4);
+  v128_t eight = wasm_i8x16_splat(8);
+  put_i8(q, wasm_i8x16_sub(lo, eight));
+  put_i8(q + 16, wasm_i8x16_sub(hi, eight));
+}
+
+static void unpack_iq4_nl(const u8* b, i16* q, float* d, float* m) {
+  (void)m;
+  d[0] = f16_at(b);
+  // ggml's kvalues_iq4nl, looked up sixteen at a time.
+  const v128_t table = wasm_i8x16_const(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
+                                        53, 69, 89, 113);
+  v128_t v = ld(b + 2);
+  put_i8(q, wasm_i8x16_swizzle(table, wasm_v128_and(v, wasm_i8x16_splat(15))));
+  put_i8(q + 16, wasm_i8x16_swizzle(table, wasm_u8x16_shr(v, 4)));
+}
+
+static void unpack_q4_1(const u8* b, i16* q, float* d, float* m) {
+  d[0] = f16_at(b);
+  m[0] = m[1] = f16_at(b + 2);
+  v128_t v = ld(b + 4);
+  put_i8(q, wasm_v128_and(v, wasm_i8x16_splat(15)));
+  put_i8(q + 16, wasm_u8x16_shr(v, 4));
+}
+
+INLINE u32 u32_at(const u8* p) {
+  return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+
+// The fifth bits of a Q5 block: bit j of qh belongs to weight j.
+static void unpack_q5(const u8* qs, u32 qh, i16* q, i32 bias) {
+  for (i32 j = 0; j < 16; j++) {
+    q[j] = (i16)(((qs[j] & 15) | (((qh >> j) & 1) << 4)) - bias);
+    q[j + 16] = (i16)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - bias);
+  }
+}
+
+static void unpack_q5_0(const u8* b, i16* q, float* d, float* m) {
+  (void)m;
+  d[0] = f16_at(b);
+  unpack_q5(b + 6, u32_at(b + 2), q, 16);
+}
+
+static void unpack_q5_1(const u8* b, i16* q, float* d, float* m) {
+  d[0] = f16_at(b);
+  m[0] = m[1] = f16_at(b + 2);
+  unpack_q5(b + 8, u32_at(b + 4), q, 0);
+}
+
+// Q2_K: 16 groups of 16, group g = 8·half + 2·j + k holding bits 2j.. of qs[32·half + 16·k ..].
+static void unpack_q2_k(const u8* b, i16* q, float* d, float* m) {
+  float dd = f16_at(b + 80);
+  float dmin = f16_at(b + 82);
+  for (i32 i = 0; i < 8; i++) d[i] = dd;
+  v128_t three = wasm_i8x16_splat(3);
+  for (i32 half = 0; half < 2; half++) {
+    for (i32 k = 0; k < 2; k++) {
+      v128_t v = ld(b + 16 + 32 * half + 16 * k);
+      for (i32 j = 0; j < 4; j++) {
+        i32 g = 8 * half + 2 * j + k;
+        u8 sc = b[g];
+        m[g] = -dmin * (float)(sc >> 4);
+        put_i8_scaled(q + 16 * g, wasm_v128_and(wasm_u8x16_shr(v, 2 * j), three), sc & 15);
+      }
+    }
+  }
+}
+
+// Q3_K: as Q2_K's code layout, minus 4 where the group's hmask bit is clear, signed 6-bit scales.
+static void unpack_q3_k(const u8* b, i16* q, float* d, float* m) {
+  (void)m;
+  float dd = f16_at(b + 108);
+  for (i32 i = 0; i < 8; i++) d[i] = dd;
+  const u8* sc = b + 96;
+  v128_t three = wasm_i8x16_splat(3);
+  v128_t four = wasm_i8x16_splat(4);
+  for (i32 half = 0; half < 2; half++) {
+    for (i32 k = 0; k < 2; k++) {
+      v128_t v = ld(b + 32 + 32 * half + 16 * k);
+      v128_t hm = ld(b + 16 * k);
+      for (i32 j = 0; j < 4; j++) {
+        i32 g = 8 * half + 2 * j + k;
+        i32 lo = (sc[g & 7] >> (4 * (g >> 3))) & 15;
+        i32 hi = (sc[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
+        v128_t low = wasm_v128_and(wasm_u8x16_shr(v, 2 * j), three);
+        v128_t bit = wasm_v128_and(hm, wasm_i8x16_splat((int8_t)(1 << (4 * half + j))));
+        // where the bit is clear, subtract 4
+        v128_t sub = wasm_v128_and(wasm_i8x16_eq(bit, wasm_i8x16_splat(0)), four);
+        put_i8_scaled(q + 16 * g, wasm_i8x16_sub(low, sub), (lo | (hi << 4)) - 32);
+      }
+    }
+  }
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K / Q5_K block (ggml's get_scale_min_k4).
+INLINE void scale_min_k4(i32 j, const u8* s, i32* sc, i32* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Q4_K and Q5_K: 8 sub-blocks of 32 with their own scale and minimum; sub-block 2j takes the low
+// nibbles of qs[32j ..], 2j + 1 the high ones, Q5_K's fifth bits from qh bits 2j and 2j + 1.
+static void unpack_qk_k(const u8* b, const u8* qs, const u8* qh, i16* q, float* d, float* m) {
+  float dd = f16_at(b);
+  float dmin = f16_at(b + 2);
+  v128_t mask = wasm_i8x16_splat(15);
+  v128_t h0 = qh ? ld(qh) : wasm_i8x16_splat(0);
+  v128_t h1 = qh ? ld(qh + 16) : h0;
+  v128_t sixteen = wasm_i8x16_splat(16);
+  for (i32 s = 0; s < 8; s++) {
+    i32 sc, mn;
+    scale_min_k4(s, b + 4, &sc, &mn);
+    d[s] = dd * (float)sc;
+    m[2 * s] = m[2 * s + 1] = -dmin * (float)mn;
+    const u8* p = qs + 32 * (s >> 1);
+    v128_t a = ld(p), c = ld(p + 16);
+    if (s & 1) {
+      a = wasm_u8x16_shr(a, 4);
+      c = wasm_u8x16_shr(c, 4);
+    } else {
+      a = wasm_v128_and(a, mask);
+      c = wasm_v128_and(c, mask);
+    }
+    if (qh) {
+      v128_t bit = wasm_i8x16_splat((int8_t)(1 << s));
+      v128_t zero = wasm_i8x16_splat(0);
+      a = wasm_v128_or(a, wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(h0, bit), zero), sixteen));
+      c = wasm_v128_or(c, wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(h1, bit), zero), sixteen));
+    }
+    put_i8(q + 32 * s, a);
+    put_i8(q + 32 * s + 16, c);
+  }
+}
+
+static void unpack_q4_k(const u8* b, i16* q, float* d, float* m) {
+  unpack_qk_k(b, b + 16, 0, q, d, m);
+}
+
+static void unpack_q5_k(const u8* b, i16* q, float* d, float* m) {
+  unpack_qk_k(b, b + 48, b + 16, q, d, m);
+}
+
+// Q6_K: per half of 128, quarter k (32 weights) takes nibble k >> 1 of ql[32·(k & 1) ..] and
+// bits 2k of qh, minus 32; int8 scales per 16.
+static void unpack_q6_k(const u8* b, i16* q, float* d, float* m) {
+  (void)m;
+  float dd = f16_at(b + 208);
+  for (i32 i = 0; i < 8; i++) d[i] = dd;
+  v128_t mask = wasm_i8x16_splat(15);
+  v128_t three = wasm_i8x16_splat(3);
+  v128_t bias = wasm_i8x16_splat(32);
+  for (i32 half = 0; half < 2; half++) {
+    const u8* ql = b + 64 * half;
+    const u8* qh = b + 128 + 32 * half;
+    const int8_t* sc = (const int8_t*)(b + 192 + 8 * half);
+    i16* out = q + 128 * half;
+    for (i32 h = 0; h < 2; h++) {  // l in [16h, 16h + 16)
+      v128_t l0 = ld(ql + 16 * h), l1 = ld(ql + 32 + 16 * h), hb = ld(qh + 16 * h);
+      for (i32 k = 0; k < 4; k++) {
+        v128_t lo = k & 2 ? wasm_u8x16_shr(k & 1 ? l1 : l0, 4)
+                          : wasm_v128_and(k & 1 ? l1 : l0, mask);
+        v128_t hi = wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(hb, 2 * k), three), 4);
+        v128_t v = wasm_i8x16_sub(wasm_v128_or(lo, hi), bias);
+        put_i8_scaled(out + 32 * k + 16 * h, v, sc[h + 2 * k]);
+      }
+    }
+  }
+}
+
+typedef void (*unpack_fn)(const u8* b, i16* q, float* d, float* m);
+
+typedef struct {
+  unpack_fn unpack;
+  i32 block;   // weights per block
+  i32 bytes;   // bytes per block
+  i32 offset;  // whether blocks have offsets (m)
+} format_t;
+
+static const format_t FORMATS[WF_GGML_END - WF_GGML_FIRST] = {
+    [WF_Q4_0 - WF_GGML_FIRST] = {unpack_q4_0, 32, 18, 0},
+    [WF_Q4_1 - WF_GGML_FIRST] = {unpack_q4_1, 32, 20, 1},
+    [WF_Q5_0 - WF_GGML_FIRST] = {unpack_q5_0, 32, 22, 0},
+    [WF_Q5_1 - WF_GGML_FIRST] = {unpack_q5_1, 32, 24, 1},
+    [WF_Q8_0 - WF_GGML_FIRST] = {unpack_q8_0, 32, 34, 0},
+    [WF_Q2_K - WF_GGML_FIRST] = {unpack_q2_k, 256, 84, 1},
+    [WF_Q3_K - WF_GGML_FIRST] = {unpack_q3_k, 256, 110, 0},
+    [WF_Q4_K - WF_GGML_FIRST] = {unpack_q4_k, 256, 144, 1},
+    [WF_Q5_K - WF_GGML_FIRST] = {unpack_q5_k, 256, 176, 1},
+    [WF_Q6_K - WF_GGML_FIRST] = {unpack_q6_k, 256, 210, 0},
+    [WF_IQ4_NL - WF_GGML_FIRST] = {unpack_iq4_nl, 32, 18, 0},
+};
+
+// Row `r` (k weights) to codes, per-32 scales and per-16 offsets.
+static void unpack_row(const format_t* f, const u8* w, i32 k, i32 r, i16* q, float* d, float* m) {
+  i32 nb = k / f->block;
+  const u8* p = w + (long)r * nb * f->bytes;
+  for (i32 b = 0; b < nb; b++, p += f->bytes)
+    f->unpack(p, q + b * f->block, d + b * (f->block / 32), m + b * (f->block / 16));
+}
+
+void ggml_decode_row(const u8* w, i32 fmt, i32 k, i32 r, float* out) {
+  const format_t* f = &FORMATS[fmt - WF_GGML_FIRST];
+  // One block at a time through a small stack buffer: embedding rows can be long.
+  i16 q[256];
+  float d[8], m[16];
+  i32 nb = k / f->block;
+  const u8* p = w + (long)r * nb * f->bytes;
+  for (i32 b = 0; b < nb; b++, p += f->bytes) {
+    for (i32 i = 0; i < 16; i++) m[i] = 0.0f;
+    f->unpack(p, q, d, m);
+    float* o = out + b * f->block;
+    for (i32 i = 0; i < f->block; i++) o[i] = d[i >> 5] * (float)q[i] + m[i >> 4];
+  }
+}
+
+// x[k] to int16 per block of 32: xq = round(x / s), s = max|x| / 32767, with xs[b] = s and
+// xb[g] = s · Σ xq over the 16 weights of group g (what the offsets multiply).
+static void quantize_x(const float* x, i32 k, i16* xq, float* xs, float* xb) {
+  v128_t ones = wasm_i16x8_splat(1);
+  for (i32 b = 0; b < k; b += 32) {
+    v128_t mx = wasm_f32x4_splat(0);
+    for (i32 i = b; i < b + 32; i += 4) mx = wasm_f32x4_max(mx, wasm_f32x4_abs(ld(x + i)));
+    float mv = wasm_f32x4_extract_lane(mx, 0);
+    float m1 = wasm_f32x4_extract_lane(mx, 1);
+    float m2 = wasm_f32x4_extract_lane(mx, 2);
+    float m3 = wasm_f32x4_extract_lane(mx, 3);
+    if (m1 > mv) mv = m1;
+    if (m2 > mv) mv = m2;
+    if (m3 > mv) mv = m3;
+    float s = mv / 32767.0f;
+    v128_t inv = wasm_f32x4_splat(s > 0.0f ? 1.0f / s : 0.0f);
+    for (i32 i = b; i < b + 32; i += 8) {
+      v128_t q0 = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(ld(x + i), inv)));
+      v128_t q1 =
+          wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(ld(x + i + 4), inv)));
+      wasm_v128_store(xq + i, wasm_i16x8_narrow_i32x4(q0, q1));
+    }
+    xs[b / 32] = s;
+    for (i32 g = 0; g < 2; g++) {
+      const i16* p = xq + b + 16 * g;
+      v128_t t =
+          wasm_i32x4_add(wasm_i32x4_dot_i16x8(ld(p), ones), wasm_i32x4_dot_i16x8(ld(p + 8), ones));
+      i32 sum = wasm_i32x4_extract_lane(t, 0) + wasm_i32x4_extract_lane(t, 1) +
+                wasm_i32x4_extract_lane(t, 2) + wasm_i32x4_extract_lane(t, 3);
+      xb[b / 16 + g] = s * (float)sum;
+    }
+  }
+}
+
+// One unpacked weight row against one quantized x row.
+static float dot_row(const i16* wq, const float* wd, const float* wm, i32 offsets, const i16* xq,
+                     const float* xs, const float* xb, i32 k) {
+  v128_t acc = wasm_f32x4_splat(0);
+  for (i32 b = 0; b < k / 32; b++) {
+    const i16* w = wq + 32 * b;
+    const i16* v = xq + 32 * b;
+    v128_t s = wasm_i32x4_add(wasm_i32x4_dot_i16x8(ld(w), ld(v)),
+                              wasm_i32x4_dot_i16x8(ld(w + 8), ld(v + 8)));
+    s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(ld(w + 16), ld(v + 16)));
+    s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(ld(w + 24), ld(v + 24)));
+    acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(s),
+                                             wasm_f32x4_splat(wd[b] * xs[b])));
+  }
+  float r = hsum(acc);
+  if (offsets) {
+    v128_t o = wasm_f32x4_splat(0);
+    i32 g = 0, groups = k / 16;
+    for (; g + 4 <= groups; g += 4) o = wasm_f32x4_add(o, wasm_f32x4_mul(ld(wm + g), ld(xb + g)));
+    r += hsum(o);
+    for (; g < groups; g++) r += wm[g] * xb[g];
+  }
+  return r;
+}
+
+void ggml_matmul(const float* x, i32 m, i32 k, const u8* w, i32 n, i32 fmt, i32 lo, i32 hi,
+                 float* scratch, float* y, i32 ep, const float* bias) {
+  if (lo >= hi) return;
+  const format_t* f = &FORMATS[fmt - WF_GGML_FIRST];
+  // Scratch (floats): xq TB·k/2, xs TB·k/32, xb TB·k/16, wq k/2, wd k/32, wm k/16.
+  i16* xq = (i16*)scratch;
+  float* xs = scratch + TB * k / 2;
+  float* xb = xs + TB * k / 32;
+  i16* wq = (i16*)(xb + TB * k / 16);
+  float* wd = (float*)(wq + k);
+  float* wm = wd + k / 32;
+  float gate[TB];
+  for (i32 t0 = 0; t0 < m; t0 += TB) {
+    i32 nt = m - t0 < TB ? m - t0 : TB;
+    // Every thread rounds the token block itself: k · nt work against its rows' k · nt · rows.
+    for (i32 t = 0; t < nt; t++)
+      quantize_x(x + (long)(t0 + t) * k, k, xq + t * k, xs + t * (k / 32), xb + t * (k / 16));
+    for (i32 j = lo; j < hi; j++) {
+      unpack_row(f, w, k, j, wq, wd, wm);
+      for (i32 t = 0; t < nt; t++) {
+        float v = dot_row(wq, wd, wm, f->offset, xq + t * k, xs + t * (k / 32),
+                          xb + t * (k / 16), k);
+        if (ep != 2) kv_emit(y, n, ep, bias, t0 + t, j, v, 0.0f);
+        else if ((j & 1) == 0) gate[t] = v;
+        else kv_emit(y, n, ep, bias, t0 + t, j - 1, gate[t], v);
+      }
+    }
+  }
+}

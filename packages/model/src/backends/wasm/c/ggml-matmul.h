@@ -1,0 +1,43 @@
+// GGML block weights in the wasm kernels: the format codes (after kernels.c's dense WF_F32,
+// WF_F16, WF_INT8; wasm-program.ts's WeightCode is their TypeScript twin) and the entry points
+// kernels.c dispatches to.
+
+#ifndef KVASIR_GGML_MATMUL_H
+#define KVASIR_GGML_MATMUL_H
+
+#include <stdint.h>
+
+enum {
+  WF_GGML_FIRST = 3,
+  WF_Q4_0 = 3,
+  WF_Q4_1 = 4,
+  WF_Q5_0 = 5,
+  WF_Q5_1 = 6,
+  WF_Q8_0 = 7,
+  WF_Q2_K = 8,
+  WF_Q3_K = 9,
+  WF_Q4_K = 10,
+  WF_Q5_K = 11,
+  WF_Q6_K = 12,
+  WF_IQ4_NL = 13,
+  WF_GGML_END = 14,
+};
+
+// Scratch floats per input column ggml_matmul needs per thread (k = the matrix's columns).
+#define GGML_SCRATCH_FLOATS_PER_COL 11
+
+// y (=, +=, swiglu) x[m][k] · W[lo..hi)[k]ᵀ for a GGML block matrix `w` (rows of k / blockSize
+// blocks, back to back). Results go through kv_emit (kernels.c's epilogue). `scratch` holds
+// GGML_SCRATCH_FLOATS_PER_COL · k floats of this thread's own.
+void ggml_matmul(const float* x, int32_t m, int32_t k, const uint8_t* w, int32_t n, int32_t fmt,
+                 int32_t lo, int32_t hi, float* scratch, float* y, int32_t ep, const float* bias);
+
+// Row `r` of a GGML block matrix decoded to f32 (the embedding gather).
+void ggml_decode_row(const uint8_t* w, int32_t fmt, int32_t k, int32_t r, float* out);
+
+// kernels.c: writes result v of weight row j for token row i under epilogue `ep` (for SwiGLU,
+// v and u are gate row j and up row j + 1).
+void kv_emit(float* y, int32_t n, int32_t ep, const float* bias, int32_t i, int32_t j, float v,
+             float u);
+
+#endif
