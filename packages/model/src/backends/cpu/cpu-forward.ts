@@ -3,6 +3,7 @@ import {
   type RopeConfig,
   type RopeTables,
   ropeTables,
+  shiftKeysReference,
 } from '@kvasir/attention-kernels';
 import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
 import { type ModelConfig, ropeConfig } from '../../config.js';
@@ -71,7 +72,9 @@ export function decodeKvRow(
 /**
  * Causal paged attention on the CPU for every query row of the plan: token i of a sequence
  * (of `queryLen` new tokens) attends to cache positions `[0, contextLen - queryLen + i]`.
- * Scores and sums in f64. Output `[numTokens][numHeads * headDim]`.
+ * Scores and sums in f64. Output `[numTokens][numHeads * headDim]`. When `mass[s]` is given,
+ * the probabilities of row `s`'s last `plan.massQueries[s]` queries are added into it per
+ * logical block (every head).
  */
 export function pagedAttentionCpu(
   c: ModelConfig,
@@ -80,6 +83,7 @@ export function pagedAttentionCpu(
   q: Float32Array,
   plan: NormalizedPlan,
   out: Float32Array,
+  mass?: readonly (Float64Array | undefined)[],
 ): void {
   const d = c.headDim;
   const hq = c.numHeads;
@@ -99,6 +103,8 @@ export function pagedAttentionCpu(
     );
     const slotOf = (j: number) =>
       (table[Math.floor(j / spec.blockSize)] as number) * spec.blockSize + (j % spec.blockSize);
+    const rowMass = mass?.[s];
+    const firstMass = ql - (plan.massQueries[s] as number);
     for (let i = 0; i < ql; i++) {
       const tok = qs + i;
       const visible = ctx - ql + i + 1;
@@ -122,6 +128,12 @@ export function pagedAttentionCpu(
           for (let e = 0; e < d; e++) acc[e] = (acc[e] as number) + p * (krow[e] as number);
         }
         for (let e = 0; e < d; e++) out[qo + e] = (acc[e] as number) / sum;
+        if (rowMass !== undefined && i >= firstMass) {
+          for (let j = 0; j < visible; j++) {
+            const b = Math.floor(j / spec.blockSize);
+            rowMass[b] = (rowMass[b] as number) + Math.exp((scores[j] as number) - max) / sum;
+          }
+        }
       }
     }
   }
@@ -169,7 +181,21 @@ export class CpuForward {
         );
       }
     }
-    const rope = this.#ropeFor(Math.max(...Array.from(plan.positions)) + 1);
+    let maxShift = 0;
+    for (const ks of plan.keyShifts) maxShift = Math.max(maxShift, Math.abs(ks.delta));
+    const rope = this.#ropeFor(Math.max(Math.max(...Array.from(plan.positions)), maxShift) + 1);
+    if (plan.keyShifts.length > 0) {
+      const shift = { ...spec, format: spec.kvFormat, rope: rope.config };
+      for (const cache of this.caches) {
+        shiftKeysReference(shift, rope.tables, cache, plan.keyShifts);
+      }
+    }
+    // Mass sums over layers in f64 and lands in the row's array once, at the end.
+    const mass = plan.massOut.map((m, r) =>
+      m === undefined
+        ? undefined
+        : new Float64Array(Math.ceil((plan.contextLens[r] as number) / spec.blockSize)),
+    );
     const positions = Uint32Array.from(plan.positions);
     const x = embeddingRef(plan.tokenIds, w.embed);
     const attn = new Float32Array(t * c.numHeads * d);
@@ -190,12 +216,13 @@ export class CpuForward {
           encodeKvRow(spec, cache, kvRowWord(spec, slot, kh, 1), v, off);
         }
       }
-      pagedAttentionCpu(c, spec, cache, q, plan, attn);
+      pagedAttentionCpu(c, spec, cache, q, plan, attn, mass);
       matmulRef(attn, t, lw.o, { bias: lw.oBias, epilogue: 'residual', out: x });
       const xn2 = rmsNormRef(x, t, h, lw.postNorm, c.rmsNormEps);
       const act = matmulRef(xn2, t, lw.gateUp, { epilogue: 'swiglu' });
       matmulRef(act, t, lw.down, { epilogue: 'residual', out: x });
     }
+    for (const [r, m] of mass.entries()) if (m !== undefined) plan.massOut[r]?.set(m);
     const rows = plan.logitsIndices;
     if (rows.length === 0) return new Float32Array(0);
     const fin = rmsNormRef(x, rows.length, h, w.finalNorm, c.rmsNormEps, rows);

@@ -1,0 +1,3 @@
+import { kvCompressionSuite } from '../testing/kv-compression-suite.js';
+
+kvCompressionSuite('cpu');
