@@ -1,9 +1,10 @@
 import { ropeTables } from '@kvasir/attention-kernels';
 import { type ModelConfig, ropeConfig } from '../../config.js';
+import { ModelError } from '../../errors.js';
 import type { Executor, ExecutorContext } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { cpuKvBlockIo } from '../../execution/kv-blocks.js';
-import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
+import type { KvCacheSpec } from '../../execution/kv-cache.js';
 import {
   type LoadWeightsOptions,
   loadBlockWeights,
@@ -12,19 +13,18 @@ import {
 import type { CheckpointReader } from '../../formats/checkpoint-reader.js';
 import { isBlockDtype } from '../../formats/dtype.js';
 import { weightRowBytes } from '../../kernels/weight-format.js';
-import { encodeKvRow, pagedAttentionCpu } from '../cpu/cpu-forward.js';
 import { defaultThreadCount } from './thread-count.js';
 import type { WasmArena } from './wasm-arena.js';
-import { EpilogueCode, f32Word, KvCode, Op, type ProgramBuilder } from './wasm-program.js';
+import {
+  EpilogueCode,
+  f32Word,
+  KV_MAX_HEAD_DIM,
+  KvCode,
+  Op,
+  type ProgramBuilder,
+} from './wasm-program.js';
 import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
 import { type WasmWeight, wasmAllocator, weightArgs } from './wasm-weights.js';
-
-/**
- * KV formats the wasm kernels read and write in place. The others (int8, int8-h8, fp8,
- * int4) run correctly but slowly: the step pauses at each layer's attention, which the
- * reference code runs on the host over the same cache words.
- */
-export const WASM_KV_FORMATS = ['f32', 'f16'] as const;
 
 /** Options of {@link createWasmExecutor}. */
 export interface WasmExecutorOptions {
@@ -59,8 +59,12 @@ const INITIAL_ROPE_POSITIONS = 4096;
  * holds the weights (streamed in from the checkpoint), the paged KV cache (the layout every
  * backend shares, so blocks move between backends) and the step's activations.
  *
+ * Every KV format is read and written in place by the kernels (c/kv-formats.h), bit for bit
+ * the bytes the CPU backend writes.
+ *
  * @throws {ModelError} `INVALID_CONFIG` when the model does not fit wasm32's 4 GiB (the message
- *   names the limit and what the model needs); `BACKEND` without SIMD128 or shared memory;
+ *   names the limit and what the model needs), or for a rotated KV format (int8-h8,
+ *   int4-g32-h32) with a head dim above 512; `BACKEND` without SIMD128 or shared memory;
  *   reader errors.
  */
 export async function createWasmExecutor(
@@ -69,6 +73,12 @@ export async function createWasmExecutor(
 ): Promise<WasmExecutor> {
   const { reader, kv } = ctx;
   const c = reader.config;
+  if (kv.kvFormat.rotation !== undefined && c.headDim > KV_MAX_HEAD_DIM) {
+    throw new ModelError(
+      'INVALID_CONFIG',
+      `KV format ${kv.format} on the wasm backend supports head dims up to ${KV_MAX_HEAD_DIM}; this model's is ${c.headDim}.`,
+    );
+  }
   const threads = options.threads ?? defaultThreadCount();
   const half = c.headDim / 2;
   const ropePositions = Math.min(c.maxPositionEmbeddings, INITIAL_ROPE_POSITIONS);
@@ -162,6 +172,8 @@ interface PlanBuffers {
   /** Per-thread scratch: the matmul's (MATMUL_SCRATCH_PER_COL), then attention's. */
   readonly scratch: number;
   readonly scratchStride: number;
+  /** Attention score floats per query head in the scratch (> the longest context). */
+  readonly scoreStride: number;
 }
 
 /** Host-side norms and biases copied into wasm memory. */
@@ -223,29 +235,6 @@ class WasmForward {
   }
 
   /** RoPE cos/sin tables covering positions below `maxPos` (rebuilt larger when needed). */
-  /** KV write and attention of layer `l` on the host, for KV formats without wasm kernels. */
-  #hostAttention(l: number, plan: NormalizedPlan): void {
-    const c = this.#c;
-    const kv = this.#kv;
-    const s = this.#step;
-    const t = plan.numTokens;
-    const d = c.headDim;
-    const cache = this.caches[l] as Uint32Array;
-    const k = this.#arena.f32(s.k, t * c.numKvHeads * d);
-    const v = this.#arena.f32(s.v, t * c.numKvHeads * d);
-    for (let i = 0; i < t; i++) {
-      const slot = plan.slotMapping[i] as number;
-      if (slot < 0) continue;
-      for (let h = 0; h < c.numKvHeads; h++) {
-        const off = (i * c.numKvHeads + h) * d;
-        encodeKvRow(kv, cache, kvRowWord(kv, slot, h, 0), k, off);
-        encodeKvRow(kv, cache, kvRowWord(kv, slot, h, 1), v, off);
-      }
-    }
-    const q = this.#arena.f32(s.q, t * c.numHeads * d);
-    pagedAttentionCpu(c, kv, cache, q, plan, this.#arena.f32(s.attn, t * c.numHeads * d));
-  }
-
   #ropeFor(maxPos: number): { cos: number; sin: number } {
     const have = this.#rope.positions;
     if (maxPos > have) {
@@ -311,7 +300,12 @@ class WasmForward {
     const c = this.#c;
     const a = (n: number) => this.#arena.alloc(n * 4, 'step buffers');
     const maxK = Math.max(c.hiddenSize, c.intermediateSize, c.numHeads * c.headDim);
-    const scratchStride = (MATMUL_SCRATCH_PER_COL * maxK + context + c.headDim + 64) * 4;
+    // Attention's share: scores per query head of the group (with one spare float each), the
+    // rotated queries and the accumulators of the group, one loaded K or V row.
+    const group = c.numHeads / c.numKvHeads;
+    const scoreStride = Math.ceil((context + 1) / 4) * 4;
+    const attention = group * scoreStride + (2 * group + 1) * c.headDim;
+    const scratchStride = (MATMUL_SCRATCH_PER_COL * maxK + attention + 64) * 4;
     this.#plan = {
       seqs,
       blocks,
@@ -326,6 +320,7 @@ class WasmForward {
       logits: a(rows * c.vocabSize),
       scratch: a((scratchStride / 4) * this.#rt.pool.threads),
       scratchStride,
+      scoreStride,
     };
     return this.#plan;
   }
@@ -396,9 +391,7 @@ class WasmForward {
     p.push(Op.embed, [s.ids, t, w.embed.data, embed.code, h, embed.scales, embed.gs, s.x]);
     p.barrier();
     const eps = f32Word(c.rmsNormEps);
-    const kvCode = (WASM_KV_FORMATS as readonly string[]).includes(kv.format)
-      ? KvCode[kv.format as keyof typeof KvCode]
-      : -1;
+    const kvCode = KvCode[kv.format];
     for (let l = 0; l < c.numLayers; l++) {
       const lw = w.layers[l] as ModelWeights<WasmWeight>['layers'][number];
       const vec = this.#vectors[l] as LayerVectors;
@@ -425,37 +418,34 @@ class WasmForward {
         kv.blockSize,
         kv.blockWords,
         kv.slabWords,
-        kv.rowWords,
       ]).barrier();
-      if (kvCode < 0) {
-        this.#rt.run(p);
-        p.reset();
-        this.#hostAttention(l, plan);
-      } else {
-        p.push(Op.attention, [
-          s.q,
-          s.attn,
-          t,
-          s.tokSeq,
-          pb.queryStarts,
-          pb.queryLens,
-          pb.contextLens,
-          pb.tables,
-          plan.maxBlocksPerSeq,
-          c.numHeads,
-          c.numKvHeads,
-          d,
-          this.#cachePtrs[l] as number,
-          kvCode,
-          kv.blockSize,
-          kv.blockWords,
-          kv.slabWords,
-          kv.rowWords,
-          f32Word(1 / Math.sqrt(d)),
-          pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
-          pb.scratchStride,
-        ]).barrier();
-      }
+      p.push(Op.attention, [
+        s.q,
+        s.attn,
+        t,
+        s.tokSeq,
+        pb.queryStarts,
+        pb.queryLens,
+        pb.contextLens,
+        pb.tables,
+        plan.maxBlocksPerSeq,
+        c.numHeads,
+        c.numKvHeads,
+        d,
+        this.#cachePtrs[l] as number,
+        kvCode,
+        kv.blockSize,
+        kv.blockWords,
+        kv.slabWords,
+        0,
+        f32Word(1 / Math.sqrt(d)),
+        pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
+        pb.scratchStride,
+        pb.scoreStride,
+        0,
+        0,
+        0,
+      ]).barrier();
       matmul(s.attn, t, lw.o, s.x, 'residual', vec.oBias);
       p.barrier();
       p.push(Op.rmsNorm, [s.x, t, h, vec.postNorm, eps, s.xn, 0]).barrier();

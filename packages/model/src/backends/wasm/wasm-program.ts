@@ -1,7 +1,8 @@
+import type { KvFormatName } from '../../execution/kv-cache.js';
 import type { StoredFormat } from '../../kernels/weight-format.js';
 
-// The op records the kernels' thread runtime walks (c/kernels.c is the other half: the
-// opcodes, the record size and each record's argument order must match it).
+// The op records the kernels' thread runtime walks (c/kernels.c and c/attention.c are the
+// other half: the opcodes, the record size and each record's argument order must match it).
 
 /** i32 words per op record. */
 export const OP_WORDS = 32;
@@ -39,8 +40,20 @@ export const WeightCode = {
 } as const satisfies Record<StoredFormat, number>;
 /** Matmul epilogues. */
 export const EpilogueCode = { store: 0, residual: 1, swiglu: 2 } as const;
-/** KV cache element formats the kernels read and write. */
-export const KvCode = { f32: 0, f16: 1 } as const;
+/** KV cache formats the kernels read and write, by `KvFormatName` (c/kv-formats.h). */
+export const KvCode = {
+  f32: 0,
+  f16: 1,
+  int8: 2,
+  'fp8-e4m3': 3,
+  'fp8-e5m2': 4,
+  'int8-h8': 5,
+  'int4-g32': 6,
+  'int4-g32-h32': 7,
+} as const satisfies Record<KvFormatName, number>;
+
+/** Largest head dim of the rotated KV formats' row encoder (`KV_MAX_HEAD_DIM` in C). */
+export const KV_MAX_HEAD_DIM = 512;
 
 const f32Bits = new Float32Array(1);
 const f32BitsU = new Int32Array(f32Bits.buffer);

@@ -2,22 +2,11 @@
 // (@kvasir/attention-kernels' README): one buffer per layer, blocks of K and V slabs per KV head.
 
 #include "common.h"
+#include "kv-formats.h"
 
-enum { KV_F32 = 0, KV_F16 = 1 };
-
-// The cache word offset of a K (kv 0) or V (kv 1) row.
-INLINE long kv_row(i32 slot, i32 h, i32 kv, i32 bs, i32 blockWords, i32 slabWords, i32 rowWords) {
-  i32 b = slot / bs;
-  return (long)b * blockWords + (long)(2 * h + kv) * slabWords + (long)(slot - b * bs) * rowWords;
-}
-
-static void store_kv_row(u32* dst, const float* src, i32 d, i32 kvfmt) {
-  if (kvfmt == KV_F32) {
-    float* f = (float*)dst;
-    for (i32 e = 0; e < d; e += 4) wasm_v128_store(f + e, ld(src + e));
-    return;
-  }
-  for (i32 e = 0; e < d; e += 2) dst[e / 2] = f32_to_f16(src[e]) | (f32_to_f16(src[e + 1]) << 16);
+// The first word of the slab holding slot's K (kv 0) or V (kv 1) row of KV head h.
+INLINE long kv_slab(i32 slot, i32 h, i32 kv, i32 bs, i32 blockWords, i32 slabWords) {
+  return (long)(slot / bs) * blockWords + (long)(2 * h + kv) * slabWords;
 }
 
 INLINE void rope_rows(float* x, i32 heads, i32 d, const float* c, const float* s) {
@@ -38,10 +27,9 @@ INLINE void rope_rows(float* x, i32 heads, i32 d, const float* c, const float* s
   }
 }
 
-// RoPE on q and k rows, then K and V into their cache slots (slot -1, or kvfmt -1 for formats
-// the host writes: no write). Record: q,
-// k, v, m, positions, slots, hq, hkv, d, cos, sin, cache, kvfmt, bs, blockWords, slabWords,
-// rowWords.
+// RoPE on q and k rows, then K and V into their cache slots in the cache's format (slot -1: no
+// write). Record: q, k, v, m, positions, slots, hq, hkv, d, cos, sin, cache, kvfmt, bs,
+// blockWords, slabWords.
 void op_rope_kv(const i32* a, i32 tid, i32 nth) {
   float* q = (float*)a[1];
   float* k = (float*)a[2];
@@ -53,7 +41,7 @@ void op_rope_kv(const i32* a, i32 tid, i32 nth) {
   const float* cosT = (const float*)a[10];
   const float* sinT = (const float*)a[11];
   u32* cache = (u32*)a[12];
-  i32 kvfmt = a[13], bs = a[14], bw = a[15], sw = a[16], rw = a[17];
+  i32 kvfmt = a[13], bs = a[14], bw = a[15], sw = a[16];
   i32 lo, hi;
   split(m, 1, tid, nth, &lo, &hi);
   i32 half = d / 2;
@@ -64,53 +52,44 @@ void op_rope_kv(const i32* a, i32 tid, i32 nth) {
     float* kt = k + (long)t * hkv * d;
     rope_rows(kt, hkv, d, c, s);
     i32 slot = slots[t];
-    if (slot < 0 || kvfmt < 0) continue;
+    if (slot < 0) continue;
+    i32 row = slot % bs;
     for (i32 h = 0; h < hkv; h++) {
-      store_kv_row(cache + kv_row(slot, h, 0, bs, bw, sw, rw), kt + h * d, d, kvfmt);
-      store_kv_row(cache + kv_row(slot, h, 1, bs, bw, sw, rw), v + ((long)t * hkv + h) * d, d,
-                   kvfmt);
+      kv_store_row(cache + kv_slab(slot, h, 0, bs, bw, sw), row, kt + h * d, d, bs, kvfmt);
+      kv_store_row(cache + kv_slab(slot, h, 1, bs, bw, sw), row, v + ((long)t * hkv + h) * d, d,
+                   bs, kvfmt);
     }
   }
 }
 
-INLINE float dot_kv(const float* q, const u32* row, i32 d, i32 kvfmt) {
+INLINE float dot_f32(const float* q, const float* r, i32 d) {
   v128_t a = wasm_f32x4_splat(0), b = a;
-  if (kvfmt == KV_F32) {
-    const float* r = (const float*)row;
-    for (i32 e = 0; e < d; e += 8) {
-      a = madd(a, ld(q + e), ld(r + e));
-      b = madd(b, ld(q + e + 4), ld(r + e + 4));
-    }
-  } else {
-    const uint16_t* r = (const uint16_t*)row;
-    for (i32 e = 0; e < d; e += 8) {
-      v128_t h = ld(r + e);
-      a = madd(a, ld(q + e), half_lo(h));
-      b = madd(b, ld(q + e + 4), half_hi(h));
-    }
+  for (i32 e = 0; e < d; e += 8) {
+    a = madd(a, ld(q + e), ld(r + e));
+    b = madd(b, ld(q + e + 4), ld(r + e + 4));
   }
   return hsum(wasm_f32x4_add(a, b));
 }
 
-INLINE void axpy_kv(float* acc, float p, const u32* row, i32 d, i32 kvfmt) {
+INLINE void axpy_f32(float* acc, float p, const float* r, i32 d) {
   v128_t pv = wasm_f32x4_splat(p);
-  if (kvfmt == KV_F32) {
-    const float* r = (const float*)row;
-    for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + e, madd(ld(acc + e), pv, ld(r + e)));
-  } else {
-    const uint16_t* r = (const uint16_t*)row;
-    for (i32 e = 0; e < d; e += 8) {
-      v128_t h = ld(r + e);
-      wasm_v128_store(acc + e, madd(ld(acc + e), pv, half_lo(h)));
-      wasm_v128_store(acc + e + 4, madd(ld(acc + e + 4), pv, half_hi(h)));
-    }
-  }
+  for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + e, madd(ld(acc + e), pv, ld(r + e)));
 }
 
-// Causal paged attention for every (token, kv head): token i of a sequence sees cache
-// positions [0, contextLen - queryLen + i]. Work items split across threads. Record: q, out,
-// m, tokSeq, queryStarts, queryLens, contextLens, blockTables, maxBlocks, hq, hkv, d, cache,
-// kvfmt, bs, blockWords, slabWords, rowWords, scale (f32 bits), scratch, stride.
+// Causal paged attention for every (token, kv head) work item, split across threads: token i of
+// a sequence sees cache positions [0, contextLen - queryLen + i]. Each K and V row is loaded once
+// per item and used by the item's whole group of query heads (GQA, MQA).
+//
+// Attention mass (issue 21), when `mass` is set: an item of one of the last massQ[s] tokens of
+// sequence s adds, for each logical block of its context, the softmax probabilities its query
+// heads give that block's keys into a slot of its own, massOff[s] + ((i - first) * hkv + kvh) *
+// blocks. A slot belongs to one item and adds layer after layer in order, so the sums do not
+// depend on the thread count; the host adds the slots of a sequence up after the step.
+//
+// Record: q, out, m, tokSeq, queryStarts, queryLens, contextLens, blockTables, maxBlocks, hq,
+// hkv, d, cache, kvfmt, bs, blockWords, slabWords, (unused), scale (f32 bits), scratch, stride
+// (bytes per thread), sp (score floats per head, a multiple of 4 >= the longest context), mass
+// (0: off), massOff (-1: not this sequence), massQ.
 void op_attention(const i32* a, i32 tid, i32 nth) {
   const float* q = (const float*)a[1];
   float* out = (float*)a[2];
@@ -122,46 +101,94 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   const i32* tables = (const i32*)a[8];
   i32 maxBlocks = a[9], hq = a[10], hkv = a[11], d = a[12];
   const u32* cache = (const u32*)a[13];
-  i32 kvfmt = a[14], bs = a[15], bw = a[16], sw = a[17], rw = a[18];
+  i32 kvfmt = a[14], bs = a[15], bw = a[16], sw = a[17];
   float scale = bits_f32((u32)a[19]);
   float* scores = (float*)(a[20] + tid * a[21]);
+  i32 sp = a[22];
+  float* mass = (float*)a[23];
+  const i32* massOff = (const i32*)a[24];
+  const i32* massQ = (const i32*)a[25];
   i32 group = hq / hkv;
+  float* qr = scores + (long)group * sp;
+  float* acc = qr + (long)group * d;
+  float* buf = acc + (long)group * d;
+  i32 rot = kv_rotation(kvfmt);
   i32 lo, hi;
   split(m * hkv, 1, tid, nth, &lo, &hi);
   for (i32 item = lo; item < hi; item++) {
     i32 t = item / hkv, kvh = item % hkv;
     i32 s = tokSeq[t];
-    i32 visible = ctxLen[s] - qLen[s] + (t - qStart[s]) + 1;
+    i32 local = t - qStart[s];
+    i32 visible = ctxLen[s] - qLen[s] + local + 1;
     const i32* table = tables + (long)s * maxBlocks;
-    float* acc = scores + visible + ((4 - (visible & 3)) & 3);
-    for (i32 g = 0; g < group; g++) {
-      i32 h = kvh * group + g;
-      const float* qh = q + ((long)t * hq + h) * d;
-      float mx = bits_f32(0xff800000u);
-      for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
-        const u32* blk = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
-        i32 n = visible - j0 < bs ? visible - j0 : bs;
-        for (i32 r = 0; r < n; r++) {
-          float sc = dot_kv(qh, blk + (long)r * rw, d, kvfmt) * scale;
-          scores[j0 + r] = sc;
-          if (sc > mx) mx = sc;
-        }
+    const float* qh = q + ((long)t * hq + (long)kvh * group) * d;
+    if (rot) {
+      // H·q / R: the rotation is exact up to the power-of-two 1 / R.
+      float inv = 1.0f / (float)rot;
+      for (i32 e = 0; e < group * d; e++) qr[e] = qh[e];
+      hadamard(qr, group * d, rot);
+      for (i32 e = 0; e < group * d; e++) qr[e] *= inv;
+      qh = qr;
+    }
+    for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+      const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
+      i32 n = visible - j0 < bs ? visible - j0 : bs;
+      for (i32 r = 0; r < n; r++) {
+        float f;
+        const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
+        f *= scale;
+        for (i32 g = 0; g < group; g++) scores[g * sp + j0 + r] = dot_f32(qh + g * d, row, d) * f;
       }
+    }
+    float* slot = 0;
+    if (mass && massOff[s] >= 0) {
+      i32 first = qLen[s] - massQ[s];
+      i32 blocks = (ctxLen[s] + bs - 1) / bs;
+      if (local >= first) slot = mass + massOff[s] + ((long)(local - first) * hkv + kvh) * blocks;
+    }
+    for (i32 g = 0; g < group; g++) {
+      float* sc = scores + (long)g * sp;
+      float mx = bits_f32(0xff800000u);
+      for (i32 j = 0; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
       float sum = 0.0f;
       for (i32 j = 0; j < visible; j++) {
-        float p = expf_(scores[j] - mx);
-        scores[j] = p;
+        float p = expf_(sc[j] - mx);
+        sc[j] = p;
         sum += p;
       }
-      for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + e, wasm_f32x4_splat(0));
-      for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
-        const u32* blk = cache + (long)table[b] * bw + (long)(2 * kvh + 1) * sw;
-        i32 n = visible - j0 < bs ? visible - j0 : bs;
-        for (i32 r = 0; r < n; r++) axpy_kv(acc, scores[j0 + r], blk + (long)r * rw, d, kvfmt);
+      float inv = 1.0f / sum;
+      // The normalized p multiplies V below through inv: scaling by inv here instead would
+      // change the output's rounding, and mass is rare.
+      if (slot) {
+        for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+          i32 n = visible - j0 < bs ? visible - j0 : bs;
+          float bsum = 0.0f;
+          for (i32 r = 0; r < n; r++) bsum += sc[j0 + r];
+          slot[b] += bsum * inv;
+        }
       }
-      float* o = out + ((long)t * hq + h) * d;
-      v128_t inv = wasm_f32x4_splat(1.0f / sum);
-      for (i32 e = 0; e < d; e += 4) wasm_v128_store(o + e, wasm_f32x4_mul(ld(acc + e), inv));
+      sc[visible] = inv;  // sp > visible: one spare float per head keeps 1 / sum
+      for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + g * d + e, wasm_f32x4_splat(0));
+    }
+    for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+      const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh + 1) * sw;
+      i32 n = visible - j0 < bs ? visible - j0 : bs;
+      for (i32 r = 0; r < n; r++) {
+        float f;
+        const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
+        for (i32 g = 0; g < group; g++) axpy_f32(acc + g * d, scores[g * sp + j0 + r] * f, row, d);
+      }
+    }
+    for (i32 g = 0; g < group; g++) {
+      float* o = out + ((long)t * hq + (long)kvh * group + g) * d;
+      float* ag = acc + g * d;
+      float inv = scores[g * sp + visible];
+      if (rot) {
+        hadamard(ag, d, rot);
+        inv *= 1.0f / (float)rot;
+      }
+      v128_t iv = wasm_f32x4_splat(inv);
+      for (i32 e = 0; e < d; e += 4) wasm_v128_store(o + e, wasm_f32x4_mul(ld(ag + e), iv));
     }
   }
 }
