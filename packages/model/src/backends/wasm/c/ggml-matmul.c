@@ -8,6 +8,8 @@
 // `_1` and K formats). A dot product is then i16 × i16 in i32 (`i32x4.dot_i16x8_s`), one float
 // multiply per 32 weights, plus the offsets against x's per-16 sums. 8-bit activations would
 // not be faster here: SIMD128 has no i8 dot product, so they widen to i16 all the same.
+// Decode (one token) of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K skips the unpacked row: two rows at a
+// time, codes widened in registers straight from the blocks (matvec_fused).
 //
 // Sub-block scales that are small integers (Q2_K, Q3_K, Q6_K: per 16 weights) are folded into
 // the codes: |code · scale| <= 4096, so a lane's eight products per block stay below 2^30.
@@ -334,6 +336,205 @@ static float dot_row(const i16* wq, const float* wd, const float* wm, i32 offset
   return r;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Decode (one token): the commonest formats of k-quant files multiply two rows at a time
+// straight from their blocks, codes widened in registers (no unpacked row in memory), so the
+// x loads serve both rows.
+
+// i32x4 partial sums of 16 codes (a u8x16 or i8x16) times 16 int16 x values.
+INLINE v128_t dot16_u8(v128_t a, const i16* x) {
+  return wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(a), ld(x)),
+                        wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(a), ld(x + 8)));
+}
+
+INLINE v128_t dot16_i8(v128_t a, const i16* x) {
+  return wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(a), ld(x)),
+                        wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(a), ld(x + 8)));
+}
+
+INLINE v128_t fmadd_i(v128_t acc, v128_t isum, float scale) {
+  v128_t v = wasm_f32x4_convert_i32x4(isum);
+  return wasm_f32x4_add(acc, wasm_f32x4_mul(v, wasm_f32x4_splat(scale)));
+}
+
+typedef void (*dot2_fn)(const u8* r0, const u8* r1, i32 nb, const i16* xq, const float* xs,
+                        const float* xb, float* o);
+
+static void dot2_q8_0(const u8* r0, const u8* r1, i32 nb, const i16* xq, const float* xs,
+                      const float* xb, float* o) {
+  (void)xb;
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0;
+  for (i32 b = 0; b < nb; b++, r0 += 34, r1 += 34) {
+    const i16* x = xq + 32 * b;
+    v128_t s0 = wasm_i32x4_add(dot16_i8(ld(r0 + 2), x), dot16_i8(ld(r0 + 18), x + 16));
+    v128_t s1 = wasm_i32x4_add(dot16_i8(ld(r1 + 2), x), dot16_i8(ld(r1 + 18), x + 16));
+    a0 = fmadd_i(a0, s0, f16_at(r0) * xs[b]);
+    a1 = fmadd_i(a1, s1, f16_at(r1) * xs[b]);
+  }
+  o[0] = hsum(a0);
+  o[1] = hsum(a1);
+}
+
+INLINE v128_t q4_0_dot(const u8* r, const i16* x) {
+  v128_t v = ld(r + 2);
+  v128_t eight = wasm_i8x16_splat(8);
+  v128_t lo = wasm_i8x16_sub(wasm_v128_and(v, wasm_i8x16_splat(15)), eight);
+  v128_t hi = wasm_i8x16_sub(wasm_u8x16_shr(v, 4), eight);
+  return wasm_i32x4_add(dot16_i8(lo, x), dot16_i8(hi, x + 16));
+}
+
+static void dot2_q4_0(const u8* r0, const u8* r1, i32 nb, const i16* xq, const float* xs,
+                      const float* xb, float* o) {
+  (void)xb;
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0;
+  for (i32 b = 0; b < nb; b++, r0 += 18, r1 += 18) {
+    const i16* x = xq + 32 * b;
+    a0 = fmadd_i(a0, q4_0_dot(r0, x), f16_at(r0) * xs[b]);
+    a1 = fmadd_i(a1, q4_0_dot(r1, x), f16_at(r1) * xs[b]);
+  }
+  o[0] = hsum(a0);
+  o[1] = hsum(a1);
+}
+
+// One Q4_K / Q5_K super-block of one row: the scaled sub-block sums into acc, returns the
+// minimums' term (dmin · Σ m_s · Σx over sub-block s).
+INLINE float qk_k_block(const u8* blk, const u8* qs, const u8* qh, const i16* x, const float* xs,
+                        const float* xb, v128_t* acc) {
+  float d = f16_at(blk);
+  float dmin = f16_at(blk + 2);
+  v128_t mask = wasm_i8x16_splat(15);
+  v128_t sixteen = wasm_i8x16_splat(16);
+  v128_t zero = wasm_i8x16_splat(0);
+  v128_t h0 = zero, h1 = zero;
+  if (qh) {
+    h0 = ld(qh);
+    h1 = ld(qh + 16);
+  }
+  float mins = 0.0f;
+  for (i32 j = 0; j < 4; j++) {
+    v128_t a = ld(qs + 32 * j), c = ld(qs + 32 * j + 16);
+    v128_t la = wasm_v128_and(a, mask), lc = wasm_v128_and(c, mask);
+    v128_t ha = wasm_u8x16_shr(a, 4), hc = wasm_u8x16_shr(c, 4);
+    if (qh) {
+      v128_t b0 = wasm_i8x16_splat((int8_t)(1 << (2 * j)));
+      v128_t b1 = wasm_i8x16_splat((int8_t)(2 << (2 * j)));
+      la = wasm_v128_or(la, wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(h0, b0), zero), sixteen));
+      lc = wasm_v128_or(lc, wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(h1, b0), zero), sixteen));
+      ha = wasm_v128_or(ha, wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(h0, b1), zero), sixteen));
+      hc = wasm_v128_or(hc, wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(h1, b1), zero), sixteen));
+    }
+    i32 sc, mn;
+    const i16* xl = x + 64 * j;
+    scale_min_k4(2 * j, blk + 4, &sc, &mn);
+    *acc = fmadd_i(*acc, wasm_i32x4_add(dot16_u8(la, xl), dot16_u8(lc, xl + 16)),
+                   d * (float)sc * xs[2 * j]);
+    mins += (float)mn * (xb[4 * j] + xb[4 * j + 1]);
+    scale_min_k4(2 * j + 1, blk + 4, &sc, &mn);
+    *acc = fmadd_i(*acc, wasm_i32x4_add(dot16_u8(ha, xl + 32), dot16_u8(hc, xl + 48)),
+                   d * (float)sc * xs[2 * j + 1]);
+    mins += (float)mn * (xb[4 * j + 2] + xb[4 * j + 3]);
+  }
+  return dmin * mins;
+}
+
+static void dot2_q4_k(const u8* r0, const u8* r1, i32 nb, const i16* xq, const float* xs,
+                      const float* xb, float* o) {
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0;
+  float m0 = 0.0f, m1 = 0.0f;
+  for (i32 b = 0; b < nb; b++, r0 += 144, r1 += 144) {
+    const i16* x = xq + 256 * b;
+    m0 += qk_k_block(r0, r0 + 16, 0, x, xs + 8 * b, xb + 16 * b, &a0);
+    m1 += qk_k_block(r1, r1 + 16, 0, x, xs + 8 * b, xb + 16 * b, &a1);
+  }
+  o[0] = hsum(a0) - m0;
+  o[1] = hsum(a1) - m1;
+}
+
+static void dot2_q5_k(const u8* r0, const u8* r1, i32 nb, const i16* xq, const float* xs,
+                      const float* xb, float* o) {
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0;
+  float m0 = 0.0f, m1 = 0.0f;
+  for (i32 b = 0; b < nb; b++, r0 += 176, r1 += 176) {
+    const i16* x = xq + 256 * b;
+    m0 += qk_k_block(r0, r0 + 48, r0 + 16, x, xs + 8 * b, xb + 16 * b, &a0);
+    m1 += qk_k_block(r1, r1 + 48, r1 + 16, x, xs + 8 * b, xb + 16 * b, &a1);
+  }
+  o[0] = hsum(a0) - m0;
+  o[1] = hsum(a1) - m1;
+}
+
+// One Q6_K super-block of one row into acc. The int8 scale of each 16 multiplies its i32 sums
+// (|sum| <= 4 · 32 · 32767 per lane, times 128, two of them: below 2^31).
+INLINE void q6_k_block(const u8* blk, const i16* x, const float* xs, v128_t* acc) {
+  float d = f16_at(blk + 208);
+  v128_t mask = wasm_i8x16_splat(15);
+  v128_t three = wasm_i8x16_splat(3);
+  v128_t bias = wasm_i8x16_splat(32);
+  for (i32 half = 0; half < 2; half++) {
+    const u8* ql = blk + 64 * half;
+    const u8* qh = blk + 128 + 32 * half;
+    const int8_t* sc = (const int8_t*)(blk + 192 + 8 * half);
+    const i16* xh = x + 128 * half;
+    v128_t l00 = ld(ql), l01 = ld(ql + 16), l10 = ld(ql + 32), l11 = ld(ql + 48);
+    v128_t hb0 = ld(qh), hb1 = ld(qh + 16);
+    for (i32 k = 0; k < 4; k++) {
+      v128_t lo0 = k & 1 ? l10 : l00, lo1 = k & 1 ? l11 : l01;
+      if (k & 2) {
+        lo0 = wasm_u8x16_shr(lo0, 4);
+        lo1 = wasm_u8x16_shr(lo1, 4);
+      } else {
+        lo0 = wasm_v128_and(lo0, mask);
+        lo1 = wasm_v128_and(lo1, mask);
+      }
+      v128_t hi0 = wasm_v128_and(wasm_u8x16_shr(hb0, 2 * k), three);
+      v128_t hi1 = wasm_v128_and(wasm_u8x16_shr(hb1, 2 * k), three);
+      v128_t q0 = wasm_i8x16_sub(wasm_v128_or(lo0, wasm_i8x16_shl(hi0, 4)), bias);
+      v128_t q1 = wasm_i8x16_sub(wasm_v128_or(lo1, wasm_i8x16_shl(hi1, 4)), bias);
+      const i16* xk = xh + 32 * k;
+      v128_t s0 = wasm_i32x4_mul(dot16_i8(q0, xk), wasm_i32x4_splat(sc[2 * k]));
+      v128_t s1 = wasm_i32x4_mul(dot16_i8(q1, xk + 16), wasm_i32x4_splat(sc[2 * k + 1]));
+      *acc = fmadd_i(*acc, wasm_i32x4_add(s0, s1), d * xs[4 * half + k]);
+    }
+  }
+}
+
+static void dot2_q6_k(const u8* r0, const u8* r1, i32 nb, const i16* xq, const float* xs,
+                      const float* xb, float* o) {
+  (void)xb;
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0;
+  for (i32 b = 0; b < nb; b++, r0 += 210, r1 += 210) {
+    q6_k_block(r0, xq + 256 * b, xs + 8 * b, &a0);
+    q6_k_block(r1, xq + 256 * b, xs + 8 * b, &a1);
+  }
+  o[0] = hsum(a0);
+  o[1] = hsum(a1);
+}
+
+static const dot2_fn DOT2[WF_GGML_END - WF_GGML_FIRST] = {
+    [WF_Q4_0 - WF_GGML_FIRST] = dot2_q4_0, [WF_Q8_0 - WF_GGML_FIRST] = dot2_q8_0,
+    [WF_Q4_K - WF_GGML_FIRST] = dot2_q4_k, [WF_Q5_K - WF_GGML_FIRST] = dot2_q5_k,
+    [WF_Q6_K - WF_GGML_FIRST] = dot2_q6_k,
+};
+
+// Decode through DOT2: rows j, j + 1 at a time (a last odd row paired with itself).
+static void matvec_fused(dot2_fn dot2, const format_t* f, const u8* w, i32 k, i32 n, i32 lo,
+                         i32 hi, const i16* xq, const float* xs, const float* xb, float* y, i32 ep,
+                         const float* bias) {
+  i32 nb = k / f->block;
+  long rowBytes = (long)nb * f->bytes;
+  float o[2];
+  for (i32 j = lo; j < hi; j += 2) {
+    const u8* r0 = w + j * rowBytes;
+    dot2(r0, j + 1 < hi ? r0 + rowBytes : r0, nb, xq, xs, xb, o);
+    if (ep == 2) {
+      kv_emit(y, n, ep, bias, 0, j, o[0], o[1]);
+    } else {
+      kv_emit(y, n, ep, bias, 0, j, o[0], 0.0f);
+      if (j + 1 < hi) kv_emit(y, n, ep, bias, 0, j + 1, o[1], 0.0f);
+    }
+  }
+}
+
 void ggml_matmul(const float* x, i32 m, i32 k, const u8* w, i32 n, i32 fmt, i32 lo, i32 hi,
                  float* scratch, float* y, i32 ep, const float* bias) {
   if (lo >= hi) return;
@@ -346,6 +547,12 @@ void ggml_matmul(const float* x, i32 m, i32 k, const u8* w, i32 n, i32 fmt, i32 
   float* wd = (float*)(wq + k);
   float* wm = wd + k / 32;
   float gate[TB];
+  dot2_fn dot2 = DOT2[fmt - WF_GGML_FIRST];
+  if (m == 1 && dot2) {
+    quantize_x(x, k, xq, xs, xb);
+    matvec_fused(dot2, f, w, k, n, lo, hi, xq, xs, xb, y, ep, bias);
+    return;
+  }
   for (i32 t0 = 0; t0 < m; t0 += TB) {
     i32 nt = m - t0 < TB ? m - t0 : TB;
     // Every thread rounds the token block itself: k · nt work against its rows' k · nt · rows.
