@@ -73,6 +73,7 @@ export {
   ropeInvFrequencies,
   ropeTables,
 } from './rope/rope-reference.js';
+export { ShiftKeys, type ShiftKeysArgs } from './rope/shift-keys.js';
 export {
   type KeyShift,
   type KeyShiftConfig,
