@@ -2,6 +2,12 @@
 // the kernels' existing users.
 export { f16BitsToF32, f32ToF16Bits, roundToF16 } from '@kvasir/quantizer';
 export {
+  type AttentionMassArgs,
+  type AttentionMassBatch,
+  AttentionMassPlan,
+  PagedAttentionMass,
+} from './attention/attention-mass.js';
+export {
   MAX_ROWS_PER_WORKGROUP,
   PAGED_ATTENTION_HEAD_DIMS,
   type PagedAttentionConfig,
