@@ -15,6 +15,7 @@ import {
 import { maxRelDiff } from '../../testing/compare.js';
 import { tinyConfig } from '../../testing/model.js';
 import { encodeKvRow, pagedAttentionCpu } from '../cpu/cpu-forward.js';
+import { AttentionMass } from './wasm-attention-mass.js';
 import { f32Word, KvCode, Op } from './wasm-program.js';
 import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
 
@@ -23,6 +24,8 @@ import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
 // within f32-versus-f64 accumulation (the CPU reference sums in f64).
 const FORMATS = Object.keys(KvCode) as KvFormatName[];
 const ATTENTION_TOL = 2e-5;
+// Mass sums probabilities in f32 over a row's heads and queries (the CPU in f64).
+const MASS_TOL = 2e-6;
 
 const runtimes = new Map<number, Promise<WasmRuntime>>();
 function runtime(threads: number): Promise<WasmRuntime> {
@@ -197,9 +200,20 @@ function batch(kv: KvCacheSpec, hq: number, seed: number) {
   // Tables hand out blocks from the top down, so logical order differs from physical order.
   let next = numBlocks;
   let start = 0;
-  const planRows = rows.map((r) => {
+  // Attention mass for the last 3 queries of the chunk and the decode; the fresh prefill asks none.
+  const massQueries = [1, 3, undefined];
+  const planRows = rows.map((r, i) => {
     const blockTable = Array.from({ length: Math.ceil(r.contextLen / bs) }, () => next--);
-    const row = { queryStart: start, queryLen: r.queryLen, contextLen: r.contextLen, blockTable };
+    const mq = massQueries[i];
+    const row = {
+      queryStart: start,
+      queryLen: r.queryLen,
+      contextLen: r.contextLen,
+      blockTable,
+      ...(mq === undefined
+        ? {}
+        : { massQueries: mq, attentionMass: new Float32Array(blockTable.length) }),
+    };
     start += r.queryLen;
     return row;
   });
@@ -235,7 +249,10 @@ function batch(kv: KvCacheSpec, hq: number, seed: number) {
   return { kv: kvs, cache, plan: np, q };
 }
 
-/** The attention op over `cache` for `plan`; returns `[tokens][hq][headDim]`. */
+/**
+ * The attention op over `cache` for `plan`; returns `[tokens][hq][headDim]`, and with `mass`
+ * fills the plan's `massOut` rows.
+ */
 function wasmAttention(
   rt: WasmRuntime,
   kv: KvCacheSpec,
@@ -243,6 +260,7 @@ function wasmAttention(
   cache: Uint32Array,
   plan: NormalizedPlan,
   q: Float32Array,
+  mass = false,
 ): Float32Array {
   const t = plan.numTokens;
   const d = kv.headDim;
@@ -255,6 +273,8 @@ function wasmAttention(
   const sp = Math.ceil((Math.max(...plan.contextLens) + 1) / 4) * 4;
   const stride = (group * sp + (2 * group + 1) * d + 64) * 4;
   const out = put(rt, new Float32Array(t * hq * d));
+  const masses = new AttentionMass(rt.arena, kv.numKvHeads, kv.blockSize);
+  const massArgs = mass ? masses.prepare(plan) : [0, 0, 0];
   const p = rt.program(1);
   p.push(Op.attention, [
     put(rt, q),
@@ -279,11 +299,10 @@ function wasmAttention(
     rt.arena.alloc(stride * rt.pool.threads),
     stride,
     sp,
-    0,
-    0,
-    0,
+    ...massArgs,
   ]);
   rt.run(p);
+  if (mass) masses.collect(plan);
   return rt.arena.f32(out, t * hq * d).slice();
 }
 
@@ -298,6 +317,24 @@ describe('wasm paged attention', () => {
         pagedAttentionCpu(c, b.kv, b.cache, b.q, b.plan, want);
         const got = wasmAttention(rt, b.kv, shape.hq, b.cache, b.plan, b.q);
         expect(maxRelDiff(got, want)).toBeLessThan(ATTENTION_TOL);
+      });
+
+      it(`${format} ${shape.name}: attention mass of the last queries per logical block equals the CPU backend's`, async () => {
+        const rt = await runtime(2);
+        const b = batch(spec(format, shape.hkv, 64, shape.blockSize), shape.hq, shape.hq * 5);
+        const c = tinyConfig({ numHeads: shape.hq, numKvHeads: shape.hkv, headDim: 64 });
+        const want = b.plan.massOut.map((m) => (m ? new Float64Array(m.length) : undefined));
+        pagedAttentionCpu(c, b.kv, b.cache, b.q, b.plan, new Float32Array(b.q.length), want);
+        const plain = wasmAttention(rt, b.kv, shape.hq, b.cache, b.plan, b.q);
+        const withMass = wasmAttention(rt, b.kv, shape.hq, b.cache, b.plan, b.q, true);
+        expect(withMass).toEqual(plain);
+        for (const [s, m] of b.plan.massOut.entries()) {
+          if (m === undefined) continue;
+          expect(maxRelDiff(m, Float32Array.from(want[s] as Float64Array))).toBeLessThan(MASS_TOL);
+          // Each counted query gives its heads' probabilities, which sum to 1 per head.
+          const total = m.reduce((a, x) => a + x, 0);
+          expect(total).toBeCloseTo(shape.hq * (b.plan.massQueries[s] as number), 4);
+        }
       });
     }
   }

@@ -1,4 +1,9 @@
-import { ropeTables } from '@kvasir/attention-kernels';
+import {
+  type RopeConfig,
+  type RopeTables,
+  ropeTables,
+  shiftKeysReference,
+} from '@kvasir/attention-kernels';
 import { type ModelConfig, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import type { Executor, ExecutorContext } from '../../execution/executor.js';
@@ -15,6 +20,7 @@ import { isBlockDtype } from '../../formats/dtype.js';
 import { weightRowBytes } from '../../kernels/weight-format.js';
 import { defaultThreadCount } from './thread-count.js';
 import type { WasmArena } from './wasm-arena.js';
+import { AttentionMass } from './wasm-attention-mass.js';
 import {
   EpilogueCode,
   f32Word,
@@ -198,6 +204,9 @@ class WasmForward {
   readonly #finalNorm: number;
   readonly #cachePtrs: number[];
   #rope = { cos: 0, sin: 0, positions: 0 };
+  /** The same tables on the host, for key shifts. */
+  #ropeHost: { config: RopeConfig; tables: RopeTables } | undefined;
+  readonly #mass: AttentionMass;
   readonly #program: ProgramBuilder;
   #step: StepBuffers;
   #plan: PlanBuffers | undefined;
@@ -231,6 +240,7 @@ class WasmForward {
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
     this.#program = rt.program(c.numLayers * 10 + 8);
+    this.#mass = new AttentionMass(rt.arena, c.numKvHeads, kv.blockSize);
     this.#step = this.#stepBuffers(INITIAL_TOKENS);
   }
 
@@ -243,7 +253,9 @@ class WasmForward {
         c.maxPositionEmbeddings,
         Math.max(maxPos, 2 * have, INITIAL_ROPE_POSITIONS),
       );
-      const t = ropeTables(ropeConfig(c, positions));
+      const config = ropeConfig(c, positions);
+      const t = ropeTables(config);
+      this.#ropeHost = { config, tables: t };
       const cos = this.#arena.alloc(t.cos.length * 4, 'RoPE tables');
       this.#arena.f32(cos, t.cos.length).set(t.cos);
       const sin = this.#arena.alloc(t.sin.length * 4, 'RoPE tables');
@@ -251,6 +263,18 @@ class WasmForward {
       this.#rope = { cos, sin, positions };
     }
     return this.#rope;
+  }
+
+  /**
+   * Issue 21's key shifts, before the layers: every layer's K rows of the listed blocks
+   * re-rotated in the cache's format by the CPU reference, over the wasm memory's view (the
+   * same bytes the CPU backend writes). Needs #ropeFor to cover the largest |delta|.
+   */
+  #shiftKeys(plan: NormalizedPlan): void {
+    const kv = this.#kv;
+    const rope = this.#ropeHost as { config: RopeConfig; tables: RopeTables };
+    const config = { ...kv, format: kv.kvFormat, rope: rope.config };
+    for (const cache of this.caches) shiftKeysReference(config, rope.tables, cache, plan.keyShifts);
   }
 
   #stepBuffers(tokens: number): StepBuffers {
@@ -339,10 +363,14 @@ class WasmForward {
         );
       }
     }
+    let maxShift = 0;
+    for (const ks of plan.keyShifts) maxShift = Math.max(maxShift, Math.abs(ks.delta));
+    const rope = this.#ropeFor(Math.max(Math.max(...Array.from(plan.positions)), maxShift) + 1);
+    if (plan.keyShifts.length > 0) this.#shiftKeys(plan);
     if (t > this.#step.tokens) this.#step = this.#stepBuffers(Math.max(t, 2 * this.#step.tokens));
     const s = this.#step;
     const pb = this.#planBuffers(plan);
-    const rope = this.#ropeFor(Math.max(...Array.from(plan.positions)) + 1);
+    const mass = this.#mass.prepare(plan);
     arena.i32(s.ids, t).set(plan.tokenIds);
     arena.i32(s.positions, t).set(plan.positions);
     arena.i32(s.slots, t).set(plan.slotMapping);
@@ -442,9 +470,7 @@ class WasmForward {
         pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
         pb.scratchStride,
         pb.scoreStride,
-        0,
-        0,
-        0,
+        ...mass,
       ]).barrier();
       matmul(s.attn, t, lw.o, s.x, 'residual', vec.oBias);
       p.barrier();
@@ -454,13 +480,14 @@ class WasmForward {
       matmul(s.act, t, lw.down, s.x, 'residual');
       p.barrier();
     }
-    if (rows === 0) {
-      this.#rt.run(p);
-      return new Float32Array(0);
+    if (rows > 0) {
+      p.push(Op.rmsNorm, [s.x, rows, h, this.#finalNorm, eps, pb.finalNorm, pb.logitRows]);
+      p.barrier();
+      matmul(pb.finalNorm, rows, w.lmHead, pb.logits, 'store');
     }
-    p.push(Op.rmsNorm, [s.x, rows, h, this.#finalNorm, eps, pb.finalNorm, pb.logitRows]).barrier();
-    matmul(pb.finalNorm, rows, w.lmHead, pb.logits, 'store');
     this.#rt.run(p);
+    if (mass[0] !== 0) this.#mass.collect(plan);
+    if (rows === 0) return new Float32Array(0);
     return arena.f32(pb.logits, rows * c.vocabSize).slice();
   }
 }
