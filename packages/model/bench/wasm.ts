@@ -13,6 +13,7 @@ import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/confi
 import type { ForwardPlan } from '../src/execution/forward-plan.js';
 import { type LoadModelOptions, loadModel, type Model } from '../src/execution/model.js';
 import { syntheticReader } from './synthetic-reader.js';
+import { benchWasmGgml } from './wasm-ggml.js';
 
 const STREAM_BYTES = 256 << 20;
 const BLOCK = 16;
@@ -194,6 +195,7 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
   out.wasm_decode_tok_s_b1 = main.decode_tok_s_b1;
   out.wasm_pp512_tok_s = main.pp512_tok_s;
   out.wasm_decode_vs_roofline = main.decode_vs_roofline;
+  Object.assign(out, await benchWasmGgml(threads, meter.measure, log));
   await meter.close();
   // The TypeScript reference backend, one decode step, for scale.
   const cpu = await loadModel(syntheticReader(configs.mha_110m), {
