@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's CPU tools (llama-quantize, llama-simple, llama-bench, llama-cli, and
-# llama-greedy from greedy.cpp beside this script) from the
+# llama-greedy and llama-tokenize-json from greedy.cpp and tokenize-json.cpp beside this script) from the
 # llama.cpp source that the npm package node-llama-cpp bundles (a git bundle in its tarball), so
 # the version is pinned by one npm version and needs no GitHub access. Idempotent: an existing
 # source checkout and CMake cache are reused, and `cmake --build` only rebuilds what changed.
@@ -42,14 +42,18 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
     -DLLAMA_BUILD_TESTS=OFF
 fi
 
-# llama-greedy needs only the llama library: built first, linked against the static libraries.
+# llama-greedy and llama-tokenize-json need only the llama library: built first, linked against
+# the static libraries.
 cmake --build "$build" --config Release --target llama -j "$jobs"
-if [[ ! -x "$build/bin/llama-greedy" || "$here/greedy.cpp" -nt "$build/bin/llama-greedy" ]]; then
-  mkdir -p "$build/bin"
-  g++ -O2 -std=c++17 "$here/greedy.cpp" -I"$src/include" -I"$src/ggml/include" \
-    "$build/src/libllama.a" "$build/ggml/src/libggml.a" "$build/ggml/src/libggml-cpu.a" \
-    "$build/ggml/src/libggml-base.a" -fopenmp -lpthread -lm -o "$build/bin/llama-greedy"
-fi
+for tool in greedy tokenize-json; do
+  exe="$build/bin/llama-$tool"
+  if [[ ! -x "$exe" || "$here/$tool.cpp" -nt "$exe" ]]; then
+    mkdir -p "$build/bin"
+    g++ -O2 -std=c++17 "$here/$tool.cpp" -I"$src/include" -I"$src/ggml/include" \
+      "$build/src/libllama.a" "$build/ggml/src/libggml.a" "$build/ggml/src/libggml-cpu.a" \
+      "$build/ggml/src/libggml-base.a" -fopenmp -lpthread -lm -o "$exe"
+  fi
+done
 
 for target in $targets; do
   cmake --build "$build" --config Release --target "$target" -j "$jobs"

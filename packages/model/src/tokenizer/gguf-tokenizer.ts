@@ -19,11 +19,34 @@ const TOKEN_TYPE = {
   byte: 6,
 } as const;
 
-function splitByteLevel(pattern: string): Record<string, unknown> {
+/**
+ * llama.cpp's pre-tokenizer for `tokenizer.ggml.pre = default`: four regexes, each splitting
+ * the pieces the previous ones left (runs of punctuation; GPT-2's pattern; digit runs; groups
+ * of three digits).
+ */
+const DEFAULT_SPLIT_PATTERNS = [
+  '[\\p{P}\\$\\+<=>\\^~\\|]+',
+  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+  '\\p{N}+',
+  '[0-9][0-9][0-9]',
+];
+
+/**
+ * Llama 3's pre-tokenizer names: llama.cpp adds a bos token unless the file says otherwise, and
+ * takes a word that is a token whole before trying merges (`ignore_merges`).
+ */
+const LLAMA3_PRE = new Set(['llama3', 'llama-v3', 'llama-bpe']);
+
+function splitByteLevel(...patterns: string[]): Record<string, unknown> {
   return {
     type: 'Sequence',
     pretokenizers: [
-      { type: 'Split', pattern: { Regex: pattern }, behavior: 'Isolated', invert: false },
+      ...patterns.map((p) => ({
+        type: 'Split',
+        pattern: { Regex: p },
+        behavior: 'Isolated',
+        invert: false,
+      })),
       { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
     ],
   };
@@ -32,10 +55,12 @@ function splitByteLevel(pattern: string): Record<string, unknown> {
 function preTokenizerFor(pre: string): Record<string, unknown> {
   switch (pre) {
     case 'default':
+      return splitByteLevel(...DEFAULT_SPLIT_PATTERNS);
     case 'gpt2':
     case 'gpt-2':
       return splitByteLevel(GPT2_SPLIT_PATTERN);
     case 'llama3':
+    case 'llama-v3':
     case 'llama-bpe':
     case 'smaug-bpe':
       return splitByteLevel(LLAMA3_SPLIT_PATTERN);
@@ -52,7 +77,7 @@ function preTokenizerFor(pre: string): Record<string, unknown> {
     default:
       throw new ModelError(
         'UNSUPPORTED_TOKENIZER',
-        `GGUF pre-tokenizer "${pre}" is not supported (supported: default, gpt-2, llama-bpe, qwen2, smollm)`,
+        `GGUF pre-tokenizer "${pre}" is not supported (supported: default, gpt-2, llama-bpe, llama3, smaug-bpe, qwen2, smollm)`,
         { details: { pre } },
       );
   }
@@ -145,12 +170,12 @@ export function tokenizerJsonFromGguf(md: ReadonlyMap<string, unknown>): GgufTok
       typeof md.get('tokenizer.ggml.pre') === 'string'
         ? (md.get('tokenizer.ggml.pre') as string)
         : 'default';
-    defaultAddBos = false;
+    defaultAddBos = LLAMA3_PRE.has(pre);
     body = {
       normalizer: null,
       pre_tokenizer: preTokenizerFor(pre),
       decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
-      model: byteLevelBpeModel(vocab, merges, pre === 'llama-bpe' || pre === 'llama3'),
+      model: byteLevelBpeModel(vocab, merges, LLAMA3_PRE.has(pre)),
     };
   } else if (model === 'llama') {
     const scores = getArray<number>(md, 'tokenizer.ggml.scores', true)!;

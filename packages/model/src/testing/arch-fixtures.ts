@@ -1,0 +1,178 @@
+// The qwen2 and Mistral-style GGUF fixtures: tiny random models written by this package's own
+// GGUF writer around real vocabularies (llama.cpp's, cut by
+// tooling/ggml-fixtures/make_tokenizer_fixtures.py), rebuilt bit-identically by the tests;
+// tooling/ggml-fixtures/make_arch_fixtures.sh records what llama.cpp makes of the same files.
+import { createHash } from 'node:crypto';
+import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type ModelConfig, makeModelConfig } from '../config.js';
+import { convertToGguf } from '../formats/gguf/convert.js';
+import { readGgufHeader } from '../formats/gguf/header.js';
+import type { GgufTypedValue } from '../formats/gguf/value-types.js';
+import { writeRandomCheckpoint } from '../formats/random-checkpoint.js';
+
+/** Mistral 7B Instruct v0.1's chat template (its `tokenizer_config.json`). */
+export const MISTRAL_V01_CHAT_TEMPLATE =
+  "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}";
+
+/** One architecture fixture: its model, vocabulary and the chat llama.cpp was prompted with. */
+export interface ArchFixture {
+  /** File stem under `tooling/ggml-fixtures/arch/`. */
+  readonly name: 'tiny-qwen2' | 'tiny-mistral';
+  /** Cut vocabulary under `tooling/ggml-fixtures/tokenizers/`. */
+  readonly vocab: string;
+  /** The model without its vocabulary size (taken from the vocabulary). */
+  readonly config: Omit<ModelConfig, 'vocabSize'>;
+  readonly seed: number;
+  /** Chat template written into the file, or `null` to keep the vocabulary's. */
+  readonly chatTemplate: string | null;
+  /** The conversation whose rendered prompt llama.cpp decoded from. */
+  readonly messages: readonly { role: string; content: string }[];
+}
+
+const base = {
+  hiddenSize: 128,
+  intermediateSize: 256,
+  numLayers: 1,
+  numHeads: 4,
+  numKvHeads: 2,
+  headDim: 32,
+  maxPositionEmbeddings: 512,
+} as const;
+
+/**
+ * Qwen2: QKV bias, rotate-half RoPE with θ = 1e6 from the file, ChatML. Untied: a random model
+ * with tied embeddings predicts its input token again at every step (its own embedding's dot
+ * product dwarfs the rest), which would make llama.cpp's greedy tokens a trivial check.
+ */
+export const QWEN2_FIXTURE: ArchFixture = {
+  name: 'tiny-qwen2',
+  vocab: 'qwen2',
+  config: {
+    ...base,
+    architecture: 'qwen2',
+    rmsNormEps: 1e-6,
+    ropeTheta: 1_000_000,
+    ropeScaling: null,
+    tieWordEmbeddings: false,
+    attentionBias: true,
+    attentionOutputBias: false,
+    slidingWindow: null,
+    bosTokenId: null,
+    eosTokenIds: [],
+  },
+  seed: 13,
+  chatTemplate: null,
+  messages: [
+    { role: 'system', content: 'You are a helpful assistant.' },
+    { role: 'user', content: "Hi 👋, what's 12345 + 678?" },
+  ],
+};
+
+/**
+ * Mistral 7B v0.1 as llama.cpp's converter writes it: architecture `llama` (Q/K rows permuted),
+ * GQA, untied LM head, Llama 2's SentencePiece vocabulary (byte fallback), the `[INST]` template.
+ */
+export const MISTRAL_FIXTURE: ArchFixture = {
+  name: 'tiny-mistral',
+  vocab: 'llama-spm',
+  config: {
+    ...base,
+    architecture: 'mistral',
+    rmsNormEps: 1e-5,
+    ropeTheta: 10_000,
+    ropeScaling: null,
+    tieWordEmbeddings: false,
+    attentionBias: false,
+    attentionOutputBias: false,
+    slidingWindow: null,
+    bosTokenId: null,
+    eosTokenIds: [],
+  },
+  seed: 5,
+  chatTemplate: MISTRAL_V01_CHAT_TEMPLATE,
+  messages: [
+    { role: 'user', content: 'What is 2+2?' },
+    { role: 'assistant', content: '4' },
+    { role: 'user', content: 'And 3×3?' },
+  ],
+};
+
+export const ARCH_FIXTURES = [QWEN2_FIXTURE, MISTRAL_FIXTURE] as const;
+
+const tooling = new URL('../../../../tooling/ggml-fixtures/', import.meta.url);
+
+/** Path of a cut vocabulary of `tooling/ggml-fixtures/tokenizers/`. */
+export function vocabPath(name: string): string {
+  return fileURLToPath(new URL(`tokenizers/${name}.gguf`, tooling));
+}
+
+/** Path of an architecture fixture's llama.cpp record (`tooling/ggml-fixtures/arch/`). */
+export function archRecordPath(name: string): string {
+  return fileURLToPath(new URL(`arch/${name}.json`, tooling));
+}
+
+/** A vocabulary-only GGUF's metadata: its `tokenizer.*` keys and the rest. */
+export async function ggufMetadata(path: string): Promise<Map<string, unknown>> {
+  const fh = await open(path, 'r');
+  try {
+    return (await readGgufHeader(fh, path)).metadata;
+  } finally {
+    await fh.close();
+  }
+}
+
+/** The `tokenizer.*` keys of a vocabulary, typed as llama.cpp's converter writes them. */
+async function tokenizerMetadata(path: string): Promise<Record<string, unknown | GgufTypedValue>> {
+  const out: Record<string, unknown | GgufTypedValue> = {};
+  for (const [k, v] of await ggufMetadata(path)) {
+    if (!k.startsWith('tokenizer.')) continue;
+    if (k === 'tokenizer.ggml.token_type') {
+      out[k] = { type: 'array', itemType: 'i32', value: v as number[] };
+    } else if (k === 'tokenizer.ggml.scores') {
+      out[k] = { type: 'array', itemType: 'f32', value: v as number[] };
+    } else {
+      out[k] = v;
+    }
+  }
+  return out;
+}
+
+/**
+ * Writes fixture `fx` as an F32 GGUF at `path` (seeded weights, this package's converter and
+ * writer, the vocabulary's tokenizer keys and the fixture's chat template); returns its config
+ * and the file's SHA-256, which the tooling script recorded beside llama.cpp's run.
+ */
+export async function writeArchFixture(
+  fx: ArchFixture,
+  path: string,
+): Promise<{ config: ModelConfig; sha256: string }> {
+  const tok = await tokenizerMetadata(vocabPath(fx.vocab));
+  const vocabSize = (tok['tokenizer.ggml.tokens'] as string[]).length;
+  // The vocabulary's bos/eos in the config too: the converter writes the config's ids.
+  const bos = tok['tokenizer.ggml.bos_token_id'];
+  const eos = tok['tokenizer.ggml.eos_token_id'];
+  const config = makeModelConfig({
+    ...fx.config,
+    vocabSize,
+    bosTokenId: typeof bos === 'number' ? bos : null,
+    eosTokenIds: typeof eos === 'number' ? [eos] : [],
+  });
+  if (fx.chatTemplate !== null) tok['tokenizer.chat_template'] = fx.chatTemplate;
+  const work = await mkdtemp(join(tmpdir(), `kvasir-${fx.name}-`));
+  try {
+    await writeRandomCheckpoint(work, config, fx.seed);
+    await convertToGguf(work, path, {
+      withoutTokenizer: true,
+      metadata: { 'general.name': fx.name, ...tok },
+    });
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+  const sha256 = createHash('sha256')
+    .update(await readFile(path))
+    .digest('hex');
+  return { config, sha256 };
+}
