@@ -1,5 +1,7 @@
 // Greedy decoding with llama.cpp's CPU backend, printed as JSON for Kvasir's tests:
-//   llama-greedy model.gguf "prompt" [n=32]
+//   llama-greedy model.gguf "prompt" [n=32] [add_special=1]
+// (add_special 0 for a prompt a chat template rendered, which carries its own bos; special
+// tokens' text is parsed as those tokens either way)
 // {"prompt_tokens":[...],"tokens":[...],"margins":[...],"first_logits":[...]}
 // `margins` is each step's top-1 minus top-2 logit (how far a greedy choice is from a tie);
 // `first_logits` the logits after the prompt (the distribution a KL check compares). Built by
@@ -16,10 +18,11 @@ static void quiet(enum ggml_log_level, const char *, void *) {}
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s model.gguf prompt [n]\n", argv[0]);
+    fprintf(stderr, "usage: %s model.gguf prompt [n] [add_special]\n", argv[0]);
     return 2;
   }
   const int n_predict = argc > 3 ? atoi(argv[3]) : 32;
+  const bool add_special = argc > 4 ? atoi(argv[4]) != 0 : true;
   llama_log_set(quiet, nullptr);
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
@@ -28,9 +31,9 @@ int main(int argc, char **argv) {
   if (!model) return 1;
   const llama_vocab *vocab = llama_model_get_vocab(model);
   const std::string prompt = argv[2];
-  const int n_prompt = -llama_tokenize(vocab, prompt.c_str(), prompt.size(), nullptr, 0, true, true);
+  const int n_prompt = -llama_tokenize(vocab, prompt.c_str(), prompt.size(), nullptr, 0, add_special, true);
   std::vector<llama_token> toks(n_prompt);
-  if (llama_tokenize(vocab, prompt.c_str(), prompt.size(), toks.data(), n_prompt, true, true) < 0) return 1;
+  if (llama_tokenize(vocab, prompt.c_str(), prompt.size(), toks.data(), n_prompt, add_special, true) < 0) return 1;
 
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = n_prompt + n_predict + 8;

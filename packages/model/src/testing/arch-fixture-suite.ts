@@ -1,0 +1,86 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generate } from '../execution/generate.js';
+import { loadModel } from '../execution/model.js';
+import { openCheckpoint } from '../formats/open-checkpoint.js';
+import { ModelTokenizer } from '../tokenizer/tokenizer.js';
+import { ARCH_FIXTURES, archRecordPath, writeArchFixture } from './arch-fixtures.js';
+import { klDivergence, type LlamaCppRun } from './ggml-fixture-suite.js';
+import { seqPlan, testGpu } from './model.js';
+
+/** What `tooling/ggml-fixtures/make_arch_fixtures.sh` recorded of llama.cpp on one fixture. */
+interface ArchRecord {
+  readonly sha256: string;
+  readonly prompt: string;
+  readonly llama_cpp: LlamaCppRun;
+}
+
+/**
+ * The qwen2 and Mistral-style fixtures on one backend, against llama.cpp on the same bytes:
+ * the file this package writes is the one llama.cpp ran (SHA-256), its chat template renders
+ * the prompt transformers' jinja2 rendering gave, the GGUF tokenizer gives llama.cpp's prompt
+ * tokens, and the model gives llama.cpp's logits after the prompt (within `logitsTolerance`
+ * max |Δ|; llama.cpp keeps its KV cache in f16) and its 32 greedy tokens.
+ */
+export function archFixtureSuite(
+  backend: 'cpu' | 'webgpu' | 'wasm',
+  logitsTolerance: number,
+): void {
+  describe(`qwen2 and Mistral-style GGUF fixtures against llama.cpp (${backend})`, () => {
+    let root: string;
+    beforeAll(async () => {
+      root = await mkdtemp(join(tmpdir(), 'kvasir-arch-'));
+    });
+    afterAll(() => rm(root, { recursive: true, force: true }));
+
+    it.each(ARCH_FIXTURES.map((fx) => [fx.name, fx] as const))(
+      '%s: llama.cpp prompt tokens, logits and 32 greedy tokens',
+      async (_, fx) => {
+        const record = JSON.parse(await readFile(archRecordPath(fx.name), 'utf8')) as ArchRecord;
+        const path = join(root, `${fx.name}.gguf`);
+        const { config, sha256 } = await writeArchFixture(fx, path);
+        expect(sha256).toBe(record.sha256);
+
+        const reader = await openCheckpoint(path);
+        expect(reader.config).toMatchObject({
+          architecture: config.architecture === 'qwen2' ? 'qwen2' : 'llama',
+          attentionBias: config.attentionBias,
+          ropeTheta: config.ropeTheta,
+          tieWordEmbeddings: config.tieWordEmbeddings,
+          vocabSize: config.vocabSize,
+        });
+        await reader.close();
+
+        const tok = await ModelTokenizer.load(path);
+        expect(tok.applyChatTemplate(fx.messages)).toBe(record.prompt);
+        const run = record.llama_cpp;
+        const prompt = tok.encodeChat(fx.messages);
+        expect(prompt).toEqual(run.prompt_tokens);
+
+        const model = await loadModel(path, {
+          backend,
+          numBlocks: 8,
+          blockSize: 16,
+          kvFormat: 'f32',
+          ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
+          ...(backend === 'wasm' ? { threads: 2 } : {}),
+        });
+        try {
+          const first = await model.forward(seqPlan(prompt, 0, [5, 6, 7], 16, 'last'));
+          let maxDiff = 0;
+          for (let i = 0; i < first.length; i++)
+            maxDiff = Math.max(maxDiff, Math.abs(first[i]! - run.first_logits[i]!));
+          expect(maxDiff).toBeLessThan(logitsTolerance);
+          expect(klDivergence(run.first_logits, first)).toBeLessThan(1e-6);
+          expect(await generate(model, prompt, { maxNewTokens: run.tokens.length })).toEqual(
+            run.tokens,
+          );
+        } finally {
+          await model.destroy();
+        }
+      },
+    );
+  });
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# GGUF architectures besides llama-on-Llama, checked against llama.cpp: a tiny random qwen2
+# (QKV bias, rope theta 1e6 from the file, tied embeddings, Qwen2's byte-level BPE vocabulary
+# and ChatML template) and a Mistral-style file (architecture llama, untied, Llama 2's
+# SentencePiece vocabulary, the [INST] template), written by @kvasir/model's own converter
+# (write-arch-fixtures.ts; the tests rebuild the same bytes, so no GGUF is committed). Beside
+# each, arch/<name>.json: the file's SHA-256, the conversation, the prompt the file's chat
+# template renders from it with Python's jinja2 as transformers' apply_chat_template does
+# (trim_blocks, lstrip_blocks), and llama-greedy on the file with that prompt (no bos added:
+# the template writes its own): prompt tokens, 32 greedy tokens, margins, first logits.
+#
+#   tooling/llama.cpp/build.sh && /usr/bin/python3 tooling/ggml-fixtures/make_tokenizer_fixtures.py
+#   tooling/ggml-fixtures/make_arch_fixtures.sh    # PYTHON: a python3 with numpy and jinja2
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+bin="$root/tooling/llama.cpp/build/bin"
+out="$here/arch"
+[[ -x "$bin/llama-greedy" ]] || { echo "missing $bin/llama-greedy: run tooling/llama.cpp/build.sh" >&2; exit 1; }
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$out"
+(cd "$root/packages/model" && pnpm exec tsx "$here/write-arch-fixtures.ts" "$tmp")
+"${PYTHON:-python3}" - "$tmp" "$out" "$bin/llama-greedy" "$root/tooling/llama.cpp/src/gguf-py" <<'PY'
+import json, subprocess, sys
+from pathlib import Path
+tmp, out, greedy, gguf_py = sys.argv[1:5]
+sys.path.insert(0, gguf_py)
+from gguf import GGUFReader
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+def raise_exception(message):
+    raise ValueError(message)
+
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+env.globals["raise_exception"] = raise_exception
+for fx in json.load(open(f"{tmp}/fixtures.json")):
+    f = GGUFReader(fx["path"]).fields
+    tokens = f["tokenizer.ggml.tokens"].contents()
+    tok = lambda key: tokens[f[key].contents()] if key in f else ""
+    prompt = env.from_string(f["tokenizer.chat_template"].contents()).render(
+        messages=fx["messages"], add_generation_prompt=True,
+        bos_token=tok("tokenizer.ggml.bos_token_id"), eos_token=tok("tokenizer.ggml.eos_token_id"))
+    run = json.loads(subprocess.run([greedy, fx["path"], prompt, "32", "0"], check=True,
+                                    capture_output=True).stdout)
+    record = {"name": fx["name"], "sha256": fx["sha256"], "messages": fx["messages"],
+              "prompt": prompt, "llama_cpp": run}
+    Path(out, f"{fx['name']}.json").write_text(json.dumps(record, ensure_ascii=False, indent=1))
+    print(f"{fx['name']}: {len(run['prompt_tokens'])} prompt tokens, smallest margin "
+          f"{min(run['margins']):.4f}, tokens {run['tokens']}")
+PY
