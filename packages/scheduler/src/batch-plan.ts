@@ -20,7 +20,7 @@ export function buildBatchPlan(
   for (const e of entries) {
     numTokens += e.len;
     if (e.samples) numSamples += e.samples.length;
-    const nb = Math.ceil((e.start + e.len) / blockSize);
+    const nb = Math.ceil((e.cacheStart + e.len) / blockSize);
     if (nb > maxBlocks) maxBlocks = nb;
   }
   const tokenIds = new Int32Array(numTokens);
@@ -42,8 +42,10 @@ export function buildBatchPlan(
     queryStartLoc[r] = t;
     tokenIds.set(s.tokens.subarray(e.start, e.start + e.len), t);
     slotMapping.set(e.slots, t);
-    for (let i = 0; i < e.len; i++) positions[t + i] = e.start + i;
-    const ctxLen = e.start + e.len;
+    // Positions 'cache' (and every uncompressed row): a token's place in the cache.
+    const first = s.group.req.kvCompression?.positions === 'original' ? e.start : e.cacheStart;
+    for (let i = 0; i < e.len; i++) positions[t + i] = first + i;
+    const ctxLen = e.cacheStart + e.len;
     contextLens[r] = ctxLen;
     const table = kvCache.blockTable(s.id);
     const base = r * maxBlocks;
@@ -59,6 +61,7 @@ export function buildBatchPlan(
       contextLen: ctxLen,
       isPrefill,
       blockTable: blockTables.subarray(base, base + table.length),
+      ...(e.mass ? { attentionMass: e.mass, massQueries: e.massQueries } : {}),
     });
     t += e.len;
     if (e.samples) {
@@ -90,6 +93,7 @@ export function buildBatchPlan(
     sampleRows,
     sampleIndices,
     copies: st.copies,
+    keyShifts: st.keyShifts,
     swapOut: st.swapOut,
     swapIn: st.swapIn,
     tokenBudget,

@@ -1,15 +1,18 @@
 // What a group runs this step: how many tokens of each sequence fit the step's token and row
 // budgets (chunked prefill, prefix hits, beams in lockstep), and their slots from the allocator.
 import type { BlockCopy, CachedPrefix, ExtraKeys, KvCacheManager } from '@kvasir/kv-allocator';
+import type { CompressedRow, KvCompressor } from './kv-compressor';
 import { EMPTY_PREFIX, type Sequence, type SequenceGroup } from './request-state';
 import type { RequestTable } from './request-table';
-import type { SwapTransfer } from './types';
+import type { KeyShift, SwapTransfer } from './types';
 
-/** One row of the step: tokens [start, start + len) of `seq`, written to `slots`. */
-export interface PlanEntry {
-  seq: Sequence;
+/**
+ * One row of the step: tokens [start, start + len) of `seq` (indices into its tokens), written
+ * to `slots`; `cacheStart` is where they start in the cache (less than `start` once
+ * compression dropped tokens).
+ */
+export interface PlanEntry extends CompressedRow {
   start: number;
-  len: number;
   slots: Int32Array;
   /** Sequences sampling from this row's logits (the row's own, plus freshly forked children). */
   samples: Sequence[] | null;
@@ -24,6 +27,8 @@ export interface StepState {
   seqBudget: number;
   entries: PlanEntry[];
   copies: BlockCopy[];
+  /** Key shifts of compressed sequences, run after `copies`. */
+  keyShifts: KeyShift[];
   swapOut: SwapTransfer[];
   swapIn: SwapTransfer[];
   /** A request was preempted this step: nothing more is admitted or swapped in. */
@@ -38,6 +43,7 @@ export function newStep(step: number, tokenBudget: number, maxNumSeqs: number): 
     seqBudget: maxNumSeqs,
     entries: [],
     copies: [],
+    keyShifts: [],
     swapOut: [],
     swapIn: [],
     preempted: false,
@@ -49,6 +55,7 @@ export interface PlannerLimits {
   readonly enableChunkedPrefill: boolean;
   readonly longPrefillTokenThreshold: number;
   readonly enablePrefixCaching: boolean;
+  readonly maxNumBatchedTokens: number;
 }
 
 /**
@@ -68,6 +75,7 @@ export class BatchPlanner {
     private readonly kvCache: KvCacheManager,
     private readonly requests: RequestTable,
     private readonly limits: PlannerLimits,
+    private readonly compressor: KvCompressor,
   ) {
     this.blockSize = kvCache.blockSize;
   }
@@ -111,7 +119,13 @@ export class BatchPlanner {
       if (need <= 0 || rows >= st.seqBudget || (lockstep && need === 1)) continue;
       let chunk = Math.min(need, this.limits.longPrefillTokenThreshold, st.budget - tokens);
       if (lockstep) chunk = Math.min(chunk, need - 1);
-      if (!this.limits.enableChunkedPrefill && chunk < need && !lockstep) chunk = 0;
+      if (s.kv) {
+        const perStep = Math.min(
+          this.limits.longPrefillTokenThreshold,
+          this.limits.maxNumBatchedTokens,
+        );
+        chunk = this.compressor.adjustChunk(s, start, chunk, perStep);
+      } else if (!this.limits.enableChunkedPrefill && chunk < need && !lockstep) chunk = 0;
       if (chunk <= 0) continue;
       s.chunk = chunk;
       tokens += chunk;
@@ -129,7 +143,10 @@ export class BatchPlanner {
       s.tokens.subarray(0, s.numTokens),
       s.group.req.extraKeys,
     );
-    const maxBlocks = Math.max(0, Math.floor((s.numTokens - keep) / this.blockSize));
+    const maxBlocks = Math.min(
+      Math.max(0, Math.floor((s.numTokens - keep) / this.blockSize)),
+      this.compressor.prefixBlockCap(s),
+    );
     if (p.blocks.length <= maxBlocks) {
       s.prefix = p;
     } else {
@@ -147,6 +164,7 @@ export class BatchPlanner {
     for (const s of g.seqs) {
       if (s.chunk > 0) {
         n += this.kvCache.numBlocksToAllocate(s.id, s.chunk, s.allocated ? undefined : s.prefix);
+        n += this.compressor.pendingCopies(s);
       }
     }
     return n;
@@ -174,6 +192,8 @@ export class BatchPlanner {
     const shared = this.limits.enablePrefixCaching ? Math.floor(common / this.blockSize) : 0;
     let total = shared;
     for (const s of live) total += Math.ceil(s.numTokens / this.blockSize) - shared;
+    // A compressed request never holds more than its policy's peak per sequence.
+    if (g.req.kvCompression) total = Math.min(total, live.length * this.compressor.peakBlocks(g));
     return total;
   }
 
@@ -223,10 +243,14 @@ export class BatchPlanner {
       const entry: PlanEntry = {
         seq: s,
         start,
+        cacheStart: start - s.numDropped,
         len: s.chunk,
         slots: res.slotMapping,
         samples: null,
+        mass: null,
+        massQueries: 0,
       };
+      this.compressor.onAllocated(entry, start, st.copies, st.keyShifts);
       if (s.numComputed === s.numTokens) {
         entry.samples = [s];
         // The children sample from the parent's last prompt row; they share its blocks.

@@ -6,7 +6,8 @@ export type SchedulerErrorCode =
   | 'INVALID_REQUEST'
   | 'DUPLICATE_REQUEST'
   | 'INVALID_RESULT'
-  | 'INVALID_POLICY';
+  | 'INVALID_POLICY'
+  | 'INVALID_ARGUMENT';
 
 /**
  * Thrown by @kvasir/scheduler for bad configuration, requests or step results. The scheduler's

@@ -7,6 +7,8 @@ export type { SchedulerOptions } from './scheduler-options';
 export type {
   BatchPlan,
   FinishReason,
+  KeyShift,
+  KvCompressionMetrics,
   PlanRow,
   PreemptionMode,
   RequestOutput,

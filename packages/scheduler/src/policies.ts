@@ -1,4 +1,34 @@
-// The scheduler's plug-in contracts: waiting-queue order and preemption victims.
+// The scheduler's plug-in contracts: waiting-queue order, preemption victims and token-level KV
+// compression.
+
+export {
+  type H2oPolicyOptions,
+  h2oPolicy,
+  KV_COMPRESSION_PARAMETERS,
+  type KvCompressionPolicyName,
+  kvCompressionPolicies,
+  type SinksPolicyOptions,
+  type SnapkvPolicyOptions,
+  sinksPolicy,
+  snapkvPolicy,
+  type WindowPolicyOptions,
+  windowPolicy,
+} from './kv-compression/builtins';
+export {
+  checkBudget as checkKvCompressionBudget,
+  type KvCompressionParseOptions,
+  type KvCompressionSpec,
+  type KvPositions,
+  kvCompressionFromJson,
+  parseKvCompression,
+} from './kv-compression/parse';
+export {
+  defineKvCompressionPolicy,
+  KV_COMPRESSION_POLICY_SPECIFICATION_VERSION,
+  type KvCompressionPolicy,
+  type KvCompressionView,
+  validateKvCompressionPolicy,
+} from './kv-compression/policy';
 export {
   definePreemptionPolicy,
   lowestPriorityLatestArrival,

@@ -55,7 +55,8 @@ export class Preemptor {
     g.numPreemptions++;
     let mode = this.mode;
     let fellBack = false;
-    if (mode === 'swap' && !this.swap.canSwapOut(g)) {
+    // A compressed cache is no prefix of the tokens, which swap-in re-allocates and re-hashes.
+    if (mode === 'swap' && (g.hasDroppedBlocks || !this.swap.canSwapOut(g))) {
       mode = 'recompute';
       fellBack = true;
       this.swapFallbacks++;
@@ -67,7 +68,7 @@ export class Preemptor {
       for (const s of g.seqs) {
         if (s.allocated) this.kvCache.free(s.id);
         s.allocated = false;
-        s.numComputed = 0;
+        s.resetComputed();
         s.prefix = EMPTY_PREFIX;
       }
       g.state = WAITING;

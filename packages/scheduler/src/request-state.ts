@@ -2,6 +2,7 @@
 // sample or beam. Nothing here talks to the allocator but to read block tables; moving blocks
 // is the planner's, preemption's and the request table's job.
 import type { CachedPrefix, KvCacheManager } from '@kvasir/kv-allocator';
+import { CompressedBlocks } from './kv-compression/compressed-blocks';
 import type { QueuedRequest, RunningRequest } from './policies';
 import type { FinishReason, SchedulerRequest, SequenceOutput } from './types';
 
@@ -36,6 +37,10 @@ export class Sequence {
   prefix: CachedPrefix = EMPTY_PREFIX;
   /** The `update()` call that last sampled it (catches a sequence sampled twice). */
   updateStamp = 0;
+  /** Tokens dropped from its cache by KV compression (`numComputed − numDropped` are cached). */
+  numDropped = 0;
+  /** Per-block compression state, for a request with `kvCompression`. */
+  kv: CompressedBlocks | null;
 
   constructor(
     readonly id: number,
@@ -46,6 +51,19 @@ export class Sequence {
   ) {
     this.tokens = tokens;
     this.numTokens = numTokens;
+    this.kv = group.req.kvCompression ? new CompressedBlocks() : null;
+  }
+
+  /** Tokens in the cache (or to be written by an issued plan). */
+  get numCached(): number {
+    return this.numComputed - this.numDropped;
+  }
+
+  /** Back to nothing computed (recompute preemption). */
+  resetComputed(): void {
+    this.numComputed = 0;
+    this.numDropped = 0;
+    this.kv?.reset();
   }
 
   get live(): boolean {
@@ -63,9 +81,10 @@ export class Sequence {
 
   append(token: number, maxModelLen: number): void {
     if (this.numTokens === this.tokens.length) {
-      // Grow geometrically, but never past the longest sequence the model takes.
+      // Grow geometrically, but never past the longest sequence the request can reach.
+      const cap = this.group.lengthCap(maxModelLen) + 1;
       const grown = new Int32Array(
-        Math.max(this.numTokens + 1, Math.min(maxModelLen + 1, this.tokens.length * 2)),
+        Math.max(this.numTokens + 1, Math.min(cap, this.tokens.length * 2)),
       );
       grown.set(this.tokens);
       this.tokens = grown;
@@ -118,8 +137,24 @@ export class SequenceGroup implements QueuedRequest, RunningRequest {
 
   get numComputedTokens(): number {
     let t = 0;
-    for (const s of this.seqs) if (s.live) t += s.numComputed;
+    for (const s of this.seqs) if (s.live) t += s.numCached;
     return t;
+  }
+
+  /**
+   * Longest a sequence of this request may grow: the model's context, or with compression in
+   * 'cache' positions (positions stay below the cache size) the prompt plus `maxTokens`.
+   */
+  lengthCap(maxModelLen: number): number {
+    return this.req.kvCompression?.positions === 'cache'
+      ? this.numPromptTokens + this.req.maxTokens
+      : maxModelLen;
+  }
+
+  /** Some sequence dropped blocks: its cache no longer is a prefix of its tokens. */
+  get hasDroppedBlocks(): boolean {
+    for (const s of this.seqs) if (s.numDropped > 0) return true;
+    return false;
   }
 
   get numSeqs(): number {
@@ -144,7 +179,7 @@ export class SequenceGroup implements QueuedRequest, RunningRequest {
   /** Why `seq` ends after `token` was appended to it, or undefined when it goes on. */
   stopReason(seq: Sequence, token: number, maxModelLen: number): FinishReason | undefined {
     if (this.isStopToken(token)) return 'stop';
-    if (seq.numOutputTokens >= this.req.maxTokens || seq.numTokens >= maxModelLen) {
+    if (seq.numOutputTokens >= this.req.maxTokens || seq.numTokens >= this.lengthCap(maxModelLen)) {
       return 'length';
     }
     return undefined;

@@ -77,6 +77,8 @@ export class RequestTable {
     this.kvCache.fork(parent.id, child.id);
     child.allocated = true;
     child.numComputed = parent.numComputed;
+    child.numDropped = parent.numDropped;
+    child.kv = parent.kv?.clone() ?? null;
     child.cumLogprob = parent.cumLogprob;
     g.seqs.push(child);
     this.seqById.set(child.id, child);

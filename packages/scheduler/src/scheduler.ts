@@ -1,7 +1,8 @@
 import type { KvCacheManager } from '@kvasir/kv-allocator';
 import { buildBatchPlan } from './batch-plan';
-import { BatchPlanner, newStep, type StepState } from './batch-planner';
+import { BatchPlanner, newStep, type PlanEntry, type StepState } from './batch-planner';
 import { SchedulerError } from './errors';
+import { KvCompressor } from './kv-compressor';
 import { Preemptor } from './preemption';
 import { byImportance, FINISHED, RUNNING, SequenceGroup, SWAPPED, WAITING } from './request-state';
 import { RequestTable } from './request-table';
@@ -55,6 +56,9 @@ export class Scheduler {
   private readonly planner: BatchPlanner;
   private readonly swap: SwapSpace;
   private readonly preemptor: Preemptor;
+  private readonly compressor: KvCompressor;
+  /** The last plan's rows: `update()` applies compression to them. */
+  private lastRows: PlanEntry[] = [];
   /** Admitted requests; entries that left the running state go at the next step. */
   private running: SequenceGroup[] = [];
   private nextArrivalIndex = 0;
@@ -83,7 +87,8 @@ export class Scheduler {
     const emit = (e: SchedulerEvent) => o.onEvent?.(e);
     this.requests = new RequestTable(this.kvCache, o.hostSlots, this.maxModelLen, now, emit);
     this.waiting = new WaitingQueue(o.queuePolicy, this.kvCache, this.enablePrefixCaching, now);
-    this.planner = new BatchPlanner(this.kvCache, this.requests, o);
+    this.compressor = new KvCompressor(this.kvCache, this.maxModelLen);
+    this.planner = new BatchPlanner(this.kvCache, this.requests, o, this.compressor);
     this.swap = new SwapSpace(
       this.kvCache,
       o.hostSlots,
@@ -118,6 +123,7 @@ export class Scheduler {
       maxModelLen: this.maxModelLen,
       maxNumSeqs: this.maxNumSeqs,
       maxNumBatchedTokens: this.maxNumBatchedTokens,
+      blockSize: this.kvCache.blockSize,
     });
     if (this.requests.has(request.id)) {
       throw new SchedulerError('DUPLICATE_REQUEST', `request ${request.id} is already queued`, {
@@ -135,7 +141,8 @@ export class Scheduler {
       request.beamWidth ?? 1,
     );
     this.requests.add(g, request);
-    const promptBlocks = Math.ceil(promptLen / this.kvCache.blockSize);
+    let promptBlocks = Math.ceil(promptLen / this.kvCache.blockSize);
+    if (request.kvCompression) promptBlocks = Math.min(promptBlocks, this.compressor.peakBlocks(g));
     if (promptBlocks > this.kvCache.numBlocks) {
       this.requests.finish(
         g,
@@ -194,6 +201,7 @@ export class Scheduler {
     if (!st.preempted && this.swap.length === 0) this.admitWaiting(st);
     this.waiting.prune();
     const plan = buildBatchPlan(st, this.kvCache, this.maxNumBatchedTokens);
+    this.lastRows = st.entries;
     this.lastStepTokens = plan.numTokens;
     this.budgetUseSum += plan.numTokens / this.maxNumBatchedTokens;
     this.config.onEvent?.({
@@ -278,16 +286,24 @@ export class Scheduler {
   /**
    * Appends the sampled tokens, applies stop conditions (stop token ids, EOS unless ignored,
    * max tokens, maxModelLen) and frees finished sequences. Samples of requests that ended
-   * meanwhile (aborted) are ignored. Returns every request that ended since the last call
-   * (finished, or rejected), except aborts, which `abort()` returned.
+   * meanwhile (aborted) are ignored. Then every compressed sequence of the plan adds its rows'
+   * attention mass to its block scores and drops what its policy selects (key shifts follow in
+   * the next plan). Returns every request that ended since the last call (finished, or
+   * rejected), except aborts, which `abort()` returned.
    * @throws {SchedulerError} INVALID_RESULT for misaligned arrays, a bad token id, a sequence
    *   that was not waiting for a token, or missing beam candidates; nothing changes then.
+   *   INVALID_POLICY when a compression policy selected a block it cannot drop (the step is
+   *   applied; that sequence only lost the oldest blocks beyond its policy's `maxBlocks`; its
+   *   outputs come with the next call).
    */
   update(result: StepResult = { seqIds: [], tokenIds: [] }): RequestOutput[] {
     // The plan that swapped these in has run by now.
     this.swap.releaseDeferred();
     const stamp = ++this.updateNo;
     applyStepResult(result, this.requests, stamp, () => this.now(), this.maxModelLen);
+    const rows = this.lastRows;
+    this.lastRows = [];
+    this.compressor.afterStep(rows);
     return this.requests.takeFinished();
   }
 
@@ -327,6 +343,7 @@ export class Scheduler {
       rejected: requests.numRejected,
       hostSlotsUsed: hostSlots.numUsed,
       hostSlotsTotal: hostSlots.capacity,
+      kvCompression: this.compressor.metrics(requests.values()),
     };
   }
 }

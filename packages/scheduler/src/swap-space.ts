@@ -139,7 +139,7 @@ export class SwapSpace {
     g.hostSlotList = [];
     for (const s of g.seqs) {
       s.hostSlots = null;
-      s.numComputed = 0;
+      s.resetComputed();
     }
     g.state = WAITING;
     this.waiting.push(g);

@@ -1,4 +1,5 @@
 import type { BlockCopy, BlockId, ExtraKeys } from '@kvasir/kv-allocator';
+import type { KvCompressionSpec } from './kv-compression/parse';
 
 /** Why a request ended. */
 export type FinishReason = 'stop' | 'length' | 'abort' | 'rejected';
@@ -10,7 +11,10 @@ export type PreemptionMode = 'recompute' | 'swap';
 export interface SchedulerRequest {
   /** Unique among live requests. */
   readonly id: string;
-  /** Prompt token ids (integers in [0, 2^31)), at least one, at most `maxModelLen`. */
+  /**
+   * Prompt token ids (integers in [0, 2^31)), at least one, at most `maxModelLen` (longer with
+   * a `kvCompression` in 'cache' positions that compresses between prefill chunks).
+   */
   readonly promptTokenIds: ArrayLike<number>;
   /** Tokens to generate at most, ≥ 1. */
   readonly maxTokens: number;
@@ -39,6 +43,20 @@ export interface SchedulerRequest {
    * enter the prefix cache for other requests. Default false.
    */
   readonly skipPrefixCache?: boolean;
+  /**
+   * Token-level KV compression: the policy that drops this request's cached blocks once its
+   * context outgrows the policy's budget, and which positions kept tokens use. With positions
+   * 'cache', `maxTokens` may run past `maxModelLen`. Not with `beamWidth`.
+   */
+  readonly kvCompression?: KvCompressionSpec;
+}
+
+/** RoPE re-rotation of one physical block's keys, on every layer, before the forward pass. */
+export interface KeyShift {
+  /** Physical block id. */
+  readonly block: BlockId;
+  /** Positions the block's keys move by (negative: back, after blocks before it were dropped). */
+  readonly delta: number;
 }
 
 /** A block transfer between GPU memory and a host slot, for swap preemption. */
@@ -67,6 +85,15 @@ export interface PlanRow {
   readonly isPrefill: boolean;
   /** The row's physical blocks, logical order (a view into `blockTables`). */
   readonly blockTable: Uint32Array;
+  /**
+   * Output, for a compressed request whose policy needs attention this step: the forward pass
+   * fills entries [0, ceil(contextLen / blockSize)) with the attention mass each logical block
+   * gets from the row's last `massQueries` queries (summed over layers and heads). The
+   * scheduler owns it and reads it back in `update()`.
+   */
+  readonly attentionMass?: Float32Array;
+  /** How many of the row's last query tokens count in `attentionMass`. */
+  readonly massQueries?: number;
 }
 
 /**
@@ -106,6 +133,11 @@ export interface BatchPlan {
   readonly sampleIndices: Int32Array;
   /** Copy-on-write block copies, run after swaps and before the forward pass. */
   readonly copies: readonly BlockCopy[];
+  /**
+   * Key re-rotations, run after `copies` and before the forward pass: compressed requests in
+   * 'cache' positions whose kept blocks moved back when blocks before them were dropped.
+   */
+  readonly keyShifts: readonly KeyShift[];
   /** GPU → host copies of preempted sequences' blocks, run first. */
   readonly swapOut: readonly SwapTransfer[];
   /** Host → GPU copies of resumed sequences' blocks, run after `swapOut`. */
@@ -212,4 +244,16 @@ export interface SchedulerMetrics {
   readonly rejected: number;
   readonly hostSlotsUsed: number;
   readonly hostSlotsTotal: number;
+  /** Token-level KV compression, per policy name (absent names: never used). */
+  readonly kvCompression: Readonly<Record<string, KvCompressionMetrics>>;
+}
+
+/** One compression policy's figures in `SchedulerMetrics.kvCompression`. */
+export interface KvCompressionMetrics {
+  /** Live requests using it. */
+  readonly requests: number;
+  /** Blocks those requests hold now. */
+  readonly blocksHeld: number;
+  /** Tokens dropped from caches by it so far (ended requests included). */
+  readonly tokensDropped: number;
 }

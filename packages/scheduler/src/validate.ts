@@ -1,4 +1,5 @@
 import { SchedulerError } from './errors';
+import { validateKvCompressionPolicy } from './kv-compression/policy';
 import type { SchedulerRequest } from './types';
 
 // Plans carry token ids in Int32Arrays; no vocabulary comes near 2^31.
@@ -31,6 +32,8 @@ export interface RequestLimits {
   readonly maxNumSeqs: number;
   /** The group's decodes run in one step, so n and beamWidth must fit the token budget too. */
   readonly maxNumBatchedTokens?: number;
+  /** The cache's block size: checks a `kvCompression` budget (default 16). */
+  readonly blockSize?: number;
 }
 
 /**
@@ -47,10 +50,11 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
     invalid('promptTokenIds', 'must be an array of token ids', prompt);
   }
   if (prompt.length === 0) invalid('promptTokenIds', 'must not be empty', prompt.length);
-  if (prompt.length > limits.maxModelLen) {
+  const streams = req.kvCompression !== undefined && checkKvCompression(req, limits);
+  if (prompt.length > limits.maxModelLen && !streams) {
     invalid(
       'promptTokenIds',
-      `prompt has ${prompt.length} tokens, over maxModelLen ${limits.maxModelLen}`,
+      `prompt has ${prompt.length} tokens, over maxModelLen ${limits.maxModelLen}${req.kvCompression ? ` (only a compression policy that drops blocks during prefill, in 'cache' positions, streams a longer prompt)` : ''}`,
       prompt.length,
     );
   }
@@ -112,9 +116,51 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
       invalid('priority', `must be a finite number, got ${typeof req.priority}`, req.priority);
     }
   }
+  if (req.kvCompression !== undefined && req.beamWidth !== undefined && req.beamWidth > 1) {
+    invalid('kvCompression', 'cannot be combined with beam search (beamWidth)', req.beamWidth);
+  }
   if (req.arrivalTime !== undefined) {
     if (typeof req.arrivalTime !== 'number' || !Number.isFinite(req.arrivalTime)) {
       invalid('arrivalTime', 'must be a finite number', req.arrivalTime);
     }
   }
+}
+
+/**
+ * Checks `req.kvCompression` against the cache; true when the request may stream a prompt
+ * longer than the context (positions 'cache', compressing between prefill chunks).
+ * @throws {SchedulerError} INVALID_REQUEST naming what is wrong.
+ */
+function checkKvCompression(req: SchedulerRequest, limits: RequestLimits): boolean {
+  const spec = req.kvCompression;
+  if (spec === null || typeof spec !== 'object') {
+    invalid('kvCompression', 'must be { policy, positions }', spec);
+  }
+  try {
+    validateKvCompressionPolicy(spec.policy);
+  } catch (e) {
+    invalid('kvCompression.policy', (e as Error).message, undefined);
+  }
+  if (spec.positions !== 'cache' && spec.positions !== 'original') {
+    invalid('kvCompression.positions', "must be 'cache' or 'original'", spec.positions);
+  }
+  const bs = limits.blockSize ?? 16;
+  const blocks = spec.policy.maxBlocks(bs);
+  if (!Number.isInteger(blocks) || blocks < 2) {
+    invalid(
+      'kvCompression',
+      `${spec.policy.name} holds ${String(blocks)} block(s) of ${bs} tokens; its budget must cover at least 2 blocks`,
+      blocks,
+    );
+  }
+  if (spec.positions === 'original') return false;
+  // The largest position a decode reaches is the cache size: every held block full.
+  if (blocks * bs >= limits.maxModelLen) {
+    invalid(
+      'kvCompression',
+      `${spec.policy.name} holds up to ${blocks} blocks (${blocks * bs} tokens), so 'cache' positions would reach maxModelLen ${limits.maxModelLen}: keep its budget under ${limits.maxModelLen} tokens in whole blocks of ${bs}, or use positions 'original'`,
+      blocks,
+    );
+  }
+  return spec.policy.attention !== 'prefill-end';
 }
