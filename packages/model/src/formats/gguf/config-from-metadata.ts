@@ -1,5 +1,10 @@
 import { basename } from 'node:path';
-import { type ModelConfig, type RopeScaling, validateModelConfig } from '../../config.js';
+import {
+  type Architecture,
+  type ModelConfig,
+  type RopeScaling,
+  validateModelConfig,
+} from '../../config.js';
 import { ModelError } from '../../errors.js';
 import type { GgufTensorEntry } from './header.js';
 
@@ -23,16 +28,40 @@ function metaNum(md: Map<string, unknown>, key: string, file: string, fallback?:
   return v;
 }
 
-/** GGUF architectures read here: llama (Llama, Mistral, SmolLM, TinyLlama) and qwen2. */
-const GGUF_ARCHS = ['llama', 'qwen2'] as const;
+/**
+ * GGUF architectures read here: llama (Llama, Mistral 7B, SmolLM, TinyLlama), qwen2 and
+ * mistral3 (Ministral 3's text model: llama's block with an optional o_proj bias; MoE,
+ * YaRN RoPE and attention temperature scaling are refused below).
+ */
+export const GGUF_ARCHITECTURES = ['llama', 'qwen2', 'mistral3'] as const;
+
+const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architecture> = {
+  llama: 'llama',
+  qwen2: 'qwen2',
+  mistral3: 'mistral',
+};
+
+/** GGUF architectures whose converter permutes Q/K rows for llama.cpp's interleaved RoPE. */
+export const GGUF_PERMUTED_QK: ReadonlySet<string> = new Set(['llama', 'mistral3']);
+
+function unsupported(file: string, what: string, key: string): ModelError {
+  return new ModelError('UNSUPPORTED_ARCHITECTURE', `${basename(file)}: ${what} is not supported`, {
+    details: { file, key },
+  });
+}
 
 /**
  * Builds a {@link ModelConfig} from GGUF metadata (the `<arch>.*` keys and tokenizer ids) and
  * the tensor list (tied embeddings when `output.weight` is absent; vocabulary size from
  * `token_embd`; RoPE factors from `rope_freqs`, passed in when present).
  *
- * @throws {@link ModelError} `UNSUPPORTED_ARCHITECTURE` for other architectures or partial
- *   RoPE; `INVALID_CONFIG` for missing keys.
+ * A declared sliding window (`<arch>.attention.sliding_window`, 0 meaning none) is kept in
+ * `slidingWindow`, as {@link parseHfConfig} keeps Mistral's: attention here is full, which equals
+ * windowed attention while a sequence fits in the window, so a server caps the context there.
+ *
+ * @throws {@link ModelError} `UNSUPPORTED_ARCHITECTURE` for other architectures, partial RoPE,
+ *   RoPE scalings other than linear (YaRN ...), mixture-of-experts layers or attention
+ *   temperature scaling, naming the key; `INVALID_CONFIG` for missing keys.
  */
 export function configFromGguf(
   md: Map<string, unknown>,
@@ -41,13 +70,26 @@ export function configFromGguf(
   ropeFreqFactors?: Float32Array,
 ): ModelConfig {
   const arch = md.get('general.architecture');
-  if (typeof arch !== 'string' || !(GGUF_ARCHS as readonly string[]).includes(arch)) {
+  if (typeof arch !== 'string' || !(GGUF_ARCHITECTURES as readonly string[]).includes(arch)) {
     throw new ModelError(
       'UNSUPPORTED_ARCHITECTURE',
-      `${basename(file)}: GGUF architecture ${JSON.stringify(arch)} is not supported (supported: ${GGUF_ARCHS.join(', ')})`,
+      `${basename(file)}: GGUF architecture ${JSON.stringify(arch)} is not supported (supported: ${GGUF_ARCHITECTURES.join(', ')})`,
       { details: { file, architecture: arch } },
     );
   }
+  const experts = md.get(`${arch}.expert_count`);
+  if (typeof experts === 'number' && experts > 0) {
+    throw unsupported(file, `a mixture of experts (${experts} experts)`, `${arch}.expert_count`);
+  }
+  const temperature = md.get(`${arch}.attention.temperature_scale`);
+  if (typeof temperature === 'number' && temperature !== 0) {
+    throw unsupported(
+      file,
+      `attention temperature scaling (${arch}.attention.temperature_scale = ${temperature})`,
+      `${arch}.attention.temperature_scale`,
+    );
+  }
+  const window = md.get(`${arch}.attention.sliding_window`);
   const hiddenSize = metaNum(md, `${arch}.embedding_length`, file);
   const numHeads = metaNum(md, `${arch}.attention.head_count`, file);
   const numKvHeads = metaNum(md, `${arch}.attention.head_count_kv`, file, numHeads);
@@ -83,13 +125,7 @@ export function configFromGguf(
   if (st === 'linear') {
     ropeScaling = { type: 'linear', factor: metaNum(md, `${arch}.rope.scaling.factor`, file) };
   } else if (st !== undefined && st !== 'none') {
-    throw new ModelError(
-      'UNSUPPORTED_ARCHITECTURE',
-      `${basename(file)}: RoPE scaling ${JSON.stringify(st)} is not supported`,
-      {
-        details: { file },
-      },
-    );
+    throw unsupported(file, `RoPE scaling ${JSON.stringify(st)}`, `${arch}.rope.scaling.type`);
   }
   if (ropeFreqFactors) ropeScaling = { type: 'freq-factors', factors: Array.from(ropeFreqFactors) };
   const eos: number[] = [];
@@ -103,7 +139,7 @@ export function configFromGguf(
   }
   const bos = md.get('tokenizer.ggml.bos_token_id');
   const config: ModelConfig = {
-    architecture: arch === 'qwen2' ? 'qwen2' : 'llama',
+    architecture: ARCHITECTURE_BY_GGUF[arch as (typeof GGUF_ARCHITECTURES)[number]],
     hiddenSize,
     intermediateSize: metaNum(md, `${arch}.feed_forward_length`, file),
     numLayers: metaNum(md, `${arch}.block_count`, file),
@@ -118,7 +154,7 @@ export function configFromGguf(
     tieWordEmbeddings: !byName.has('output.weight'),
     attentionBias: arch === 'qwen2' || byName.has('blk.0.attn_q.bias'),
     attentionOutputBias: byName.has('blk.0.attn_output.bias'),
-    slidingWindow: null,
+    slidingWindow: typeof window === 'number' && window > 0 ? window : null,
     bosTokenId: typeof bos === 'number' ? bos : null,
     eosTokenIds: eos,
   };

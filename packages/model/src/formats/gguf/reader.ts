@@ -9,15 +9,15 @@ import {
   validateCheckpointTensors,
 } from '../checkpoint-reader.js';
 import { decodeToF32 } from '../dtype.js';
-import { configFromGguf } from './config-from-metadata.js';
+import { configFromGguf, GGUF_PERMUTED_QK } from './config-from-metadata.js';
 import { readGgufHeader } from './header.js';
 import { ggufToHfName } from './tensor-names.js';
 
 /**
- * Opens a GGUF checkpoint (GGUF v2/v3, architecture llama or qwen2; F32/F16/BF16 tensors and
+ * Opens a GGUF checkpoint (GGUF v2/v3, architecture llama, qwen2 or mistral3; F32/F16/BF16 tensors and
  * GGML's block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K–Q6_K and IQ4_NL, mixed per tensor as
  * llama-quantize's `_S`/`_M`/`_L` presets mix them). Tensors are exposed under canonical HF
- * names and shapes; llama's Q/K rows, which llama.cpp's converter permutes for its interleaved
+ * names and shapes; llama's (and mistral3's) Q/K rows, which llama.cpp's converter permutes for its interleaved
  * RoPE, are un-permuted on read (whole rows of blocks) so the bytes equal the HF tensors. Block
  * tensors keep their blocks: `readChunks` returns the file's bytes, `readTensorF32` decodes.
  *
@@ -46,7 +46,7 @@ export async function openGgufCheckpoint(
     }
     let config = configFromGguf(header.metadata, header.tensors, path, ropeFactors);
     if (options?.configOverride) config = options.configOverride(config);
-    const permute = header.metadata.get('general.architecture') === 'llama';
+    const permute = GGUF_PERMUTED_QK.has(String(header.metadata.get('general.architecture')));
     const tensors = new Map<string, TensorInfo>();
     const locations = new Map<string, TensorLocation>();
     for (const t of header.tensors) {

@@ -1,0 +1,136 @@
+import { mkdtemp, open, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeModelConfig } from '../../config.js';
+import { loadModel } from '../../execution/model.js';
+import { expectModelError } from '../../testing/checkpoint.js';
+import { seqPlan } from '../../testing/model.js';
+import { openCheckpoint } from '../open-checkpoint.js';
+import { writeRandomCheckpoint } from '../random-checkpoint.js';
+import { convertToGguf } from './convert.js';
+import { readGgufHeader } from './header.js';
+import { writeGguf } from './writer.js';
+
+const config = makeModelConfig({
+  architecture: 'mistral',
+  hiddenSize: 64,
+  intermediateSize: 96,
+  numLayers: 2,
+  numHeads: 4,
+  numKvHeads: 2,
+  vocabSize: 300,
+});
+
+let root: string;
+let llamaFile: string;
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), 'kvasir-gguf-arch-'));
+  await writeRandomCheckpoint(join(root, 'hf'), config, 11);
+  llamaFile = join(root, 'llama.gguf');
+  await convertToGguf(join(root, 'hf'), llamaFile);
+});
+afterAll(() => rm(root, { recursive: true, force: true }));
+
+/**
+ * Rewrites `src` with its metadata edited (tensors copied byte for byte): how a file of another
+ * architecture, or with keys this package's converter does not write, is made here.
+ */
+async function rewrite(
+  src: string,
+  name: string,
+  edit: (md: Map<string, unknown>) => void,
+): Promise<string> {
+  const fh = await open(src, 'r');
+  try {
+    const header = await readGgufHeader(fh, src);
+    const md = new Map(header.metadata);
+    md.delete('general.alignment');
+    edit(md);
+    const tensors = [];
+    for (const t of header.tensors) {
+      const data = new Uint8Array(t.byteLength);
+      await fh.read(data, 0, data.byteLength, t.offset);
+      tensors.push({ name: t.name, dtype: t.dtype, shape: [...t.dims].reverse(), data });
+    }
+    const dst = join(root, name);
+    await writeGguf(dst, md, tensors);
+    return dst;
+  } finally {
+    await fh.close();
+  }
+}
+
+/** The file's `llama.*` keys as another architecture's. */
+const asArch = (arch: string) => (md: Map<string, unknown>) => {
+  for (const [k, v] of [...md]) {
+    if (k.startsWith('llama.')) {
+      md.delete(k);
+      md.set(`${arch}.${k.slice('llama.'.length)}`, v);
+    }
+  }
+  md.set('general.architecture', arch);
+};
+
+describe('GGUF architectures', () => {
+  it('mistral3 (Ministral 3): Q/K un-permuted as for llama, the same logits as the llama file', async () => {
+    const file = await rewrite(llamaFile, 'mistral3.gguf', asArch('mistral3'));
+    const hf = await openCheckpoint(join(root, 'hf'));
+    const gg = await openCheckpoint(file);
+    try {
+      expect(gg.config.architecture).toBe('mistral');
+      expect(gg.config.numKvHeads).toBe(2);
+      for (const name of hf.tensors.keys())
+        expect(await gg.readTensorF32(name)).toEqual(await hf.readTensorF32(name));
+    } finally {
+      await hf.close();
+      await gg.close();
+    }
+    const opts = { backend: 'cpu' as const, numBlocks: 2, blockSize: 16 };
+    const a = await loadModel(llamaFile, opts);
+    const b = await loadModel(file, opts);
+    const plan = seqPlan([1, 5, 9, 200, 7], 0, [0], 16, 'last');
+    expect(await b.forward(plan)).toEqual(await a.forward(plan));
+    await a.destroy();
+    await b.destroy();
+  });
+
+  it('keeps a declared sliding window (0 meaning none), as the HF reader keeps Mistral’s', async () => {
+    const sw = await rewrite(llamaFile, 'sw.gguf', (md) =>
+      md.set('llama.attention.sliding_window', 4096),
+    );
+    const none = await rewrite(llamaFile, 'sw0.gguf', (md) =>
+      md.set('llama.attention.sliding_window', 0),
+    );
+    for (const [file, want] of [
+      [sw, 4096],
+      [none, null],
+      [llamaFile, null],
+    ] as const) {
+      const r = await openCheckpoint(file);
+      expect(r.config.slidingWindow).toBe(want);
+      await r.close();
+    }
+  });
+
+  it.each([
+    ['mistral3.expert_count', 8, 'mixture of experts'],
+    ['mistral3.attention.temperature_scale', 0.1, 'attention temperature scaling'],
+    ['mistral3.rope.scaling.type', 'yarn', 'RoPE scaling "yarn"'],
+  ] as const)('refuses %s = %s, naming it (UNSUPPORTED_ARCHITECTURE)', async (key, value, what) => {
+    const file = await rewrite(llamaFile, `bad-${key}.gguf`, (md) => {
+      asArch('mistral3')(md);
+      md.set(key, value);
+    });
+    await expectModelError(openCheckpoint(file), 'UNSUPPORTED_ARCHITECTURE', what);
+  });
+
+  it('refuses architectures it does not run, listing the ones it does', async () => {
+    const file = await rewrite(llamaFile, 'mistral4.gguf', asArch('mistral4'));
+    await expectModelError(
+      openCheckpoint(file),
+      'UNSUPPORTED_ARCHITECTURE',
+      'supported: llama, qwen2, mistral3',
+    );
+  });
+});
