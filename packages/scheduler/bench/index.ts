@@ -4,7 +4,7 @@
 // `pnpm --filter @kvasir/scheduler bench --json` prints one JSON object.
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { seededRandom } from '@kvasir/test-utils';
-import { Scheduler } from '../src/index';
+import { type KvCompressionSpec, parseKvCompression, Scheduler } from '../src/index';
 import {
   findMaxRate,
   HARDWARE,
@@ -52,7 +52,12 @@ const noCache = simulate({
 
 // Host cost of one schedule() + update() with 256 running decodes (context ~512), against the
 // roofline time of that same step for Llama-3-8B on an H100: the scheduler's share of a step.
-function schedulerStepMicros(): { medianUs: number; gpuStepUs: number } {
+// With `kvCompression`, every request compresses (a window under its context: a block is
+// dropped, and the kept ones shifted, every 16 steps per request).
+function schedulerStepMicros(kvCompression?: KvCompressionSpec): {
+  medianUs: number;
+  gpuStepUs: number;
+} {
   const kv = new KvCacheManager({ numBlocks: 256 * 40, blockSize: 16 });
   const sched = new Scheduler({
     kvCache: kv,
@@ -64,10 +69,18 @@ function schedulerStepMicros(): { medianUs: number; gpuStepUs: number } {
   for (let r = 0; r < 256; r++) {
     const prompt = new Int32Array(512);
     for (let i = 0; i < 512; i++) prompt[i] = Math.floor(random() * 32000);
-    sched.add({ id: `r${r}`, promptTokenIds: prompt, maxTokens: 3000, ignoreEos: true });
+    sched.add({
+      id: `r${r}`,
+      promptTokenIds: prompt,
+      maxTokens: 3000,
+      ignoreEos: true,
+      ...(kvCompression ? { kvCompression } : {}),
+    });
   }
   const stepOnce = () => {
     const plan = sched.schedule();
+    // The kernels' part: some attention mass for policies that read it.
+    for (const row of plan.rows) row.attentionMass?.fill(1, 0, Math.ceil(row.contextLen / 16));
     sched.update({
       seqIds: plan.sampleSeqIds,
       tokenIds: new Int32Array(plan.sampleSeqIds.length).fill(5),
@@ -93,6 +106,8 @@ function schedulerStepMicros(): { medianUs: number; gpuStepUs: number } {
   return { medianUs: times[times.length >> 1]!, gpuStepUs: gpu.seconds * 1e6 };
 }
 const overhead = schedulerStepMicros();
+const sinksOverhead = schedulerStepMicros(parseKvCompression('sinks:sinks=4,window=508'));
+const h2oOverhead = schedulerStepMicros(parseKvCompression('h2o:budget=512'));
 
 const cap = kvCapacity('OPT-13B', 'A100-40GB');
 const round = (x: number, d = 3) => Math.round(x * 10 ** d) / 10 ** d;
@@ -117,6 +132,8 @@ const out = {
   ),
   scheduler_step_us_256_decodes: round(overhead.medianUs, 0),
   scheduler_vs_h100_step: round(overhead.medianUs / overhead.gpuStepUs, 3),
+  scheduler_step_us_256_decodes_sinks: round(sinksOverhead.medianUs, 0),
+  scheduler_step_us_256_decodes_h2o: round(h2oOverhead.medianUs, 0),
   wall_s: round((performance.now() - t0) / 1000, 1),
 };
 if (json) console.log(JSON.stringify(out));
