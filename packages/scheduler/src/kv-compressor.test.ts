@@ -80,6 +80,50 @@ describe('KV compression through the scheduler', () => {
     });
   }
 
+  it('after a drop, the next plan shifts exactly the kept blocks after the first dropped one', () => {
+    const h = setup({ numBlocks: 64, blockSize: BS, maxModelLen: MODEL_LEN });
+    h.exec.checkCachePositions = () => true;
+    // sinks: 1 block + window 2 blocks. The prompt fills 3 blocks; the first decode opens a 4th.
+    const spec = specOf({ name: 'sinks', sinks: 4, window: 8 });
+    h.sched.add({ id: 'r', promptTokenIds: seqPrompt(12), maxTokens: 8, kvCompression: spec });
+    h.step(); // the prompt
+    const before = [...h.kv.blockTable(1)];
+    const decode = h.step(); // token 13 in a new block; then block 1 (tokens 4..7) is dropped
+    expect(decode.keyShifts).toEqual([]);
+    expect(h.kv.blockTable(1)).toEqual([before[0], before[2], decode.rows[0]!.blockTable[3]]);
+    const next = h.step();
+    expect(next.keyShifts).toEqual([
+      { block: before[2], delta: -4 },
+      { block: decode.rows[0]!.blockTable[3], delta: -4 },
+    ]);
+    expect(next.positions[0]).toBe(9);
+    expect(next.contextLens[0]).toBe(10);
+    h.runAll();
+  });
+
+  it("snapkv's last prompt chunk holds the whole observation window and reports its mass", () => {
+    const h = setup({
+      numBlocks: 64,
+      blockSize: BS,
+      maxModelLen: MODEL_LEN,
+      maxNumBatchedTokens: 8,
+    });
+    const spec = specOf({ name: 'snapkv', budget: 12, observation: 6 });
+    h.sched.add({ id: 'r', promptTokenIds: seqPrompt(19), maxTokens: 3, kvCompression: spec });
+    const chunks: number[] = [];
+    const mass: (number | undefined)[] = [];
+    while (h.sched.hasUnfinished()) {
+      const plan = h.step();
+      const row = plan.rows[0]!;
+      if (row.isPrefill) chunks.push(row.queryLen);
+      mass.push(row.massQueries);
+    }
+    // 19 = 8 + 5 + 6: the second chunk stops short so the last holds all 6 observed tokens.
+    expect(chunks).toEqual([8, 5, 6]);
+    expect(mass).toEqual([undefined, undefined, 6, undefined, undefined]);
+    expect(h.outputs.get('r')!.outputs[0]!.tokenIds).toHaveLength(3);
+  });
+
   it("positions 'original': no key shifts, positions are token indices, capped at the context", () => {
     const h = setup({ numBlocks: 64, blockSize: BS, maxModelLen: MODEL_LEN });
     const spec = specOf({ name: 'sinks', sinks: 4, window: 12 }, 'original');
