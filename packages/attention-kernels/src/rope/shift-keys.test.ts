@@ -128,4 +128,62 @@ describe('ShiftKeys on the GPU vs shiftKeysReference', () => {
     gpu.releaseBuffer(shifts);
     kernel.destroy();
   });
+
+  it('reads tables given at encode instead of its own (a model grows them with its positions)', async () => {
+    const gpu = await testGpu();
+    const rope = {
+      numQHeads: 2,
+      numKvHeads: 1,
+      headDim: 32,
+      style: 'rotate-half',
+      maxPosition: 4,
+    } as const;
+    const config: KeyShiftConfig = {
+      numKvHeads: 1,
+      headDim: 32,
+      blockSize: 8,
+      format: f32Format,
+      rope,
+    };
+    const small = await ShiftKeys.create(gpu, config);
+    const big = await ShiftKeys.create(gpu, { ...config, rope: { ...rope, maxPosition: 128 } });
+    const layout = small.layout;
+    const { cache } = keysAtPositions(
+      seededRandom(9),
+      big.config,
+      layout,
+      big.tables,
+      2,
+      (b) => 8 * b,
+    );
+    const shifts = [{ block: 1, delta: -100 }];
+    const want = cache.slice();
+    shiftKeysReference(big.config, big.tables, want, shifts);
+    const buf = gpu.storageBuffer(cache);
+    const cos = gpu.storageBuffer(big.tables.cos);
+    const sin = gpu.storageBuffer(big.tables.sin);
+    const packed = small.upload(shifts);
+    expect(() =>
+      small.encode(gpu.createEncoder(), {
+        kvCache: buf,
+        shifts: packed,
+        numShifts: 1,
+        shiftsHost: shifts,
+      }),
+    ).toThrow(/maxPosition 4/);
+    await gpu.run((e) =>
+      small.encode(e, {
+        kvCache: buf,
+        shifts: packed,
+        numShifts: 1,
+        shiftsHost: shifts,
+        ropeTables: { cos, sin, maxPosition: 128 },
+      }),
+    );
+    const got = new Uint32Array(await gpu.readBuffer(buf));
+    expect(maxAbsDiff(decodeKeys(layout, got), decodeKeys(layout, want))).toBeLessThan(2e-6);
+    for (const b of [buf, cos, sin, packed]) gpu.releaseBuffer(b);
+    small.destroy();
+    big.destroy();
+  });
 });

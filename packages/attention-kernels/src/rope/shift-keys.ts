@@ -21,6 +21,16 @@ export interface ShiftKeysArgs {
   readonly numShifts: number;
   /** Host copy of the shifts; when given, each is checked first (the kernel skips bad ones). */
   readonly shiftsHost?: readonly KeyShift[];
+  /**
+   * Tables of the same RoPE (`ropeTables({ ...config.rope, maxPosition })`) to read instead of
+   * the kernel's own: a model that grows its tables with the positions it has seen passes
+   * them, and creates the kernel with a small `rope.maxPosition`.
+   */
+  readonly ropeTables?: {
+    readonly cos: GpuBinding;
+    readonly sin: GpuBinding;
+    readonly maxPosition: number;
+  };
 }
 
 /**
@@ -107,7 +117,13 @@ export class ShiftKeys {
     requireBindable(args.kvCache, this.#gpu.limits.maxStorageBufferBindingSize, 'kvCache');
     requireBytes(args.shifts, args.numShifts * 8, 'shifts', `${args.numShifts} i32 pairs`);
     const numBlocks = Math.floor(bindingSize(args.kvCache) / this.layout.bytesPerBlock);
-    const maxPosition = this.config.rope.maxPosition;
+    const tables = args.ropeTables;
+    const maxPosition = tables?.maxPosition ?? this.config.rope.maxPosition;
+    if (tables !== undefined) {
+      const bytes = maxPosition * this.tables.half * 4;
+      requireBytes(tables.cos, bytes, 'ropeTables.cos', `${maxPosition} positions`);
+      requireBytes(tables.sin, bytes, 'ropeTables.sin', `${maxPosition} positions`);
+    }
     if (args.shiftsHost !== undefined) {
       if (args.shiftsHost.length !== args.numShifts) {
         throw new AttentionKernelError(
@@ -125,7 +141,7 @@ export class ShiftKeys {
     this.#gpu.dispatch(
       encoder,
       this.#pipeline,
-      [args.kvCache, args.shifts, this.#cos, this.#sin, params],
+      [args.kvCache, args.shifts, tables?.cos ?? this.#cos, tables?.sin ?? this.#sin, params],
       splitWorkgroups(args.numShifts * H * B, this.#gpu.limits.maxComputeWorkgroupsPerDimension),
       'shift-keys',
     );
