@@ -1,8 +1,10 @@
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, readFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
+import { convertToGguf } from '@kvasir/model/formats';
 import { describe, expect, it } from 'vitest';
 import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 import { CACHE_DIR, CLI, startServer } from './harness.js';
@@ -77,6 +79,35 @@ describe('kvasir CLI commands (built CLI)', () => {
     const text = (await kvasir(args)).stdout;
     expect(text).toMatch(/Q4_K +6 tensors/);
     expect(text).toMatch(/model needs +\S+ KiB of weights \+ \S+ KiB of KV per token/);
+  });
+
+  it('info names the architecture, the GGUF one and the GGUF tokenizer', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kvasir-info-qwen2-'));
+    const config = makeModelConfig({
+      architecture: 'qwen2',
+      hiddenSize: 64,
+      intermediateSize: 128,
+      numLayers: 1,
+      numHeads: 2,
+      vocabSize: 300,
+    });
+    try {
+      await writeRandomCheckpoint(join(dir, 'hf'), config, 1);
+      const gguf = join(dir, 'qwen2.gguf');
+      await convertToGguf(join(dir, 'hf'), gguf);
+      const args = ['info', '--backend', 'cpu', '--model', gguf, '--gpu-memory-bytes', '64MiB'];
+      const info = JSON.parse((await kvasir([...args, '--json'])).stdout);
+      expect(info.model).toMatchObject({
+        architecture: 'qwen2',
+        gguf_architecture: 'qwen2',
+        gguf_tokenizer: 'gpt2/gpt-2',
+      });
+      expect((await kvasir(args)).stdout).toMatch(
+        /architecture +qwen2 \(GGUF qwen2, tokenizer gpt2\/gpt-2\)/,
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('generate prints a continuation and its token accounting', async () => {

@@ -10,11 +10,34 @@ const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
   'host-available': 'host memory available',
 };
 
-/** The stored types of the model's tensors (a k-quant GGUF mixes several), header only. */
-async function weightSummary(path: string): Promise<WeightSummary> {
+/** What the checkpoint's header says: its tensors' stored types and its architecture. */
+interface CheckpointFacts {
+  /** The stored types of the model's tensors (a k-quant GGUF mixes several). */
+  readonly weights: WeightSummary;
+  /** The model family Kvasir runs it as (`llama`, `mistral`, `qwen2`). */
+  readonly architecture: string;
+  /** GGUF: `general.architecture` (a Mistral 7B GGUF says `llama`); else null. */
+  readonly ggufArchitecture: string | null;
+  /** GGUF: `tokenizer.ggml.model` and `.pre` (e.g. `gpt2/qwen2`, `llama`); else null. */
+  readonly ggufTokenizer: string | null;
+}
+
+/** Reads {@link CheckpointFacts} from the header only. */
+async function checkpointFacts(path: string): Promise<CheckpointFacts> {
   const reader = await openCheckpoint(path);
   try {
-    return summarizeWeights(reader);
+    const str = (key: string) => {
+      const v = reader.metadata.get(key);
+      return typeof v === 'string' ? v : null;
+    };
+    const model = str('tokenizer.ggml.model');
+    const pre = str('tokenizer.ggml.pre');
+    return {
+      weights: summarizeWeights(reader),
+      architecture: reader.config.architecture,
+      ggufArchitecture: reader.format === 'gguf' ? str('general.architecture') : null,
+      ggufTokenizer: model === null ? null : pre === null ? model : `${model}/${pre}`,
+    };
   } finally {
     await reader.close();
   }
@@ -34,7 +57,8 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
   const { model, plan, path, isDefault, isRandom } = await loadAndPlan(config);
   try {
     const layout = model.kvLayout;
-    const weights = await weightSummary(path);
+    const facts = await checkpointFacts(path);
+    const weights = facts.weights;
     const bpw = (bytes: number, params: number) => Number(((8 * bytes) / params).toFixed(4));
     const report = {
       backend: model.backend,
@@ -43,6 +67,9 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         embedded_default: isDefault,
         random_weights: isRandom,
         id: isDefault ? DEFAULT_MODEL_NAME : isRandom ? RANDOM_MODEL_NAME : model.modelId,
+        architecture: facts.architecture,
+        gguf_architecture: facts.ggufArchitecture,
+        gguf_tokenizer: facts.ggufTokenizer,
         layers: layout.numLayers,
         kv_heads: layout.numKvHeads,
         head_dim: layout.headDim,
@@ -86,6 +113,10 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         max_concurrent_full_contexts: Math.floor(plan.numTokens / model.maxModelLen),
       },
     };
+    const fromFile = [
+      ...(facts.ggufArchitecture === null ? [] : [`GGUF ${facts.ggufArchitecture}`]),
+      ...(facts.ggufTokenizer === null ? [] : [`tokenizer ${facts.ggufTokenizer}`]),
+    ];
     if (json) {
       process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
       return;
@@ -95,6 +126,7 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       `model            ${report.model.id}${isRandom ? '  (random weights: output is noise)' : ''}`,
       `                 ${path}`,
       ...(isDefault ? describeDefaultModel().map((line) => `                 ${line}`) : []),
+      `architecture     ${facts.architecture}${fromFile.length > 0 ? ` (${fromFile.join(', ')})` : ''}`,
       `shape            ${layout.numLayers} layers, ${layout.numKvHeads} KV heads × ${layout.headDim}, context ${model.maxModelLen}`,
       `weights          ${formatBytes(plan.weightBytes)}: ${count(weights.parameters)} parameters, ${report.weights.bits_per_weight} bits per weight`,
       ...report.weights.types.map(
