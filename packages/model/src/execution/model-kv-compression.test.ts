@@ -1,3 +1,4 @@
 import { kvCompressionSuite } from '../testing/kv-compression-suite.js';
 
 kvCompressionSuite('cpu');
+kvCompressionSuite('webgpu');

@@ -71,14 +71,45 @@ export function kvCompressionSuite(
 ): void {
   const config = tinyConfig();
   const oneLayer = tinyConfig({ numLayers: 1 });
-  const load = modelLoader(backend, config, 21, extra);
-  const load1 = modelLoader(backend, oneLayer, 22, extra);
   const bs = 8;
   const vocab = config.vocabSize;
   const tokens = Array.from({ length: 40 }, (_, i) => (i * 29 + 7) % vocab);
-  afterAll(releaseTestGpu);
 
   describe(`${backend} attention mass and key shifts${label}`, () => {
+    // Registered first, so it runs after the loaders have destroyed their models.
+    afterAll(releaseTestGpu);
+    const load = modelLoader(backend, config, 21, extra);
+    const load1 = modelLoader(backend, oneLayer, 22, extra);
+
+    if (backend !== 'cpu') {
+      it("attention mass equals the cpu backend's", async () => {
+        const m = await load();
+        const ref = await load({}, 'cpu');
+        const plan = mergePlans([
+          seqPlan(tokens.slice(0, 27), 0, [0, 1, 2, 3], bs, 'last'),
+          seqPlan(tokens.slice(30, 39), 0, [4, 5], bs, 'last'),
+        ]);
+        const run = async (model: Model) => {
+          const a = new Float32Array(4);
+          const b = new Float32Array(2);
+          const rows = plan.rows as ForwardPlan['rows'][number][];
+          await model.forward({
+            ...plan,
+            rows: [
+              { ...(rows[0] as ForwardPlan['rows'][number]), attentionMass: a, massQueries: 16 },
+              { ...(rows[1] as ForwardPlan['rows'][number]), attentionMass: b, massQueries: 1 },
+            ],
+          });
+          return Float32Array.of(...a, ...b);
+        };
+        const want = await run(ref);
+        const got = await run(m);
+        // Sums of up to 2 layers × 2 heads × 16 queries of probabilities: f32 against f64.
+        expect(maxRelDiff(got, want)).toBeLessThan(1e-4);
+        // 2 layers × 2 heads × 16 queries.
+        expect(want.subarray(0, 4).reduce((x, y) => x + y, 0)).toBeCloseTo(4 * 16, 2);
+      });
+    }
     it('attention mass: per logical block, sums to layers x heads x massQueries, logits unchanged', async () => {
       const m = await load();
       const heads = config.numHeads * config.numLayers;

@@ -1,9 +1,13 @@
 /// <reference types="@webgpu/types" />
 import {
+  type AttentionMassPlan,
   PAGED_ATTENTION_HEAD_DIMS,
+  type PagedAttentionConfig,
+  PagedAttentionMass,
   PagedDecodeAttention,
   PagedPrefillAttention,
   ropeTables,
+  ShiftKeys,
   WriteKvCache,
 } from '@kvasir/attention-kernels';
 import { createGpu, type Gpu } from '@kvasir/gpu';
@@ -82,6 +86,7 @@ export async function createGpuExecutor(
       format: kv.kvFormat,
     };
     const attention: AttentionKernels = {
+      config,
       decode: await PagedDecodeAttention.create(gpu, config),
       prefill: await PagedPrefillAttention.create(gpu, config),
       // f32 and f16 rows are written by the fused RoPE + cache-write kernel.
@@ -152,6 +157,7 @@ function gpuAllocator(
 
 /** `@kvasir/attention-kernels`' paged attention and, for quantized formats, its cache writer. */
 interface AttentionKernels {
+  readonly config: PagedAttentionConfig;
   readonly decode: PagedDecodeAttention;
   readonly prefill: PagedPrefillAttention;
   /** The quantizing cache writer, for formats the fused RoPE + write kernel does not encode. */
@@ -163,7 +169,28 @@ type AttentionStep =
   | { kind: 'decode'; plan: ReturnType<PagedDecodeAttention['plan']> }
   | { kind: 'prefill'; plan: ReturnType<PagedPrefillAttention['plan']> };
 
-type StepOps = (enc: GPUCommandEncoder, plan: NormalizedPlan, attn: AttentionStep) => void;
+/** Work recorded into the step's encoder right after layer `l`'s attention (attention mass). */
+type AfterAttention = (
+  enc: GPUCommandEncoder,
+  l: number,
+  query: GPUBuffer,
+  cache: GPUBuffer,
+) => void;
+
+type StepOps = (
+  enc: GPUCommandEncoder,
+  plan: NormalizedPlan,
+  attn: AttentionStep,
+  after?: AfterAttention,
+) => void;
+
+/** What {@link GpuForward}'s `#extras` adds to a step. */
+interface StepExtras {
+  readonly after?: AfterAttention;
+  /** After the submission: copies each asking row's mass into its `attentionMass`. */
+  readonly readMass: () => Promise<void>;
+  readonly release: () => void;
+}
 
 interface Scratch {
   tokens: number;
@@ -204,6 +231,10 @@ class GpuForward implements Executor {
   #scratch: Scratch | undefined;
   #ops: StepOps | undefined;
   #queue: Promise<unknown> = Promise.resolve();
+  // Built on the first step that needs them (issue 21's key shifts and attention mass), so a
+  // model that never compresses its cache compiles and binds nothing for them.
+  #mass: Promise<PagedAttentionMass> | undefined;
+  #shift: Promise<ShiftKeys> | undefined;
   readonly blocks: KvBlockIo;
 
   constructor(
@@ -241,10 +272,12 @@ class GpuForward implements Executor {
 
   #ensure(plan: NormalizedPlan): Scratch {
     const c = this.config;
+    let maxShift = 0;
+    for (const k of plan.keyShifts) maxShift = Math.max(maxShift, Math.abs(k.delta));
     const need = {
       tokens: plan.numTokens,
       logits: Math.max(1, plan.logitsIndices.length),
-      ropePositions: Math.max(...Array.from(plan.positions)) + 1,
+      ropePositions: Math.max(maxShift, ...Array.from(plan.positions)) + 1,
       copies: Math.max(1, plan.copies.length),
     };
     const s = this.#scratch;
@@ -391,7 +424,7 @@ class GpuForward implements Executor {
       rowIndex: s.logitRows,
     });
     const head = k.matmul({ x: s.fin, w: w.lmHead, y: s.logitsBuf, params: this.#logitParams });
-    return (enc, plan, attnStep) => {
+    return (enc, plan, attnStep, after) => {
       const t = plan.numTokens;
       let pass = enc.beginComputePass({ label: 'kvasir-forward' });
       embed.encode(pass, t);
@@ -418,6 +451,7 @@ class GpuForward implements Executor {
           if (attnStep.kind === 'decode')
             this.attention.decode.encode(enc, { ...io, plan: attnStep.plan });
           else this.attention.prefill.encode(enc, { ...io, plan: attnStep.plan });
+          after?.(enc, l, s.q, cache);
           pass = enc.beginComputePass({ label: 'kvasir-forward' });
         }
         L.o.encode(pass, t);
@@ -493,10 +527,14 @@ class GpuForward implements Executor {
       }
     }
     const attnStep = this.#attentionStep(plan);
+    let extra: StepExtras | undefined;
     try {
-      ops(enc, plan, attnStep);
+      extra = await this.#extras(plan, s, enc);
+      ops(enc, plan, attnStep, extra?.after);
     } catch (e) {
       attnStep?.plan.release();
+      extra?.release();
+      if (e instanceof ModelError) throw e;
       throw new ModelError(
         'BACKEND',
         `encoding the forward step failed: ${e instanceof Error ? e.message : String(e)}`,
@@ -513,6 +551,7 @@ class GpuForward implements Executor {
     const err = oom ?? invalid;
     try {
       if (err) throw new ModelError('BACKEND', `WebGPU error in forward: ${err.message}`);
+      await extra?.readMass();
       if (n === 0) {
         await qw.onSubmittedWorkDone();
         return new Float32Array(0);
@@ -523,11 +562,91 @@ class GpuForward implements Executor {
       return out;
     } finally {
       attnStep?.plan.release();
+      extra?.release();
+    }
+  }
+
+  /**
+   * Issue 21's optional work of a step: key shifts recorded now (after the copies, before the
+   * layers), attention mass as a hook after each layer's attention and a read-back after the
+   * step. Undefined, and nothing recorded, when the plan asks for neither.
+   */
+  async #extras(
+    plan: NormalizedPlan,
+    s: Scratch,
+    enc: GPUCommandEncoder,
+  ): Promise<StepExtras | undefined> {
+    const wantsMass = plan.massQueries.some((m) => m > 0);
+    if (plan.keyShifts.length === 0 && !wantsMass) return undefined;
+    const gpu = this.gpu;
+    const owned: GPUBuffer[] = [];
+    let massPlan: AttentionMassPlan | undefined;
+    const release = () => {
+      massPlan?.release();
+      for (const b of owned) gpu.releaseBuffer(b);
+    };
+    try {
+      if (plan.keyShifts.length > 0) {
+        this.#shift ??= ShiftKeys.create(gpu, {
+          ...this.attention.config,
+          // The step's own tables (grown to cover every |delta|) are passed at encode.
+          rope: ropeConfig(this.config, 1),
+        });
+        const shift = await this.#shift;
+        const shifts = shift.upload(plan.keyShifts);
+        owned.push(shifts);
+        const ropeTables = { cos: s.cos, sin: s.sin, maxPosition: s.ropePositions };
+        for (const cache of this.#caches) {
+          shift.encode(enc, {
+            kvCache: cache,
+            shifts,
+            numShifts: plan.keyShifts.length,
+            shiftsHost: plan.keyShifts,
+            ropeTables,
+          });
+        }
+      }
+      if (!wantsMass) return { release, readMass: async () => {} };
+      this.#mass ??= PagedAttentionMass.create(gpu, this.attention.config);
+      const mass = await this.#mass;
+      const mp = mass.plan({
+        blockTables: plan.blockTables,
+        queryStarts: plan.queryStarts,
+        queryLens: plan.queryLens,
+        contextLens: plan.contextLens,
+        massQueries: plan.massQueries,
+        numSeqs: plan.numSeqs,
+        maxBlocksPerSeq: plan.maxBlocksPerSeq,
+        numTokens: plan.numTokens,
+      });
+      massPlan = mp;
+      // Created zeroed: the layers add into it.
+      const massOut = gpu.storageBuffer(plan.numSeqs * plan.maxBlocksPerSeq * 4, 'attention-mass');
+      owned.push(massOut);
+      return {
+        release,
+        after: (e, _l, query, cache) =>
+          mass.encode(e, { plan: mp, query, kvCache: cache, massOut }),
+        readMass: async () => {
+          const all = new Float32Array(await gpu.readBuffer(massOut));
+          for (let r = 0; r < plan.numSeqs; r++) {
+            const out = plan.massOut[r];
+            if (out === undefined) continue;
+            const need = Math.ceil((plan.contextLens[r] as number) / this.kv.blockSize);
+            const at = r * plan.maxBlocksPerSeq;
+            out.set(all.subarray(at, at + need));
+          }
+        },
+      };
+    } catch (e) {
+      release();
+      throw e;
     }
   }
 
   async destroy(): Promise<void> {
     await this.#queue;
+    (await this.#shift?.catch(() => undefined))?.destroy();
     if (this.ownsGpu) {
       this.gpu.destroy();
       return;
