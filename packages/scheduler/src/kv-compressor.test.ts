@@ -53,7 +53,11 @@ describe('KV compression through the scheduler', () => {
         }
         // Within a step the cache may hold one block more (the new token's); after it, no more
         // than the policy's blocks.
-        if (h.sched.hasUnfinished()) held.push(h.kv.stats().usedBlocks);
+        if (h.sched.hasUnfinished()) {
+          held.push(h.kv.stats().usedBlocks);
+          const m = h.sched.metrics().kvCompression[spec.policy.name]!;
+          expect([m.requests, m.blocksHeld]).toEqual([1, held.at(-1)]);
+        }
       }
       const out = h.outputs.get('r')!;
       expect(out.finishReason).toBe('length');

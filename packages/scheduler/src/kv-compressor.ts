@@ -227,7 +227,9 @@ export class KvCompressor {
       out[name] ??= { requests: 0, blocksHeld: 0, tokensDropped: 0 };
       const m = out[name];
       m.requests++;
-      m.blocksHeld += g.heldBlocks(this.kvCache);
+      const only = g.seqs.length === 1 ? g.seqs[0]! : undefined;
+      if (only) m.blocksHeld += only.allocated ? this.kvCache.blockTable(only.id).length : 0;
+      else m.blocksHeld += g.heldBlocks(this.kvCache);
     }
     return out;
   }
