@@ -146,6 +146,7 @@ export class KvCompressor {
   afterStep(rows: readonly CompressedRow[]): void {
     let error: SchedulerError | undefined;
     for (const row of rows) {
+      if (!row.seq.kv) continue; // a request without compression (its children neither)
       const seqs = row.samples && row.samples.length > 1 ? row.samples : [row.seq];
       for (const s of seqs) {
         if (!s.kv || !s.live || !s.allocated) continue;
