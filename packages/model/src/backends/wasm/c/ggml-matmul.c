@@ -106,6 +106,15 @@ static void unpack_q5_1(const u8* b, i16* q, float* d, float* m) {
   unpack_q5(b + 8, u32_at(b + 4), q, 0);
 }
 
+// v >> 2j in every byte by a constant shift: V8 turns an i8x16 shift by a variable amount into
+// a long instruction sequence.
+INLINE v128_t shr_2j(v128_t v, i32 j) {
+  if (j == 0) return v;
+  if (j == 1) return wasm_u8x16_shr(v, 2);
+  if (j == 2) return wasm_u8x16_shr(v, 4);
+  return wasm_u8x16_shr(v, 6);
+}
+
 // Q2_K: 16 groups of 16, group g = 8·half + 2·j + k holding bits 2j.. of qs[32·half + 16·k ..].
 static void unpack_q2_k(const u8* b, i16* q, float* d, float* m) {
   float dd = f16_at(b + 80);
@@ -119,7 +128,7 @@ static void unpack_q2_k(const u8* b, i16* q, float* d, float* m) {
         i32 g = 8 * half + 2 * j + k;
         u8 sc = b[g];
         m[g] = -dmin * (float)(sc >> 4);
-        put_i8_scaled(q + 16 * g, wasm_v128_and(wasm_u8x16_shr(v, 2 * j), three), sc & 15);
+        put_i8_scaled(q + 16 * g, wasm_v128_and(shr_2j(v, j), three), sc & 15);
       }
     }
   }
@@ -141,7 +150,7 @@ static void unpack_q3_k(const u8* b, i16* q, float* d, float* m) {
         i32 g = 8 * half + 2 * j + k;
         i32 lo = (sc[g & 7] >> (4 * (g >> 3))) & 15;
         i32 hi = (sc[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
-        v128_t low = wasm_v128_and(wasm_u8x16_shr(v, 2 * j), three);
+        v128_t low = wasm_v128_and(shr_2j(v, j), three);
         v128_t bit = wasm_v128_and(hm, wasm_i8x16_splat((int8_t)(1 << (4 * half + j))));
         // where the bit is clear, subtract 4
         v128_t sub = wasm_v128_and(wasm_i8x16_eq(bit, wasm_i8x16_splat(0)), four);
@@ -396,12 +405,45 @@ static void dot2_q4_0(const u8* r0, const u8* r1, i32 nb, const i16* xq, const f
   o[1] = hsum(a1);
 }
 
+INLINE v128_t u16_lo_f32(v128_t v) {
+  return wasm_f32x4_convert_i32x4(wasm_u32x4_extend_low_u16x8(v));
+}
+
+INLINE v128_t u16_hi_f32(v128_t v) {
+  return wasm_f32x4_convert_i32x4(wasm_u32x4_extend_high_u16x8(v));
+}
+
 // One Q4_K / Q5_K super-block of one row: the scaled sub-block sums into acc, returns the
-// minimums' term (dmin · Σ m_s · Σx over sub-block s).
+// minimums' term (dmin · Σ m_s · Σx over sub-block s). The twelve scale bytes become eight
+// scales and eight minimums with u32 masks, as llama.cpp unpacks them, and their products with
+// d and x's scales are taken four at a time: per-sub-block scalar work costs as much as the
+// vector work otherwise.
 INLINE float qk_k_block(const u8* blk, const u8* qs, const u8* qh, const i16* x, const float* xs,
                         const float* xb, v128_t* acc) {
   float d = f16_at(blk);
   float dmin = f16_at(blk + 2);
+  v128_t raw = ld(blk + 4);
+  u32 u0 = (u32)wasm_i32x4_extract_lane(raw, 0);
+  u32 u1 = (u32)wasm_i32x4_extract_lane(raw, 1);
+  u32 u2 = (u32)wasm_i32x4_extract_lane(raw, 2);
+  // bytes: scales 0-3, scales 4-7, mins 0-3, mins 4-7 (get_scale_min_k4 for every j at once)
+  v128_t sm = wasm_i32x4_make(
+      (i32)(u0 & 0x3f3f3f3fu), (i32)((u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4)),
+      (i32)(u1 & 0x3f3f3f3fu), (i32)(((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4)));
+  v128_t sc16 = wasm_u16x8_extend_low_u8x16(sm);
+  v128_t mn16 = wasm_u16x8_extend_high_u8x16(sm);
+  v128_t dv = wasm_f32x4_splat(d);
+  float ds[8];
+  wasm_v128_store(ds, wasm_f32x4_mul(wasm_f32x4_mul(u16_lo_f32(sc16), dv), ld(xs)));
+  wasm_v128_store(ds + 4, wasm_f32x4_mul(wasm_f32x4_mul(u16_hi_f32(sc16), dv), ld(xs + 4)));
+  // Σx per sub-block: xb's groups of 16 added in pairs.
+  v128_t g0 = ld(xb), g1 = ld(xb + 4), g2 = ld(xb + 8), g3 = ld(xb + 12);
+  v128_t x03 = wasm_f32x4_add(wasm_i32x4_shuffle(g0, g1, 0, 2, 4, 6),
+                              wasm_i32x4_shuffle(g0, g1, 1, 3, 5, 7));
+  v128_t x47 = wasm_f32x4_add(wasm_i32x4_shuffle(g2, g3, 0, 2, 4, 6),
+                              wasm_i32x4_shuffle(g2, g3, 1, 3, 5, 7));
+  v128_t mins = wasm_f32x4_add(wasm_f32x4_mul(u16_lo_f32(mn16), x03),
+                               wasm_f32x4_mul(u16_hi_f32(mn16), x47));
   v128_t mask = wasm_i8x16_splat(15);
   v128_t sixteen = wasm_i8x16_splat(16);
   v128_t zero = wasm_i8x16_splat(0);
@@ -410,11 +452,11 @@ INLINE float qk_k_block(const u8* blk, const u8* qs, const u8* qh, const i16* x,
     h0 = ld(qh);
     h1 = ld(qh + 16);
   }
-  float mins = 0.0f;
+  v128_t a = *acc;
   for (i32 j = 0; j < 4; j++) {
-    v128_t a = ld(qs + 32 * j), c = ld(qs + 32 * j + 16);
-    v128_t la = wasm_v128_and(a, mask), lc = wasm_v128_and(c, mask);
-    v128_t ha = wasm_u8x16_shr(a, 4), hc = wasm_u8x16_shr(c, 4);
+    v128_t va = ld(qs + 32 * j), vc = ld(qs + 32 * j + 16);
+    v128_t la = wasm_v128_and(va, mask), lc = wasm_v128_and(vc, mask);
+    v128_t ha = wasm_u8x16_shr(va, 4), hc = wasm_u8x16_shr(vc, 4);
     if (qh) {
       v128_t b0 = wasm_i8x16_splat((int8_t)(1 << (2 * j)));
       v128_t b1 = wasm_i8x16_splat((int8_t)(2 << (2 * j)));
@@ -423,18 +465,12 @@ INLINE float qk_k_block(const u8* blk, const u8* qs, const u8* qh, const i16* x,
       ha = wasm_v128_or(ha, wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(h0, b1), zero), sixteen));
       hc = wasm_v128_or(hc, wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(h1, b1), zero), sixteen));
     }
-    i32 sc, mn;
     const i16* xl = x + 64 * j;
-    scale_min_k4(2 * j, blk + 4, &sc, &mn);
-    *acc = fmadd_i(*acc, wasm_i32x4_add(dot16_u8(la, xl), dot16_u8(lc, xl + 16)),
-                   d * (float)sc * xs[2 * j]);
-    mins += (float)mn * (xb[4 * j] + xb[4 * j + 1]);
-    scale_min_k4(2 * j + 1, blk + 4, &sc, &mn);
-    *acc = fmadd_i(*acc, wasm_i32x4_add(dot16_u8(ha, xl + 32), dot16_u8(hc, xl + 48)),
-                   d * (float)sc * xs[2 * j + 1]);
-    mins += (float)mn * (xb[4 * j + 2] + xb[4 * j + 3]);
+    a = fmadd_i(a, wasm_i32x4_add(dot16_u8(la, xl), dot16_u8(lc, xl + 16)), ds[2 * j]);
+    a = fmadd_i(a, wasm_i32x4_add(dot16_u8(ha, xl + 32), dot16_u8(hc, xl + 48)), ds[2 * j + 1]);
   }
-  return dmin * mins;
+  *acc = a;
+  return dmin * hsum(mins);
 }
 
 static void dot2_q4_k(const u8* r0, const u8* r1, i32 nb, const i16* xq, const float* xs,
@@ -463,38 +499,53 @@ static void dot2_q5_k(const u8* r0, const u8* r1, i32 nb, const i16* xq, const f
   o[1] = hsum(a1) - m1;
 }
 
-// One Q6_K super-block of one row into acc. The int8 scale of each 16 multiplies its i32 sums
-// (|sum| <= 4 · 32 · 32767 per lane, times 128, two of them: below 2^31).
+// Bits 2k, 2k + 1 of each qh byte moved to bits 4, 5: one constant shift and a mask (k must be
+// a constant, as in shr_2j).
+INLINE v128_t q6_hi(v128_t hb, i32 k) {
+  v128_t m = wasm_i8x16_splat(0x30);
+  if (k == 0) return wasm_v128_and(wasm_i8x16_shl(hb, 4), m);
+  if (k == 1) return wasm_v128_and(wasm_i8x16_shl(hb, 2), m);
+  if (k == 2) return wasm_v128_and(hb, m);
+  return wasm_v128_and(wasm_u8x16_shr(hb, 2), m);
+}
+
+// Quarter k (32 weights) of a Q6_K half: codes from nibble k >> 1 of lo0/lo1 and bits 2k of
+// hb0/hb1, each 16 times its int8 scale in i32 (|sum| <= 4 · 32 · 32767 per lane, times 128,
+// two of them: below 2^31), then one float multiply-add.
+INLINE v128_t q6_quarter(v128_t acc, v128_t lo0, v128_t lo1, v128_t hb0, v128_t hb1, i32 k,
+                         const int8_t* sc, const i16* x, float scale) {
+  v128_t bias = wasm_i8x16_splat(32);
+  if (k & 2) {
+    lo0 = wasm_u8x16_shr(lo0, 4);
+    lo1 = wasm_u8x16_shr(lo1, 4);
+  } else {
+    lo0 = wasm_v128_and(lo0, wasm_i8x16_splat(15));
+    lo1 = wasm_v128_and(lo1, wasm_i8x16_splat(15));
+  }
+  v128_t q0 = wasm_i8x16_sub(wasm_v128_or(lo0, q6_hi(hb0, k)), bias);
+  v128_t q1 = wasm_i8x16_sub(wasm_v128_or(lo1, q6_hi(hb1, k)), bias);
+  v128_t s0 = wasm_i32x4_mul(dot16_i8(q0, x), wasm_i32x4_splat(sc[2 * k]));
+  v128_t s1 = wasm_i32x4_mul(dot16_i8(q1, x + 16), wasm_i32x4_splat(sc[2 * k + 1]));
+  return fmadd_i(acc, wasm_i32x4_add(s0, s1), scale);
+}
+
+// One Q6_K super-block of one row into acc.
 INLINE void q6_k_block(const u8* blk, const i16* x, const float* xs, v128_t* acc) {
   float d = f16_at(blk + 208);
-  v128_t mask = wasm_i8x16_splat(15);
-  v128_t three = wasm_i8x16_splat(3);
-  v128_t bias = wasm_i8x16_splat(32);
   for (i32 half = 0; half < 2; half++) {
     const u8* ql = blk + 64 * half;
     const u8* qh = blk + 128 + 32 * half;
     const int8_t* sc = (const int8_t*)(blk + 192 + 8 * half);
     const i16* xh = x + 128 * half;
+    const float* s = xs + 4 * half;
     v128_t l00 = ld(ql), l01 = ld(ql + 16), l10 = ld(ql + 32), l11 = ld(ql + 48);
     v128_t hb0 = ld(qh), hb1 = ld(qh + 16);
-    for (i32 k = 0; k < 4; k++) {
-      v128_t lo0 = k & 1 ? l10 : l00, lo1 = k & 1 ? l11 : l01;
-      if (k & 2) {
-        lo0 = wasm_u8x16_shr(lo0, 4);
-        lo1 = wasm_u8x16_shr(lo1, 4);
-      } else {
-        lo0 = wasm_v128_and(lo0, mask);
-        lo1 = wasm_v128_and(lo1, mask);
-      }
-      v128_t hi0 = wasm_v128_and(wasm_u8x16_shr(hb0, 2 * k), three);
-      v128_t hi1 = wasm_v128_and(wasm_u8x16_shr(hb1, 2 * k), three);
-      v128_t q0 = wasm_i8x16_sub(wasm_v128_or(lo0, wasm_i8x16_shl(hi0, 4)), bias);
-      v128_t q1 = wasm_i8x16_sub(wasm_v128_or(lo1, wasm_i8x16_shl(hi1, 4)), bias);
-      const i16* xk = xh + 32 * k;
-      v128_t s0 = wasm_i32x4_mul(dot16_i8(q0, xk), wasm_i32x4_splat(sc[2 * k]));
-      v128_t s1 = wasm_i32x4_mul(dot16_i8(q1, xk + 16), wasm_i32x4_splat(sc[2 * k + 1]));
-      *acc = fmadd_i(*acc, wasm_i32x4_add(s0, s1), d * xs[4 * half + k]);
-    }
+    v128_t a = *acc;
+    a = q6_quarter(a, l00, l01, hb0, hb1, 0, sc, xh, d * s[0]);
+    a = q6_quarter(a, l10, l11, hb0, hb1, 1, sc, xh + 32, d * s[1]);
+    a = q6_quarter(a, l00, l01, hb0, hb1, 2, sc, xh + 64, d * s[2]);
+    a = q6_quarter(a, l10, l11, hb0, hb1, 3, sc, xh + 96, d * s[3]);
+    *acc = a;
   }
 }
 
