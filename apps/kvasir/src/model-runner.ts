@@ -223,7 +223,10 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
   return {
     modelId,
     weightDigest: digest,
-    // f32 weights stay f32, other dtypes become f16: the checkpoint's size bounds it.
+    // Every backend keeps a tensor at its file size: f32 stays f32, f16/bf16 become f16, and
+    // GGUF block tensors (Q4_K, Q8_0, ...) stay blocks, on wasm too (before, wasm widened them
+    // to f16 and this undercounted a Q4_K_M model 3.5×). The one exception: gate and up of
+    // different block types are stored f16.
     weightBytes: reader.totalBytes,
     maxModelLen,
     kvLayout,

@@ -36,7 +36,7 @@ export interface LoadModelOptions {
   readonly groupSize?: number;
   /**
    * Storage of matrices (default `'auto'`: f32 stays f32, GGUF block tensors such as Q4_K
-   * stay blocks on the CPU and WebGPU backends and become f16 on wasm, the rest f16).
+   * stay blocks on every backend, the rest f16).
    */
   readonly weightDtype?: 'auto' | 'f32' | 'f16';
   /** Show a progress bar on stderr (`true`), or report through a {@link LoadProgress}. */
