@@ -22,8 +22,8 @@ the tokens. Written to tooling/ggml-fixtures/tokenizers/: <name>.gguf and <name>
   tooling/llama.cpp/build.sh && /usr/bin/python3 tooling/ggml-fixtures/make_tokenizer_fixtures.py
 
 Vocabularies: llama-spm (Llama 2's SentencePiece, also Mistral 7B v0.1's), qwen2 (byte-level BPE,
-pre-tokenizer qwen2), llama-bpe (Llama 3), gpt-2, and gpt-2's vocabulary with the pre-tokenizer
-`default` (llama.cpp's four-regex default split).
+pre-tokenizer qwen2), llama-bpe (Llama 3), gpt-2, and gpt-2's vocabulary with the pre-tokenizers
+`default` (llama.cpp's four-regex default split) and `tekken` (Mistral Nemo's, Ministral's).
 """
 
 import argparse
@@ -38,6 +38,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--llama-cpp", default=str(ROOT / "tooling/llama.cpp/src"))
 parser.add_argument("--bin", default=str(ROOT / "tooling/llama.cpp/build/bin"))
 parser.add_argument("--out", default=str(HERE / "tokenizers"))
+parser.add_argument("--only", nargs="*", help="fixture names to remake (default: all)")
 args = parser.parse_args()
 sys.path.insert(0, str(Path(args.llama_cpp) / "gguf-py"))
 from gguf import GGUFReader, GGUFValueType, GGUFWriter  # noqa: E402
@@ -71,6 +72,8 @@ VOCABS = [
     ("llama-bpe", "ggml-vocab-llama-bpe.gguf", {}, CHAT["llama-bpe"]),
     ("gpt-2", "ggml-vocab-gpt-2.gguf", {}, CHAT["gpt-2"]),
     ("gpt-2-default", "ggml-vocab-gpt-2.gguf", {"tokenizer.ggml.pre": "default"}, CHAT["gpt-2"]),
+    # Mistral Nemo's and Ministral's pre-tokenizer; llama.cpp ships no tekken vocabulary.
+    ("gpt-2-tekken", "ggml-vocab-gpt-2.gguf", {"tokenizer.ggml.pre": "tekken"}, CHAT["gpt-2"]),
 ]
 
 
@@ -177,6 +180,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, src_name, overrides, chat in VOCABS:
+        if args.only and name not in args.only:
+            continue
         src = MODELS / src_name
         inp = (MODELS / f"{src_name}.inp").read_text(encoding="utf-8")
         texts = [t for t in inp.split(SEP)]

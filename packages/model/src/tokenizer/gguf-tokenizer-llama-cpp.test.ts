@@ -20,6 +20,7 @@ const VOCABS = [
   ['llama-bpe', 'gpt2', 'llama-bpe'],
   ['gpt-2', 'gpt2', 'gpt-2'],
   ['gpt-2-default', 'gpt2', 'default'],
+  ['gpt-2-tekken', 'gpt2', 'tekken'],
 ] as const;
 
 async function load(name: string) {
@@ -64,10 +65,11 @@ describe("GGUF tokenizers against llama.cpp's", () => {
     });
   });
 
-  it('the bos token follows llama.cpp: SentencePiece and Llama 3 add it, Qwen2 and GPT-2 do not', async () => {
+  it('the bos token follows llama.cpp: SentencePiece, Llama 3 and Tekken add it, Qwen2 and GPT-2 do not', async () => {
     for (const [name, adds] of [
       ['llama-spm', true],
       ['llama-bpe', true],
+      ['gpt-2-tekken', true],
       ['qwen2', false],
       ['gpt-2', false],
     ] as const) {

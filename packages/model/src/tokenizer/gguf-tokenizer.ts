@@ -9,6 +9,13 @@ export const LLAMA3_SPLIT_PATTERN =
 export const QWEN2_SPLIT_PATTERN =
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/**
+ * Mistral's Tekken pre-tokenization pattern (Mistral Nemo, Ministral), as its `tokenizer.json`
+ * writes it: words split before an upper-case run, single digits.
+ */
+export const TEKKEN_SPLIT_PATTERN =
+  '[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+';
+
 /** GGUF `tokenizer.ggml.token_type` values. */
 const TOKEN_TYPE = {
   normal: 1,
@@ -32,10 +39,11 @@ const DEFAULT_SPLIT_PATTERNS = [
 ];
 
 /**
- * Llama 3's pre-tokenizer names: llama.cpp adds a bos token unless the file says otherwise, and
- * takes a word that is a token whole before trying merges (`ignore_merges`).
+ * Pre-tokenizer names (Llama 3's, Tekken's) for which llama.cpp adds a bos token unless the
+ * file says otherwise, and takes a word that is a token whole before trying merges
+ * (`ignore_merges`).
  */
-const LLAMA3_PRE = new Set(['llama3', 'llama-v3', 'llama-bpe']);
+const BOS_AND_WHOLE_WORDS = new Set(['llama3', 'llama-v3', 'llama-bpe', 'tekken']);
 
 function splitByteLevel(...patterns: string[]): Record<string, unknown> {
   return {
@@ -66,6 +74,8 @@ function preTokenizerFor(pre: string): Record<string, unknown> {
       return splitByteLevel(LLAMA3_SPLIT_PATTERN);
     case 'qwen2':
       return splitByteLevel(QWEN2_SPLIT_PATTERN);
+    case 'tekken':
+      return splitByteLevel(TEKKEN_SPLIT_PATTERN);
     case 'smollm':
       return {
         type: 'Sequence',
@@ -77,7 +87,7 @@ function preTokenizerFor(pre: string): Record<string, unknown> {
     default:
       throw new ModelError(
         'UNSUPPORTED_TOKENIZER',
-        `GGUF pre-tokenizer "${pre}" is not supported (supported: default, gpt-2, llama-bpe, llama3, smaug-bpe, qwen2, smollm)`,
+        `GGUF pre-tokenizer "${pre}" is not supported (supported: default, gpt-2, llama-bpe, llama3, smaug-bpe, qwen2, tekken, smollm)`,
         { details: { pre } },
       );
   }
@@ -170,12 +180,12 @@ export function tokenizerJsonFromGguf(md: ReadonlyMap<string, unknown>): GgufTok
       typeof md.get('tokenizer.ggml.pre') === 'string'
         ? (md.get('tokenizer.ggml.pre') as string)
         : 'default';
-    defaultAddBos = LLAMA3_PRE.has(pre);
+    defaultAddBos = BOS_AND_WHOLE_WORDS.has(pre);
     body = {
       normalizer: null,
       pre_tokenizer: preTokenizerFor(pre),
       decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
-      model: byteLevelBpeModel(vocab, merges, LLAMA3_PRE.has(pre)),
+      model: byteLevelBpeModel(vocab, merges, BOS_AND_WHOLE_WORDS.has(pre)),
     };
   } else if (model === 'llama') {
     const scores = getArray<number>(md, 'tokenizer.ggml.scores', true)!;
@@ -287,6 +297,7 @@ function detectPre(preTokenizer: unknown): string {
   const json = JSON.stringify(preTokenizer ?? null);
   if (json.includes(JSON.stringify(LLAMA3_SPLIT_PATTERN))) return 'llama-bpe';
   if (json.includes(JSON.stringify(QWEN2_SPLIT_PATTERN))) return 'qwen2';
+  if (json.includes(JSON.stringify(TEKKEN_SPLIT_PATTERN))) return 'tekken';
   if (json.includes(JSON.stringify(GPT2_SPLIT_PATTERN))) return 'gpt-2';
   const p = preTokenizer as { type?: string; use_regex?: boolean } | null;
   if (p?.type === 'ByteLevel' && p.use_regex !== false) return 'gpt-2';
