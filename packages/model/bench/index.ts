@@ -194,7 +194,7 @@ const base = {
   maxPositionEmbeddings: 2048,
 };
 const wasm = await benchWasm(log);
-if (process.argv.includes('--wasm-only')) {
+if (process.argv.includes('--wasm-only') || process.argv.includes('--wasm-kv-only')) {
   console.log(JSON.stringify(wasm, null, json ? undefined : 2));
   process.exit(0);
 }

@@ -1,6 +1,7 @@
 // The wasm backend's benchmark: its own streaming read next to a native one, then decode
 // (batch 1, 8, 32) and a 512-token prompt for the ~110M Llama (MHA and GQA; F16 and Q8_0-like
-// int8 weights with 32-element groups), and the CPU reference's decode for scale.
+// int8 weights with 32-element groups), decode over 512 cached tokens per KV format
+// (wasm-kv.ts), and the CPU reference's decode for scale.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,6 +15,7 @@ import type { ForwardPlan } from '../src/execution/forward-plan.js';
 import { type LoadModelOptions, loadModel, type Model } from '../src/execution/model.js';
 import { syntheticReader } from './synthetic-reader.js';
 import { benchWasmGgml } from './wasm-ggml.js';
+import { benchWasmKv } from './wasm-kv.js';
 
 const STREAM_BYTES = 256 << 20;
 const BLOCK = 16;
@@ -186,6 +188,10 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
     mha_110m: makeModelConfig(base),
     gqa_110m_kv4: makeModelConfig({ ...base, numKvHeads: 4 }),
   };
+  if (process.argv.includes('--wasm-kv-only')) {
+    await meter.close();
+    return { ...out, ...(await benchWasmKv(configs, threads, log)) };
+  }
   for (const [name, config] of Object.entries(configs)) {
     for (const w of ['f16', 'q8_0'] as const) {
       out[`wasm_${name}_${w}`] = await benchModel(name, config, w, threads, meter.measure, log);
@@ -196,6 +202,7 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
   out.wasm_pp512_tok_s = main.pp512_tok_s;
   out.wasm_decode_vs_roofline = main.decode_vs_roofline;
   Object.assign(out, await benchWasmGgml(threads, meter.measure, log));
+  Object.assign(out, await benchWasmKv(configs, threads, log));
   await meter.close();
   // The TypeScript reference backend, one decode step, for scale.
   const cpu = await loadModel(syntheticReader(configs.mha_110m), {

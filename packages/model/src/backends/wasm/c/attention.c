@@ -76,6 +76,114 @@ INLINE void axpy_f32(float* acc, float p, const float* r, i32 d) {
   for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + e, madd(ld(acc + e), pv, ld(r + e)));
 }
 
+// One op's arguments, unpacked once per thread.
+typedef struct {
+  const float* q;
+  float* out;
+  const i32 *tokSeq, *qStart, *qLen, *ctxLen, *tables;
+  i32 maxBlocks, hq, hkv, d, bs, bw, sw, sp, group;
+  const u32* cache;
+  float scale;
+  float *scores, *qr, *acc, *buf;
+  float* mass;
+  const i32 *massOff, *massQ;
+} Attention;
+
+// One (token, kv head) item. Always inlined with a constant `kvfmt`, so every format gets its
+// own loops with the row loader's format tests folded away.
+INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
+  const float* q = A->q;
+  float* out = A->out;
+  const i32* tokSeq = A->tokSeq;
+  const i32* qStart = A->qStart;
+  const i32* qLen = A->qLen;
+  const i32* ctxLen = A->ctxLen;
+  const i32* tables = A->tables;
+  i32 maxBlocks = A->maxBlocks, hq = A->hq, hkv = A->hkv, d = A->d;
+  i32 bs = A->bs, bw = A->bw, sw = A->sw, sp = A->sp, group = A->group;
+  const u32* cache = A->cache;
+  float scale = A->scale;
+  float *scores = A->scores, *qr = A->qr, *acc = A->acc, *buf = A->buf;
+  float* mass = A->mass;
+  const i32* massOff = A->massOff;
+  const i32* massQ = A->massQ;
+  i32 rot = kv_rotation(kvfmt);
+  i32 t = item / hkv, kvh = item % hkv;
+  i32 s = tokSeq[t];
+  i32 local = t - qStart[s];
+  i32 visible = ctxLen[s] - qLen[s] + local + 1;
+  const i32* table = tables + (long)s * maxBlocks;
+  const float* qh = q + ((long)t * hq + (long)kvh * group) * d;
+  if (rot) {
+    // H·q / R: the rotation is exact up to the power-of-two 1 / R.
+    float inv = 1.0f / (float)rot;
+    for (i32 e = 0; e < group * d; e++) qr[e] = qh[e];
+    hadamard(qr, group * d, rot);
+    for (i32 e = 0; e < group * d; e++) qr[e] *= inv;
+    qh = qr;
+  }
+  for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+    const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
+    i32 n = visible - j0 < bs ? visible - j0 : bs;
+    for (i32 r = 0; r < n; r++) {
+      float f;
+      const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
+      f *= scale;
+      for (i32 g = 0; g < group; g++) scores[g * sp + j0 + r] = dot_f32(qh + g * d, row, d) * f;
+    }
+  }
+  float* slot = 0;
+  if (mass && massOff[s] >= 0) {
+    i32 first = qLen[s] - massQ[s];
+    i32 blocks = (ctxLen[s] + bs - 1) / bs;
+    if (local >= first) slot = mass + massOff[s] + ((long)(local - first) * hkv + kvh) * blocks;
+  }
+  for (i32 g = 0; g < group; g++) {
+    float* sc = scores + (long)g * sp;
+    float mx = bits_f32(0xff800000u);
+    for (i32 j = 0; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
+    float sum = 0.0f;
+    for (i32 j = 0; j < visible; j++) {
+      float p = expf_(sc[j] - mx);
+      sc[j] = p;
+      sum += p;
+    }
+    float inv = 1.0f / sum;
+    // The normalized p multiplies V below through inv: scaling by inv here instead would
+    // change the output's rounding, and mass is rare.
+    if (slot) {
+      for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+        i32 n = visible - j0 < bs ? visible - j0 : bs;
+        float bsum = 0.0f;
+        for (i32 r = 0; r < n; r++) bsum += sc[j0 + r];
+        slot[b] += bsum * inv;
+      }
+    }
+    sc[visible] = inv;  // sp > visible: one spare float per head keeps 1 / sum
+    for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + g * d + e, wasm_f32x4_splat(0));
+  }
+  for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+    const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh + 1) * sw;
+    i32 n = visible - j0 < bs ? visible - j0 : bs;
+    for (i32 r = 0; r < n; r++) {
+      float f;
+      const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
+      for (i32 g = 0; g < group; g++) axpy_f32(acc + g * d, scores[g * sp + j0 + r] * f, row, d);
+    }
+  }
+  for (i32 g = 0; g < group; g++) {
+    float* o = out + ((long)t * hq + (long)kvh * group + g) * d;
+    float* ag = acc + g * d;
+    float inv = scores[g * sp + visible];
+    if (rot) {
+      hadamard(ag, d, rot);
+      inv *= 1.0f / (float)rot;
+    }
+    v128_t iv = wasm_f32x4_splat(inv);
+    for (i32 e = 0; e < d; e += 4) wasm_v128_store(o + e, wasm_f32x4_mul(ld(ag + e), iv));
+  }
+}
+
 // Causal paged attention for every (token, kv head) work item, split across threads: token i of
 // a sequence sees cache positions [0, contextLen - queryLen + i]. Each K and V row is loaded once
 // per item and used by the item's whole group of query heads (GQA, MQA).
@@ -91,104 +199,51 @@ INLINE void axpy_f32(float* acc, float p, const float* r, i32 d) {
 // (bytes per thread), sp (score floats per head, a multiple of 4 >= the longest context), mass
 // (0: off), massOff (-1: not this sequence), massQ.
 void op_attention(const i32* a, i32 tid, i32 nth) {
-  const float* q = (const float*)a[1];
-  float* out = (float*)a[2];
+  Attention A;
+  A.q = (const float*)a[1];
+  A.out = (float*)a[2];
   i32 m = a[3];
-  const i32* tokSeq = (const i32*)a[4];
-  const i32* qStart = (const i32*)a[5];
-  const i32* qLen = (const i32*)a[6];
-  const i32* ctxLen = (const i32*)a[7];
-  const i32* tables = (const i32*)a[8];
-  i32 maxBlocks = a[9], hq = a[10], hkv = a[11], d = a[12];
-  const u32* cache = (const u32*)a[13];
-  i32 kvfmt = a[14], bs = a[15], bw = a[16], sw = a[17];
-  float scale = bits_f32((u32)a[19]);
-  float* scores = (float*)(a[20] + tid * a[21]);
-  i32 sp = a[22];
-  float* mass = (float*)a[23];
-  const i32* massOff = (const i32*)a[24];
-  const i32* massQ = (const i32*)a[25];
-  i32 group = hq / hkv;
-  float* qr = scores + (long)group * sp;
-  float* acc = qr + (long)group * d;
-  float* buf = acc + (long)group * d;
-  i32 rot = kv_rotation(kvfmt);
+  A.tokSeq = (const i32*)a[4];
+  A.qStart = (const i32*)a[5];
+  A.qLen = (const i32*)a[6];
+  A.ctxLen = (const i32*)a[7];
+  A.tables = (const i32*)a[8];
+  A.maxBlocks = a[9];
+  A.hq = a[10];
+  A.hkv = a[11];
+  A.d = a[12];
+  A.cache = (const u32*)a[13];
+  i32 kvfmt = a[14];
+  A.bs = a[15];
+  A.bw = a[16];
+  A.sw = a[17];
+  A.scale = bits_f32((u32)a[19]);
+  A.scores = (float*)(a[20] + tid * a[21]);
+  A.sp = a[22];
+  A.mass = (float*)a[23];
+  A.massOff = (const i32*)a[24];
+  A.massQ = (const i32*)a[25];
+  A.group = A.hq / A.hkv;
+  A.qr = A.scores + (long)A.group * A.sp;
+  A.acc = A.qr + (long)A.group * A.d;
+  A.buf = A.acc + (long)A.group * A.d;
   i32 lo, hi;
-  split(m * hkv, 1, tid, nth, &lo, &hi);
-  for (i32 item = lo; item < hi; item++) {
-    i32 t = item / hkv, kvh = item % hkv;
-    i32 s = tokSeq[t];
-    i32 local = t - qStart[s];
-    i32 visible = ctxLen[s] - qLen[s] + local + 1;
-    const i32* table = tables + (long)s * maxBlocks;
-    const float* qh = q + ((long)t * hq + (long)kvh * group) * d;
-    if (rot) {
-      // H·q / R: the rotation is exact up to the power-of-two 1 / R.
-      float inv = 1.0f / (float)rot;
-      for (i32 e = 0; e < group * d; e++) qr[e] = qh[e];
-      hadamard(qr, group * d, rot);
-      for (i32 e = 0; e < group * d; e++) qr[e] *= inv;
-      qh = qr;
-    }
-    for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
-      const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
-      i32 n = visible - j0 < bs ? visible - j0 : bs;
-      for (i32 r = 0; r < n; r++) {
-        float f;
-        const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
-        f *= scale;
-        for (i32 g = 0; g < group; g++) scores[g * sp + j0 + r] = dot_f32(qh + g * d, row, d) * f;
-      }
-    }
-    float* slot = 0;
-    if (mass && massOff[s] >= 0) {
-      i32 first = qLen[s] - massQ[s];
-      i32 blocks = (ctxLen[s] + bs - 1) / bs;
-      if (local >= first) slot = mass + massOff[s] + ((long)(local - first) * hkv + kvh) * blocks;
-    }
-    for (i32 g = 0; g < group; g++) {
-      float* sc = scores + (long)g * sp;
-      float mx = bits_f32(0xff800000u);
-      for (i32 j = 0; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
-      float sum = 0.0f;
-      for (i32 j = 0; j < visible; j++) {
-        float p = expf_(sc[j] - mx);
-        sc[j] = p;
-        sum += p;
-      }
-      float inv = 1.0f / sum;
-      // The normalized p multiplies V below through inv: scaling by inv here instead would
-      // change the output's rounding, and mass is rare.
-      if (slot) {
-        for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
-          i32 n = visible - j0 < bs ? visible - j0 : bs;
-          float bsum = 0.0f;
-          for (i32 r = 0; r < n; r++) bsum += sc[j0 + r];
-          slot[b] += bsum * inv;
-        }
-      }
-      sc[visible] = inv;  // sp > visible: one spare float per head keeps 1 / sum
-      for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + g * d + e, wasm_f32x4_splat(0));
-    }
-    for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
-      const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh + 1) * sw;
-      i32 n = visible - j0 < bs ? visible - j0 : bs;
-      for (i32 r = 0; r < n; r++) {
-        float f;
-        const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
-        for (i32 g = 0; g < group; g++) axpy_f32(acc + g * d, scores[g * sp + j0 + r] * f, row, d);
-      }
-    }
-    for (i32 g = 0; g < group; g++) {
-      float* o = out + ((long)t * hq + (long)kvh * group + g) * d;
-      float* ag = acc + g * d;
-      float inv = scores[g * sp + visible];
-      if (rot) {
-        hadamard(ag, d, rot);
-        inv *= 1.0f / (float)rot;
-      }
-      v128_t iv = wasm_f32x4_splat(inv);
-      for (i32 e = 0; e < d; e += 4) wasm_v128_store(o + e, wasm_f32x4_mul(ld(ag + e), iv));
-    }
+  split(m * A.hkv, 1, tid, nth, &lo, &hi);
+  switch (kvfmt) {
+#define ATTEND(F) \
+  case F:         \
+    for (i32 item = lo; item < hi; item++) attend(&A, item, F); \
+    break;
+    ATTEND(KV_F32)
+    ATTEND(KV_F16)
+    ATTEND(KV_INT8)
+    ATTEND(KV_FP8_E4M3)
+    ATTEND(KV_FP8_E5M2)
+    ATTEND(KV_INT8_H8)
+    ATTEND(KV_INT4)
+    ATTEND(KV_INT4_H32)
+#undef ATTEND
+    default:
+      break;
   }
 }
