@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GGUF architectures besides llama-on-Llama, checked against llama.cpp: a tiny random qwen2
-# (QKV bias, rope theta 1e6 from the file, tied embeddings, Qwen2's byte-level BPE vocabulary
-# and ChatML template) and a Mistral-style file (architecture llama, untied, Llama 2's
-# SentencePiece vocabulary, the [INST] template), written by @kvasir/model's own converter
+# (QKV bias, rope theta 1e6 from the file, untied, Qwen2's byte-level BPE vocabulary
+# and ChatML template), a Mistral-style file (architecture llama, untied, Llama 2's
+# SentencePiece vocabulary, the [INST] template) and the same as mistral3 (Ministral 3's YaRN
+# RoPE and attention temperature scaling), written by @kvasir/model's own converter
 # (write-arch-fixtures.ts; the tests rebuild the same bytes, so no GGUF is committed). Beside
 # each, arch/<name>.json: the file's SHA-256, the conversation, the prompt the file's chat
 # template renders from it with Python's jinja2 as transformers' apply_chat_template does

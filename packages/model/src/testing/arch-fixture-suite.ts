@@ -45,7 +45,7 @@ export function archFixtureSuite(
 
         const reader = await openCheckpoint(path);
         expect(reader.config).toMatchObject({
-          architecture: config.architecture === 'qwen2' ? 'qwen2' : 'llama',
+          architecture: fx.runsAs,
           attentionBias: config.attentionBias,
           ropeTheta: config.ropeTheta,
           tieWordEmbeddings: config.tieWordEmbeddings,

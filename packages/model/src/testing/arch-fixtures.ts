@@ -7,10 +7,11 @@ import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type ModelConfig, makeModelConfig } from '../config.js';
+import { type Architecture, type ModelConfig, makeModelConfig } from '../config.js';
 import { convertToGguf } from '../formats/gguf/convert.js';
 import { readGgufHeader } from '../formats/gguf/header.js';
 import type { GgufTypedValue } from '../formats/gguf/value-types.js';
+import { writeGguf } from '../formats/gguf/writer.js';
 import { writeRandomCheckpoint } from '../formats/random-checkpoint.js';
 
 /** Mistral 7B Instruct v0.1's chat template (its `tokenizer_config.json`). */
@@ -20,9 +21,11 @@ export const MISTRAL_V01_CHAT_TEMPLATE =
 /** One architecture fixture: its model, vocabulary and the chat llama.cpp was prompted with. */
 export interface ArchFixture {
   /** File stem under `tooling/ggml-fixtures/arch/`. */
-  readonly name: 'tiny-qwen2' | 'tiny-mistral';
+  readonly name: 'tiny-qwen2' | 'tiny-mistral' | 'tiny-ministral3';
   /** Cut vocabulary under `tooling/ggml-fixtures/tokenizers/`. */
   readonly vocab: string;
+  /** The family the GGUF reader should run it as. */
+  readonly runsAs: Architecture;
   /** The model without its vocabulary size (taken from the vocabulary). */
   readonly config: Omit<ModelConfig, 'vocabSize'>;
   readonly seed: number;
@@ -30,6 +33,14 @@ export interface ArchFixture {
   readonly chatTemplate: string | null;
   /** The conversation whose rendered prompt llama.cpp decoded from. */
   readonly messages: readonly { role: string; content: string }[];
+  /**
+   * Written as this GGUF architecture instead of the converter's (its `llama.*` keys renamed),
+   * with these extra `<arch>.*` keys (numbers stored as f32).
+   */
+  readonly gguf?: {
+    readonly architecture: string;
+    readonly metadata: Readonly<Record<string, number | string>>;
+  };
 }
 
 const base = {
@@ -50,6 +61,7 @@ const base = {
 export const QWEN2_FIXTURE: ArchFixture = {
   name: 'tiny-qwen2',
   vocab: 'qwen2',
+  runsAs: 'qwen2',
   config: {
     ...base,
     architecture: 'qwen2',
@@ -78,6 +90,7 @@ export const QWEN2_FIXTURE: ArchFixture = {
 export const MISTRAL_FIXTURE: ArchFixture = {
   name: 'tiny-mistral',
   vocab: 'llama-spm',
+  runsAs: 'llama',
   config: {
     ...base,
     architecture: 'mistral',
@@ -100,7 +113,33 @@ export const MISTRAL_FIXTURE: ArchFixture = {
   ],
 };
 
-export const ARCH_FIXTURES = [QWEN2_FIXTURE, MISTRAL_FIXTURE] as const;
+/**
+ * Ministral 3's text architecture (`mistral3`): the Mistral-style model with YaRN RoPE (factor
+ * 16 over 256 original positions, `yarn_log_multiplier` 1 as Ministral 3 has it: no cos/sin
+ * scaling) and Llama 4-style attention temperature scaling (β 0.1), which is 1 below the 256
+ * original positions the prompt and its 32 tokens stay within.
+ */
+export const MINISTRAL3_FIXTURE: ArchFixture = {
+  ...MISTRAL_FIXTURE,
+  name: 'tiny-ministral3',
+  runsAs: 'mistral',
+  config: { ...MISTRAL_FIXTURE.config, ropeTheta: 1_000_000, maxPositionEmbeddings: 4096 },
+  seed: 8,
+  gguf: {
+    architecture: 'mistral3',
+    metadata: {
+      'rope.scaling.type': 'yarn',
+      'rope.scaling.factor': 16,
+      'rope.scaling.original_context_length': 256,
+      'rope.scaling.yarn_log_multiplier': 1,
+      'rope.scaling.yarn_beta_fast': 32,
+      'rope.scaling.yarn_beta_slow': 1,
+      'attention.temperature_scale': 0.1,
+    },
+  },
+};
+
+export const ARCH_FIXTURES = [QWEN2_FIXTURE, MISTRAL_FIXTURE, MINISTRAL3_FIXTURE] as const;
 
 const tooling = new URL('../../../../tooling/ggml-fixtures/', import.meta.url);
 
@@ -164,10 +203,12 @@ export async function writeArchFixture(
   const work = await mkdtemp(join(tmpdir(), `kvasir-${fx.name}-`));
   try {
     await writeRandomCheckpoint(work, config, fx.seed);
-    await convertToGguf(work, path, {
+    const converted = fx.gguf ? join(work, 'llama.gguf') : path;
+    await convertToGguf(work, converted, {
       withoutTokenizer: true,
       metadata: { 'general.name': fx.name, ...tok },
     });
+    if (fx.gguf) await rewriteAsArchitecture(converted, path, fx.gguf);
   } finally {
     await rm(work, { recursive: true, force: true });
   }
@@ -175,4 +216,48 @@ export async function writeArchFixture(
     .update(await readFile(path))
     .digest('hex');
   return { config, sha256 };
+}
+
+/** Keys whose numbers GGUF files store as f32 (the rest of the converter's are u32). */
+const F32_KEY = /(layer_norm_rms_epsilon|freq_base|\.factor|yarn_[a-z_]+|temperature_scale)$/;
+
+/**
+ * Copies a GGUF file written by the converter as another architecture: `llama.*` keys renamed
+ * to `<arch>.*`, `extra` added, tensors byte for byte (Q/K stay permuted, as llama.cpp's
+ * converter writes mistral3's).
+ */
+async function rewriteAsArchitecture(
+  src: string,
+  dst: string,
+  gguf: NonNullable<ArchFixture['gguf']>,
+): Promise<void> {
+  const fh = await open(src, 'r');
+  try {
+    const header = await readGgufHeader(fh, src);
+    const md = new Map<string, unknown>();
+    const put = (key: string, v: unknown) => {
+      if (key === 'tokenizer.ggml.token_type') {
+        md.set(key, { type: 'array', itemType: 'i32', value: v });
+      } else if (key === 'tokenizer.ggml.scores') {
+        md.set(key, { type: 'array', itemType: 'f32', value: v });
+      } else if (typeof v === 'number' && F32_KEY.test(key)) {
+        md.set(key, { type: 'f32', value: v });
+      } else md.set(key, v);
+    };
+    for (const [k, v] of header.metadata) {
+      if (k === 'general.alignment') continue;
+      if (k === 'general.architecture') put(k, gguf.architecture);
+      else put(k.startsWith('llama.') ? `${gguf.architecture}.${k.slice(6)}` : k, v);
+    }
+    for (const [k, v] of Object.entries(gguf.metadata)) put(`${gguf.architecture}.${k}`, v);
+    const tensors = [];
+    for (const t of header.tensors) {
+      const data = new Uint8Array(t.byteLength);
+      await fh.read(data, 0, data.byteLength, t.offset);
+      tensors.push({ name: t.name, dtype: t.dtype, shape: [...t.dims].reverse(), data });
+    }
+    await writeGguf(dst, md, tensors);
+  } finally {
+    await fh.close();
+  }
 }

@@ -7,6 +7,7 @@ import {
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import type { GgufTensorEntry } from './header.js';
+import { yarnAttentionFactor, yarnFreqDivisors } from './yarn.js';
 
 function metaNum(md: Map<string, unknown>, key: string, file: string, fallback?: number): number {
   const v = md.get(key);
@@ -30,8 +31,8 @@ function metaNum(md: Map<string, unknown>, key: string, file: string, fallback?:
 
 /**
  * GGUF architectures read here: llama (Llama, Mistral 7B, SmolLM, TinyLlama), qwen2 and
- * mistral3 (Ministral 3's text model: llama's block with an optional o_proj bias; MoE,
- * YaRN RoPE and attention temperature scaling are refused below).
+ * mistral3 (Ministral 3's text model: llama's block with YaRN RoPE and Llama 4-style attention
+ * temperature scaling; its MoE variant is refused below).
  */
 export const GGUF_ARCHITECTURES = ['llama', 'qwen2', 'mistral3'] as const;
 
@@ -43,6 +44,46 @@ const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architec
 
 /** GGUF architectures whose converter permutes Q/K rows for llama.cpp's interleaved RoPE. */
 export const GGUF_PERMUTED_QK: ReadonlySet<string> = new Set(['llama', 'mistral3']);
+
+/**
+ * YaRN's per-pair frequency divisors from `<arch>.rope.scaling.*` (see {@link yarnFreqDivisors}).
+ *
+ * @throws {@link ModelError} `UNSUPPORTED_ARCHITECTURE` when llama.cpp would scale cos/sin by a
+ *   factor other than 1 (plain YaRN without `yarn_log_multiplier`), or for a `yarn_ext_factor`
+ *   other than 1.
+ */
+function yarnFromMetadata(
+  md: Map<string, unknown>,
+  arch: string,
+  file: string,
+  headDim: number,
+  ropeTheta: number,
+  originalContext: number,
+): number[] {
+  const key = (k: string) => `${arch}.rope.scaling.${k}`;
+  const factor = metaNum(md, key('factor'), file);
+  const ext = metaNum(md, key('yarn_ext_factor'), file, 1);
+  if (ext !== 1)
+    throw unsupported(file, `YaRN with yarn_ext_factor ${ext}`, key('yarn_ext_factor'));
+  const attention = yarnAttentionFactor(
+    factor,
+    metaNum(md, key('yarn_log_multiplier'), file, 0),
+    metaNum(md, key('attn_factor'), file, 1),
+  );
+  if (Math.abs(attention - 1) > 1e-6) {
+    throw unsupported(
+      file,
+      `YaRN with an attention factor of ${attention.toFixed(4)} (cos/sin scaled; only 1 is)`,
+      key('yarn_log_multiplier'),
+    );
+  }
+  return yarnFreqDivisors(headDim, ropeTheta, {
+    factor,
+    originalContext,
+    betaFast: metaNum(md, key('yarn_beta_fast'), file, 32),
+    betaSlow: metaNum(md, key('yarn_beta_slow'), file, 1),
+  });
+}
 
 function unsupported(file: string, what: string, key: string): ModelError {
   return new ModelError('UNSUPPORTED_ARCHITECTURE', `${basename(file)}: ${what} is not supported`, {
@@ -58,10 +99,14 @@ function unsupported(file: string, what: string, key: string): ModelError {
  * A declared sliding window (`<arch>.attention.sliding_window`, 0 meaning none) is kept in
  * `slidingWindow`, as {@link parseHfConfig} keeps Mistral's: attention here is full, which equals
  * windowed attention while a sequence fits in the window, so a server caps the context there.
+ * YaRN RoPE becomes per-pair `freq-factors` (llama.cpp's angles) when its cos/sin factor is 1.
+ * Attention temperature scaling (`<arch>.attention.temperature_scale`) multiplies queries by
+ * 1 + β·ln(1 + ⌊pos / original context⌋), which is 1 below the original context: the config's
+ * `maxPositionEmbeddings` stops there.
  *
  * @throws {@link ModelError} `UNSUPPORTED_ARCHITECTURE` for other architectures, partial RoPE,
- *   RoPE scalings other than linear (YaRN ...), mixture-of-experts layers or attention
- *   temperature scaling, naming the key; `INVALID_CONFIG` for missing keys.
+ *   RoPE scalings other than linear and YaRN, YaRN that scales cos/sin, and mixture-of-experts
+ *   layers, naming the key; `INVALID_CONFIG` for missing keys.
  */
 export function configFromGguf(
   md: Map<string, unknown>,
@@ -80,14 +125,6 @@ export function configFromGguf(
   const experts = md.get(`${arch}.expert_count`);
   if (typeof experts === 'number' && experts > 0) {
     throw unsupported(file, `a mixture of experts (${experts} experts)`, `${arch}.expert_count`);
-  }
-  const temperature = md.get(`${arch}.attention.temperature_scale`);
-  if (typeof temperature === 'number' && temperature !== 0) {
-    throw unsupported(
-      file,
-      `attention temperature scaling (${arch}.attention.temperature_scale = ${temperature})`,
-      `${arch}.attention.temperature_scale`,
-    );
   }
   const window = md.get(`${arch}.attention.sliding_window`);
   const hiddenSize = metaNum(md, `${arch}.embedding_length`, file);
@@ -120,14 +157,35 @@ export function configFromGguf(
       },
     );
   }
+  const contextLength = metaNum(md, `${arch}.context_length`, file);
+  const ropeTheta = metaNum(md, `${arch}.rope.freq_base`, file, 10000);
+  // llama.cpp's n_ctx_orig_yarn: YaRN's original context, and the span of positions over which
+  // Llama 4-style attention temperature scaling (1 + β·ln(1 + ⌊pos / span⌋)) stays 1.
+  const originalContext = metaNum(
+    md,
+    `${arch}.rope.scaling.original_context_length`,
+    file,
+    contextLength,
+  );
   let ropeScaling: RopeScaling | null = null;
+  let yarn: number[] | undefined;
   const st = md.get(`${arch}.rope.scaling.type`);
   if (st === 'linear') {
     ropeScaling = { type: 'linear', factor: metaNum(md, `${arch}.rope.scaling.factor`, file) };
+  } else if (st === 'yarn') {
+    yarn = yarnFromMetadata(md, arch, file, headDim, ropeTheta, originalContext);
   } else if (st !== undefined && st !== 'none') {
     throw unsupported(file, `RoPE scaling ${JSON.stringify(st)}`, `${arch}.rope.scaling.type`);
   }
-  if (ropeFreqFactors) ropeScaling = { type: 'freq-factors', factors: Array.from(ropeFreqFactors) };
+  if (ropeFreqFactors || yarn) {
+    // Both divide the same frequencies: llama.cpp divides by rope_freqs, then applies YaRN.
+    const factors = Array.from({ length: headDim / 2 }, (_, i) => {
+      return (ropeFreqFactors?.[i] ?? 1) * (yarn?.[i] ?? 1);
+    });
+    ropeScaling = { type: 'freq-factors', factors };
+  }
+  const temperature = md.get(`${arch}.attention.temperature_scale`);
+  const temperatureScaled = typeof temperature === 'number' && temperature !== 0;
   const eos: number[] = [];
   for (const k of [
     'tokenizer.ggml.eos_token_id',
@@ -148,9 +206,11 @@ export function configFromGguf(
     headDim,
     vocabSize: embd.dims[1] ?? 0,
     rmsNormEps: metaNum(md, `${arch}.attention.layer_norm_rms_epsilon`, file),
-    ropeTheta: metaNum(md, `${arch}.rope.freq_base`, file, 10000),
+    ropeTheta,
     ropeScaling,
-    maxPositionEmbeddings: metaNum(md, `${arch}.context_length`, file),
+    maxPositionEmbeddings: temperatureScaled
+      ? Math.min(contextLength, originalContext)
+      : contextLength,
     tieWordEmbeddings: !byName.has('output.weight'),
     attentionBias: arch === 'qwen2' || byName.has('blk.0.attn_q.bias'),
     attentionOutputBias: byName.has('blk.0.attn_output.bias'),

@@ -114,15 +114,59 @@ describe('GGUF architectures', () => {
   });
 
   it.each([
-    ['mistral3.expert_count', 8, 'mixture of experts'],
-    ['mistral3.attention.temperature_scale', 0.1, 'attention temperature scaling'],
-    ['mistral3.rope.scaling.type', 'yarn', 'RoPE scaling "yarn"'],
-  ] as const)('refuses %s = %s, naming it (UNSUPPORTED_ARCHITECTURE)', async (key, value, what) => {
-    const file = await rewrite(llamaFile, `bad-${key}.gguf`, (md) => {
+    [{ 'mistral3.expert_count': 8 }, 'mixture of experts'],
+    [{ 'mistral3.rope.scaling.type': 'longrope' }, 'RoPE scaling "longrope"'],
+    // Plain YaRN: llama.cpp scales cos/sin by 0.1·ln(4) + 1.
+    [
+      { 'mistral3.rope.scaling.type': 'yarn', 'mistral3.rope.scaling.factor': 4 },
+      'YaRN with an attention factor of 1.1386',
+    ],
+    [
+      {
+        'mistral3.rope.scaling.type': 'yarn',
+        'mistral3.rope.scaling.factor': 4,
+        'mistral3.rope.scaling.yarn_log_multiplier': 1,
+        'mistral3.rope.scaling.yarn_ext_factor': 0.5,
+      },
+      'yarn_ext_factor 0.5',
+    ],
+  ] as const)('refuses %o, naming it (UNSUPPORTED_ARCHITECTURE)', async (keys, what) => {
+    const file = await rewrite(llamaFile, `bad-${what.length}.gguf`, (md) => {
       asArch('mistral3')(md);
-      md.set(key, value);
+      for (const [k, v] of Object.entries(keys)) md.set(k, v);
     });
     await expectModelError(openCheckpoint(file), 'UNSUPPORTED_ARCHITECTURE', what);
+  });
+
+  it('YaRN (Ministral 3: yarn_log_multiplier 1) as freq factors; temperature scaling caps the context', async () => {
+    const file = await rewrite(llamaFile, 'yarn.gguf', (md) => {
+      asArch('mistral3')(md);
+      md.set('mistral3.context_length', 4096);
+      md.set('mistral3.rope.freq_base', 1e6);
+      md.set('mistral3.rope.scaling.type', 'yarn');
+      md.set('mistral3.rope.scaling.factor', 16);
+      md.set('mistral3.rope.scaling.original_context_length', 256);
+      md.set('mistral3.rope.scaling.yarn_log_multiplier', 1);
+      md.set('mistral3.attention.temperature_scale', 0.1);
+    });
+    const r = await openCheckpoint(file);
+    try {
+      const s = r.config.ropeScaling;
+      expect(s?.type).toBe('freq-factors');
+      const f = s?.type === 'freq-factors' ? s.factors : [];
+      // Head dim 16, θ 1e6, 256 original positions: ggml's correction dims are
+      // ⌊16·ln(256 / (32·2π)) / (2·ln 1e6)⌋ = 0 and ⌈16·ln(256 / 2π) / (2·ln 1e6)⌉ = 3, so
+      // pair 0 keeps its frequency, pairs 3.. turn 16 times slower, pairs 1 and 2 blend.
+      const blend = (mix: number) => 1 / ((1 - mix) / 16 + mix);
+      expect(f).toHaveLength(8);
+      expect(f[0]).toBe(1);
+      expect(f[1]).toBeCloseTo(blend(2 / 3), 12);
+      expect(f[2]).toBeCloseTo(blend(1 / 3), 12);
+      for (let i = 3; i < 8; i++) expect(f[i]).toBeCloseTo(16, 12);
+      expect(r.config.maxPositionEmbeddings).toBe(256);
+    } finally {
+      await r.close();
+    }
   });
 
   it('refuses architectures it does not run, listing the ones it does', async () => {
