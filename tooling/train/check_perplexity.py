@@ -62,10 +62,9 @@ def read_safetensors(path):
 def load_torch_model(model_dir):
     with open(os.path.join(model_dir, 'config.json'), encoding='utf-8') as f:
         c = json.load(f)
-    if c['num_key_value_heads'] != c['num_attention_heads']:
-        raise SystemExit('model.py is multi-head attention only')
     cfg = ModelConfig(vocab_size=c['vocab_size'], dim=c['hidden_size'],
                       n_layers=c['num_hidden_layers'], n_heads=c['num_attention_heads'],
+                      n_kv_heads=c.get('num_key_value_heads'),
                       intermediate=c['intermediate_size'], max_seq_len=c['max_position_embeddings'],
                       rope_theta=c['rope_theta'], rms_norm_eps=c['rms_norm_eps'],
                       tie_embeddings=c.get('tie_word_embeddings', False))

@@ -69,7 +69,7 @@ def hf_config(m, dtype, tie):
         'intermediate_size': m.intermediate,
         'num_hidden_layers': m.n_layers,
         'num_attention_heads': m.n_heads,
-        'num_key_value_heads': m.n_heads,
+        'num_key_value_heads': m.kv_heads,
         'head_dim': m.head_dim,
         'hidden_act': 'silu',
         'max_position_embeddings': m.max_seq_len,

@@ -2,7 +2,8 @@
 
 Matches Hugging Face's LlamaForCausalLM: RMSNorm before attention and MLP, RoPE with the
 rotate_half convention (so q_proj/k_proj weights export to safetensors unpermuted), SwiGLU MLP,
-multi-head attention (kv heads = heads), no biases. Parameter names map one to one onto HF names
+multi-head attention by default (n_kv_heads < n_heads gives grouped-query attention, as HF's
+repeat_kv: query head h reads KV head h // (n_heads // n_kv_heads)), no biases. Parameter names map one to one onto HF names
 (see export.py).
 """
 
@@ -20,6 +21,7 @@ class ModelConfig:
     dim: int = 256
     n_layers: int = 6
     n_heads: int = 8
+    n_kv_heads: int = None  # None: n_heads (MHA)
     intermediate: int = 704
     max_seq_len: int = 512
     rope_theta: float = 10000.0
@@ -29,6 +31,10 @@ class ModelConfig:
     @property
     def head_dim(self):
         return self.dim // self.n_heads
+
+    @property
+    def kv_heads(self):
+        return self.n_kv_heads or self.n_heads
 
 
 class RMSNorm(nn.Module):
@@ -90,20 +96,26 @@ class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n_heads = cfg.n_heads
+        self.kv_heads = cfg.kv_heads
+        if cfg.n_heads % cfg.kv_heads != 0:
+            raise ValueError(f'n_kv_heads {cfg.kv_heads} must divide n_heads {cfg.n_heads}')
         self.head_dim = cfg.head_dim
         self.q_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.k_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.v_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.k_proj = nn.Linear(cfg.dim, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.dim, cfg.kv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
 
     def forward(self, x, cos, sin, mask):
         b, t, _ = x.shape
-        shape = (b, t, self.n_heads, self.head_dim)
-        q = self.q_proj(x).view(shape).transpose(1, 2)
-        k = self.k_proj(x).view(shape).transpose(1, 2)
-        v = self.v_proj(x).view(shape).transpose(1, 2)
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if self.kv_heads != self.n_heads:
+            group = self.n_heads // self.kv_heads
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
         y = causal_attention(q, k, v, mask)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
