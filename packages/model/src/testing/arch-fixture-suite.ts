@@ -6,7 +6,7 @@ import { generate } from '../execution/generate.js';
 import { loadModel } from '../execution/model.js';
 import { openCheckpoint } from '../formats/open-checkpoint.js';
 import { ModelTokenizer } from '../tokenizer/tokenizer.js';
-import { ARCH_FIXTURES, archRecordPath, writeArchFixture } from './arch-fixtures.js';
+import { ARCH_FIXTURES, archRecordPath, QWEN2_FIXTURE, writeArchFixture } from './arch-fixtures.js';
 import { klDivergence, type LlamaCppRun } from './ggml-fixture-suite.js';
 import { seqPlan, testGpu } from './model.js';
 
@@ -79,6 +79,35 @@ export function archFixtureSuite(
           );
         } finally {
           await model.destroy();
+        }
+      },
+    );
+
+    it.each(['Q8_0', 'Q4_0'] as const)(
+      'tiny-qwen2 in %s blocks: QKV bias on block weights, the distribution of the blocks decoded to f32',
+      async (dtype) => {
+        const path = join(root, `qwen2-${dtype}.gguf`);
+        await writeArchFixture(QWEN2_FIXTURE, path, dtype);
+        const tok = await ModelTokenizer.load(path);
+        const prompt = tok.encodeChat(QWEN2_FIXTURE.messages);
+        const common = {
+          backend,
+          numBlocks: 4,
+          blockSize: 16,
+          kvFormat: 'f32' as const,
+          ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
+          ...(backend === 'wasm' ? { threads: 2 } : {}),
+        };
+        const blocks = await loadModel(path, common);
+        const f32 = await loadModel(path, { ...common, weightDtype: 'f32' });
+        try {
+          const plan = seqPlan(prompt, 0, [0, 1, 2], 16, 'last');
+          expect(klDivergence(await f32.forward(plan), await blocks.forward(plan))).toBeLessThan(
+            1e-6,
+          );
+        } finally {
+          await blocks.destroy();
+          await f32.destroy();
         }
       },
     );

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Architecture, type ModelConfig, makeModelConfig } from '../config.js';
+import type { TensorDtype } from '../formats/dtype.js';
 import { convertToGguf } from '../formats/gguf/convert.js';
 import { readGgufHeader } from '../formats/gguf/header.js';
 import type { GgufTypedValue } from '../formats/gguf/value-types.js';
@@ -180,13 +181,15 @@ async function tokenizerMetadata(path: string): Promise<Record<string, unknown |
 }
 
 /**
- * Writes fixture `fx` as an F32 GGUF at `path` (seeded weights, this package's converter and
+ * Writes fixture `fx` as a GGUF at `path` (F32 unless `dtype` says otherwise for the matrices;
+ * seeded weights, this package's converter and
  * writer, the vocabulary's tokenizer keys and the fixture's chat template); returns its config
  * and the file's SHA-256, which the tooling script recorded beside llama.cpp's run.
  */
 export async function writeArchFixture(
   fx: ArchFixture,
   path: string,
+  dtype?: TensorDtype,
 ): Promise<{ config: ModelConfig; sha256: string }> {
   const tok = await tokenizerMetadata(vocabPath(fx.vocab));
   const vocabSize = (tok['tokenizer.ggml.tokens'] as string[]).length;
@@ -205,6 +208,7 @@ export async function writeArchFixture(
     await writeRandomCheckpoint(work, config, fx.seed);
     const converted = fx.gguf ? join(work, 'llama.gguf') : path;
     await convertToGguf(work, converted, {
+      ...(dtype ? { dtype } : {}),
       withoutTokenizer: true,
       metadata: { 'general.name': fx.name, ...tok },
     });
