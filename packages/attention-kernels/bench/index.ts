@@ -7,6 +7,7 @@
 import { createGpu } from '@kvasir/gpu';
 import { attentionSection } from './attention.js';
 import { cacheOpsSection } from './cache-ops.js';
+import { compressionSection } from './compression.js';
 import type { BenchContext, BenchSection } from './harness.js';
 import { streamSection } from './stream.js';
 
@@ -15,6 +16,8 @@ const SECTIONS: [string, BenchSection][] = [
   ['cache-ops', cacheOpsSection],
   // decode_gbps, decode_vs_stream, paged_vs_contiguous, decode_split_k_gain, prefill_tflops.
   ['attention', attentionSection],
+  // mass_vs_decode, shift_keys_gbps, shift_keys_vs_stream (KV compression).
+  ['compression', compressionSection],
 ];
 
 async function main(): Promise<void> {

@@ -12,8 +12,11 @@ import { PagedAttentionMass } from './attention-mass.js';
 
 afterAll(releaseTestGpu);
 
-/** GPU (f32, exp) vs the CPU reference (f64): per-block sums of up to heads × queries probabilities. */
-const MASS_TOL = 2e-5;
+/**
+ * GPU (f32, exp) vs the CPU reference (f64), relative to the largest entry: per-block sums of
+ * up to heads × queries probabilities (128 here, where one f32 ulp is 1.5e-5).
+ */
+const MASS_TOL = 2e-6;
 
 const CASES: readonly {
   name: string;
@@ -90,7 +93,8 @@ describe('PagedAttentionMass on the GPU vs the CPU references', () => {
       const numTokens = c.queryLens.reduce((a, b) => a + b, 0);
       const got = await kernel.run({ ...args, kvCache, massQueries, numTokens });
       gpu.releaseBuffer(kvCache);
-      expect(maxAbsDiff(got, want)).toBeLessThan(MASS_TOL);
+      const largest = Math.max(1, ...want);
+      expect(maxAbsDiff(got, want) / largest).toBeLessThan(MASS_TOL);
       // Each asking row's mass is heads × its mass queries; the others stay zero.
       c.massQueries.forEach((m, s) => {
         const row = got.subarray(s * fx.maxBlocksPerSeq, (s + 1) * fx.maxBlocksPerSeq);

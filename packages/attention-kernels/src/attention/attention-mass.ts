@@ -1,8 +1,15 @@
-import type { Gpu, GpuBinding } from '@kvasir/gpu';
+import { type Gpu, type GpuBinding, splitWorkgroups } from '@kvasir/gpu';
 import { bindingSize, requireBindable, requireBytes } from '../binding-checks.js';
 import { AttentionKernelError } from '../errors.js';
 import type { KvCacheLayout } from '../layout.js';
-import { massBlocksShader, massStatsShader } from './attention-mass.wgsl.js';
+import {
+  MASS_KEY_CHUNK,
+  massBlocksShader,
+  massHeadsPerRow,
+  massMergeShader,
+  massPartialsInvocations,
+  massPartialsShader,
+} from './attention-mass.wgsl.js';
 import {
   type PagedAttentionConfig,
   resolveScale,
@@ -41,10 +48,18 @@ export class AttentionMassPlan {
   readonly numTokens: number;
   /** Largest `massQueries` entry (rows of the statistics pass per sequence and head). */
   readonly maxMassQueries: number;
+  /** Key chunks of the longest asking context (invocations per row in the first pass). */
+  readonly maxChunks: number;
   /** Smallest cache (in blocks) the plan's block tables fit. */
   readonly minBlocks: number;
   /** @internal */
-  readonly buffers: { tables: GPUBuffer; seqs: GPUBuffer; stats: GPUBuffer; params: GPUBuffer };
+  readonly buffers: {
+    tables: GPUBuffer;
+    seqs: GPUBuffer;
+    partials: GPUBuffer;
+    stats: GPUBuffer;
+    params: GPUBuffer;
+  };
   readonly #gpu: Gpu;
   #released = false;
 
@@ -60,6 +75,7 @@ export class AttentionMassPlan {
     this.maxBlocksPerSeq = fields.maxBlocksPerSeq;
     this.numTokens = fields.numTokens;
     this.maxMassQueries = fields.maxMassQueries;
+    this.maxChunks = fields.maxChunks;
     this.minBlocks = fields.minBlocks;
     this.buffers = fields.buffers;
   }
@@ -93,28 +109,32 @@ export interface AttentionMassArgs {
  * `massOut`: for each sequence's last `massQueries[s]` query rows and every query head, the
  * softmax probabilities over its causal keys, summed per logical block and added into
  * `massOut[s][block]`. A separate pass from the attention kernels (whose split-K decode never
- * holds a row's final max and denominator): one dispatch recomputes each mass row's max and
- * denominator, a second sums per block. A step that asks for no mass encodes neither.
+ * holds a row's final max and denominator), recomputing `q·k` in three dispatches: partial
+ * softmax sums per (row, chunk of 64 keys), their merge into each row's max and denominator,
+ * then per (sequence, block) the probability sums. No workgroup memory, no barriers (the shape
+ * software adapters run fastest). A step that asks for no mass encodes none of it.
  */
 export class PagedAttentionMass {
   readonly config: PagedAttentionConfig;
   readonly layout: KvCacheLayout;
   readonly #gpu: Gpu;
-  readonly #stats: GPUComputePipeline;
+  readonly #workgroup: number;
+  readonly #partials: GPUComputePipeline;
+  readonly #merge: GPUComputePipeline;
   readonly #blocks: GPUComputePipeline;
 
   private constructor(
     gpu: Gpu,
     config: PagedAttentionConfig,
     layout: KvCacheLayout,
-    stats: GPUComputePipeline,
-    blocks: GPUComputePipeline,
+    workgroup: number,
+    pipelines: [GPUComputePipeline, GPUComputePipeline, GPUComputePipeline],
   ) {
     this.#gpu = gpu;
     this.config = config;
     this.layout = layout;
-    this.#stats = stats;
-    this.#blocks = blocks;
+    this.#workgroup = workgroup;
+    [this.#partials, this.#merge, this.#blocks] = pipelines;
   }
 
   /**
@@ -124,13 +144,25 @@ export class PagedAttentionMass {
    */
   static async create(gpu: Gpu, config: PagedAttentionConfig): Promise<PagedAttentionMass> {
     const layout = validateConfig(config);
-    const o = { numQHeads: config.numQHeads, scale: resolveScale(config), softCap: config.softCap };
-    const label = `attention-mass-${config.format.name}-d${config.headDim}-b${config.blockSize}-q${config.numQHeads}-kv${config.numKvHeads}`;
-    const [stats, blocks] = await Promise.all([
-      gpu.pipeline({ code: massStatsShader(layout, o), label: `${label}-stats` }),
+    // One llvmpipe SIMD vector per workgroup on software adapters (more workgroups for its
+    // threads), a common GPU width elsewhere.
+    const workgroup = gpu.isSoftware ? 8 : 64;
+    const o = {
+      numQHeads: config.numQHeads,
+      scale: resolveScale(config),
+      softCap: config.softCap,
+      workgroup,
+    };
+    const label = `attention-mass-${config.format.name}-d${config.headDim}-b${config.blockSize}-q${config.numQHeads}-kv${config.numKvHeads}-w${workgroup}`;
+    const pipelines = await Promise.all([
+      gpu.pipeline({ code: massPartialsShader(layout, o), label: `${label}-partials` }),
+      gpu.pipeline({
+        code: massMergeShader(o),
+        label: `attention-mass-merge-q${config.numQHeads}-w${workgroup}`,
+      }),
       gpu.pipeline({ code: massBlocksShader(layout, o), label: `${label}-blocks` }),
     ]);
-    return new PagedAttentionMass(gpu, config, layout, stats, blocks);
+    return new PagedAttentionMass(gpu, config, layout, workgroup, pipelines);
   }
 
   /**
@@ -158,14 +190,11 @@ export class PagedAttentionMass {
       );
     }
     const maxMassQueries = Math.max(...batch.massQueries);
-    const lim = this.#gpu.limits.maxComputeWorkgroupsPerDimension;
-    const x = maxMassQueries * this.config.numQHeads;
-    if (x > lim || maxBlocksPerSeq > lim || numSeqs > lim) {
-      throw new AttentionKernelError(
-        'DEVICE_LIMIT',
-        `attention mass grid (${x} or ${maxBlocksPerSeq}) × ${numSeqs} exceeds ${lim} workgroups per dimension`,
-      );
+    let maxContext = 0;
+    for (let s = 0; s < numSeqs; s++) {
+      if (batch.massQueries[s]! > 0) maxContext = Math.max(maxContext, batch.contextLens[s]!);
     }
+    const maxChunks = Math.max(1, Math.ceil(maxContext / MASS_KEY_CHUNK));
     const seqs = new Uint32Array(numSeqs * 4);
     for (let s = 0; s < numSeqs; s++) {
       seqs.set(
@@ -179,16 +208,21 @@ export class PagedAttentionMass {
       maxBlocksPerSeq,
       numTokens: batch.numTokens,
       maxMassQueries,
+      maxChunks,
       minBlocks: facts.maxBlockId + 1,
       buffers: {
         tables: g.storageBuffer(batch.blockTables, 'attention-mass-tables'),
         seqs: g.storageBuffer(seqs, 'attention-mass-seqs'),
+        partials: g.storageBuffer(
+          numSeqs * maxMassQueries * this.config.numQHeads * maxChunks * 8,
+          'attention-mass-partials',
+        ),
         stats: g.storageBuffer(
-          Math.max(16, numSeqs * maxMassQueries * this.config.numQHeads * 8),
+          numSeqs * maxMassQueries * this.config.numQHeads * 8,
           'attention-mass-stats',
         ),
         params: g.uniformBuffer(
-          new Uint32Array([maxBlocksPerSeq, maxMassQueries, 0, 0]),
+          new Uint32Array([maxBlocksPerSeq, maxMassQueries, maxChunks, numSeqs]),
           'attention-mass-params',
         ),
       },
@@ -232,19 +266,33 @@ export class PagedAttentionMass {
       );
     }
     const b = plan.buffers;
-    const common = [args.query, args.kvCache, b.tables, b.seqs];
-    this.#gpu.dispatch(
+    const g = this.#gpu;
+    const lim = g.limits.maxComputeWorkgroupsPerDimension;
+    const groups = (count: number) => splitWorkgroups(Math.ceil(count / this.#workgroup), lim);
+    const heads = this.config.numQHeads;
+    const headGroups = heads / massHeadsPerRow(heads, this.config.numKvHeads);
+    const common = { 0: args.query, 1: args.kvCache, 2: b.tables, 3: b.seqs, 4: b.params };
+    g.dispatch(
       encoder,
-      this.#stats,
-      [...common, b.stats, b.params],
-      [plan.maxMassQueries * numQHeads, plan.numSeqs],
-      'attention-mass-stats',
+      this.#partials,
+      g.bindGroup(this.#partials, { ...common, 5: b.partials }),
+      groups(
+        massPartialsInvocations(plan.numSeqs, plan.maxMassQueries, headGroups, plan.maxChunks),
+      ),
+      'attention-mass-partials',
     );
-    this.#gpu.dispatch(
+    g.dispatch(
+      encoder,
+      this.#merge,
+      g.bindGroup(this.#merge, { 4: b.params, 5: b.partials, 6: b.stats }),
+      groups(plan.numSeqs * plan.maxMassQueries * heads),
+      'attention-mass-merge',
+    );
+    g.dispatch(
       encoder,
       this.#blocks,
-      [...common, b.stats, b.params, args.massOut],
-      [plan.maxBlocksPerSeq, plan.numSeqs],
+      g.bindGroup(this.#blocks, { ...common, 6: b.stats, 7: args.massOut }),
+      groups(plan.numSeqs * plan.maxBlocksPerSeq),
       'attention-mass-blocks',
     );
   }

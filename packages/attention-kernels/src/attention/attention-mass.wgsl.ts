@@ -1,151 +1,207 @@
 import type { KvCacheLayout } from '../layout.js';
 
-/** Invocations per workgroup of both attention-mass passes. */
-export const MASS_WORKGROUP = 64;
+/** Keys one invocation of the first mass pass walks (a chunk of a row's context). */
+export const MASS_KEY_CHUNK = 64;
 
 /** What fixes the mass shaders besides the cache layout. */
 export interface MassShaderOptions {
   readonly numQHeads: number;
   readonly scale: number;
   readonly softCap: number | undefined;
+  /** Invocations per workgroup: 8 (one llvmpipe SIMD vector) on software adapters, else 64. */
+  readonly workgroup: number;
 }
 
-function header(layout: KvCacheLayout, o: MassShaderOptions): string {
+/**
+ * Query heads scored together against one loaded K row: the largest divisor of the GQA group
+ * up to 8, so each key is decoded once per group of heads rather than once per head.
+ */
+export function massHeadsPerRow(numQHeads: number, numKvHeads: number): number {
+  const group = numQHeads / numKvHeads;
+  let h = Math.min(8, group);
+  while (group % h !== 0) h--;
+  return h;
+}
+
+/** `f(0) .. f(n - 1)` on separate lines (per-head code with constant indices). */
+function unrolled(n: number, f: (g: number) => string, indent = '  '): string {
+  return Array.from({ length: n }, (_, g) => f(g)).join(`\n${indent}`);
+}
+
+// The three passes share this prelude. Like the 'software' attention kernel, no pass uses
+// workgroup memory or barriers: on llvmpipe a barrier turns a shader into coroutines whose
+// live values round-trip through memory, and the per-head values are separate variables
+// because software adapters spill dynamically indexed private arrays.
+function prelude(layout: KvCacheLayout, o: MassShaderOptions): string {
   const { headDim: D, blockSize: B, slabWords, blockWords, numKvHeads } = layout;
-  const group = o.numQHeads / numKvHeads;
-  const cap =
+  const HG = massHeadsPerRow(o.numQHeads, numKvHeads);
+  const cap = (x: string) =>
     o.softCap === undefined
       ? ''
-      : `s = tanh(s / ${o.softCap.toFixed(9)}) * ${o.softCap.toFixed(9)};`;
+      : ` ${x} = tanh(${x} / ${o.softCap.toFixed(9)}) * ${o.softCap.toFixed(9)};`;
+  const q = (at: string) =>
+    `vec4<f32>(query[${at}], query[${at} + 1u], query[${at} + 2u], query[${at} + 3u])`;
   return /* wgsl */ `
-struct Params { max_blocks: u32, max_mass_q: u32, _p0: u32, _p1: u32 }
+struct Params { max_blocks: u32, max_mass_q: u32, max_chunks: u32, num_seqs: u32 }
 @group(0) @binding(0) var<storage, read> query: array<f32>;
 @group(0) @binding(1) var<storage, read> kv: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> tables: array<u32>;
 // Per sequence: (first query row, query length, context length, mass queries).
 @group(0) @binding(3) var<storage, read> seqs: array<vec4<u32>>;
-@group(0) @binding(5) var<uniform> params: Params;
+@group(0) @binding(4) var<uniform> params: Params;
 
 ${layout.format.wgslLoad({ headDim: D, blockSize: B })}
 
-// Scaled (and capped) q·k of query row q_off against key j of sequence s, head h.
-fn mass_score(seq: u32, q_off: u32, h: u32, j: u32) -> f32 {
+// Scaled (and capped) scores of ${HG} query heads (rows at q_off + g * ${D}) against key j of
+// sequence seq, whose K row is that of KV head kvh: the row is decoded once for all of them.
+fn mass_scores(seq: u32, q_off: u32, kvh: u32, j: u32) -> array<f32, ${HG}> {
   let block = tables[seq * params.max_blocks + j / ${B}u];
-  let slab = block * ${blockWords}u + 2u * (h / ${group}u) * ${slabWords}u;
+  let slab = block * ${blockWords}u + 2u * kvh * ${slabWords}u;
   let t = j % ${B}u;
-  var acc = 0.0;
+  ${unrolled(HG, (g) => `var a${g} = 0.0;`)}
   for (var c = 0u; c < ${D / 8}u; c++) {
     let k = kv_load8(slab, t, c);
     let e = q_off + 8u * c;
-    acc += dot(vec4<f32>(query[e], query[e + 1u], query[e + 2u], query[e + 3u]), k[0]);
-    acc += dot(vec4<f32>(query[e + 4u], query[e + 5u], query[e + 6u], query[e + 7u]), k[1]);
+    ${unrolled(HG, (g) => `a${g} += dot(${q(`e + ${g * D}u`)}, k[0]) + dot(${q(`e + ${g * D + 4}u`)}, k[1]);`, '    ')}
   }
-  var s = acc * ${o.scale.toPrecision(9)};
-  ${cap}
-  return s;
+  ${unrolled(HG, (g) => `var x${g} = a${g} * ${o.scale.toPrecision(9)};${cap(`x${g}`)}`)}
+  return array<f32, ${HG}>(${Array.from({ length: HG }, (_, g) => `x${g}`).join(', ')});
+}
+
+fn invocation(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+  return gid.y * nwg.x * ${o.workgroup}u + gid.x;
 }
 `;
 }
 
+/** Invocations of the first pass: (sequence, mass query, head group, key chunk). */
+export function massPartialsInvocations(
+  numSeqs: number,
+  maxMassQueries: number,
+  headGroups: number,
+  maxChunks: number,
+): number {
+  return numSeqs * maxMassQueries * headGroups * maxChunks;
+}
+
 /**
- * Pass 1: workgroup (mass query × head, sequence) runs an online softmax over the keys its
- * query sees and stores the row's (max, denominator).
+ * Pass 1: invocation (sequence, mass query, group of query heads, chunk of
+ * {@link MASS_KEY_CHUNK} keys) runs an online softmax per head over the chunk's visible keys and
+ * stores each head's partial (max, sum) at `partials[row][chunk]`.
  */
-export function massStatsShader(layout: KvCacheLayout, o: MassShaderOptions): string {
-  const W = MASS_WORKGROUP;
+export function massPartialsShader(layout: KvCacheLayout, o: MassShaderOptions): string {
   const NQ = o.numQHeads;
   const D = layout.headDim;
-  return /* wgsl */ `${header(layout, o)}
-@group(0) @binding(4) var<storage, read_write> stats: array<vec2<f32>>;
-var<workgroup> red_m: array<f32, ${W}>;
-var<workgroup> red_s: array<f32, ${W}>;
+  const HG = massHeadsPerRow(NQ, layout.numKvHeads);
+  const groups = NQ / HG;
+  const perKv = NQ / layout.numKvHeads / HG;
+  return /* wgsl */ `${prelude(layout, o)}
+@group(0) @binding(5) var<storage, read_write> partials: array<vec2<f32>>;
 
-@compute @workgroup_size(${W})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let s = wid.y;
-  let qi = wid.x / ${NQ}u;
-  let h = wid.x % ${NQ}u;
+@compute @workgroup_size(${o.workgroup})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let id = invocation(gid, nwg);
+  let chunk = id % params.max_chunks;
+  let rest = id / params.max_chunks;
+  let hg = rest % ${groups}u;
+  let rest2 = rest / ${groups}u;
+  let qi = rest2 % params.max_mass_q;
+  let s = rest2 / params.max_mass_q;
+  if (s >= params.num_seqs) { return; }
   let info = seqs[s];
-  let live = qi < info.w;
+  if (qi >= info.w) { return; }
   let i = info.y - info.w + qi;
-  let q_off = ((info.x + i) * ${NQ}u + h) * ${D}u;
-  // Keys 0 ..= past + i; none for an inactive row (no early return before the barriers).
-  let visible = select(0u, info.z - info.y + i + 1u, live);
-  var m = -3.0e38;
-  var sum = 0.0;
-  for (var j = lid; j < visible; j += ${W}u) {
-    let x = mass_score(s, q_off, h, j);
-    if (x > m) {
-      sum = sum * exp(m - x) + 1.0;
-      m = x;
-    } else {
-      sum += exp(x - m);
-    }
+  let h0 = hg * ${HG}u;
+  let q_off = ((info.x + i) * ${NQ}u + h0) * ${D}u;
+  // Keys 0 ..= past + i are visible.
+  let end = min(info.z - info.y + i + 1u, (chunk + 1u) * ${MASS_KEY_CHUNK}u);
+  ${unrolled(HG, (g) => `var m${g} = -3.0e38;\n  var s${g} = 0.0;`)}
+  for (var j = chunk * ${MASS_KEY_CHUNK}u; j < end; j++) {
+    let x = mass_scores(s, q_off, hg / ${perKv}u, j);
+    ${unrolled(
+      HG,
+      (g) => `let n${g} = max(m${g}, x[${g}]);
+    s${g} = s${g} * exp(m${g} - n${g}) + exp(x[${g}] - n${g});
+    m${g} = n${g};`,
+      '    ',
+    )}
   }
-  red_m[lid] = m;
-  red_s[lid] = sum;
-  workgroupBarrier();
-  for (var st = ${W / 2}u; st > 0u; st >>= 1u) {
-    if (lid < st) {
-      let m2 = max(red_m[lid], red_m[lid + st]);
-      red_s[lid] = red_s[lid] * exp(red_m[lid] - m2) + red_s[lid + st] * exp(red_m[lid + st] - m2);
-      red_m[lid] = m2;
-    }
-    workgroupBarrier();
-  }
-  if (lid == 0u && live) {
-    stats[(s * params.max_mass_q + qi) * ${NQ}u + h] = vec2<f32>(red_m[0], red_s[0]);
-  }
+  let row = (s * params.max_mass_q + qi) * ${NQ}u + h0;
+  ${unrolled(HG, (g) => `partials[(row + ${g}u) * params.max_chunks + chunk] = vec2<f32>(m${g}, s${g});`)}
 }
 `;
 }
 
 /**
- * Pass 2: workgroup (logical block, sequence) sums the probabilities every mass query and head
- * gives the block's keys, and adds the sum into the sequence's entry for the block (each entry
- * has one owner: no atomics).
+ * Pass 2: invocation (sequence, mass query, head) merges its row's chunk partials into the
+ * row's softmax (max, denominator).
+ */
+export function massMergeShader(o: MassShaderOptions): string {
+  return /* wgsl */ `
+struct Params { max_blocks: u32, max_mass_q: u32, max_chunks: u32, num_seqs: u32 }
+@group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(5) var<storage, read> partials: array<vec2<f32>>;
+@group(0) @binding(6) var<storage, read_write> stats: array<vec2<f32>>;
+
+@compute @workgroup_size(${o.workgroup})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let row = gid.y * nwg.x * ${o.workgroup}u + gid.x;
+  if (row >= params.num_seqs * params.max_mass_q * ${o.numQHeads}u) { return; }
+  var m = -3.0e38;
+  var s = 0.0;
+  for (var c = 0u; c < params.max_chunks; c++) {
+    let p = partials[row * params.max_chunks + c];
+    let n = max(m, p.x);
+    s = s * exp(m - n) + p.y * exp(p.x - n);
+    m = n;
+  }
+  stats[row] = vec2<f32>(m, s);
+}
+`;
+}
+
+/**
+ * Pass 3: invocation (sequence, logical block) sums the probabilities every mass query and head
+ * gives the block's keys, and adds the sum into the sequence's entry for the block (one owner
+ * per entry: no atomics).
  */
 export function massBlocksShader(layout: KvCacheLayout, o: MassShaderOptions): string {
-  const W = MASS_WORKGROUP;
   const NQ = o.numQHeads;
   const { headDim: D, blockSize: B } = layout;
-  return /* wgsl */ `${header(layout, o)}
-@group(0) @binding(4) var<storage, read> stats: array<vec2<f32>>;
-@group(0) @binding(6) var<storage, read_write> mass_out: array<f32>;
-var<workgroup> red: array<f32, ${W}>;
+  const HG = massHeadsPerRow(NQ, layout.numKvHeads);
+  const groups = NQ / HG;
+  const perKv = NQ / layout.numKvHeads / HG;
+  return /* wgsl */ `${prelude(layout, o)}
+@group(0) @binding(6) var<storage, read> stats: array<vec2<f32>>;
+@group(0) @binding(7) var<storage, read_write> mass_out: array<f32>;
 
-@compute @workgroup_size(${W})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let s = wid.y;
-  let b = wid.x;
+@compute @workgroup_size(${o.workgroup})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let id = invocation(gid, nwg);
+  let b = id % params.max_blocks;
+  let s = id / params.max_blocks;
+  if (s >= params.num_seqs) { return; }
   let info = seqs[s];
   let first = b * ${B}u;
+  if (info.w == 0u || first >= info.z) { return; }
   let past = info.z - info.y;
-  let len = select(0u, min(${B}u, info.z - first), first < info.z);
-  let items = info.w * ${NQ}u * len;
+  let end = min(${B}u, info.z - first);
   var acc = 0.0;
-  for (var it = lid; it < items; it += ${W}u) {
-    let t = it % len;
-    let rest = it / len;
-    let h = rest % ${NQ}u;
-    let qi = rest / ${NQ}u;
+  for (var qi = 0u; qi < info.w; qi++) {
     let i = info.y - info.w + qi;
-    let j = first + t;
-    if (j <= past + i) {
-      let st = stats[(s * params.max_mass_q + qi) * ${NQ}u + h];
-      let q_off = ((info.x + i) * ${NQ}u + h) * ${D}u;
-      acc += exp(mass_score(s, q_off, h, j) - st.x) / st.y;
+    // Keys up to past + i are visible to this query.
+    let last = min(first + end, past + i + 1u);
+    for (var hg = 0u; hg < ${groups}u; hg++) {
+      let h0 = hg * ${HG}u;
+      let at = (s * params.max_mass_q + qi) * ${NQ}u + h0;
+      ${unrolled(HG, (g) => `let st${g} = stats[at + ${g}u];`, '      ')}
+      for (var j = first; j < last; j++) {
+        let x = mass_scores(s, ((info.x + i) * ${NQ}u + h0) * ${D}u, hg / ${perKv}u, j);
+        ${unrolled(HG, (g) => `acc += exp(x[${g}] - st${g}.x) / st${g}.y;`, '        ')}
+      }
     }
   }
-  red[lid] = acc;
-  workgroupBarrier();
-  for (var st = ${W / 2}u; st > 0u; st >>= 1u) {
-    if (lid < st) { red[lid] += red[lid + st]; }
-    workgroupBarrier();
-  }
-  if (lid == 0u && len > 0u && info.w > 0u) {
-    mass_out[s * params.max_blocks + b] += red[0];
-  }
+  mass_out[s * params.max_blocks + b] += acc;
 }
 `;
 }
