@@ -6,12 +6,14 @@ import type { ModelFacts } from './runner.js';
  * ids that end its choices (its own stop tokens, plus EOS unless ignored).
  * @throws EngineError `QUEUE_FULL` when `waiting` reached `maxWaiting`; `INVALID_REQUEST` for a
  *   prompt token id outside the vocabulary; `PROMPT_TOO_LONG` for a prompt the cache can never
- *   hold.
+ *   hold (unless `streamsPrompt`: a compression policy that drops blocks between prefill
+ *   chunks holds a bounded part of any prompt, which the scheduler checks).
  */
 export function admit(
   request: GenerationRequest,
   facts: ModelFacts,
   queue: { readonly waiting: number; readonly maxWaiting: number },
+  streamsPrompt = false,
 ): Set<number> {
   if (queue.waiting >= queue.maxWaiting) {
     throw new EngineError(
@@ -31,7 +33,7 @@ export function admit(
     );
   }
   const promptBlocks = Math.ceil(request.promptTokens.length / facts.kvLayout.blockSize);
-  if (promptBlocks > facts.numBlocks) {
+  if (!streamsPrompt && promptBlocks > facts.numBlocks) {
     throw new EngineError(
       'PROMPT_TOO_LONG',
       `prompt: needs ${promptBlocks} KV blocks but the cache holds ${facts.numBlocks}`,

@@ -9,6 +9,7 @@ import {
 } from './default-model.js';
 import { KvasirEngine } from './engine.js';
 import { loadEvictionPolicy } from './eviction.js';
+import { type KvCompressionSetup, loadKvCompression } from './kv-compression.js';
 import { deviceMemory, type MemoryPlan, planMemory } from './memory-plan.js';
 import { type LoadedModel, loadModelRunner } from './model-runner.js';
 import { checkSwapSpace, openOffloadTiers, type SwapSpace } from './offload-tiers.js';
@@ -86,8 +87,10 @@ export async function buildEngine(
   let evictionPolicy: Awaited<ReturnType<typeof loadEvictionPolicy>>;
   let offload: Awaited<ReturnType<typeof openOffloadTiers>> | undefined;
   let preemption: SwapSpace;
+  let kvCompression: KvCompressionSetup;
   try {
     evictionPolicy = await loadEvictionPolicy(config.evictionPolicy);
+    kvCompression = await loadKvCompression(config.kvCompression, config.blockSize);
     offload = await openOffloadTiers(config, model);
     preemption = checkSwapSpace(config, plan, offload?.tiers.map((t) => t.tier) ?? []);
   } catch (error) {
@@ -107,6 +110,7 @@ export async function buildEngine(
     runner,
     config,
     evictionPolicy,
+    kvCompression,
     servedModelName,
     ...(offload ? { offload } : {}),
     ...(options.log ? { log: options.log } : {}),

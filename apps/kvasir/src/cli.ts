@@ -1,6 +1,7 @@
 import { Command, Option } from 'commander';
 import { benchCommand } from './commands/bench.js';
 import { evalCommand } from './commands/eval.js';
+import { streamingEvalCommand } from './commands/eval-streaming.js';
 import { generateCommand } from './commands/generate.js';
 import { infoCommand } from './commands/info.js';
 import { addEngineOptions, resolveEngineConfig } from './commands/options.js';
@@ -84,10 +85,27 @@ addEngineOptions(
       'save the logits of every scored position (JSON + .f32 beside it) for a later --reference',
     )
     .option('--tokens-out <file>', 'write the evaluated token ids (JSON array) here')
+    .option(
+      '--prompt-tokens <n>',
+      'with --kv-compression: tokens prefilled as the prompt before one decode step per token (default one block; SnapKV compresses at its end)',
+      int(1),
+    )
     .option('--json', 'print one JSON object', false)
     .option('--no-progress', 'no progress line on stderr'),
 ).action(async (opts, cmd: Command) => {
-  await evalCommand(await resolveEngineConfig(cmd), {
+  const config = await resolveEngineConfig(cmd);
+  if (config.kvCompression !== undefined) {
+    // The text as one sequence through the policy, past the context if it allows.
+    await streamingEvalCommand(config, {
+      file: opts.file,
+      ...(opts.maxTokens === undefined ? {} : { maxTokens: opts.maxTokens }),
+      ...(opts.promptTokens === undefined ? {} : { promptTokens: opts.promptTokens }),
+      json: opts.json,
+      progress: opts.progress && process.stderr.isTTY === true,
+    });
+    return;
+  }
+  await evalCommand(config, {
     file: opts.file,
     ...(opts.ctx === undefined ? {} : { ctx: opts.ctx }),
     ...(opts.stride === undefined ? {} : { stride: opts.stride }),

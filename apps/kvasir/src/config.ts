@@ -82,6 +82,13 @@ export const engineConfigSchema = z.strictObject({
   /** `lru`, `lfu`, `fifo`, or a path to a JavaScript module exporting an `EvictionPolicy`. */
   evictionPolicy: z.string().min(1).default('lru'),
   /**
+   * Token-level KV compression every request gets unless it names its own (`kv_compression`):
+   * a built-in as `name:key=value,...` (`sinks:sinks=4,window=1020`, `window:window=512`,
+   * `h2o:budget=256`, `snapkv:budget=256`, each with an optional `positions=original`), or a
+   * path to a JavaScript module exporting a `KvCompressionPolicy`. Default: none.
+   */
+  kvCompression: z.string().min(1).optional(),
+  /**
    * Write full KV blocks to the offload tiers and import prompts' prefixes from them (shared
    * across replicas through Redis). Default: on when a tier is configured, except swap
    * preemption with a single tier (prefix blocks would compete with swapped-out ones).

@@ -105,5 +105,6 @@ export function engineStats(
         evictions: t.evictions,
       };
     }),
+    kvCompression: m.kvCompression,
   };
 }

@@ -21,6 +21,7 @@ import { admit } from './admission.js';
 import type { EngineConfig } from './config.js';
 import { createScheduler, engineStats, isHostOnly, type OffloadTiers } from './engine-wiring.js';
 import { describeError, isDeviceLost } from './errors.js';
+import { type KvCompressionSetup, kvCompressionSetup } from './kv-compression.js';
 import type { KvConnector } from './kv-connector.js';
 import { LiveRequest } from './live-request.js';
 import {
@@ -46,6 +47,8 @@ export interface KvasirEngineOptions {
   readonly servedModelName?: string;
   /** Where the engine reports failures it survived (a failed step); default stderr. */
   readonly log?: (line: string) => void;
+  /** Token-level KV compression: the default and a user's policy (from {@link loadKvCompression}). */
+  readonly kvCompression?: KvCompressionSetup;
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -76,6 +79,7 @@ export class KvasirEngine implements InferenceEngine {
   #stopping = false;
   #failure: unknown;
   readonly #extraKeys: ExtraKeys;
+  readonly #kvCompression: KvCompressionSetup;
   #failedSteps = 0;
   #failedRequests = 0;
   readonly #log: (line: string) => void;
@@ -96,12 +100,16 @@ export class KvasirEngine implements InferenceEngine {
       ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
     });
     this.scheduler = createScheduler(config, this.kvCache, facts, this.#offload);
+    this.#kvCompression = options.kvCompression ?? kvCompressionSetup(facts.kvLayout.blockSize);
     this.modelCard = {
       id: options.servedModelName ?? config.servedModelName ?? facts.modelId,
       created: Math.floor(Date.now() / 1000),
       ownedBy: 'kvasir',
       maxModelLen: this.scheduler.maxModelLen,
       vocabSize: facts.vocabSize,
+      ...(options.kvCompression?.defaultSpec?.positions === 'cache'
+        ? { unboundedContext: true }
+        : {}),
     };
     this.#extraKeys = { modelId: this.modelCard.id };
     // Off by default where prefix blocks would compete with swapped-out blocks for a single
@@ -192,10 +200,22 @@ export class KvasirEngine implements InferenceEngine {
       throw new EngineError('DRAINING', 'engine is shutting down');
     }
     if (signal.aborted) throw new EngineError('INVALID_REQUEST', 'request was aborted');
-    const stopTokens = admit(request, this.runner.facts, {
-      waiting: this.scheduler.metrics().numWaiting,
-      maxWaiting: this.config.maxWaiting,
-    });
+    const kvCompression = this.#kvCompression.forRequest(request.kvCompression);
+    if (kvCompression && request.echo && request.logprobs !== undefined) {
+      // Prompt log-probabilities are placed by position, which a compressed cache renumbers;
+      // `kvasir eval --kv-compression` scores a compressed context instead.
+      throw new EngineError(
+        'INVALID_REQUEST',
+        'kv_compression: not supported with echo and logprobs (use kvasir eval --kv-compression to score a compressed context)',
+        { details: { param: 'kv_compression' } },
+      );
+    }
+    const stopTokens = admit(
+      request,
+      this.runner.facts,
+      { waiting: this.scheduler.metrics().numWaiting, maxWaiting: this.config.maxWaiting },
+      kvCompression !== undefined && kvCompression.policy.attention !== 'prefill-end',
+    );
     if (this.#connectors.some((c) => c.onAdmit)) {
       for (const c of this.#connectors) await c.onAdmit?.(request.promptTokens);
       if (this.#stopping || this.#failure !== undefined) {
@@ -215,6 +235,7 @@ export class KvasirEngine implements InferenceEngine {
         extraKeys: this.#extraKeys,
         // Cached prefix tokens would have no logits: prompt log-probabilities need them all.
         ...(request.echo && request.logprobs !== undefined ? { skipPrefixCache: true } : {}),
+        ...(kvCompression ? { kvCompression } : {}),
       });
     } catch (error) {
       if (SchedulerError.isInstance(error)) {

@@ -62,6 +62,7 @@ function plan(ids: number[], from: number, to: number, table: number[]): BatchPl
     sampleRows: new Int32Array(n),
     sampleIndices: new Int32Array(n),
     copies: [],
+    keyShifts: [],
     swapOut: [],
     swapIn: [],
     tokenBudget: 2048,

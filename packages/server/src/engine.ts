@@ -206,6 +206,16 @@ export interface EngineStats {
   readonly failures?: { readonly steps: number; readonly requests: number };
   /** Each offload tier's health and the entries it had to drop. */
   readonly offloadTiers?: readonly OffloadTierStats[];
+  /**
+   * Token-level KV compression by policy name: live requests using it, the blocks they hold
+   * now, and the tokens it dropped since start.
+   */
+  readonly kvCompression?: Readonly<
+    Record<
+      string,
+      { readonly requests: number; readonly blocksHeld: number; readonly tokensDropped: number }
+    >
+  >;
 }
 
 /** One offload tier as `/metrics` shows it. Counters are totals since start. */

@@ -108,6 +108,25 @@ export class ServerMetrics {
       (s) => (s.evictions === undefined ? [] : [[{}, s.evictions]]),
     );
     mirror(
+      'kvasir_kv_compression_dropped_tokens_total',
+      'Cached tokens dropped by token-level KV compression, by policy.',
+      ['policy'],
+      (s) =>
+        Object.entries(s.kvCompression ?? {}).map(([policy, v]) => [{ policy }, v.tokensDropped]),
+    );
+    new Gauge<'policy'>({
+      name: 'kvasir_kv_compression_blocks_held',
+      help: 'KV blocks held by requests whose cache a compression policy bounds, by policy.',
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [policy, v] of Object.entries(current().kvCompression ?? {})) {
+          this.set({ policy }, v.blocksHeld);
+        }
+      },
+    });
+    mirror(
       'kvasir_engine_failed_steps_total',
       'Engine steps that failed; their requests ended with an error and the engine went on.',
       [],

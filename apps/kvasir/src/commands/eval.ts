@@ -110,6 +110,7 @@ function chunkPlan(
     sampleRows: new Int32Array(logitsIndices.length),
     sampleIndices: new Int32Array(logitsIndices.length),
     copies: [],
+    keyShifts: [],
     swapOut: [],
     swapIn: [],
     tokenBudget: n,

@@ -40,6 +40,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   preemptionMode: 'preemptionMode',
   queuePolicy: 'queuePolicy',
   evictionPolicy: 'evictionPolicy',
+  kvCompression: 'kvCompression',
   offloadPrefix: 'offloadPrefix',
   offloadHostBytes: 'offload.hostBytes',
   offloadDiskDir: 'offload.diskDir',
@@ -99,6 +100,10 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     .option(
       '--eviction-policy <policy>',
       'lru, lfu, fifo, or a path to a JS module exporting a policy',
+    )
+    .option(
+      '--kv-compression <policy>',
+      'token-level KV compression by default: sinks:sinks=4,window=1020, window:window=N, h2o:budget=N, snapkv:budget=N (add positions=original to keep original positions), or a JS module path exporting a policy',
     )
     .option(
       '--offload-host-bytes <bytes>',

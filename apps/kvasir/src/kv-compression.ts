@@ -1,0 +1,126 @@
+import {
+  type KvCompressionPolicy,
+  type KvCompressionSpec,
+  kvCompressionFromJson,
+  parseKvCompression,
+  SchedulerError,
+  validateKvCompressionPolicy,
+} from '@kvasir/scheduler';
+import type { KvCompressionRequest } from '@kvasir/server/spec';
+import { EngineError } from '@kvasir/server/spec';
+import { KvasirAppError } from './errors.js';
+import { loadPlugin } from './plugin-loader.js';
+
+/**
+ * The engine's token-level KV compression: the server-wide default (`--kv-compression`) and a
+ * user's policy module, which requests may also name by the policy's `name`.
+ */
+export interface KvCompressionSetup {
+  /** What a request without `kv_compression` gets (none: its cache is never compressed). */
+  readonly defaultSpec?: KvCompressionSpec;
+  /** The `--kv-compression` text, for banners and reports. */
+  readonly describe?: string;
+  /**
+   * A request's spec: its own `kv_compression` (a built-in by name with parameters, or the
+   * loaded module's policy by its name), else the default.
+   * @throws EngineError `INVALID_REQUEST` naming the bad policy, parameter or value.
+   */
+  forRequest(request: KvCompressionRequest | undefined): KvCompressionSpec | undefined;
+}
+
+const isModulePath = (text: string): boolean =>
+  /[/\\]/.test(text.split(':')[0]!) || /\.(c|m)?js$/.test(text.split(':')[0]!);
+
+/**
+ * Reads `--kv-compression`: `name:key=value,...` for a built-in (`sinks:sinks=4,window=1020`,
+ * `h2o:budget=256`), or the path of a JavaScript module whose default export is a
+ * `KvCompressionPolicy` (or a factory of one), optionally followed by `:positions=original`.
+ * @throws KvasirAppError `INVALID_CONFIG` for a bad built-in spec, `POLICY_LOAD` for a module
+ *   that does not load or export a valid policy.
+ */
+export async function loadKvCompression(
+  setting: string | undefined,
+  blockSize: number,
+): Promise<KvCompressionSetup> {
+  let defaultSpec: KvCompressionSpec | undefined;
+  let plugin: KvCompressionPolicy | undefined;
+  if (setting !== undefined && isModulePath(setting)) {
+    const [path, ...rest] = setting.split(':');
+    const make = await loadPlugin(path!, {
+      kind: 'KV compression policy',
+      validate: validateKvCompressionPolicy,
+      alternatives: 'a built-in such as sinks:sinks=4,window=1020, or a module path',
+    });
+    plugin = make();
+    const options = rest.join(':').trim();
+    let positions: 'cache' | 'original' = 'cache';
+    if (options !== '') {
+      const m = /^positions=(cache|original)$/.exec(options);
+      if (!m) {
+        throw new KvasirAppError(
+          'INVALID_CONFIG',
+          `--kv-compression: after a module path only positions=cache|original may follow, got ${JSON.stringify(options)}`,
+        );
+      }
+      positions = m[1] as 'cache' | 'original';
+    }
+    defaultSpec = { policy: plugin, positions };
+  } else if (setting !== undefined) {
+    try {
+      defaultSpec = parseKvCompression(setting, { blockSize });
+    } catch (error) {
+      throw new KvasirAppError('INVALID_CONFIG', `--kv-compression: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+  }
+  return kvCompressionSetup(blockSize, defaultSpec, plugin, setting);
+}
+
+/**
+ * The setup of an engine: built-in policies by name for every request, plus an optional default
+ * and an optional user policy that requests may name.
+ */
+export function kvCompressionSetup(
+  blockSize: number,
+  defaultSpec?: KvCompressionSpec,
+  plugin?: KvCompressionPolicy,
+  describe?: string,
+): KvCompressionSetup {
+  return {
+    ...(defaultSpec ? { defaultSpec, describe: describe ?? defaultSpec.policy.name } : {}),
+    forRequest(request) {
+      if (request === undefined) return defaultSpec;
+      try {
+        if (plugin && request.policy === plugin.name) {
+          const { policy: _name, positions, ...params } = request;
+          const extra = Object.keys(params);
+          if (extra.length > 0) {
+            throw new EngineError(
+              'INVALID_REQUEST',
+              `kv_compression: policy ${plugin.name} is configured on the server and takes no parameters, got ${extra.join(', ')}`,
+              { details: { param: 'kv_compression' } },
+            );
+          }
+          if (positions !== undefined && positions !== 'cache' && positions !== 'original') {
+            throw new EngineError(
+              'INVALID_REQUEST',
+              `kv_compression.positions: must be 'cache' or 'original', got ${JSON.stringify(positions)}`,
+              { details: { param: 'kv_compression.positions' } },
+            );
+          }
+          return { policy: plugin, positions: positions ?? 'cache' };
+        }
+        return kvCompressionFromJson(request, { blockSize });
+      } catch (error) {
+        if (SchedulerError.isInstance(error)) {
+          throw new EngineError('INVALID_REQUEST', `kv_compression: ${error.message}`, {
+            cause: error,
+            details: { param: 'kv_compression' },
+          });
+        }
+        throw error;
+      }
+    },
+  };
+}
