@@ -39,11 +39,11 @@ function prelude(layout: KvCacheLayout, o: MassShaderOptions): string {
     o.softCap === undefined
       ? ''
       : ` ${x} = tanh(${x} / ${o.softCap.toFixed(9)}) * ${o.softCap.toFixed(9)};`;
-  const q = (at: string) =>
-    `vec4<f32>(query[${at}], query[${at} + 1u], query[${at} + 2u], query[${at} + 3u])`;
+  // Query rows start at multiples of headDim (a multiple of 16): one vec4 load per 4 values.
+  const q = (at: string) => `query[(${at}) >> 2u]`;
   return /* wgsl */ `
 struct Params { max_blocks: u32, max_mass_q: u32, max_chunks: u32, num_seqs: u32 }
-@group(0) @binding(0) var<storage, read> query: array<f32>;
+@group(0) @binding(0) var<storage, read> query: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> kv: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> tables: array<u32>;
 // Per sequence: (first query row, query length, context length, mass queries).
