@@ -1,6 +1,8 @@
+import { ropeTables, shiftKeysReference } from '@kvasir/attention-kernels';
 import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
+import { ropeConfig } from '../../config.js';
 import {
   type ForwardPlan,
   type NormalizedPlan,
@@ -350,4 +352,60 @@ describe('wasm paged attention', () => {
       expect(results[2], format).toEqual(results[0]);
     }
   });
+});
+
+describe('wasm key shifts', () => {
+  for (const format of FORMATS) {
+    it(`${format}: the bytes of attention-kernels' shiftKeysReference, bit for bit, on every layer; V and other blocks untouched`, async () => {
+      const rt = await runtime(3);
+      const c = tinyConfig({ numHeads: 4, numKvHeads: 2, headDim: 64 });
+      const kv = kvCacheSpec(c, { kvFormat: format, blockSize: 8, numBlocks: 5 });
+      const rnd = seededRandom(format.length);
+      const layers = [0, 1].map(() => {
+        const cache = new Uint32Array(kv.layerWords);
+        for (let slot = 0; slot < kv.numBlocks * kv.blockSize; slot++) {
+          for (let h = 0; h < kv.numKvHeads; h++) {
+            for (const side of [0, 1] as const) {
+              const row = randomFloats(rnd, kv.headDim, 2);
+              encodeKvRow(kv, cache, kvRowWord(kv, slot, h, side), row, 0);
+            }
+          }
+        }
+        return cache;
+      });
+      const shifts = [
+        { block: 3, delta: -37 },
+        { block: 0, delta: 5 },
+        { block: 4, delta: -1 },
+      ];
+      const positions = 64;
+      const rope = ropeConfig(c, positions);
+      const tables = ropeTables(rope);
+      const ptrs = layers.map((l) => put(rt, l));
+      const shiftWords = Int32Array.from(shifts.flatMap((k) => [k.block, k.delta]));
+      const p = rt.program(1);
+      p.push(Op.keyShift, [
+        put(rt, Int32Array.from(ptrs)),
+        layers.length,
+        put(rt, shiftWords),
+        shifts.length,
+        kv.numKvHeads,
+        kv.headDim,
+        KvCode[format],
+        kv.blockSize,
+        kv.blockWords,
+        kv.slabWords,
+        put(rt, tables.cos),
+        put(rt, tables.sin),
+      ]);
+      rt.run(p);
+      layers.forEach((cache, l) => {
+        const before = cache.slice();
+        shiftKeysReference({ ...kv, format: kv.kvFormat, rope }, tables, cache, shifts);
+        // The test can tell: the reference did change the shifted blocks' K words.
+        expect(cache).not.toEqual(before);
+        expect(rt.arena.u32(ptrs[l] as number, kv.layerWords)).toEqual(cache);
+      });
+    });
+  }
 });

@@ -207,6 +207,9 @@ class WasmForward {
   /** The same tables on the host, for key shifts. */
   #ropeHost: { config: RopeConfig; tables: RopeTables } | undefined;
   readonly #mass: AttentionMass;
+  /** The layers' cache addresses, for the key-shift op. */
+  readonly #cacheTable: number;
+  #shifts = { count: 0, ptr: 0 };
   readonly #program: ProgramBuilder;
   #step: StepBuffers;
   #plan: PlanBuffers | undefined;
@@ -239,8 +242,10 @@ class WasmForward {
       this.#cachePtrs.push(p);
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
-    this.#program = rt.program(c.numLayers * 10 + 8);
+    this.#program = rt.program(c.numLayers * 10 + 9);
     this.#mass = new AttentionMass(rt.arena, c.numKvHeads, kv.blockSize);
+    this.#cacheTable = this.#arena.alloc(c.numLayers * 4, 'KV cache table');
+    this.#arena.i32(this.#cacheTable, c.numLayers).set(this.#cachePtrs);
     this.#step = this.#stepBuffers(INITIAL_TOKENS);
   }
 
@@ -266,15 +271,44 @@ class WasmForward {
   }
 
   /**
-   * Issue 21's key shifts, before the layers: every layer's K rows of the listed blocks
-   * re-rotated in the cache's format by the CPU reference, over the wasm memory's view (the
-   * same bytes the CPU backend writes). Needs #ropeFor to cover the largest |delta|.
+   * Issue 21's key shifts as the program's first op: every layer's K rows of the listed blocks
+   * re-rotated in the cache's format (c/attention.c, the bytes attention-kernels'
+   * shiftKeysReference writes), all threads. Past the kernel's head dim the reference runs on
+   * the host over the wasm memory's views. Needs #ropeFor to cover the largest |delta|.
    */
-  #shiftKeys(plan: NormalizedPlan): void {
+  #shiftKeys(plan: NormalizedPlan, p: ProgramBuilder): void {
     const kv = this.#kv;
     const rope = this.#ropeHost as { config: RopeConfig; tables: RopeTables };
-    const config = { ...kv, format: kv.kvFormat, rope: rope.config };
-    for (const cache of this.caches) shiftKeysReference(config, rope.tables, cache, plan.keyShifts);
+    if (kv.headDim > KV_MAX_HEAD_DIM) {
+      const config = { ...kv, format: kv.kvFormat, rope: rope.config };
+      for (const cache of this.caches)
+        shiftKeysReference(config, rope.tables, cache, plan.keyShifts);
+      return;
+    }
+    const n = plan.keyShifts.length;
+    if (n > this.#shifts.count) {
+      this.#shifts = { count: Math.max(n, 2 * this.#shifts.count), ptr: 0 };
+      this.#shifts.ptr = this.#arena.alloc(this.#shifts.count * 8, 'key shifts');
+    }
+    const words = this.#arena.i32(this.#shifts.ptr, 2 * n);
+    plan.keyShifts.forEach((k, i) => {
+      words[2 * i] = k.block;
+      words[2 * i + 1] = k.delta;
+    });
+    p.push(Op.keyShift, [
+      this.#cacheTable,
+      this.#c.numLayers,
+      this.#shifts.ptr,
+      n,
+      kv.numKvHeads,
+      kv.headDim,
+      KvCode[kv.format],
+      kv.blockSize,
+      kv.blockWords,
+      kv.slabWords,
+      this.#rope.cos,
+      this.#rope.sin,
+    ]).barrier();
   }
 
   #stepBuffers(tokens: number): StepBuffers {
@@ -366,7 +400,6 @@ class WasmForward {
     let maxShift = 0;
     for (const ks of plan.keyShifts) maxShift = Math.max(maxShift, Math.abs(ks.delta));
     const rope = this.#ropeFor(Math.max(Math.max(...Array.from(plan.positions)), maxShift) + 1);
-    if (plan.keyShifts.length > 0) this.#shiftKeys(plan);
     if (t > this.#step.tokens) this.#step = this.#stepBuffers(Math.max(t, 2 * this.#step.tokens));
     const s = this.#step;
     const pb = this.#planBuffers(plan);
@@ -387,6 +420,7 @@ class WasmForward {
     arena.i32(pb.logitRows, rows).set(plan.logitsIndices);
 
     const p = this.#program.reset();
+    if (plan.keyShifts.length > 0) this.#shiftKeys(plan, p);
     const h = c.hiddenSize;
     const d = c.headDim;
     const w = this.#w;

@@ -16,6 +16,7 @@ export const Op = {
   ropeKv: 4,
   attention: 5,
   stream: 6,
+  keyShift: 7,
 } as const;
 
 /**
@@ -52,7 +53,10 @@ export const KvCode = {
   'int4-g32-h32': 7,
 } as const satisfies Record<KvFormatName, number>;
 
-/** Largest head dim of the rotated KV formats' row encoder (`KV_MAX_HEAD_DIM` in C). */
+/**
+ * Largest head dim of the rotated KV formats' row encoder and of the key-shift op
+ * (`KV_MAX_HEAD_DIM` in C).
+ */
 export const KV_MAX_HEAD_DIM = 512;
 
 const f32Bits = new Float32Array(1);

@@ -247,3 +247,46 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
       break;
   }
 }
+
+// Issue 21's key shifts: the K rows of whole physical blocks, on every layer and KV head,
+// re-rotated by RoPE as if their positions moved by delta (R(delta) k; the tables' entry at
+// |delta|, the sine negated for a negative delta), in the cache's own format: exact decode,
+// rotate in f32 with the operations of @kvasir/attention-kernels' shiftKeysReference, encode.
+// The model's RoPE is rotate-half over the whole head (as op_rope_kv). Rows are independent
+// (scales are per row or per group of a row), so they split across threads.
+// Record: caches (layer cache pointers), layers, shifts (block, delta pairs), count, hkv, d,
+// kvfmt, bs, blockWords, slabWords, cos, sin.
+void op_key_shift(const i32* a, i32 tid, i32 nth) {
+  const i32* caches = (const i32*)a[1];
+  i32 layers = a[2];
+  const i32* shifts = (const i32*)a[3];
+  i32 count = a[4], hkv = a[5], d = a[6], kvfmt = a[7], bs = a[8], bw = a[9], sw = a[10];
+  const float* cosT = (const float*)a[11];
+  const float* sinT = (const float*)a[12];
+  i32 half = d / 2;
+  float row[KV_MAX_HEAD_DIM];
+  i32 lo, hi;
+  split(layers * count * hkv * bs, 1, tid, nth, &lo, &hi);
+  for (i32 item = lo; item < hi; item++) {
+    i32 t = item % bs;
+    i32 rest = item / bs;
+    i32 h = rest % hkv;
+    rest /= hkv;
+    i32 k = rest % count;
+    i32 l = rest / count;
+    i32 block = shifts[2 * k], delta = shifts[2 * k + 1];
+    u32* slab = (u32*)caches[l] + (long)block * bw + (long)(2 * h) * sw;
+    i32 pos = delta < 0 ? -delta : delta;
+    const float* c = cosT + (long)pos * half;
+    const float* sn = sinT + (long)pos * half;
+    float sign = delta < 0 ? -1.0f : 1.0f;
+    kv_decode_row(slab, t, row, d, bs, kvfmt);
+    for (i32 i = 0; i < half; i++) {
+      float x0 = row[i], x1 = row[i + half];
+      float s = sign * sn[i];
+      row[i] = x0 * c[i] - x1 * s;
+      row[i + half] = x1 * c[i] + x0 * s;
+    }
+    kv_store_row(slab, t, row, d, bs, kvfmt);
+  }
+}

@@ -127,5 +127,6 @@ INLINE void split(i32 count, i32 unit, i32 tid, i32 nth, i32* lo, i32* hi) {
 
 void op_rope_kv(const i32* a, i32 tid, i32 nth);
 void op_attention(const i32* a, i32 tid, i32 nth);
+void op_key_shift(const i32* a, i32 tid, i32 nth);
 
 #endif

@@ -28,6 +28,7 @@ enum {
   OP_ROPE_KV = 4,
   OP_ATTENTION = 5,
   OP_STREAM = 6,
+  OP_KEY_SHIFT = 7,
 };
 
 enum { WF_F32 = 0, WF_F16 = 1, WF_INT8 = 2 };  // GGML blocks: ggml-matmul.h
@@ -550,6 +551,7 @@ static void run_program(i32* ctrl, i32 tid) {
       case OP_ROPE_KV: op_rope_kv(a, tid, nth); break;
       case OP_ATTENTION: op_attention(a, tid, nth); break;
       case OP_STREAM: op_stream(a, tid, nth); break;
+      case OP_KEY_SHIFT: op_key_shift(a, tid, nth); break;
       default: break;
     }
     if (code & OP_BARRIER) {

@@ -313,4 +313,78 @@ INLINE const float* kv_load_row(const u32* slab, i32 t, i32 d, i32 bs, i32 fmt, 
   return buf;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Exact row decoders (kv-format's decodeRow, bit for bit): for key shifts, which decode, rotate
+// and encode again, so the result must not depend on the backend.
+
+// decodeFloatBits for the two OCP FP8 formats (infinities and NaN codes included).
+static inline u32 fp8_decode_bits(u32 code, i32 e5m2) {
+  i32 m = e5m2 ? 2 : 3;
+  i32 bias = e5m2 ? 15 : 7;
+  u32 sign = ((code >> 7) & 1u) << 31;
+  u32 mag = code & 0x7fu;
+  u32 e = mag >> m;
+  u32 f = mag & ((1u << m) - 1u);
+  if (e5m2 && e == 31u) return sign | (f == 0 ? 0x7f800000u : 0x7fc00000u | (f << (23 - m)));
+  if (!e5m2 && mag == 0x7fu) return sign | 0x7fc00000u;
+  if (e == 0) {
+    if (f == 0) return sign;
+    i32 p = 31 - __builtin_clz(f);
+    u32 biased = (u32)(128 - bias - m + p);
+    return sign | (biased << 23) | ((f << (23 - p)) & 0x7fffffu);
+  }
+  return sign | ((e - (u32)bias + 127u) << 23) | (f << (23 - m));
+}
+
+// Row t of the slab, decoded exactly as the TypeScript decodeRow of its format.
+static void kv_decode_row(const u32* slab, i32 t, float* out, i32 d, i32 bs, i32 fmt) {
+  if (fmt == KV_F32) {
+    const float* r = (const float*)(slab + (long)t * d);
+    for (i32 e = 0; e < d; e++) out[e] = r[e];
+    return;
+  }
+  if (fmt == KV_F16) {
+    const uint16_t* r = (const uint16_t*)(slab + (long)t * (d / 2));
+    for (i32 e = 0; e < d; e++) out[e] = f16_to_f32(r[e]);
+    return;
+  }
+  if (fmt == KV_INT4 || fmt == KV_INT4_H32) {
+    i32 rw = d / 8;
+    const u32* codes = slab + (long)t * rw;
+    const float* sz = (const float*)(slab + bs * rw + t * (2 * d / INT4_GROUP));
+    for (i32 e = 0; e < d; e++) out[e] = (float)((codes[e >> 3] >> (4 * (e & 7))) & 15u);
+    for (i32 g = 0; g < d / INT4_GROUP; g++) {
+      float* x = out + g * INT4_GROUP;
+      float scale = sz[2 * g], zero = sz[2 * g + 1];
+      if (fmt == KV_INT4) {
+        for (i32 j = 0; j < INT4_GROUP; j++) x[j] = (x[j] - zero) * scale;
+        continue;
+      }
+      // H32 of the codes (small integers: exact in any order); the zero point moves element 0
+      // only (the transform of a constant), then one product applies scale / 32.
+      hadamard(x, INT4_GROUP, INT4_GROUP);
+      x[0] = x[0] - 32.0f * zero;
+      float s = scale * 0.03125f;
+      for (i32 j = 0; j < INT4_GROUP; j++) x[j] = x[j] * s;
+    }
+    return;
+  }
+  i32 rw = d / 4;
+  const uint8_t* codes = (const uint8_t*)(slab + (long)t * rw);
+  float scale = bits_f32(slab[bs * rw + t]);
+  if (fmt == KV_INT8) {
+    for (i32 e = 0; e < d; e++) out[e] = (float)(int8_t)codes[e] * scale;
+    return;
+  }
+  if (fmt == KV_INT8_H8) {
+    for (i32 e = 0; e < d; e++) out[e] = (float)(int8_t)codes[e];
+    hadamard(out, d, 8);
+    float s = scale * 0.125f;
+    for (i32 e = 0; e < d; e++) out[e] = out[e] * s;
+    return;
+  }
+  i32 e5m2 = fmt == KV_FP8_E5M2;
+  for (i32 e = 0; e < d; e++) out[e] = bits_f32(fp8_decode_bits(codes[e], e5m2)) * scale;
+}
+
 #endif
