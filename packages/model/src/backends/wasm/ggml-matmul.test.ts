@@ -111,11 +111,12 @@ function dotBound(x: Float32Array, m: number, w: GgmlWeight): Float64Array {
 }
 
 describe('wasm matmul from GGML blocks', () => {
-  // rows (a tail under the 4-row thread split; an odd last row for the two-row decode
-  // kernels), tokens (decode; past one 16-token block)
+  // rows (a tail under the 4-row thread split; an odd last row for the two-row kernels),
+  // tokens (decode; an odd count for the 2×2 tiles; past one 16-token block)
   const shapes = [
     { n: 10, m: 1 },
     { n: 7, m: 1 },
+    { n: 7, m: 3 },
     { n: 36, m: 3 },
     { n: 20, m: 21 },
   ];

@@ -320,29 +320,95 @@ static void quantize_x(const float* x, i32 k, i16* xq, float* xs, float* xb) {
   }
 }
 
-// One unpacked weight row against one quantized x row.
-static float dot_row(const i16* wq, const float* wd, const float* wm, i32 offsets, const i16* xq,
-                     const float* xs, const float* xb, i32 k) {
+INLINE v128_t fmadd_i(v128_t acc, v128_t isum, float scale) {
+  v128_t v = wasm_f32x4_convert_i32x4(isum);
+  return wasm_f32x4_add(acc, wasm_f32x4_mul(v, wasm_f32x4_splat(scale)));
+}
+
+// An unpacked weight row: int16 codes, per-32 scales, per-16 offsets.
+typedef struct {
+  i16* q;
+  float* d;
+  float* m;
+} row_t;
+
+// A quantized x row: int16 values, per-32 scales, per-16 scaled sums.
+typedef struct {
+  const i16* q;
+  const float* s;
+  const float* b;
+} xrow_t;
+
+INLINE v128_t idot8(const i16* w, const i16* x) { return wasm_i32x4_dot_i16x8(ld(w), ld(x)); }
+
+// One unpacked weight row against one quantized x row (a lone token).
+static float dot_1x1(row_t w, i32 offsets, xrow_t x, i32 k) {
   v128_t acc = wasm_f32x4_splat(0);
   for (i32 b = 0; b < k / 32; b++) {
-    const i16* w = wq + 32 * b;
-    const i16* v = xq + 32 * b;
-    v128_t s = wasm_i32x4_add(wasm_i32x4_dot_i16x8(ld(w), ld(v)),
-                              wasm_i32x4_dot_i16x8(ld(w + 8), ld(v + 8)));
-    s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(ld(w + 16), ld(v + 16)));
-    s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(ld(w + 24), ld(v + 24)));
-    acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(s),
-                                             wasm_f32x4_splat(wd[b] * xs[b])));
+    const i16* p = w.q + 32 * b;
+    const i16* u = x.q + 32 * b;
+    v128_t s = wasm_i32x4_add(idot8(p, u), idot8(p + 8, u + 8));
+    s = wasm_i32x4_add(s, wasm_i32x4_add(idot8(p + 16, u + 16), idot8(p + 24, u + 24)));
+    acc = fmadd_i(acc, s, w.d[b] * x.s[b]);
   }
   float r = hsum(acc);
   if (offsets) {
     v128_t o = wasm_f32x4_splat(0);
     i32 g = 0, groups = k / 16;
-    for (; g + 4 <= groups; g += 4) o = wasm_f32x4_add(o, wasm_f32x4_mul(ld(wm + g), ld(xb + g)));
+    for (; g + 4 <= groups; g += 4) o = wasm_f32x4_add(o, wasm_f32x4_mul(ld(w.m + g), ld(x.b + g)));
     r += hsum(o);
-    for (; g < groups; g++) r += wm[g] * xb[g];
+    for (; g < groups; g++) r += w.m[g] * x.b[g];
   }
   return r;
+}
+
+// Two unpacked weight rows against two quantized x rows: o[2r + t] = W[r] · x[t]. Each load
+// serves two dot products.
+static void dot_2x2(row_t w0, row_t w1, i32 offsets, xrow_t x0, xrow_t x1, i32 k, float* o) {
+  v128_t z = wasm_f32x4_splat(0);
+  v128_t a00 = z, a01 = z, a10 = z, a11 = z;
+  for (i32 b = 0; b < k / 32; b++) {
+    const i16* p = w0.q + 32 * b;
+    const i16* q = w1.q + 32 * b;
+    const i16* u = x0.q + 32 * b;
+    const i16* v = x1.q + 32 * b;
+    v128_t s00 = wasm_i32x4_splat(0), s01 = s00, s10 = s00, s11 = s00;
+    for (i32 i = 0; i < 32; i += 8) {
+      s00 = wasm_i32x4_add(s00, idot8(p + i, u + i));
+      s01 = wasm_i32x4_add(s01, idot8(p + i, v + i));
+      s10 = wasm_i32x4_add(s10, idot8(q + i, u + i));
+      s11 = wasm_i32x4_add(s11, idot8(q + i, v + i));
+    }
+    a00 = fmadd_i(a00, s00, w0.d[b] * x0.s[b]);
+    a01 = fmadd_i(a01, s01, w0.d[b] * x1.s[b]);
+    a10 = fmadd_i(a10, s10, w1.d[b] * x0.s[b]);
+    a11 = fmadd_i(a11, s11, w1.d[b] * x1.s[b]);
+  }
+  o[0] = hsum(a00);
+  o[1] = hsum(a01);
+  o[2] = hsum(a10);
+  o[3] = hsum(a11);
+  if (offsets) {
+    v128_t m00 = z, m01 = z, m10 = z, m11 = z;
+    i32 g = 0, groups = k / 16;
+    for (; g + 4 <= groups; g += 4) {
+      v128_t p = ld(w0.m + g), q = ld(w1.m + g), u = ld(x0.b + g), v = ld(x1.b + g);
+      m00 = wasm_f32x4_add(m00, wasm_f32x4_mul(p, u));
+      m01 = wasm_f32x4_add(m01, wasm_f32x4_mul(p, v));
+      m10 = wasm_f32x4_add(m10, wasm_f32x4_mul(q, u));
+      m11 = wasm_f32x4_add(m11, wasm_f32x4_mul(q, v));
+    }
+    o[0] += hsum(m00);
+    o[1] += hsum(m01);
+    o[2] += hsum(m10);
+    o[3] += hsum(m11);
+    for (; g < groups; g++) {
+      o[0] += w0.m[g] * x0.b[g];
+      o[1] += w0.m[g] * x1.b[g];
+      o[2] += w1.m[g] * x0.b[g];
+      o[3] += w1.m[g] * x1.b[g];
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,10 +427,6 @@ INLINE v128_t dot16_i8(v128_t a, const i16* x) {
                         wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(a), ld(x + 8)));
 }
 
-INLINE v128_t fmadd_i(v128_t acc, v128_t isum, float scale) {
-  v128_t v = wasm_f32x4_convert_i32x4(isum);
-  return wasm_f32x4_add(acc, wasm_f32x4_mul(v, wasm_f32x4_splat(scale)));
-}
 
 typedef void (*dot2_fn)(const u8* r0, const u8* r1, i32 nb, const i16* xq, const float* xs,
                         const float* xb, float* o);
@@ -590,14 +652,19 @@ void ggml_matmul(const float* x, i32 m, i32 k, const u8* w, i32 n, i32 fmt, i32 
                  float* scratch, float* y, i32 ep, const float* bias) {
   if (lo >= hi) return;
   const format_t* f = &FORMATS[fmt - WF_GGML_FIRST];
-  // Scratch (floats): xq TB·k/2, xs TB·k/32, xb TB·k/16, wq k/2, wd k/32, wm k/16.
+  // Scratch (floats): xq TB·k/2, xs TB·k/32, xb TB·k/16, then two unpacked rows.
   i16* xq = (i16*)scratch;
   float* xs = scratch + TB * k / 2;
   float* xb = xs + TB * k / 32;
-  i16* wq = (i16*)(xb + TB * k / 16);
-  float* wd = (float*)(wq + k);
-  float* wm = wd + k / 32;
-  float gate[TB];
+  // Two unpacked rows after the token block: wq k/2, wd k/32, wm k/16 floats each.
+  row_t rows[2];
+  float* r = xb + TB * k / 16;
+  for (i32 i = 0; i < 2; i++) {
+    rows[i].q = (i16*)r;
+    rows[i].d = r + k / 2;
+    rows[i].m = rows[i].d + k / 32;
+    r = rows[i].m + k / 16;
+  }
   dot2_fn dot2 = DOT2[fmt - WF_GGML_FIRST];
   if (m == 1 && dot2) {
     quantize_x(x, k, xq, xs, xb);
@@ -609,14 +676,32 @@ void ggml_matmul(const float* x, i32 m, i32 k, const u8* w, i32 n, i32 fmt, i32 
     // Every thread rounds the token block itself: k · nt work against its rows' k · nt · rows.
     for (i32 t = 0; t < nt; t++)
       quantize_x(x + (long)(t0 + t) * k, k, xq + t * k, xs + t * (k / 32), xb + t * (k / 16));
-    for (i32 j = lo; j < hi; j++) {
-      unpack_row(f, w, k, j, wq, wd, wm);
-      for (i32 t = 0; t < nt; t++) {
-        float v = dot_row(wq, wd, wm, f->offset, xq + t * k, xs + t * (k / 32),
-                          xb + t * (k / 16), k);
-        if (ep != 2) kv_emit(y, n, ep, bias, t0 + t, j, v, 0.0f);
-        else if ((j & 1) == 0) gate[t] = v;
-        else kv_emit(y, n, ep, bias, t0 + t, j - 1, gate[t], v);
+    // Rows in pairs (for SwiGLU, gate and up), tokens in pairs; an odd last one is paired with
+    // itself and its twin result dropped.
+    for (i32 j = lo; j < hi; j += 2) {
+      i32 two = j + 1 < hi;
+      unpack_row(f, w, k, j, rows[0].q, rows[0].d, rows[0].m);
+      if (two) unpack_row(f, w, k, j + 1, rows[1].q, rows[1].d, rows[1].m);
+      row_t r1 = two ? rows[1] : rows[0];
+      for (i32 t = 0; t < nt; t += 2) {
+        i32 u = t + 1 < nt ? t + 1 : t;
+        xrow_t x0 = {xq + t * k, xs + t * (k / 32), xb + t * (k / 16)};
+        xrow_t x1 = {xq + u * k, xs + u * (k / 32), xb + u * (k / 16)};
+        float o[4];
+        if (u > t) {
+          dot_2x2(rows[0], r1, f->offset, x0, x1, k, o);
+        } else {
+          o[0] = dot_1x1(rows[0], f->offset, x0, k);
+          o[2] = two ? dot_1x1(r1, f->offset, x0, k) : o[0];
+        }
+        for (i32 c = 0; c <= u - t; c++) {
+          if (ep == 2) {
+            kv_emit(y, n, ep, bias, t0 + t + c, j, o[c], o[2 + c]);
+          } else {
+            kv_emit(y, n, ep, bias, t0 + t + c, j, o[c], 0.0f);
+            if (two) kv_emit(y, n, ep, bias, t0 + t + c, j + 1, o[2 + c], 0.0f);
+          }
+        }
       }
     }
   }
