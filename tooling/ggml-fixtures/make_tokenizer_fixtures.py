@@ -23,7 +23,8 @@ the tokens. Written to tooling/ggml-fixtures/tokenizers/: <name>.gguf and <name>
 
 Vocabularies: llama-spm (Llama 2's SentencePiece, also Mistral 7B v0.1's), qwen2 (byte-level BPE,
 pre-tokenizer qwen2), llama-bpe (Llama 3), gpt-2, and gpt-2's vocabulary with the pre-tokenizers
-`default` (llama.cpp's four-regex default split) and `tekken` (Mistral Nemo's, Ministral's).
+`default` (llama.cpp's four-regex default split), `tekken` (Mistral Nemo's, Ministral's) and
+`smollm`.
 """
 
 import argparse
@@ -74,6 +75,7 @@ VOCABS = [
     ("gpt-2-default", "ggml-vocab-gpt-2.gguf", {"tokenizer.ggml.pre": "default"}, CHAT["gpt-2"]),
     # Mistral Nemo's and Ministral's pre-tokenizer; llama.cpp ships no tekken vocabulary.
     ("gpt-2-tekken", "ggml-vocab-gpt-2.gguf", {"tokenizer.ggml.pre": "tekken"}, CHAT["gpt-2"]),
+    ("gpt-2-smollm", "ggml-vocab-gpt-2.gguf", {"tokenizer.ggml.pre": "smollm"}, CHAT["gpt-2"]),
 ]
 
 

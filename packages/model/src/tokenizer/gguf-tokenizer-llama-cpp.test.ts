@@ -21,6 +21,7 @@ const VOCABS = [
   ['gpt-2', 'gpt2', 'gpt-2'],
   ['gpt-2-default', 'gpt2', 'default'],
   ['gpt-2-tekken', 'gpt2', 'tekken'],
+  ['gpt-2-smollm', 'gpt2', 'smollm'],
 ] as const;
 
 async function load(name: string) {
@@ -83,6 +84,22 @@ describe("GGUF tokenizers against llama.cpp's", () => {
     const off = new Map(metadata).set('tokenizer.ggml.add_bos_token', false);
     const tok = ModelTokenizer.fromGguf(off);
     expect(tok.encode('Hello')).not.toContain(tok.bosTokenId);
+  });
+
+  // llama.cpp's llama-vocab.cpp maps these names to the same pre-tokenizer and flags.
+  it.each([
+    ['qwen2', 'deepseek-r1-qwen'],
+    ['llama-bpe', 'falcon3'],
+    ['llama-bpe', 'pixtral'],
+  ])("%s's texts tokenize the same under llama.cpp's alias %s", async (name, alias) => {
+    const { record, metadata } = await load(name);
+    const tok = ModelTokenizer.fromGguf(new Map(metadata).set('tokenizer.ggml.pre', alias));
+    record.texts.forEach((text, i) => {
+      expect({ text, ids: tok.encode(text) }).toEqual({
+        text,
+        ids: record.llama_cpp[i]!.add_special,
+      });
+    });
   });
 
   it('refuses a pre-tokenizer it does not implement, naming it', async () => {

@@ -26,24 +26,53 @@ const TOKEN_TYPE = {
   byte: 6,
 } as const;
 
+/** GPT-2's words as llama.cpp writes the pattern when it chains it after another split. */
+const GPT2_WORDS = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+
 /**
  * llama.cpp's pre-tokenizer for `tokenizer.ggml.pre = default`: four regexes, each splitting
- * the pieces the previous ones left (runs of punctuation; GPT-2's pattern; digit runs; groups
+ * the pieces the previous ones left (runs of punctuation; GPT-2's words; digit runs; groups
  * of three digits).
  */
 const DEFAULT_SPLIT_PATTERNS = [
   '[\\p{P}\\$\\+<=>\\^~\\|]+',
-  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+  GPT2_WORDS,
   '\\p{N}+',
   '[0-9][0-9][0-9]',
 ];
 
 /**
- * Pre-tokenizer names (Llama 3's, Tekken's) for which llama.cpp adds a bos token unless the
- * file says otherwise, and takes a word that is a token whole before trying merges
+ * Pre-tokenizer names (Llama 3's and its aliases, Tekken's) for which llama.cpp adds a bos token
+ * unless the file says otherwise, and takes a word that is a token whole before trying merges
  * (`ignore_merges`).
  */
-const BOS_AND_WHOLE_WORDS = new Set(['llama3', 'llama-v3', 'llama-bpe', 'tekken']);
+const BOS_AND_WHOLE_WORDS = new Set([
+  'llama3',
+  'llama-v3',
+  'llama-bpe',
+  'falcon3',
+  'pixtral',
+  'tekken',
+]);
+
+/** `tokenizer.ggml.pre` names and their split patterns (aliases as llama.cpp groups them). */
+const SPLIT_PATTERNS: Readonly<Record<string, readonly string[]>> = {
+  default: DEFAULT_SPLIT_PATTERNS,
+  'gpt-2': [GPT2_SPLIT_PATTERN],
+  gpt2: [GPT2_SPLIT_PATTERN],
+  'llama-bpe': [LLAMA3_SPLIT_PATTERN],
+  llama3: [LLAMA3_SPLIT_PATTERN],
+  'llama-v3': [LLAMA3_SPLIT_PATTERN],
+  falcon3: [LLAMA3_SPLIT_PATTERN],
+  pixtral: [LLAMA3_SPLIT_PATTERN],
+  'smaug-bpe': [LLAMA3_SPLIT_PATTERN],
+  qwen2: [QWEN2_SPLIT_PATTERN],
+  'deepseek-r1-qwen': [QWEN2_SPLIT_PATTERN],
+  tekken: [TEKKEN_SPLIT_PATTERN],
+  // Every numeric character alone (½ too, which a `Digits` pre-tokenizer here keeps with its
+  // neighbours), then GPT-2's split.
+  smollm: ['\\p{N}', GPT2_WORDS],
+};
 
 function splitByteLevel(...patterns: string[]): Record<string, unknown> {
   return {
@@ -61,36 +90,14 @@ function splitByteLevel(...patterns: string[]): Record<string, unknown> {
 }
 
 function preTokenizerFor(pre: string): Record<string, unknown> {
-  switch (pre) {
-    case 'default':
-      return splitByteLevel(...DEFAULT_SPLIT_PATTERNS);
-    case 'gpt2':
-    case 'gpt-2':
-      return splitByteLevel(GPT2_SPLIT_PATTERN);
-    case 'llama3':
-    case 'llama-v3':
-    case 'llama-bpe':
-    case 'smaug-bpe':
-      return splitByteLevel(LLAMA3_SPLIT_PATTERN);
-    case 'qwen2':
-      return splitByteLevel(QWEN2_SPLIT_PATTERN);
-    case 'tekken':
-      return splitByteLevel(TEKKEN_SPLIT_PATTERN);
-    case 'smollm':
-      return {
-        type: 'Sequence',
-        pretokenizers: [
-          { type: 'Digits', individual_digits: true },
-          { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
-        ],
-      };
-    default:
-      throw new ModelError(
-        'UNSUPPORTED_TOKENIZER',
-        `GGUF pre-tokenizer "${pre}" is not supported (supported: default, gpt-2, llama-bpe, llama3, smaug-bpe, qwen2, tekken, smollm)`,
-        { details: { pre } },
-      );
-  }
+  const patterns = Object.hasOwn(SPLIT_PATTERNS, pre) ? SPLIT_PATTERNS[pre] : undefined;
+  if (patterns) return splitByteLevel(...patterns);
+  const supported = Object.keys(SPLIT_PATTERNS).join(', ');
+  throw new ModelError(
+    'UNSUPPORTED_TOKENIZER',
+    `GGUF pre-tokenizer "${pre}" is not supported (supported: ${supported})`,
+    { details: { pre } },
+  );
 }
 
 function getArray<T>(

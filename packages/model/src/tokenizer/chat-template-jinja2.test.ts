@@ -1,0 +1,40 @@
+import { readFile } from 'node:fs/promises';
+import { describe, expect, it } from 'vitest';
+import { type ChatMessage, renderChatTemplate } from './chat-template.js';
+
+/** What `tooling/ggml-fixtures/make_chat_template_fixtures.py` rendered with Python's jinja2. */
+interface Fixture {
+  readonly templates: Record<string, string>;
+  readonly cases: {
+    template: string;
+    bos_token: string | null;
+    eos_token: string | null;
+    messages: ChatMessage[];
+    tools: unknown[] | null;
+    rendered: string;
+  }[];
+}
+
+const fixture = JSON.parse(
+  await readFile(
+    new URL('../../../../tooling/ggml-fixtures/chat-templates.json', import.meta.url),
+    'utf8',
+  ),
+) as Fixture;
+
+// Real models' templates (Qwen2.5, DeepSeek-R1-Distill-Qwen, Mistral Nemo, Llama 3.1), as
+// transformers renders them with jinja2: @huggingface/jinja must give the same text.
+describe('chat templates against jinja2', () => {
+  it.each(fixture.cases.map((c) => [c.template, c.messages.length, c.tools !== null, c] as const))(
+    '%s, %i messages, tools %s',
+    (name, _n, _tools, c) => {
+      const out = renderChatTemplate(
+        fixture.templates[name]!,
+        c.messages,
+        { bos_token: c.bos_token ?? '', eos_token: c.eos_token ?? '' },
+        c.tools === null ? {} : { tools: c.tools },
+      );
+      expect(out).toBe(c.rendered);
+    },
+  );
+});
