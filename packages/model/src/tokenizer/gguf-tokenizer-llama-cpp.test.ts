@@ -22,6 +22,7 @@ const VOCABS = [
   ['gpt-2-default', 'gpt2', 'default'],
   ['gpt-2-tekken', 'gpt2', 'tekken'],
   ['gpt-2-smollm', 'gpt2', 'smollm'],
+  ['llama-spm-eos', 'llama', 'default'],
 ] as const;
 
 async function load(name: string) {
@@ -29,7 +30,7 @@ async function load(name: string) {
     await readFile(vocabPath(name).replace(/\.gguf$/, '.json'), 'utf8'),
   ) as TokenizerRecord;
   const metadata = await ggufMetadata(vocabPath(name));
-  return { record, metadata, tok: ModelTokenizer.fromGguf(metadata) };
+  return { record, metadata, tok: await ModelTokenizer.load(vocabPath(name)) };
 }
 
 describe("GGUF tokenizers against llama.cpp's", () => {

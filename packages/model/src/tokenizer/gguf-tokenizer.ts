@@ -133,7 +133,9 @@ export interface GgufTokenizerJson {
 /**
  * Rebuilds a Hugging Face `tokenizer.json` from GGUF metadata: `gpt2` (byte-level BPE with
  * merges; pre-tokenizer from `tokenizer.ggml.pre`) and `llama` (SentencePiece BPE with byte
- * fallback; merges derived from the scores as transformers' converter does).
+ * fallback; merges derived from the scores as transformers' converter does), with bos and eos
+ * added around a text as `tokenizer.ggml.add_bos_token` / `add_eos_token` say (llama.cpp's
+ * defaults when absent: bos for SentencePiece and Llama 3 / Tekken vocabularies, never eos).
  *
  * @throws {@link ModelError} `UNSUPPORTED_TOKENIZER` for other `tokenizer.ggml.model` values
  *   or unknown pre-tokenizers; `TOKENIZER` when required arrays are missing.
@@ -261,26 +263,32 @@ export function tokenizerJsonFromGguf(md: ReadonlyMap<string, unknown>): GgufTok
       { details: { model } },
     );
   }
-  const addBosRaw = md.get('tokenizer.ggml.add_bos_token');
-  const addBos =
-    (typeof addBosRaw === 'boolean' ? addBosRaw : defaultAddBos) && bosId !== undefined;
+  const flag = (key: string, fallback: boolean) => {
+    const v = md.get(key);
+    return typeof v === 'boolean' ? v : fallback;
+  };
+  const addBos = flag('tokenizer.ggml.add_bos_token', defaultAddBos) && bosId !== undefined;
+  const addEos = flag('tokenizer.ggml.add_eos_token', false) && eosId !== undefined;
   const bosTok = bosId === undefined ? null : tokens[bosId]!;
-  const postProcessor = addBos
-    ? {
-        type: 'TemplateProcessing',
-        single: [
-          { SpecialToken: { id: bosTok, type_id: 0 } },
-          { Sequence: { id: 'A', type_id: 0 } },
-        ],
-        pair: [
-          { SpecialToken: { id: bosTok, type_id: 0 } },
-          { Sequence: { id: 'A', type_id: 0 } },
-          { SpecialToken: { id: bosTok, type_id: 1 } },
-          { Sequence: { id: 'B', type_id: 1 } },
-        ],
-        special_tokens: { [bosTok!]: { id: bosTok, ids: [bosId], tokens: [bosTok] } },
-      }
-    : null;
+  const eosTok = eosId === undefined ? null : tokens[eosId]!;
+  // llama.cpp's add_special: bos before the text, eos after it, as the file asks.
+  const around = (seq: 'A' | 'B', typeId: number) => [
+    ...(addBos ? [{ SpecialToken: { id: bosTok, type_id: typeId } }] : []),
+    { Sequence: { id: seq, type_id: typeId } },
+    ...(addEos ? [{ SpecialToken: { id: eosTok, type_id: typeId } }] : []),
+  ];
+  const specialTokens: Record<string, unknown> = {};
+  if (addBos) specialTokens[bosTok!] = { id: bosTok, ids: [bosId], tokens: [bosTok] };
+  if (addEos) specialTokens[eosTok!] = { id: eosTok, ids: [eosId], tokens: [eosTok] };
+  const postProcessor =
+    addBos || addEos
+      ? {
+          type: 'TemplateProcessing',
+          single: around('A', 0),
+          pair: [...around('A', 0), ...around('B', 1)],
+          special_tokens: specialTokens,
+        }
+      : null;
   return {
     tokenizerJson: {
       version: '1.0',
@@ -292,7 +300,7 @@ export function tokenizerJsonFromGguf(md: ReadonlyMap<string, unknown>): GgufTok
     },
     tokenizerConfig: {
       bos_token: bosTok,
-      eos_token: eosId === undefined ? null : tokens[eosId],
+      eos_token: eosTok,
       clean_up_tokenization_spaces: false,
     },
     chatTemplate,

@@ -1,8 +1,8 @@
-import { readFile, stat } from 'node:fs/promises';
+import { type FileHandle, open, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { ModelError } from '../errors.js';
-import { openGgufCheckpoint } from '../formats/gguf/reader.js';
+import { readGgufHeader } from '../formats/gguf/header.js';
 import { type ChatMessage, type ChatTemplateOptions, renderChatTemplate } from './chat-template.js';
 import { type DetokenizerOptions, IncrementalDetokenizer } from './detokenizer.js';
 import { tokenizerJsonFromGguf } from './gguf-tokenizer.js';
@@ -100,10 +100,12 @@ export class ModelTokenizer {
   /**
    * Loads `tokenizer.json`, `tokenizer_config.json` and the chat template (`chat_template`
    * in the config, or `chat_template.jinja` / `chat_template.json`) from an HF directory, or the
-   * tokenizer embedded in a `.gguf` file's metadata.
+   * tokenizer embedded in a `.gguf` file's metadata (read from its header only, so a
+   * vocabulary-only file works too).
    *
    * @param extraEosTokenIds - more stop ids (e.g. the model config's `eos_token_id` list).
-   * @throws {@link ModelError} `IO` for missing files, `TOKENIZER`, `UNSUPPORTED_TOKENIZER`.
+   * @throws {@link ModelError} `IO` for missing files, `MALFORMED_FILE` / `TRUNCATED_FILE` for a
+   *   bad GGUF header, `TOKENIZER`, `UNSUPPORTED_TOKENIZER`.
    */
   static async load(
     path: string,
@@ -116,11 +118,17 @@ export class ModelTokenizer {
       throw new ModelError('IO', `tokenizer path ${path} does not exist`, { cause: e });
     }
     if (!isDir) {
-      const r = await openGgufCheckpoint(path);
+      // The header alone: a vocabulary-only GGUF (no tensors) loads too.
+      let fh: FileHandle;
       try {
-        return ModelTokenizer.fromGguf(r.metadata, extraEosTokenIds);
+        fh = await open(path, 'r');
+      } catch (e) {
+        throw new ModelError('IO', `cannot open ${path}: ${(e as Error).message}`, { cause: e });
+      }
+      try {
+        return ModelTokenizer.fromGguf((await readGgufHeader(fh, path)).metadata, extraEosTokenIds);
       } finally {
-        await r.close();
+        await fh.close();
       }
     }
     const readJson = async (name: string, optional: boolean): Promise<Record<string, unknown>> => {
