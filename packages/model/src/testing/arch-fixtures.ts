@@ -1,5 +1,5 @@
-// The qwen2 and Mistral-style GGUF fixtures: tiny random models written by this package's own
-// GGUF writer around real vocabularies (llama.cpp's, cut by
+// The qwen2, Mistral-style and mistral3 GGUF fixtures: tiny random models written by this
+// package's own GGUF writer around real vocabularies (llama.cpp's, cut by
 // tooling/ggml-fixtures/make_tokenizer_fixtures.py), rebuilt bit-identically by the tests;
 // tooling/ggml-fixtures/make_arch_fixtures.sh records what llama.cpp makes of the same files.
 import { createHash } from 'node:crypto';
@@ -36,7 +36,7 @@ export interface ArchFixture {
   readonly messages: readonly { role: string; content: string }[];
   /**
    * Written as this GGUF architecture instead of the converter's (its `llama.*` keys renamed),
-   * with these extra `<arch>.*` keys (numbers stored as f32).
+   * with these extra `<arch>.*` keys (factors and scales stored as f32, lengths as u32).
    */
   readonly gguf?: {
     readonly architecture: string;
