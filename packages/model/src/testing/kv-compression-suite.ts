@@ -192,9 +192,17 @@ export function kvCompressionSuite(
       await b.forward(seqPlan(tokens.slice(0, 8), 0, [10, 12], bs));
       await b.forward(atPositions(seqPlan(tokens.slice(16, 24), 8, [10, 12], bs), 8));
       const next = seqPlan([tokens[24] as number], 16, [10, 12, 13], bs);
-      const want = await b.forward(next);
-      const got = await a.forward({ ...next, keyShifts: [{ block: 12, delta: -8 }] });
+      // The same step also asks for mass: it must see the shifted keys.
+      const withMass = (m: Float32Array): ForwardPlan => ({
+        ...next,
+        rows: [{ ...(next.rows[0] as ForwardPlan['rows'][number]), attentionMass: m }],
+      });
+      const wantMass = new Float32Array(3);
+      const gotMass = new Float32Array(3);
+      const want = await b.forward(withMass(wantMass));
+      const got = await a.forward({ ...withMass(gotMass), keyShifts: [{ block: 12, delta: -8 }] });
       expect(maxRelDiff(got, want)).toBeLessThan(2e-5);
+      expect(maxRelDiff(gotMass, wantMass)).toBeLessThan(1e-4);
     });
 
     it('key shifts run after the block copies, on the listed blocks only', async () => {
