@@ -26,8 +26,10 @@ import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
 // within f32-versus-f64 accumulation (the CPU reference sums in f64).
 const FORMATS = Object.keys(KvCode) as KvFormatName[];
 const ATTENTION_TOL = 2e-5;
-// Mass sums probabilities in f32 over a row's heads and queries (the CPU in f64).
+// Mass sums probabilities in f32 over a row's heads and queries (the CPU in f64). int8 keys
+// meet a query rounded to int16 (2^-15 of its largest element), which moves scores a little more.
 const MASS_TOL = 2e-6;
+const INT8_KEYS_MASS_TOL = 1e-5;
 
 const runtimes = new Map<number, Promise<WasmRuntime>>();
 function runtime(threads: number): Promise<WasmRuntime> {
@@ -332,7 +334,8 @@ describe('wasm paged attention', () => {
         expect(withMass).toEqual(plain);
         for (const [s, m] of b.plan.massOut.entries()) {
           if (m === undefined) continue;
-          expect(maxRelDiff(m, Float32Array.from(want[s] as Float64Array))).toBeLessThan(MASS_TOL);
+          const tol = format.startsWith('int8') ? INT8_KEYS_MASS_TOL : MASS_TOL;
+          expect(maxRelDiff(m, Float32Array.from(want[s] as Float64Array))).toBeLessThan(tol);
           // Each counted query gives its heads' probabilities, which sum to 1 per head.
           const total = m.reduce((a, x) => a + x, 0);
           expect(total).toBeCloseTo(shape.hq * (b.plan.massQueries[s] as number), 4);

@@ -71,6 +71,25 @@ INLINE float dot_f32(const float* q, const float* r, i32 d) {
   return hsum(wasm_f32x4_add(a, b));
 }
 
+// int8 codes against a query rounded to int16: i16 × i16 pair products summed in i32 (d ≤
+// KV_MAX_HEAD_DIM keeps d · 127 · 32767 below 2^31).
+INLINE float dot_i8_q16(const int8_t* codes, const int16_t* q16, i32 d) {
+  v128_t acc = wasm_i32x4_splat(0);
+  i32 e = 0;
+  for (; e + 16 <= d; e += 16) {
+    v128_t b = ld(codes + e);
+    acc = wasm_i32x4_add(acc, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(b), ld(q16 + e)));
+    acc = wasm_i32x4_add(acc,
+                         wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(b), ld(q16 + e + 8)));
+  }
+  if (e < d) {  // d is a multiple of 8
+    v128_t b = wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(codes + e));
+    acc = wasm_i32x4_add(acc, wasm_i32x4_dot_i16x8(b, ld(q16 + e)));
+  }
+  return (float)(wasm_i32x4_extract_lane(acc, 0) + wasm_i32x4_extract_lane(acc, 1) +
+                 wasm_i32x4_extract_lane(acc, 2) + wasm_i32x4_extract_lane(acc, 3));
+}
+
 INLINE void axpy_f32(float* acc, float p, const float* r, i32 d) {
   v128_t pv = wasm_f32x4_splat(p);
   for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + e, madd(ld(acc + e), pv, ld(r + e)));
@@ -122,10 +141,26 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
     for (i32 e = 0; e < group * d; e++) qr[e] *= inv;
     qh = qr;
   }
+  // int8 keys (rotated or not) meet the query in integers: each head's query rounded to int16
+  // (a step of max|q| / 32767, far below the keys' own 8-bit rounding) in the accumulators'
+  // space, which the value pass clears only later; the codes are never widened to f32.
+  i32 int_keys = (kvfmt == KV_INT8 || kvfmt == KV_INT8_H8) && d <= KV_MAX_HEAD_DIM;
+  int16_t* q16 = (int16_t*)acc;
+  float* qstep = (float*)(q16 + (long)group * d);
+  if (int_keys) {
+    for (i32 g = 0; g < group; g++) quantize_x16(qh + g * d, d, d, q16 + g * d, qstep + g);
+  }
   for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
     const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
     i32 n = visible - j0 < bs ? visible - j0 : bs;
     for (i32 r = 0; r < n; r++) {
+      if (int_keys) {
+        const int8_t* codes = (const int8_t*)(slab + (long)r * (d / 4));
+        float f = bits_f32(slab[bs * (d / 4) + r]) * scale;
+        for (i32 g = 0; g < group; g++)
+          scores[g * sp + j0 + r] = dot_i8_q16(codes, q16 + g * d, d) * (f * qstep[g]);
+        continue;
+      }
       float f;
       const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
       f *= scale;

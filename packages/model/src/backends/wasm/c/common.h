@@ -122,6 +122,29 @@ INLINE void split(i32 count, i32 unit, i32 tid, i32 nth, i32* lo, i32* hi) {
   *hi = b < count ? b : count;
 }
 
+// x (k floats) to int16 per group of gs: xq = round(x / s), s = max|x| / 32767 per group.
+static inline void quantize_x16(const float* x, i32 k, i32 gs, int16_t* xq, float* xs) {
+  for (i32 g = 0; g < k; g += gs) {
+    v128_t mx = wasm_f32x4_splat(0);
+    for (i32 i = g; i < g + gs; i += 4) mx = wasm_f32x4_max(mx, wasm_f32x4_abs(ld(x + i)));
+    float m = wasm_f32x4_extract_lane(mx, 0);
+    for (i32 l = 1; l < 4; l++) {
+      float v = l == 1 ? wasm_f32x4_extract_lane(mx, 1)
+                       : l == 2 ? wasm_f32x4_extract_lane(mx, 2) : wasm_f32x4_extract_lane(mx, 3);
+      if (v > m) m = v;
+    }
+    float scale = m / 32767.0f;
+    xs[g / gs] = scale;
+    v128_t inv = wasm_f32x4_splat(scale > 0.0f ? 1.0f / scale : 0.0f);
+    for (i32 i = g; i < g + gs; i += 8) {
+      v128_t q0 = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(ld(x + i), inv)));
+      v128_t q1 =
+          wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(ld(x + i + 4), inv)));
+      wasm_v128_store(xq + i, wasm_i16x8_narrow_i32x4(q0, q1));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ops defined in attention.c (record layouts there).
 
