@@ -207,8 +207,13 @@ async function referenceRun(
   return logits;
 }
 
-async function engineRun(ids: readonly number[], promptLen: number, spec: KvCompressionSpec) {
-  const model = await loadModelRunner(join(dir, 'm'), config);
+async function engineRun(
+  backend: 'cpu' | 'wasm',
+  ids: readonly number[],
+  promptLen: number,
+  spec: KvCompressionSpec,
+) {
+  const model = await loadModelRunner(join(dir, 'm'), { ...config, backend });
   const runner = await model.allocate(24);
   try {
     const out: Float32Array[] = [];
@@ -241,29 +246,32 @@ function maxDiff(a: readonly Float32Array[], b: readonly Float32Array[]): number
 
 const ids = Array.from({ length: 150 }, (_, i) => (i * 97 + 13) % 320);
 
-describe('a compressed sequence against an independent float64 reference of its policy', () => {
-  for (const [text, promptLen, length] of [
-    ['window:window=24', 8, 150],
-    ['sinks:sinks=8,window=16', 8, 150],
-    ['sinks:sinks=8,window=16,positions=original', 8, 63],
-    ['h2o:budget=32', 8, 150],
-    ['snapkv:budget=24,observation=8', 40, 150],
-  ] as const) {
-    it(`${text}: same logits at every position (${length} tokens, context ${CONTEXT})`, async () => {
-      const spec = parseKvCompression(text, { blockSize: BS });
-      const seq = ids.slice(0, length);
-      const engine = await engineRun(seq, promptLen, spec);
-      const reference = await referenceRun(seq, promptLen, spec);
-      expect(engine.stats.tokensDropped).toBeGreaterThan(0);
-      // SnapKV holds its whole prompt until the prompt ends; then the policy's bound holds.
-      const bound = Math.max(spec.policy.maxBlocks(BS), Math.ceil(promptLen / BS));
-      expect(engine.stats.maxBlocksHeld).toBeLessThanOrEqual(bound + 1);
-      expect(maxDiff(engine.logits, reference)).toBeLessThan(2e-3);
-      // The comparison can tell a compressed cache from the full one (within the context,
-      // where the full cache can run): dropping blocks changes the logits.
-      const full = await referenceRun(seq.slice(0, CONTEXT), promptLen, undefined);
-      const within = Math.min(seq.length, CONTEXT) - 1;
-      expect(maxDiff(full.slice(0, within), reference.slice(0, within))).toBeGreaterThan(1e-2);
-    }, 120_000);
-  }
-});
+describe.each(['cpu', 'wasm'] as const)(
+  'a compressed sequence on the %s backend against an independent float64 reference of its policy',
+  (backend) => {
+    for (const [text, promptLen, length] of [
+      ['window:window=24', 8, 150],
+      ['sinks:sinks=8,window=16', 8, 150],
+      ['sinks:sinks=8,window=16,positions=original', 8, 63],
+      ['h2o:budget=32', 8, 150],
+      ['snapkv:budget=24,observation=8', 40, 150],
+    ] as const) {
+      it(`${text}: same logits at every position (${length} tokens, context ${CONTEXT})`, async () => {
+        const spec = parseKvCompression(text, { blockSize: BS });
+        const seq = ids.slice(0, length);
+        const engine = await engineRun(backend, seq, promptLen, spec);
+        const reference = await referenceRun(seq, promptLen, spec);
+        expect(engine.stats.tokensDropped).toBeGreaterThan(0);
+        // SnapKV holds its whole prompt until the prompt ends; then the policy's bound holds.
+        const bound = Math.max(spec.policy.maxBlocks(BS), Math.ceil(promptLen / BS));
+        expect(engine.stats.maxBlocksHeld).toBeLessThanOrEqual(bound + 1);
+        expect(maxDiff(engine.logits, reference)).toBeLessThan(2e-3);
+        // The comparison can tell a compressed cache from the full one (within the context,
+        // where the full cache can run): dropping blocks changes the logits.
+        const full = await referenceRun(seq.slice(0, CONTEXT), promptLen, undefined);
+        const within = Math.min(seq.length, CONTEXT) - 1;
+        expect(maxDiff(full.slice(0, within), reference.slice(0, within))).toBeGreaterThan(1e-2);
+      }, 120_000);
+    }
+  },
+);
