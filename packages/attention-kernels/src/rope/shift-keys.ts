@@ -57,6 +57,7 @@ export class ShiftKeys {
   readonly #pipeline: GPUComputePipeline;
   readonly #cos: GPUBuffer;
   readonly #sin: GPUBuffer;
+  readonly #workgroup: number;
 
   private constructor(
     gpu: Gpu,
@@ -64,7 +65,9 @@ export class ShiftKeys {
     layout: KvCacheLayout,
     tables: RopeTables,
     pipeline: GPUComputePipeline,
+    workgroup: number,
   ) {
+    this.#workgroup = workgroup;
     this.#gpu = gpu;
     this.config = config;
     this.layout = layout;
@@ -82,11 +85,13 @@ export class ShiftKeys {
   static async create(gpu: Gpu, config: KeyShiftConfig): Promise<ShiftKeys> {
     const layout = checkKeyShiftConfig(config);
     const tables = ropeTables(config.rope);
+    // One llvmpipe SIMD vector per workgroup on software adapters, a common width elsewhere.
+    const workgroup = gpu.isSoftware ? 8 : 64;
     const pipeline = await gpu.pipeline({
-      code: shiftKeysShader(layout, { style: config.rope.style, half: tables.half }),
-      label: `shift-keys-${config.format.name}-d${config.headDim}-b${config.blockSize}-h${config.numKvHeads}-${config.rope.style}-r${tables.half * 2}`,
+      code: shiftKeysShader(layout, { style: config.rope.style, half: tables.half }, workgroup),
+      label: `shift-keys-${config.format.name}-d${config.headDim}-b${config.blockSize}-h${config.numKvHeads}-${config.rope.style}-r${tables.half * 2}-w${workgroup}`,
     });
-    return new ShiftKeys(gpu, config, layout, tables, pipeline);
+    return new ShiftKeys(gpu, config, layout, tables, pipeline, workgroup);
   }
 
   /** The shifts as the i32 pairs the kernel reads, in a new storage buffer (release it after). */
@@ -142,7 +147,10 @@ export class ShiftKeys {
       encoder,
       this.#pipeline,
       [args.kvCache, args.shifts, tables?.cos ?? this.#cos, tables?.sin ?? this.#sin, params],
-      splitWorkgroups(args.numShifts * H * B, this.#gpu.limits.maxComputeWorkgroupsPerDimension),
+      splitWorkgroups(
+        Math.ceil((args.numShifts * H * B) / this.#workgroup),
+        this.#gpu.limits.maxComputeWorkgroupsPerDimension,
+      ),
       'shift-keys',
     );
   }
