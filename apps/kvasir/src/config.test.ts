@@ -54,7 +54,7 @@ describe('configuration errors name the fix', () => {
   });
 
   it('names the allowed values of a closed set, and what was given', () => {
-    expect(failure({ blockSize: 7 })).toContain('expected one of 8, 16, 32, got 7');
+    expect(failure({ blockSize: 7 })).toContain('expected one of 1, 2, 4, 8, 16, 32, got 7');
     expect(failure({ kvDtype: 'f8' })).toMatch(/expected one of "f32", "f16", .*got "f8"/);
   });
 

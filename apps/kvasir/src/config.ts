@@ -59,7 +59,11 @@ export const engineConfigSchema = z.strictObject({
   /** Threads of the wasm backend (default: the machine's physical cores). */
   threads: positiveInt.max(256).optional(),
   kvDtype: z.enum(KV_DTYPES).default('f32'),
-  blockSize: z.literal([8, 16, 32]).default(16),
+  /**
+   * Tokens per KV block. 1, 2 and 4 run on the cpu and wasm backends only (token-exact KV
+   * compression: a policy drops whole blocks); WebGPU's kernels take 8, 16 or 32.
+   */
+  blockSize: z.literal([1, 2, 4, 8, 16, 32]).default(16),
   /**
    * Memory the engine plans with, in bytes. WebGPU cannot report it: there the default is
    * 512 MiB, which suits the software adapter (set it to your GPU's memory). On the CPU backend

@@ -208,6 +208,14 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
   );
   const modelId = basename(path).replace(/\.gguf$/i, '');
   const onGpu = gpu;
+  if (onGpu && config.blockSize < 8) {
+    releaseGpu();
+    await closeReader();
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `--block-size: ${config.blockSize} runs on the cpu and wasm backends only; WebGPU's kernels take 8, 16 or 32`,
+    );
+  }
   const wasm = wasmFeatures();
   const onWasm =
     !onGpu &&
