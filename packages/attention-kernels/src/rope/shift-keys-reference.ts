@@ -120,19 +120,29 @@ export function shiftKeysReference(
   checkKeyShifts(shifts, cache.length / layout.blockWords, config.rope.maxPosition);
   const { headDim: D, blockSize: B, numKvHeads: H, format } = layout;
   const half = tables.half;
-  const style = config.rope.style;
+  // Pair indices once per call: ropePair allocates, and this loop runs per cached row.
+  const pa = new Int32Array(half);
+  const pb = new Int32Array(half);
+  for (let i = 0; i < half; i++) [pa[i], pb[i]] = ropePair(config.rope.style, half, i);
   const row = new Float32Array(D);
+  const cos = new Float32Array(half);
+  const sin = new Float32Array(half);
   for (const { block, delta } of shifts) {
     const base = Math.abs(delta) * half;
     const sign = delta < 0 ? -1 : 1;
+    for (let i = 0; i < half; i++) {
+      cos[i] = tables.cos[base + i]!;
+      sin[i] = sign * tables.sin[base + i]!;
+    }
     for (let h = 0; h < H; h++) {
       const slab = block * layout.blockWords + 2 * h * layout.slabWords;
       for (let t = 0; t < B; t++) {
         format.decodeRow(cache, slab, t, row, B);
         for (let i = 0; i < half; i++) {
-          const [a, b] = ropePair(style, half, i);
-          const c = tables.cos[base + i]!;
-          const s = sign * tables.sin[base + i]!;
+          const a = pa[i]!;
+          const b = pb[i]!;
+          const c = cos[i]!;
+          const s = sin[i]!;
           const x0 = row[a]!;
           const x1 = row[b]!;
           row[a] = fr(fr(x0 * c) - fr(x1 * s));
