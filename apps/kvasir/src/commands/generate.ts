@@ -46,7 +46,10 @@ export async function generateCommand(
         model,
         promptTokens,
         n: 1,
-        maxTokens: Math.min(options.maxTokens, engine.modelCard.maxModelLen - promptTokens.length),
+        // A default compression in cache positions lets the generation run past the context.
+        maxTokens: engine.modelCard.unboundedContext
+          ? options.maxTokens
+          : Math.min(options.maxTokens, engine.modelCard.maxModelLen - promptTokens.length),
         sampling: {
           temperature: options.temperature,
           topP: options.topP,
