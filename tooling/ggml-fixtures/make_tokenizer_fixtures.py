@@ -47,7 +47,7 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter  # noqa: E402
 MODELS = Path(args.llama_cpp) / "models"
 TOOL = Path(args.bin) / "llama-tokenize-json"
 SEP = "\n__ggml_vocab_test__\n"
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+UNKNOWN, CONTROL, USER_DEFINED, BYTE = 2, 3, 4, 6  # tokenizer.ggml.token_type values
 
 # Prompts as chat templates render them, per vocabulary, beside llama.cpp's own test texts.
 CHAT = {
@@ -109,19 +109,15 @@ def views(model: str, texts: list[str], specials: list[str]) -> list[str]:
     return out
 
 
-def field_value(field):
-    return field.contents()
-
-
 def cut(src: Path, overrides: dict, texts: list[str] | None, dst: Path) -> None:
     """Writes src's vocabulary cut to what `texts` can reach (all of it for None)."""
     r = GGUFReader(src)
     f = r.fields
-    model = field_value(f["tokenizer.ggml.model"])
-    tokens = field_value(f["tokenizer.ggml.tokens"])
-    types = field_value(f["tokenizer.ggml.token_type"])
-    scores = field_value(f["tokenizer.ggml.scores"]) if "tokenizer.ggml.scores" in f else None
-    merges = field_value(f["tokenizer.ggml.merges"]) if "tokenizer.ggml.merges" in f else None
+    model = f["tokenizer.ggml.model"].contents()
+    tokens = f["tokenizer.ggml.tokens"].contents()
+    types = f["tokenizer.ggml.token_type"].contents()
+    scores = f["tokenizer.ggml.scores"].contents() if "tokenizer.ggml.scores" in f else None
+    merges = f["tokenizer.ggml.merges"].contents() if "tokenizer.ggml.merges" in f else None
     specials = [t for t, ty in zip(tokens, types) if ty in (CONTROL, USER_DEFINED)]
     seen = views(model, texts, specials) if texts is not None else None
     keep = []
@@ -131,7 +127,7 @@ def cut(src: Path, overrides: dict, texts: list[str] | None, dst: Path) -> None:
             keep.append(i)
     new_id = {old: new for new, old in enumerate(keep)}
     kept = {tokens[i] for i in keep}
-    arch = field_value(f["general.architecture"])
+    arch = f["general.architecture"].contents()
     w = GGUFWriter(dst, arch)
     array_keys = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores",
                   "tokenizer.ggml.merges"}
@@ -139,7 +135,7 @@ def cut(src: Path, overrides: dict, texts: list[str] | None, dst: Path) -> None:
     for key, field in f.items():
         if key.startswith("GGUF.") or key == "general.architecture" or key in array_keys:
             continue
-        value = overrides.get(key, field_value(field))
+        value = overrides.get(key, field.contents())
         if key in id_keys:
             if value not in new_id:
                 continue
@@ -189,7 +185,7 @@ def main() -> None:
             continue
         src = MODELS / src_name
         inp = (MODELS / f"{src_name}.inp").read_text(encoding="utf-8")
-        texts = [t for t in inp.split(SEP)]
+        texts = inp.split(SEP)
         if texts and texts[-1] == "":
             texts.pop()
         texts += chat
