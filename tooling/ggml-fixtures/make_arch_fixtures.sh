@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GGUF architectures besides llama-on-Llama, checked against llama.cpp: a tiny random qwen2
-# (QKV bias, rope theta 1e6 from the file, untied, Qwen2's byte-level BPE vocabulary
+# (QKV bias, rope theta 1e6 from the file, untied and tied, Qwen2's byte-level BPE vocabulary
 # and ChatML template), a Mistral-style file (architecture llama, untied, Llama 2's
 # SentencePiece vocabulary, the [INST] template) and the same as mistral3 (Ministral 3's YaRN
 # RoPE and attention temperature scaling), written by @kvasir/model's own converter

@@ -1,3 +1,3 @@
 import { archFixtureSuite } from '../testing/arch-fixture-suite.js';
 
-archFixtureSuite('cpu', 2e-3);
+archFixtureSuite('cpu', 1e-3);

@@ -1,3 +1,3 @@
 import { archFixtureSuite } from '../testing/arch-fixture-suite.js';
 
-archFixtureSuite('wasm', 2e-3);
+archFixtureSuite('wasm', 1e-3);

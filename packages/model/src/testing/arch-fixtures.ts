@@ -22,7 +22,7 @@ export const MISTRAL_V01_CHAT_TEMPLATE =
 /** One architecture fixture: its model, vocabulary and the chat llama.cpp was prompted with. */
 export interface ArchFixture {
   /** File stem under `tooling/ggml-fixtures/arch/`. */
-  readonly name: 'tiny-qwen2' | 'tiny-mistral' | 'tiny-ministral3';
+  readonly name: 'tiny-qwen2' | 'tiny-qwen2-tied' | 'tiny-mistral' | 'tiny-ministral3';
   /** Cut vocabulary under `tooling/ggml-fixtures/tokenizers/`. */
   readonly vocab: string;
   /** The family the GGUF reader should run it as. */
@@ -85,6 +85,17 @@ export const QWEN2_FIXTURE: ArchFixture = {
 };
 
 /**
+ * Qwen2 with tied embeddings (no `output.weight`: the LM head is `token_embd`). Its greedy
+ * tokens repeat the input token (see {@link QWEN2_FIXTURE}); its logits are the check.
+ */
+export const QWEN2_TIED_FIXTURE: ArchFixture = {
+  ...QWEN2_FIXTURE,
+  name: 'tiny-qwen2-tied',
+  config: { ...QWEN2_FIXTURE.config, tieWordEmbeddings: true },
+  seed: 4,
+};
+
+/**
  * Mistral 7B v0.1 as llama.cpp's converter writes it: architecture `llama` (Q/K rows permuted),
  * GQA, untied LM head, Llama 2's SentencePiece vocabulary (byte fallback), the `[INST]` template.
  */
@@ -140,7 +151,12 @@ export const MINISTRAL3_FIXTURE: ArchFixture = {
   },
 };
 
-export const ARCH_FIXTURES = [QWEN2_FIXTURE, MISTRAL_FIXTURE, MINISTRAL3_FIXTURE] as const;
+export const ARCH_FIXTURES = [
+  QWEN2_FIXTURE,
+  QWEN2_TIED_FIXTURE,
+  MISTRAL_FIXTURE,
+  MINISTRAL3_FIXTURE,
+] as const;
 
 const tooling = new URL('../../../../tooling/ggml-fixtures/', import.meta.url);
 
