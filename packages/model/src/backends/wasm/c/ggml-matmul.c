@@ -3,13 +3,14 @@
 //
 // The approach is llama.cpp's, with 16-bit activations: each x row is rounded once per matmul
 // to int16 per block of 32 (scale max|x| / 32767, so its error is 2^-16 of the block's largest
-// value, far below any weight format's), and each weight row is unpacked once per token block
-// into int16 codes with one f32 scale per 32 and one f32 offset per 16 (the minimums of the
-// `_1` and K formats). A dot product is then i16 × i16 in i32 (`i32x4.dot_i16x8_s`), one float
-// multiply per 32 weights, plus the offsets against x's per-16 sums. 8-bit activations would
-// not be faster here: SIMD128 has no i8 dot product, so they widen to i16 all the same.
-// Decode (one token) of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K skips the unpacked row: two rows at a
-// time, codes widened in registers straight from the blocks (matvec_fused).
+// value, far below any weight format's), and weight rows are unpacked in pairs once per block
+// of TB tokens into int16 codes with one f32 scale per 32 and one f32 offset per 16 (the
+// minimums of the `_1` and K formats). A dot product is then i16 × i16 in i32
+// (`i32x4.dot_i16x8_s`), 2 rows × 2 tokens per loop, one float multiply per 32 weights, plus
+// the offsets against x's per-16 sums. 8-bit activations would not be faster here: SIMD128 has
+// no i8 dot product, so they widen to i16 all the same. Decode (one token) of Q8_0, Q4_0, Q4_K,
+// Q5_K and Q6_K skips the unpacked row: two rows at a time, codes widened in registers straight
+// from the blocks (matvec_fused).
 //
 // Sub-block scales that are small integers (Q2_K, Q3_K, Q6_K: per 16 weights) are folded into
 // the codes: |code · scale| <= 4096, so a lane's eight products per block stay below 2^30.
@@ -21,7 +22,7 @@
 typedef int16_t i16;
 typedef uint8_t u8;
 
-// Token rows quantized together: a weight row is unpacked once per block of this many tokens.
+// Token rows quantized together: weight rows are unpacked once per block of this many tokens.
 #define TB 16
 
 INLINE float f16_at(const u8* p) { return f16_to_f32((u32)p[0] | ((u32)p[1] << 8)); }
