@@ -3,15 +3,27 @@
 // (`tooling/device/run.sh`); on the software adapter it runs too, only slower.
 //   pnpm --filter @kvasir/attention-kernels exec tsx bench/device-check.ts
 // Prints one JSON line per case and a closing `{"checks":N,"failed":N}`; exits 1 on a failure.
+// `--only=compression` checks only the KV-compression kernels (attention mass, key shifts).
 import { createGpu } from '@kvasir/gpu';
 import { seededRandom } from '@kvasir/test-utils';
+import { PagedAttentionMass } from '../src/attention/attention-mass.js';
 import { PagedDecodeAttention } from '../src/decode/paged-decode.js';
 import { pagedDecodeAttentionCpu } from '../src/decode/paged-decode-reference.js';
 import { f16Format, f32Format } from '../src/kv-format/float.js';
 import { kvFormat } from '../src/kv-format/registry.js';
 import type { KvFormat } from '../src/kv-format/types.js';
+import { kvCacheLayout } from '../src/layout.js';
 import { PagedPrefillAttention } from '../src/prefill/paged-prefill.js';
 import { pagedPrefillAttentionCpu } from '../src/prefill/paged-prefill-reference.js';
+import { ropeTables } from '../src/rope/rope-reference.js';
+import { ShiftKeys } from '../src/rope/shift-keys.js';
+import { type KeyShiftConfig, shiftKeysReference } from '../src/rope/shift-keys-reference.js';
+import {
+  decodeKeys,
+  KEY_SHIFT_FORMATS,
+  keysAtPositions,
+  writeKeys,
+} from '../src/testing/key-shift-fixtures.js';
 import { pagedFixture, prefillBatchFixture, randomQuery } from '../src/testing/paged-fixtures.js';
 import { maxAbsDiff } from '../src/testing/random.js';
 
@@ -39,16 +51,24 @@ console.log(
 let checks = 0;
 let failed = 0;
 
-function report(kind: string, format: KvFormat, shape: object, err: number): void {
-  const tol = format === f32Format || format === f16Format ? TOL.float : TOL.quantized;
+function report(
+  kind: string,
+  format: KvFormat,
+  shape: object,
+  err: number,
+  tol = format === f32Format || format === f16Format ? TOL.float : TOL.quantized,
+): void {
   const ok = Number.isFinite(err) && err < tol;
   checks++;
   if (!ok) failed++;
   console.log(JSON.stringify({ kind, format: format.name, ...shape, max_abs_err: err, ok }));
 }
 
+// `--only=compression` runs just issue 21's kernels (attention mass, key shifts).
+const onlyCompression = process.argv.includes('--only=compression');
+
 try {
-  for (const format of formats) {
+  for (const format of onlyCompression ? [] : formats) {
     const shapes = [
       { numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16, lens: [1, 17, 300, 2048, 4100] },
       { numQHeads: 8, numKvHeads: 1, headDim: 80, blockSize: 32, lens: [5, 64, 1025] },
@@ -103,6 +123,100 @@ try {
       report(name, format, { pasts, queryLens }, maxAbsDiff(got, want));
     }
     gpu.releaseBuffer(kvCache);
+  }
+  // Attention mass (issue 21): an observation window, a whole chunk and a decode, GQA 32/8.
+  for (const format of formats) {
+    const pasts = [0, 500, 1999];
+    const queryLens = [128, 77, 1];
+    const { fx, args } = prefillBatchFixture(
+      seededRandom(7),
+      { numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16, format, spareBlocks: 5 },
+      pasts,
+      queryLens,
+    );
+    const kvCache = gpu.storageBuffer(fx.cache);
+    const massQueries = Uint32Array.of(16, 77, 1);
+    const wantMass = new Float32Array(pasts.length * fx.maxBlocksPerSeq);
+    pagedPrefillAttentionCpu(fx.config, {
+      ...args,
+      kvCache: fx.cache,
+      massQueries,
+      massOut: wantMass,
+    });
+    const mass = await PagedAttentionMass.create(gpu, fx.config);
+    const numTokens = queryLens.reduce((a, b) => a + b, 0);
+    const gotMass = await mass.run({ ...args, kvCache, massQueries, numTokens });
+    gpu.releaseBuffer(kvCache);
+    // Relative to the largest block's mass (sums of up to 32 heads × 77 queries); llvmpipe
+    // measured up to 2.3e-6 (int4-g32).
+    const largest = Math.max(1, ...wantMass);
+    report(
+      'attention-mass',
+      format,
+      { pasts, queryLens, massQueries: [...massQueries] },
+      maxAbsDiff(gotMass, wantMass) / largest,
+      1e-5,
+    );
+  }
+  // Key shifts (issue 21), every format, Llama-3-style RoPE at serving size.
+  for (const format of KEY_SHIFT_FORMATS) {
+    const rope = {
+      numQHeads: 32,
+      numKvHeads: 8,
+      headDim: 128,
+      style: 'rotate-half',
+      theta: 500000,
+      maxPosition: 8192,
+      scaling: {
+        factor: 8,
+        lowFreqFactor: 1,
+        highFreqFactor: 4,
+        originalMaxPositionEmbeddings: 8192,
+      },
+    } as const;
+    const config: KeyShiftConfig = { numKvHeads: 8, headDim: 128, blockSize: 16, format, rope };
+    const tables = ropeTables(rope);
+    const kernel = await ShiftKeys.create(gpu, config);
+    const blocks = 64;
+    const start = (b: number) => 1000 + 16 * b;
+    const { cache, raw } = keysAtPositions(
+      seededRandom(21),
+      config,
+      kernel.layout,
+      tables,
+      blocks,
+      start,
+    );
+    const shifts = Array.from({ length: blocks / 2 }, (_, i) => ({
+      block: 2 * i,
+      delta: i % 2 ? 4000 : -1000,
+    }));
+    const want = cache.slice();
+    shiftKeysReference(config, tables, want, shifts);
+    const buf = gpu.storageBuffer(cache);
+    await kernel.run(buf, shifts);
+    const got = new Uint32Array(await gpu.readBuffer(buf));
+    gpu.releaseBuffer(buf);
+    kernel.destroy();
+    // One rounding of a rotated value may differ by an ulp (fused multiply-add), moving a code
+    // by one step: the tolerance is two round trips of the format on these keys.
+    const f32 = { ...config, format: f32Format };
+    const f32Layout = kvCacheLayout(f32);
+    const exact = decodeKeys(f32Layout, writeKeys(f32, f32Layout, tables, raw, blocks, start));
+    const roundTrip = maxAbsDiff(decodeKeys(kernel.layout, cache), exact);
+    const vSame = got.every((w, i) => {
+      const inSlab = (i % kernel.layout.blockWords) / kernel.layout.slabWords;
+      return Math.floor(inSlab) % 2 === 0 || w === cache[i];
+    });
+    report(
+      'shift-keys',
+      format,
+      { blocks: shifts.length, v_untouched: vSame },
+      vSame
+        ? maxAbsDiff(decodeKeys(kernel.layout, got), decodeKeys(kernel.layout, want))
+        : Number.NaN,
+      2 * roundTrip + 2e-6,
+    );
   }
 } finally {
   gpu.destroy();

@@ -21,6 +21,7 @@ const MASS_TOL = 2e-6;
 const CASES: readonly {
   name: string;
   heads: [number, number];
+  headDim?: number;
   blockSize: number;
   format: KvFormat;
   pasts: number[];
@@ -57,6 +58,18 @@ const CASES: readonly {
     softCap: 3,
   },
   {
+    // A first version summed each block's every mass query and head in one invocation, and
+    // llvmpipe cut those invocations short here (a third of the mass arrived).
+    name: 'GQA 32/8 d128, a 77-query window over 577 tokens beside a decode, f16, B=16',
+    heads: [32, 8],
+    headDim: 128,
+    blockSize: 16,
+    format: f16Format,
+    pasts: [500, 1999],
+    queryLens: [77, 1],
+    massQueries: [77, 1],
+  },
+  {
     name: 'GQA, rotated int4, B=16',
     heads: [4, 2],
     blockSize: 16,
@@ -74,7 +87,7 @@ describe('PagedAttentionMass on the GPU vs the CPU references', () => {
       const shape = {
         numQHeads: c.heads[0],
         numKvHeads: c.heads[1],
-        headDim: 32,
+        headDim: c.headDim ?? 32,
         blockSize: c.blockSize,
         format: c.format,
         ...(c.softCap === undefined ? {} : { softCap: c.softCap }),

@@ -3,9 +3,9 @@ import { bindingSize, requireBindable, requireBytes } from '../binding-checks.js
 import { AttentionKernelError } from '../errors.js';
 import type { KvCacheLayout } from '../layout.js';
 import {
-  MASS_KEY_CHUNK,
   massBlocksShader,
   massHeadsPerRow,
+  massKeyChunk,
   massMergeShader,
   massPartialsInvocations,
   massPartialsShader,
@@ -58,6 +58,7 @@ export class AttentionMassPlan {
     seqs: GPUBuffer;
     partials: GPUBuffer;
     stats: GPUBuffer;
+    local: GPUBuffer;
     params: GPUBuffer;
   };
   readonly #gpu: Gpu;
@@ -109,10 +110,12 @@ export interface AttentionMassArgs {
  * `massOut`: for each sequence's last `massQueries[s]` query rows and every query head, the
  * softmax probabilities over its causal keys, summed per logical block and added into
  * `massOut[s][block]`. A separate pass from the attention kernels (whose split-K decode never
- * holds a row's final max and denominator), recomputing `q·k` in three dispatches: partial
- * softmax sums per (row, chunk of 64 keys), their merge into each row's max and denominator,
- * then per (sequence, block) the probability sums. No workgroup memory, no barriers (the shape
- * software adapters run fastest). A step that asks for no mass encodes none of it.
+ * holds a row's final max and denominator), recomputing `q·k` in three dispatches: per (row,
+ * chunk of about 64 keys) the chunk's max and its sums of `exp(score - max)`, whole and per
+ * block; their merge into each row's max and denominator; then per (sequence, block) the
+ * block's sums rescaled and added. Each invocation's work is bounded (a chunk of keys, or the
+ * rows × heads of one block), with no workgroup memory and no barriers (the shape software
+ * adapters run fastest). A step that asks for no mass encodes none of it.
  */
 export class PagedAttentionMass {
   readonly config: PagedAttentionConfig;
@@ -194,7 +197,7 @@ export class PagedAttentionMass {
     for (let s = 0; s < numSeqs; s++) {
       if (batch.massQueries[s]! > 0) maxContext = Math.max(maxContext, batch.contextLens[s]!);
     }
-    const maxChunks = Math.max(1, Math.ceil(maxContext / MASS_KEY_CHUNK));
+    const maxChunks = Math.max(1, Math.ceil(maxContext / massKeyChunk(this.config.blockSize)));
     const seqs = new Uint32Array(numSeqs * 4);
     for (let s = 0; s < numSeqs; s++) {
       seqs.set(
@@ -220,6 +223,10 @@ export class PagedAttentionMass {
         stats: g.storageBuffer(
           numSeqs * maxMassQueries * this.config.numQHeads * 8,
           'attention-mass-stats',
+        ),
+        local: g.storageBuffer(
+          numSeqs * maxMassQueries * this.config.numQHeads * maxBlocksPerSeq * 4,
+          'attention-mass-local',
         ),
         params: g.uniformBuffer(
           new Uint32Array([maxBlocksPerSeq, maxMassQueries, maxChunks, numSeqs]),
@@ -275,7 +282,7 @@ export class PagedAttentionMass {
     g.dispatch(
       encoder,
       this.#partials,
-      g.bindGroup(this.#partials, { ...common, 5: b.partials }),
+      g.bindGroup(this.#partials, { ...common, 5: b.partials, 7: b.local }),
       groups(
         massPartialsInvocations(plan.numSeqs, plan.maxMassQueries, headGroups, plan.maxChunks),
       ),
@@ -291,7 +298,14 @@ export class PagedAttentionMass {
     g.dispatch(
       encoder,
       this.#blocks,
-      g.bindGroup(this.#blocks, { ...common, 6: b.stats, 7: args.massOut }),
+      g.bindGroup(this.#blocks, {
+        3: b.seqs,
+        4: b.params,
+        5: b.partials,
+        6: b.stats,
+        7: b.local,
+        8: args.massOut,
+      }),
       groups(plan.numSeqs * plan.maxBlocksPerSeq),
       'attention-mass-blocks',
     );

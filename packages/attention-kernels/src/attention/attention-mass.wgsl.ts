@@ -1,7 +1,13 @@
 import type { KvCacheLayout } from '../layout.js';
 
-/** Keys one invocation of the first mass pass walks (a chunk of a row's context). */
-export const MASS_KEY_CHUNK = 64;
+/**
+ * Keys one invocation of the first mass pass walks: whole blocks, about 64 keys. Bounding each
+ * invocation's work matters: llvmpipe cut a first version's invocations that walked every
+ * mass query of a block (77 queries × 32 heads × d128) short, and GPUs have watchdogs too.
+ */
+export function massKeyChunk(blockSize: number): number {
+  return blockSize * Math.max(1, Math.floor(64 / blockSize));
+}
 
 /** What fixes the mass shaders besides the cache layout. */
 export interface MassShaderOptions {
@@ -86,17 +92,21 @@ export function massPartialsInvocations(
 
 /**
  * Pass 1: invocation (sequence, mass query, group of query heads, chunk of
- * {@link MASS_KEY_CHUNK} keys) runs an online softmax per head over the chunk's visible keys and
- * stores each head's partial (max, sum) at `partials[row][chunk]`.
+ * {@link massKeyChunk} keys) finds each head's max score over the chunk's visible keys, then
+ * sums `exp(score - max)` over the chunk (`partials[row][chunk]` = (max, sum)) and per block
+ * (`local[row][block]`, relative to the same max). The last pass scales these; no other pass
+ * computes a `q·k`.
  */
 export function massPartialsShader(layout: KvCacheLayout, o: MassShaderOptions): string {
   const NQ = o.numQHeads;
-  const D = layout.headDim;
+  const { headDim: D, blockSize: B } = layout;
+  const KC = massKeyChunk(B);
   const HG = massHeadsPerRow(NQ, layout.numKvHeads);
   const groups = NQ / HG;
   const perKv = NQ / layout.numKvHeads / HG;
   return /* wgsl */ `${prelude(layout, o)}
 @group(0) @binding(5) var<storage, read_write> partials: array<vec2<f32>>;
+@group(0) @binding(7) var<storage, read_write> local: array<f32>;
 
 @compute @workgroup_size(${o.workgroup})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -113,20 +123,25 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   let i = info.y - info.w + qi;
   let h0 = hg * ${HG}u;
   let q_off = ((info.x + i) * ${NQ}u + h0) * ${D}u;
-  // Keys 0 ..= past + i are visible.
-  let end = min(info.z - info.y + i + 1u, (chunk + 1u) * ${MASS_KEY_CHUNK}u);
-  ${unrolled(HG, (g) => `var m${g} = -3.0e38;\n  var s${g} = 0.0;`)}
-  for (var j = chunk * ${MASS_KEY_CHUNK}u; j < end; j++) {
-    let x = mass_scores(s, q_off, hg / ${perKv}u, j);
-    ${unrolled(
-      HG,
-      (g) => `let n${g} = max(m${g}, x[${g}]);
-    s${g} = s${g} * exp(m${g} - n${g}) + exp(x[${g}] - n${g});
-    m${g} = n${g};`,
-      '    ',
-    )}
-  }
+  let kvh = hg / ${perKv}u;
   let row = (s * params.max_mass_q + qi) * ${NQ}u + h0;
+  // Keys 0 ..= past + i are visible.
+  let first = chunk * ${KC}u;
+  let end = min(info.z - info.y + i + 1u, first + ${KC}u);
+  ${unrolled(HG, (g) => `var m${g} = -3.0e38;`)}
+  for (var j = first; j < end; j++) {
+    let x = mass_scores(s, q_off, kvh, j);
+    ${unrolled(HG, (g) => `m${g} = max(m${g}, x[${g}]);`, '    ')}
+  }
+  ${unrolled(HG, (g) => `var s${g} = 0.0;\n  var b${g} = 0.0;`)}
+  for (var j = first; j < end; j++) {
+    let x = mass_scores(s, q_off, kvh, j);
+    ${unrolled(HG, (g) => `let p${g} = exp(x[${g}] - m${g});\n    s${g} += p${g};\n    b${g} += p${g};`, '    ')}
+    if ((j + 1u) % ${B}u == 0u || j + 1u == end) {
+      let at = row * params.max_blocks + j / ${B}u;
+      ${unrolled(HG, (g) => `local[at + ${g}u * params.max_blocks] = b${g};\n      b${g} = 0.0;`, '      ')}
+    }
+  }
   ${unrolled(HG, (g) => `partials[(row + ${g}u) * params.max_chunks + chunk] = vec2<f32>(m${g}, s${g});`)}
 }
 `;
@@ -161,23 +176,26 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }
 
 /**
- * Pass 3: invocation (sequence, logical block) sums the probabilities every mass query and head
- * gives the block's keys, and adds the sum into the sequence's entry for the block (one owner
- * per entry: no atomics).
+ * Pass 3: invocation (sequence, logical block) adds, over every mass query and head that sees
+ * the block, its local sum rescaled to the row's softmax (`exp(chunk max - max) / denominator`),
+ * into the sequence's entry for the block (one owner per entry: no atomics).
  */
 export function massBlocksShader(layout: KvCacheLayout, o: MassShaderOptions): string {
   const NQ = o.numQHeads;
-  const { headDim: D, blockSize: B } = layout;
-  const HG = massHeadsPerRow(NQ, layout.numKvHeads);
-  const groups = NQ / HG;
-  const perKv = NQ / layout.numKvHeads / HG;
-  return /* wgsl */ `${prelude(layout, o)}
+  const { blockSize: B } = layout;
+  const chunkBlocks = massKeyChunk(B) / B;
+  return /* wgsl */ `
+struct Params { max_blocks: u32, max_mass_q: u32, max_chunks: u32, num_seqs: u32 }
+@group(0) @binding(3) var<storage, read> seqs: array<vec4<u32>>;
+@group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(5) var<storage, read> partials: array<vec2<f32>>;
 @group(0) @binding(6) var<storage, read> stats: array<vec2<f32>>;
-@group(0) @binding(7) var<storage, read_write> mass_out: array<f32>;
+@group(0) @binding(7) var<storage, read> local: array<f32>;
+@group(0) @binding(8) var<storage, read_write> mass_out: array<f32>;
 
 @compute @workgroup_size(${o.workgroup})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let id = invocation(gid, nwg);
+  let id = gid.y * nwg.x * ${o.workgroup}u + gid.x;
   let b = id % params.max_blocks;
   let s = id / params.max_blocks;
   if (s >= params.num_seqs) { return; }
@@ -185,20 +203,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   let first = b * ${B}u;
   if (info.w == 0u || first >= info.z) { return; }
   let past = info.z - info.y;
-  let end = min(${B}u, info.z - first);
+  let chunk = b / ${chunkBlocks}u;
   var acc = 0.0;
   for (var qi = 0u; qi < info.w; qi++) {
-    let i = info.y - info.w + qi;
-    // Keys up to past + i are visible to this query.
-    let last = min(first + end, past + i + 1u);
-    for (var hg = 0u; hg < ${groups}u; hg++) {
-      let h0 = hg * ${HG}u;
-      let at = (s * params.max_mass_q + qi) * ${NQ}u + h0;
-      ${unrolled(HG, (g) => `let st${g} = stats[at + ${g}u];`, '      ')}
-      for (var j = first; j < last; j++) {
-        let x = mass_scores(s, ((info.x + i) * ${NQ}u + h0) * ${D}u, hg / ${perKv}u, j);
-        ${unrolled(HG, (g) => `acc += exp(x[${g}] - st${g}.x) / st${g}.y;`, '        ')}
-      }
+    // Query i sees keys up to past + i: a block after that got nothing from it.
+    if (first > past + info.y - info.w + qi) { continue; }
+    let row0 = (s * params.max_mass_q + qi) * ${NQ}u;
+    for (var h = 0u; h < ${NQ}u; h++) {
+      let st = stats[row0 + h];
+      let pc = partials[(row0 + h) * params.max_chunks + chunk];
+      acc += local[(row0 + h) * params.max_blocks + b] * exp(pc.x - st.x) / st.y;
     }
   }
   mass_out[s * params.max_blocks + b] += acc;
