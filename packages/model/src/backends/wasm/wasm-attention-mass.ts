@@ -8,14 +8,14 @@ const OFF: MassArgs = [0, 0, 0];
 
 /**
  * Issue 21's attention mass on the wasm backend: the attention kernel adds each counted query's
- * probabilities per logical block into a slot of its own, one per (counted query, KV head) of a
- * row, over every layer (c/attention.c); after the step the slots of a row are added up in a
+ * probabilities per logical block into a slot of its own, one per (counted query, query head) of
+ * a row, over every layer (c/attention.c); after the step the slots of a row are added up in a
  * fixed order into its `attentionMass`. So the result does not depend on the thread count, and a
  * step with no row asking costs nothing (the kernel sees a null buffer).
  */
 export class AttentionMass {
   readonly #arena: WasmArena;
-  readonly #numKvHeads: number;
+  readonly #numHeads: number;
   readonly #blockSize: number;
   #floats = 0;
   #ptr = 0;
@@ -25,9 +25,9 @@ export class AttentionMass {
   /** Float offset of each row's slots (-1: none), from the last {@link prepare}. */
   #rowOffsets = new Int32Array(0);
 
-  constructor(arena: WasmArena, numKvHeads: number, blockSize: number) {
+  constructor(arena: WasmArena, numHeads: number, blockSize: number) {
     this.#arena = arena;
-    this.#numKvHeads = numKvHeads;
+    this.#numHeads = numHeads;
     this.#blockSize = blockSize;
   }
 
@@ -40,7 +40,7 @@ export class AttentionMass {
     for (let s = 0; s < n; s++) {
       if (plan.massOut[s] === undefined) continue;
       offsets[s] = total;
-      total += (plan.massQueries[s] as number) * this.#numKvHeads * this.#blocks(plan, s);
+      total += (plan.massQueries[s] as number) * this.#numHeads * this.#blocks(plan, s);
     }
     // Grow-only, like the other step buffers (the arena never frees).
     if (total > this.#floats) {
@@ -66,7 +66,7 @@ export class AttentionMass {
       const off = this.#rowOffsets[s] as number;
       if (out === undefined || off < 0) continue;
       const blocks = this.#blocks(plan, s);
-      const slots = (plan.massQueries[s] as number) * this.#numKvHeads;
+      const slots = (plan.massQueries[s] as number) * this.#numHeads;
       const m = this.#arena.f32(this.#ptr + off * 4, slots * blocks);
       for (let b = 0; b < blocks; b++) {
         let sum = 0;

@@ -183,14 +183,18 @@ const SHAPES: readonly Shape[] = [
  * A batch over a cache filled with random K/V rows by the CPU encoder: a decode ending in a
  * partial block, a prefill chunk after cached context, and a fresh prefill.
  */
-function batch(kv: KvCacheSpec, hq: number, seed: number) {
+function batch(
+  kv: KvCacheSpec,
+  hq: number,
+  seed: number,
+  rows = [
+    { queryLen: 1, contextLen: 2 * kv.blockSize + 3 },
+    { queryLen: 5, contextLen: kv.blockSize + 6 },
+    { queryLen: 7, contextLen: 7 },
+  ],
+) {
   const rnd = seededRandom(seed);
   const bs = kv.blockSize;
-  const rows = [
-    { queryLen: 1, contextLen: 2 * bs + 3 },
-    { queryLen: 5, contextLen: bs + 6 },
-    { queryLen: 7, contextLen: 7 },
-  ];
   const numBlocks = rows.reduce((a, r) => a + Math.ceil(r.contextLen / bs), 0);
   const kvs = kvCacheSpec(
     tinyConfig({ numKvHeads: kv.numKvHeads, numHeads: hq, headDim: kv.headDim }),
@@ -277,7 +281,7 @@ function wasmAttention(
   const sp = Math.ceil((Math.max(...plan.contextLens) + 1) / 4) * 4;
   const stride = (group * sp + (2 * group + 1) * d + 64) * 4;
   const out = put(rt, new Float32Array(t * hq * d));
-  const masses = new AttentionMass(rt.arena, kv.numKvHeads, kv.blockSize);
+  const masses = new AttentionMass(rt.arena, hq, kv.blockSize);
   const massArgs = mass ? masses.prepare(plan) : [0, 0, 0];
   const p = rt.program(1);
   p.push(Op.attention, [
@@ -353,6 +357,28 @@ describe('wasm paged attention', () => {
       }
       expect(results[1], format).toEqual(results[0]);
       expect(results[2], format).toEqual(results[0]);
+    }
+  });
+
+  it('one decode row of an MQA model shares its query heads among the threads: 1, 2, 3 threads bit-identical, as the CPU backend', async () => {
+    // One (token, kv head) pair for 2 and 3 threads: each takes a share of the 6 query heads.
+    const hq = 6;
+    const c = tinyConfig({ numHeads: hq, numKvHeads: 1, headDim: 64 });
+    for (const format of FORMATS) {
+      const b = batch(spec(format, 1, 64, 8), hq, 5, [{ queryLen: 1, contextLen: 29 }]);
+      const want = new Float32Array(b.q.length);
+      pagedAttentionCpu(c, b.kv, b.cache, b.q, b.plan, want);
+      const results: Float32Array[] = [];
+      const masses: Float32Array[] = [];
+      for (const threads of [1, 2, 3]) {
+        results.push(wasmAttention(await runtime(threads), b.kv, hq, b.cache, b.plan, b.q, true));
+        masses.push((b.plan.massOut[0] as Float32Array).slice());
+      }
+      expect(maxRelDiff(results[0] as Float32Array, want), format).toBeLessThan(ATTENTION_TOL);
+      expect(results[1], format).toEqual(results[0]);
+      expect(results[2], format).toEqual(results[0]);
+      expect(masses[1], format).toEqual(masses[0]);
+      expect(masses[2], format).toEqual(masses[0]);
     }
   });
 });

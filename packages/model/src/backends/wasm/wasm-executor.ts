@@ -243,7 +243,7 @@ class WasmForward {
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
     this.#program = rt.program(c.numLayers * 10 + 9);
-    this.#mass = new AttentionMass(rt.arena, c.numKvHeads, kv.blockSize);
+    this.#mass = new AttentionMass(rt.arena, c.numHeads, kv.blockSize);
     this.#cacheTable = this.#arena.alloc(c.numLayers * 4, 'KV cache table');
     this.#arena.i32(this.#cacheTable, c.numLayers).set(this.#cachePtrs);
     this.#step = this.#stepBuffers(INITIAL_TOKENS);

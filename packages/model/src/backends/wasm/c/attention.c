@@ -100,7 +100,7 @@ typedef struct {
   const float* q;
   float* out;
   const i32 *tokSeq, *qStart, *qLen, *ctxLen, *tables;
-  i32 maxBlocks, hq, hkv, d, bs, bw, sw, sp, group;
+  i32 maxBlocks, hq, hkv, d, bs, bw, sw, sp, group, parts;
   const u32* cache;
   float scale;
   float *scores, *qr, *acc, *buf;
@@ -108,8 +108,9 @@ typedef struct {
   const i32 *massOff, *massQ;
 } Attention;
 
-// One (token, kv head) item. Always inlined with a constant `kvfmt`, so every format gets its
-// own loops with the row loader's format tests folded away.
+// One item: a (token, kv head) and a share of its group's query heads (all of them unless there
+// are fewer (token, kv head) pairs than threads). Always inlined with a constant `kvfmt`, so
+// every format gets its own loops with the row loader's format tests folded away.
 INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   const float* q = A->q;
   float* out = A->out;
@@ -127,7 +128,10 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   const i32* massOff = A->massOff;
   const i32* massQ = A->massQ;
   i32 rot = kv_rotation(kvfmt);
+  i32 part = item % A->parts;
+  item /= A->parts;
   i32 t = item / hkv, kvh = item % hkv;
+  i32 g0 = part * group / A->parts, g1 = (part + 1) * group / A->parts;
   i32 s = tokSeq[t];
   i32 local = t - qStart[s];
   i32 visible = ctxLen[s] - qLen[s] + local + 1;
@@ -136,9 +140,9 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   if (rot) {
     // H·q / R: the rotation is exact up to the power-of-two 1 / R.
     float inv = 1.0f / (float)rot;
-    for (i32 e = 0; e < group * d; e++) qr[e] = qh[e];
-    hadamard(qr, group * d, rot);
-    for (i32 e = 0; e < group * d; e++) qr[e] *= inv;
+    for (i32 e = g0 * d; e < g1 * d; e++) qr[e] = qh[e];
+    hadamard(qr + g0 * d, (g1 - g0) * d, rot);
+    for (i32 e = g0 * d; e < g1 * d; e++) qr[e] *= inv;
     qh = qr;
   }
   // int8 keys (rotated or not) meet the query in integers: each head's query rounded to int16
@@ -148,7 +152,7 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   int16_t* q16 = (int16_t*)acc;
   float* qstep = (float*)(q16 + (long)group * d);
   if (int_keys) {
-    for (i32 g = 0; g < group; g++) quantize_x16(qh + g * d, d, d, q16 + g * d, qstep + g);
+    for (i32 g = g0; g < g1; g++) quantize_x16(qh + g * d, d, d, q16 + g * d, qstep + g);
   }
   for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
     const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
@@ -157,23 +161,23 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
       if (int_keys) {
         const int8_t* codes = (const int8_t*)(slab + (long)r * (d / 4));
         float f = bits_f32(slab[bs * (d / 4) + r]) * scale;
-        for (i32 g = 0; g < group; g++)
+        for (i32 g = g0; g < g1; g++)
           scores[g * sp + j0 + r] = dot_i8_q16(codes, q16 + g * d, d) * (f * qstep[g]);
         continue;
       }
       float f;
       const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
       f *= scale;
-      for (i32 g = 0; g < group; g++) scores[g * sp + j0 + r] = dot_f32(qh + g * d, row, d) * f;
+      for (i32 g = g0; g < g1; g++) scores[g * sp + j0 + r] = dot_f32(qh + g * d, row, d) * f;
     }
   }
   float* slot = 0;
+  i32 blocks = (ctxLen[s] + bs - 1) / bs;
   if (mass && massOff[s] >= 0) {
     i32 first = qLen[s] - massQ[s];
-    i32 blocks = (ctxLen[s] + bs - 1) / bs;
-    if (local >= first) slot = mass + massOff[s] + ((long)(local - first) * hkv + kvh) * blocks;
+    if (local >= first) slot = mass + massOff[s] + ((long)(local - first) * hq + kvh * group) * blocks;
   }
-  for (i32 g = 0; g < group; g++) {
+  for (i32 g = g0; g < g1; g++) {
     float* sc = scores + (long)g * sp;
     float mx = bits_f32(0xff800000u);
     for (i32 j = 0; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
@@ -191,7 +195,7 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
         i32 n = visible - j0 < bs ? visible - j0 : bs;
         float bsum = 0.0f;
         for (i32 r = 0; r < n; r++) bsum += sc[j0 + r];
-        slot[b] += bsum * inv;
+        slot[(long)g * blocks + b] += bsum * inv;
       }
     }
     sc[visible] = inv;  // sp > visible: one spare float per head keeps 1 / sum
@@ -203,10 +207,10 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
     for (i32 r = 0; r < n; r++) {
       float f;
       const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
-      for (i32 g = 0; g < group; g++) axpy_f32(acc + g * d, scores[g * sp + j0 + r] * f, row, d);
+      for (i32 g = g0; g < g1; g++) axpy_f32(acc + g * d, scores[g * sp + j0 + r] * f, row, d);
     }
   }
-  for (i32 g = 0; g < group; g++) {
+  for (i32 g = g0; g < g1; g++) {
     float* o = out + ((long)t * hq + (long)kvh * group + g) * d;
     float* ag = acc + g * d;
     float inv = scores[g * sp + visible];
@@ -219,15 +223,17 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   }
 }
 
-// Causal paged attention for every (token, kv head) work item, split across threads: token i of
-// a sequence sees cache positions [0, contextLen - queryLen + i]. Each K and V row is loaded once
-// per item and used by the item's whole group of query heads (GQA, MQA).
+// Causal paged attention, split across threads by (token, kv head) items: token i of a sequence
+// sees cache positions [0, contextLen - queryLen + i]. Each K and V row is loaded once per item
+// and used by the item's query heads (GQA, MQA: its whole group, or with fewer items than
+// threads, as in a batch-1 decode of an MQA model, a share of it). A head's result does not
+// depend on which heads share its item, so any thread count gives the same bits.
 //
-// Attention mass (issue 21), when `mass` is set: an item of one of the last massQ[s] tokens of
-// sequence s adds, for each logical block of its context, the softmax probabilities its query
-// heads give that block's keys into a slot of its own, massOff[s] + ((i - first) * hkv + kvh) *
-// blocks. A slot belongs to one item and adds layer after layer in order, so the sums do not
-// depend on the thread count; the host adds the slots of a sequence up after the step.
+// Attention mass (issue 21), when `mass` is set: for one of the last massQ[s] tokens of sequence
+// s, each query head h adds, per logical block of the context, the softmax probabilities it
+// gives that block's keys into a slot of its own, massOff[s] + ((i - first) * hq + h) * blocks.
+// A slot adds layer after layer in order, so the sums do not depend on the thread count; the
+// host adds the slots of a sequence up after the step.
 //
 // Record: q, out, m, tokSeq, queryStarts, queryLens, contextLens, blockTables, maxBlocks, hq,
 // hkv, d, cache, kvfmt, bs, blockWords, slabWords, (unused), scale (f32 bits), scratch, stride
@@ -259,11 +265,14 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   A.massOff = (const i32*)a[24];
   A.massQ = (const i32*)a[25];
   A.group = A.hq / A.hkv;
+  i32 pairs = m * A.hkv;
+  A.parts = pairs >= nth ? 1 : (nth + pairs - 1) / pairs;
+  if (A.parts > A.group) A.parts = A.group;
   A.qr = A.scores + (long)A.group * A.sp;
   A.acc = A.qr + (long)A.group * A.d;
   A.buf = A.acc + (long)A.group * A.d;
   i32 lo, hi;
-  split(m * A.hkv, 1, tid, nth, &lo, &hi);
+  split(pairs * A.parts, 1, tid, nth, &lo, &hi);
   switch (kvfmt) {
 #define ATTEND(F) \
   case F:         \
