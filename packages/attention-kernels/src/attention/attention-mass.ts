@@ -171,8 +171,10 @@ export class PagedAttentionMass {
   /**
    * Check a batch and upload it.
    *
-   * @throws {AttentionKernelError} as the paged attention plans, and for `massQueries` entries
-   *   longer than their query or a batch that asks for no mass (`INVALID_ARGUMENT`).
+   * @throws {AttentionKernelError} as the paged attention plans, for `massQueries` entries
+   *   longer than their query or a batch that asks for no mass (`INVALID_ARGUMENT`), and
+   *   `DEVICE_LIMIT` when the per-block sums (`numSeqs × max massQueries × numQHeads ×
+   *   maxBlocksPerSeq` floats) exceed one storage binding.
    */
   plan(batch: AttentionMassBatch): AttentionMassPlan {
     const { numSeqs, maxBlocksPerSeq } = batch;
@@ -198,6 +200,16 @@ export class PagedAttentionMass {
       if (batch.massQueries[s]! > 0) maxContext = Math.max(maxContext, batch.contextLens[s]!);
     }
     const maxChunks = Math.max(1, Math.ceil(maxContext / massKeyChunk(this.config.blockSize)));
+    const rows = numSeqs * maxMassQueries * this.config.numQHeads;
+    const localBytes = rows * maxBlocksPerSeq * 4;
+    const maxBinding = this.#gpu.limits.maxStorageBufferBindingSize;
+    if (localBytes > maxBinding || rows * maxChunks * 8 > maxBinding) {
+      throw new AttentionKernelError(
+        'DEVICE_LIMIT',
+        `attention mass of ${numSeqs} sequences × ${maxMassQueries} queries × ${this.config.numQHeads} heads over ${maxBlocksPerSeq} blocks needs ${localBytes} bytes of per-block sums, over the device's maxStorageBufferBindingSize ${maxBinding}: ask for mass on fewer rows or queries per step`,
+        { details: { numSeqs, maxMassQueries, maxBlocksPerSeq, bytes: localBytes, maxBinding } },
+      );
+    }
     const seqs = new Uint32Array(numSeqs * 4);
     for (let s = 0; s < numSeqs; s++) {
       seqs.set(
@@ -216,18 +228,9 @@ export class PagedAttentionMass {
       buffers: {
         tables: g.storageBuffer(batch.blockTables, 'attention-mass-tables'),
         seqs: g.storageBuffer(seqs, 'attention-mass-seqs'),
-        partials: g.storageBuffer(
-          numSeqs * maxMassQueries * this.config.numQHeads * maxChunks * 8,
-          'attention-mass-partials',
-        ),
-        stats: g.storageBuffer(
-          numSeqs * maxMassQueries * this.config.numQHeads * 8,
-          'attention-mass-stats',
-        ),
-        local: g.storageBuffer(
-          numSeqs * maxMassQueries * this.config.numQHeads * maxBlocksPerSeq * 4,
-          'attention-mass-local',
-        ),
+        partials: g.storageBuffer(rows * maxChunks * 8, 'attention-mass-partials'),
+        stats: g.storageBuffer(rows * 8, 'attention-mass-stats'),
+        local: g.storageBuffer(localBytes, 'attention-mass-local'),
         params: g.uniformBuffer(
           new Uint32Array([maxBlocksPerSeq, maxMassQueries, maxChunks, numSeqs]),
           'attention-mass-params',
