@@ -145,4 +145,24 @@ describe('PagedAttentionMass on the GPU vs the CPU references', () => {
     );
     for (const b of [kvCache, query, massOut]) gpu.releaseBuffer(b);
   });
+
+  it('refuses a batch whose per-block sums exceed one storage binding', async () => {
+    const gpu = await testGpu();
+    const config = { numQHeads: 32, numKvHeads: 8, headDim: 16, blockSize: 8, format: f16Format };
+    const kernel = await PagedAttentionMass.create(gpu, config);
+    // One row of 32 heads over a table padded past a binding's worth of floats.
+    const maxBlocksPerSeq = Math.ceil(gpu.limits.maxStorageBufferBindingSize / (32 * 4)) + 1;
+    expect(() =>
+      kernel.plan({
+        blockTables: new Uint32Array(maxBlocksPerSeq),
+        queryStarts: Uint32Array.of(0),
+        queryLens: Uint32Array.of(1),
+        contextLens: Uint32Array.of(5),
+        massQueries: Uint32Array.of(1),
+        numSeqs: 1,
+        maxBlocksPerSeq,
+        numTokens: 1,
+      }),
+    ).toThrow(expect.objectContaining({ code: 'DEVICE_LIMIT' }));
+  });
 });
