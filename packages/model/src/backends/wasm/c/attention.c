@@ -71,6 +71,30 @@ INLINE float dot_f32(const float* q, const float* r, i32 d) {
   return hsum(wasm_f32x4_add(a, b));
 }
 
+// expf_ (common.h) on four arguments x <= 0 (softmax's score - max): the same reduction and
+// polynomial, lane by lane.
+INLINE v128_t softmax_exp4(v128_t x) {
+#define C(v) wasm_f32x4_const_splat(v)
+  v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, C(1.44269504088896341f)));
+  v128_t r = wasm_f32x4_sub(wasm_f32x4_sub(x, wasm_f32x4_mul(n, C(0.693145751953125f))),
+                            wasm_f32x4_mul(n, C(1.428606765330187e-06f)));
+  v128_t p = wasm_f32x4_add(C(1.3888889e-3f), wasm_f32x4_mul(r, C(1.9841270e-4f)));
+  p = wasm_f32x4_add(C(8.3333338e-3f), wasm_f32x4_mul(r, p));
+  p = wasm_f32x4_add(C(4.1666668e-2f), wasm_f32x4_mul(r, p));
+  p = wasm_f32x4_add(C(1.6666667e-1f), wasm_f32x4_mul(r, p));
+  p = wasm_f32x4_add(C(0.5f), wasm_f32x4_mul(r, p));
+  p = wasm_f32x4_add(C(1.0f), wasm_f32x4_mul(r, p));
+  p = wasm_f32x4_add(C(1.0f), wasm_f32x4_mul(r, p));
+#undef C
+  v128_t e = wasm_i32x4_trunc_sat_f32x4(n);
+  // Below 2^-125 the scale goes in two steps (2^(e + 100), then 2^-100), as in expf_.
+  v128_t deep = wasm_i32x4_lt(e, wasm_i32x4_const_splat(-125));
+  v128_t e1 = wasm_v128_bitselect(wasm_i32x4_add(e, wasm_i32x4_const_splat(100)), e, deep);
+  v128_t y = wasm_f32x4_mul(p, wasm_i32x4_shl(wasm_i32x4_add(e1, wasm_i32x4_const_splat(127)), 23));
+  y = wasm_v128_bitselect(wasm_f32x4_mul(y, wasm_f32x4_const_splat(7.888609052210118e-31f)), y, deep);
+  return wasm_v128_andnot(y, wasm_f32x4_lt(x, wasm_f32x4_const_splat(-103.0f)));
+}
+
 // int8 codes against a query rounded to int16: i16 × i16 pair products summed in i32 (d ≤
 // KV_MAX_HEAD_DIM keeps d · 127 · 32767 below 2^31).
 INLINE float dot_i8_q16(const int8_t* codes, const int16_t* q16, i32 d) {
@@ -181,8 +205,16 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
     float* sc = scores + (long)g * sp;
     float mx = bits_f32(0xff800000u);
     for (i32 j = 0; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
-    float sum = 0.0f;
-    for (i32 j = 0; j < visible; j++) {
+    // Four exponentials at a time: a scalar one costs as much as a 64-element dot product.
+    v128_t mxv = wasm_f32x4_splat(mx), sumv = wasm_f32x4_splat(0);
+    i32 j = 0;
+    for (; j + 4 <= visible; j += 4) {
+      v128_t p = softmax_exp4(wasm_f32x4_sub(ld(sc + j), mxv));
+      wasm_v128_store(sc + j, p);
+      sumv = wasm_f32x4_add(sumv, p);
+    }
+    float sum = hsum(sumv);
+    for (; j < visible; j++) {
       float p = expf_(sc[j] - mx);
       sc[j] = p;
       sum += p;
