@@ -15,6 +15,8 @@
 #             StreamingLLM keeps S tokens), at both budgets
 #   original  sinks with original positions vs cache positions, on the first 512 tokens (original
 #             positions cannot pass the context)
+#   small     windows of 16, 32 and 64 tokens with and without 4 sinks (block size 1): where a
+#             window alone should break a model that leans on attention sinks
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 tokens="${1:-4096}"
@@ -50,4 +52,8 @@ done
 for positions in cache original; do
   emit original "sinks 4 + window 124, $positions positions" -- --block-size 1 --max-tokens 512 \
     --kv-compression "sinks:sinks=4,window=124,positions=$positions"
+done
+for w in 16 32 64; do
+  emit small "window $w" -- --block-size 1 --kv-compression "window:window=$w"
+  emit small "sinks 4 + window $((w - 4))" -- --block-size 1 --kv-compression "sinks:sinks=4,window=$((w - 4))"
 done
