@@ -11,13 +11,12 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ModelConfig, makeModelConfig } from '../src/config.js';
-import type { ForwardPlan } from '../src/execution/forward-plan.js';
 import { loadModel, type Model } from '../src/execution/model.js';
 import { convertToGguf } from '../src/formats/gguf/convert.js';
 import { openGgufCheckpoint } from '../src/formats/gguf/reader.js';
 import { writeRandomCheckpoint } from '../src/formats/random-checkpoint.js';
+import { BLOCK, decodePlan, prefillPlan, timeSteps } from './plans.js';
 
-const BLOCK = 16;
 const root = join(dirname(fileURLToPath(import.meta.url)), '../../..');
 const cache = join(root, '.kvasir-cache');
 const quantizeBin = join(root, 'tooling/llama.cpp/build/bin/llama-quantize');
@@ -87,38 +86,6 @@ async function stepWeightBytes(path: string): Promise<{ bytes: number; types: st
   }
 }
 
-function decodePlan(batch: number, step: number): ForwardPlan {
-  const pos = BLOCK + step;
-  return {
-    tokenIds: Int32Array.from({ length: batch }, (_, s) => (s * 31 + step) % 1000),
-    positions: new Int32Array(batch).fill(pos),
-    slotMapping: Int32Array.from({ length: batch }, (_, s) => (1 + s) * BLOCK + step),
-    rows: Array.from({ length: batch }, (_, s) => ({
-      queryStart: s,
-      queryLen: 1,
-      contextLen: pos + 1,
-      blockTable: [0, 1 + s],
-    })),
-    logitsIndices: Int32Array.from({ length: batch }, (_, s) => s),
-  };
-}
-
-function promptPlan(): ForwardPlan {
-  return {
-    tokenIds: Int32Array.from({ length: BLOCK }, (_, i) => (i * 7) % 1000),
-    positions: Int32Array.from({ length: BLOCK }, (_, i) => i),
-    slotMapping: Int32Array.from({ length: BLOCK }, (_, i) => i),
-    rows: [{ queryStart: 0, queryLen: BLOCK, contextLen: BLOCK, blockTable: [0] }],
-    logitsIndices: Int32Array.of(BLOCK - 1),
-  };
-}
-
-async function timeSteps(model: Model, plans: ForwardPlan[]): Promise<number> {
-  const t0 = performance.now();
-  for (const p of plans) await model.forward(p);
-  return (performance.now() - t0) / 1000 / plans.length;
-}
-
 const median = (v: number[]) => {
   const s = [...v].sort((a, b) => a - b);
   const h = s.length >> 1;
@@ -165,7 +132,7 @@ export async function benchWasmGgml(
         blockSize: BLOCK,
         kvFormat: 'f16',
       });
-      await model.forward(promptPlan());
+      await model.forward(prefillPlan(BLOCK, 0));
       await model.forward(decodePlan(1, 0));
       await model.forward(decodePlan(8, 0));
       const info = { made_by: how, tensor_types: types, weight_bytes: bytes };

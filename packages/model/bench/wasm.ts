@@ -11,14 +11,13 @@ import { defaultThreadCount } from '../src/backends/wasm/thread-count.js';
 import { Op } from '../src/backends/wasm/wasm-program.js';
 import { createWasmRuntime } from '../src/backends/wasm/wasm-runtime.js';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
-import type { ForwardPlan } from '../src/execution/forward-plan.js';
-import { type LoadModelOptions, loadModel, type Model } from '../src/execution/model.js';
+import { type LoadModelOptions, loadModel } from '../src/execution/model.js';
+import { BLOCK, decodePlan, prefillPlan, timeSteps } from './plans.js';
 import { syntheticReader } from './synthetic-reader.js';
 import { benchWasmGgml } from './wasm-ggml.js';
 import { benchWasmKv } from './wasm-kv.js';
 
 const STREAM_BYTES = 256 << 20;
-const BLOCK = 16;
 
 /** Best-of-3 streaming read of 256 MiB by the wasm stream kernel on `threads` threads (GB/s). */
 async function wasmStreamMeter(threads: number): Promise<{
@@ -71,43 +70,6 @@ function weightBytes(c: ModelConfig, bytesPerWeight: number): number {
       n += (t.shape[0] as number) * (t.shape[1] as number);
   if (c.tieWordEmbeddings) n += c.vocabSize * c.hiddenSize;
   return n * bytesPerWeight;
-}
-
-function prefillPlan(len: number, firstBlock: number): ForwardPlan {
-  const blocks = Array.from({ length: Math.ceil(len / BLOCK) }, (_, i) => firstBlock + i);
-  return {
-    tokenIds: Int32Array.from({ length: len }, (_, i) => (i * 7) % 1000),
-    positions: Int32Array.from({ length: len }, (_, i) => i),
-    slotMapping: Int32Array.from(
-      { length: len },
-      (_, i) => (blocks[Math.floor(i / BLOCK)] as number) * BLOCK + (i % BLOCK),
-    ),
-    rows: [{ queryStart: 0, queryLen: len, contextLen: len, blockTable: blocks }],
-    logitsIndices: Int32Array.of(len - 1),
-  };
-}
-
-/** `batch` sequences, each on a shared 16-token prefix (block 0) and its own block 1 + s. */
-function decodePlan(batch: number, step: number): ForwardPlan {
-  const pos = BLOCK + step;
-  return {
-    tokenIds: Int32Array.from({ length: batch }, (_, s) => (s * 31 + step) % 1000),
-    positions: new Int32Array(batch).fill(pos),
-    slotMapping: Int32Array.from({ length: batch }, (_, s) => (1 + s) * BLOCK + step),
-    rows: Array.from({ length: batch }, (_, s) => ({
-      queryStart: s,
-      queryLen: 1,
-      contextLen: pos + 1,
-      blockTable: [0, 1 + s],
-    })),
-    logitsIndices: Int32Array.from({ length: batch }, (_, s) => s),
-  };
-}
-
-async function timeSteps(model: Model, plans: ForwardPlan[]): Promise<number> {
-  const t0 = performance.now();
-  for (const p of plans) await model.forward(p);
-  return (performance.now() - t0) / 1000 / plans.length;
 }
 
 async function benchModel(
