@@ -1,5 +1,6 @@
 import { GGML_BLOCK_FORMATS, type GgmlBlockType } from '@kvasir/quantizer/ggml';
 import { randomFloats, seededRandom } from '@kvasir/test-utils';
+import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { embeddingRef, matmulRef } from '../../kernels/reference.js';
 import {
@@ -157,6 +158,30 @@ describe('wasm matmul from GGML blocks', () => {
       });
     }
   }
+
+  it('any type, shape, token count and thread count: within the bound of the decoded blocks', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...FORMATS),
+        fc.integer({ min: 1, max: 13 }),
+        fc.integer({ min: 1, max: 3 }),
+        fc.integer({ min: 1, max: 19 }),
+        fc.integer({ min: 1, max: 3 }),
+        fc.integer({ min: 0, max: 2 ** 31 - 1 }),
+        async (format, n, blocks, m, threads, seed) => {
+          const k = blocks * GGML_BLOCK_FORMATS[format].blockSize;
+          const w = ggmlWeight(format, n, k, seed);
+          const x = randomFloats(seededRandom(seed + 1), m * k, 2);
+          const got = wasmMatmul(await runtime(threads), x, m, w);
+          const want = matmulRef(x, m, w);
+          const bound = dotBound(x, m, w);
+          for (let i = 0; i < got.length; i++)
+            expect(Math.abs(got[i]! - want[i]!)).toBeLessThanOrEqual(DOT_TOL * bound[i]!);
+        },
+      ),
+      { numRuns: 40, seed: 19 },
+    );
+  });
 
   it('gives bit-identical results on 1, 2 and 3 threads', async () => {
     for (const format of ['Q4_K', 'Q8_0'] as const) {
