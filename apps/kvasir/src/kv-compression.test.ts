@@ -1,7 +1,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { EngineError } from '@kvasir/server/spec';
+import { EngineError, type KvCompressionRequest } from '@kvasir/server/spec';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KvasirAppError } from './errors.js';
 import { loadKvCompression } from './kv-compression.js';
@@ -100,7 +100,10 @@ describe('--kv-compression and kv_compression', () => {
     expect(broken.message).toMatch(/does not export a valid KV compression policy/);
     expect((await bad(`${join(dir, 'policy.mjs')}:window=3`)).message).toMatch(/positions=/);
     const setup = await loadKvCompression(undefined, 16);
-    for (const request of [{ policy: 'lru' }, { policy: 'sinks', sinks: 4, window: 'x' }]) {
+    for (const request of [
+      { policy: 'lru' },
+      { policy: 'sinks', sinks: 4, window: 'x' },
+    ] as KvCompressionRequest[]) {
       try {
         setup.forRequest(request);
         throw new Error('expected a refusal');
