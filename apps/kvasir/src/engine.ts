@@ -239,7 +239,15 @@ export class KvasirEngine implements InferenceEngine {
       });
     } catch (error) {
       if (SchedulerError.isInstance(error)) {
-        throw new EngineError('INVALID_REQUEST', error.message, { cause: error });
+        // The scheduler names its own field; the client sent `kv_compression`.
+        const kv = /^kvCompression(\.\w+)?: /.exec(error.message);
+        throw kv
+          ? new EngineError(
+              'INVALID_REQUEST',
+              `kv_compression${kv[1] ?? ''}: ${error.message.slice(kv[0].length)}`,
+              { cause: error, details: { param: 'kv_compression' } },
+            )
+          : new EngineError('INVALID_REQUEST', error.message, { cause: error });
       }
       throw error;
     }

@@ -114,6 +114,8 @@ describe('kv_compression through the server (real process, official client)', ()
       [{ policy: 'sinks', sinks: 4, window: 32, budget: 9 }, /unknown parameter/],
       [{ policy: 'h2o', budget: 4 }, /2 blocks/],
       [{ policy: 'window', window: 32, positions: 'elsewhere' }, /positions/],
+      // Larger than the context in cache positions: the scheduler's refusal, named as sent.
+      [{ policy: 'window', window: 1e12 }, /^400 kv_compression: .*maxModelLen 64/],
     ] as const) {
       const error = await server.client.completions
         .create({
