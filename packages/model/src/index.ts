@@ -47,6 +47,8 @@ export { createLoadProgress, streamCheckpoint } from './formats/checkpoint-strea
 export type { GqaConversion } from './formats/convert-gqa.js';
 export { convertToGqa } from './formats/convert-gqa.js';
 export type { TensorDtype } from './formats/dtype.js';
+export type { OpenGgufBytesOptions } from './formats/gguf/reader.js';
+export { openGgufBytes } from './formats/gguf/reader.js';
 export { openCheckpoint } from './formats/open-checkpoint.js';
 export type { RandomCheckpoint, RandomCheckpointOptions } from './formats/random-checkpoint.js';
 export {

@@ -1,7 +1,7 @@
-import { type FileHandle, open } from 'node:fs/promises';
-import { basename } from 'node:path';
+import { open } from 'node:fs/promises';
 import { expectedTensors, type ModelConfig } from '../config.js';
 import { fileIoError, ModelError } from '../errors.js';
+import { basename } from './base-name.js';
 import { decodeToF32, dtypeByteLength, dtypeUnitBytes, type TensorDtype } from './dtype.js';
 import { unpermuteQkRows } from './gguf/qk-permute.js';
 
@@ -77,6 +77,42 @@ export interface CheckpointReader {
   close(): Promise<void>;
 }
 
+/**
+ * What the readers need of a file: positional reads, its size, and closing it. Node's
+ * `FileHandle` is one; {@link bytesSource} makes one of bytes already in memory.
+ */
+export interface PositionalSource {
+  /** Reads up to `length` bytes at `position` into `buffer[offset..]`; 0 bytes read past the end. */
+  read(
+    buffer: Uint8Array,
+    offset: number,
+    length: number,
+    position: number,
+  ): Promise<{ bytesRead: number }>;
+  stat(): Promise<{ size: number }>;
+  close(): Promise<void>;
+}
+
+/**
+ * A {@link PositionalSource} over bytes in memory (a fetched file in a browser). Reads copy
+ * out of `bytes`, which is neither copied nor modified.
+ * @internal
+ */
+export function bytesSource(bytes: Uint8Array): PositionalSource {
+  return {
+    async read(buffer, offset, length, position) {
+      const end = Math.min(bytes.byteLength, position + length);
+      const n = Math.max(0, end - position);
+      if (n > 0) buffer.set(bytes.subarray(position, end), offset);
+      return { bytesRead: n };
+    },
+    async stat() {
+      return { size: bytes.byteLength };
+    },
+    async close() {},
+  };
+}
+
 /** Where a tensor's bytes live, for {@link FileCheckpointReader}. */
 export interface TensorLocation {
   /** File holding the tensor. */
@@ -110,7 +146,7 @@ export class FileCheckpointReader implements CheckpointReader {
   readonly totalBytes: number;
   readonly metadata: ReadonlyMap<string, unknown>;
   private readonly locations: ReadonlyMap<string, TensorLocation>;
-  private readonly handles = new Map<string, Promise<FileHandle>>();
+  private readonly handles = new Map<string, Promise<PositionalSource>>();
   private closed = false;
 
   constructor(args: {
@@ -120,7 +156,7 @@ export class FileCheckpointReader implements CheckpointReader {
     tensors: Map<string, TensorInfo>;
     locations: Map<string, TensorLocation>;
     metadata: Map<string, unknown>;
-    handles?: Map<string, FileHandle>;
+    handles?: Map<string, PositionalSource>;
   }) {
     this.format = args.format;
     this.path = args.path;
@@ -144,7 +180,7 @@ export class FileCheckpointReader implements CheckpointReader {
     return t;
   }
 
-  private handle(file: string): Promise<FileHandle> {
+  private handle(file: string): Promise<PositionalSource> {
     if (this.closed) {
       return Promise.reject(new ModelError('IO', `checkpoint ${this.path} is closed`));
     }
@@ -159,7 +195,7 @@ export class FileCheckpointReader implements CheckpointReader {
   }
 
   private async readExact(
-    fh: FileHandle,
+    fh: PositionalSource,
     file: string,
     tensor: string,
     target: Uint8Array,

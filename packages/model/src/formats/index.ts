@@ -21,7 +21,7 @@ export {
   QWEN2_SPLIT_PATTERN,
   tokenizerJsonFromGguf,
 } from '../tokenizer/gguf-tokenizer.js';
-export type { CheckpointReader, TensorInfo } from './checkpoint-reader.js';
+export type { CheckpointReader, PositionalSource, TensorInfo } from './checkpoint-reader.js';
 export { validateCheckpointTensors } from './checkpoint-reader.js';
 export { meanPoolHeads } from './convert-gqa.js';
 export type { TensorDtype } from './dtype.js';

@@ -1,6 +1,6 @@
-import type { FileHandle } from 'node:fs/promises';
-import { basename } from 'node:path';
 import { ModelError } from '../../errors.js';
+import { basename } from '../base-name.js';
+import type { PositionalSource } from '../checkpoint-reader.js';
 import { GGUF_SCALAR_SIZES, GGUF_VALUE_TYPES, type GgufValueType } from './value-types.js';
 
 /** Longest metadata string accepted (a malformed length must not allocate gigabytes). */
@@ -13,13 +13,14 @@ export class GgufByteReader {
   private bufStart = 0;
   pos = 0;
   constructor(
-    private readonly fh: FileHandle,
+    private readonly fh: PositionalSource,
     private readonly size: number,
     private readonly file: string,
   ) {}
 
-  // Buffer#toString decodes short UTF-8 strings several times faster than TextDecoder.
-  private nodeBuf = Buffer.alloc(0);
+  // Node's Buffer#toString decodes short UTF-8 strings several times faster than TextDecoder;
+  // browsers have only the latter.
+  private decode: (start: number, end: number) => string = () => '';
 
   /** Whether the next `n` bytes are already in the window (no await needed). */
   buffered(n: number): boolean {
@@ -44,7 +45,7 @@ export class GgufByteReader {
       done += bytesRead;
     }
     this.buf = b;
-    this.nodeBuf = Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+    this.decode = utf8Decoder(b);
     this.view = new DataView(b.buffer);
     this.bufStart = this.pos;
   }
@@ -84,7 +85,7 @@ export class GgufByteReader {
   async string(what: string): Promise<string> {
     const n = await this.safeU64(`${what} length`, MAX_STRING);
     await this.ensure(n, what);
-    const s = this.nodeBuf.toString('utf8', this.at(), this.at() + n);
+    const s = this.decode(this.at(), this.at() + n);
     this.pos += n;
     return s;
   }
@@ -158,7 +159,7 @@ export class GgufByteReader {
         const l = lo;
         if (!this.buffered(l)) await this.ensure(l, `${what}[${j}]`);
         const o = this.at();
-        arr[j] = this.nodeBuf.toString('utf8', o, o + l);
+        arr[j] = this.decode(o, o + l);
         this.pos += l;
       }
       return arr;
@@ -185,4 +186,13 @@ export class GgufByteReader {
     }
     return name;
   }
+}
+
+function utf8Decoder(b: Uint8Array): (start: number, end: number) => string {
+  if (typeof Buffer === 'function') {
+    const nb = Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+    return (start, end) => nb.toString('utf8', start, end);
+  }
+  const td = new TextDecoder();
+  return (start, end) => td.decode(b.subarray(start, end));
 }

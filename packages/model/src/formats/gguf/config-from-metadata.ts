@@ -1,4 +1,3 @@
-import { basename } from 'node:path';
 import {
   type Architecture,
   type ModelConfig,
@@ -6,6 +5,7 @@ import {
   validateModelConfig,
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
+import { basename } from '../base-name.js';
 import type { GgufTensorEntry } from './header.js';
 import { yarnAttentionFactor, yarnFreqDivisors } from './yarn.js';
 

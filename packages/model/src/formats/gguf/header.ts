@@ -1,7 +1,7 @@
-import type { FileHandle } from 'node:fs/promises';
-import { basename } from 'node:path';
 import { GGML_BLOCK_FORMATS } from '@kvasir/quantizer/ggml';
 import { ModelError } from '../../errors.js';
+import { basename } from '../base-name.js';
+import type { PositionalSource } from '../checkpoint-reader.js';
 import { dtypeByteLength, isBlockDtype, type TensorDtype } from '../dtype.js';
 import { GgufByteReader } from './byte-reader.js';
 import { dtypeOfGgmlType, ggmlTypeName } from './ggml-types.js';
@@ -44,7 +44,7 @@ const SUPPORTED = `F32, F16, BF16, ${Object.keys(GGML_BLOCK_FORMATS).join(', ')}
  *   `TRUNCATED_FILE` (header or a tensor past EOF, naming the tensor), `UNSUPPORTED_DTYPE`
  *   (naming the tensor and its ggml type).
  */
-export async function readGgufHeader(fh: FileHandle, file: string): Promise<GgufHeader> {
+export async function readGgufHeader(fh: PositionalSource, file: string): Promise<GgufHeader> {
   const size = (await fh.stat()).size;
   const c = new GgufByteReader(fh, size, file);
   const magic = await c.u32('magic');

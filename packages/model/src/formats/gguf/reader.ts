@@ -1,9 +1,11 @@
 import { type FileHandle, open } from 'node:fs/promises';
-import { fileIoError } from '../../errors.js';
+import { fileIoError, ModelError } from '../../errors.js';
 import {
+  bytesSource,
   type CheckpointReader,
   FileCheckpointReader,
   type OpenCheckpointOptions,
+  type PositionalSource,
   type TensorInfo,
   type TensorLocation,
   validateCheckpointTensors,
@@ -36,43 +38,84 @@ export async function openGgufCheckpoint(
     throw fileIoError('cannot open', path, e);
   }
   try {
-    const header = await readGgufHeader(fh, path);
-    const ropeEntry = header.tensors.find((t) => t.name === 'rope_freqs.weight');
-    let ropeFactors: Float32Array | undefined;
-    if (ropeEntry) {
-      const b = new Uint8Array(ropeEntry.byteLength);
-      await fh.read(b, 0, b.byteLength, ropeEntry.offset);
-      ropeFactors = decodeToF32(ropeEntry.dtype, b);
-    }
-    let config = configFromGguf(header.metadata, header.tensors, path, ropeFactors);
-    if (options?.configOverride) config = options.configOverride(config);
-    const permute = GGUF_PERMUTED_QK.has(String(header.metadata.get('general.architecture')));
-    const tensors = new Map<string, TensorInfo>();
-    const locations = new Map<string, TensorLocation>();
-    for (const t of header.tensors) {
-      const name = ggufToHfName(t.name) ?? t.name;
-      const shape = [...t.dims].reverse();
-      tensors.set(name, { name, dtype: t.dtype, shape, byteLength: t.byteLength });
-      const isQ = /\.self_attn\.q_proj\./.test(name);
-      const isK = /\.self_attn\.k_proj\./.test(name);
-      locations.set(name, {
-        file: path,
-        offset: t.offset,
-        ...(permute && (isQ || isK) ? { unpermuteHeadRows: config.headDim } : {}),
-      });
-    }
-    validateCheckpointTensors(config, tensors, path);
-    return new FileCheckpointReader({
-      format: 'gguf',
-      path,
-      config,
-      tensors,
-      locations,
-      metadata: header.metadata,
-      handles: new Map([[path, fh]]),
-    });
+    return await openGguf(fh, path, options);
   } catch (e) {
     await fh.close().catch(() => undefined);
     throw e;
   }
+}
+
+/** Options of {@link openGgufBytes}. */
+export interface OpenGgufBytesOptions extends OpenCheckpointOptions {
+  /** The name the reader's `path` and error messages give the file (default `model.gguf`). */
+  readonly name?: string;
+}
+
+/**
+ * Opens a GGUF checkpoint held in memory: a file fetched in a browser, where there is no file
+ * system. Everything else is {@link openGgufCheckpoint}'s: the same validation, canonical
+ * names and un-permuted Q/K rows. Tensors are read out of `bytes` in bounded chunks as from a
+ * file; `bytes` is not copied, and must not change while the reader is in use.
+ *
+ * @throws {@link ModelError} `INVALID_ARGUMENT` when `bytes` is not an `ArrayBuffer` or
+ *   `Uint8Array`; `MALFORMED_FILE`, `TRUNCATED_FILE`, `UNSUPPORTED_DTYPE`,
+ *   `UNSUPPORTED_ARCHITECTURE`, `INVALID_CONFIG`, `MISSING_TENSOR`, `SHAPE_MISMATCH` as
+ *   {@link openGgufCheckpoint}.
+ */
+export async function openGgufBytes(
+  bytes: ArrayBuffer | Uint8Array,
+  options?: OpenGgufBytesOptions,
+): Promise<CheckpointReader> {
+  let view: Uint8Array;
+  if (bytes instanceof Uint8Array) view = bytes;
+  else if (bytes instanceof ArrayBuffer) view = new Uint8Array(bytes);
+  else {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `openGgufBytes: expected an ArrayBuffer or Uint8Array, got ${Object.prototype.toString.call(bytes)}`,
+    );
+  }
+  return openGguf(bytesSource(view), options?.name ?? 'model.gguf', options);
+}
+
+async function openGguf(
+  fh: PositionalSource,
+  path: string,
+  options: OpenCheckpointOptions | undefined,
+): Promise<CheckpointReader> {
+  const header = await readGgufHeader(fh, path);
+  const ropeEntry = header.tensors.find((t) => t.name === 'rope_freqs.weight');
+  let ropeFactors: Float32Array | undefined;
+  if (ropeEntry) {
+    const b = new Uint8Array(ropeEntry.byteLength);
+    await fh.read(b, 0, b.byteLength, ropeEntry.offset);
+    ropeFactors = decodeToF32(ropeEntry.dtype, b);
+  }
+  let config = configFromGguf(header.metadata, header.tensors, path, ropeFactors);
+  if (options?.configOverride) config = options.configOverride(config);
+  const permute = GGUF_PERMUTED_QK.has(String(header.metadata.get('general.architecture')));
+  const tensors = new Map<string, TensorInfo>();
+  const locations = new Map<string, TensorLocation>();
+  for (const t of header.tensors) {
+    const name = ggufToHfName(t.name) ?? t.name;
+    const shape = [...t.dims].reverse();
+    tensors.set(name, { name, dtype: t.dtype, shape, byteLength: t.byteLength });
+    const isQ = /\.self_attn\.q_proj\./.test(name);
+    const isK = /\.self_attn\.k_proj\./.test(name);
+    locations.set(name, {
+      file: path,
+      offset: t.offset,
+      ...(permute && (isQ || isK) ? { unpermuteHeadRows: config.headDim } : {}),
+    });
+  }
+  validateCheckpointTensors(config, tensors, path);
+  return new FileCheckpointReader({
+    format: 'gguf',
+    path,
+    config,
+    tensors,
+    locations,
+    metadata: header.metadata,
+    handles: new Map([[path, fh]]),
+  });
 }
