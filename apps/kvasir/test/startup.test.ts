@@ -165,7 +165,12 @@ describe('flags and config files are checked and errors name the fix (built CLI)
 
   it('--block-size 7 names the allowed values', async () => {
     const run = await kvasir(['info', ...cpu, '--block-size', '7']);
-    expectRefusal(run, 'INVALID_CONFIG', /--block-size/, /expected one of 1, 2, 4, 8, 16, 32, got 7/);
+    expectRefusal(
+      run,
+      'INVALID_CONFIG',
+      /--block-size/,
+      /expected one of 1, 2, 4, 8, 16, 32, got 7/,
+    );
   });
 
   it('generate and info do not list the server-only flags; serve does', async () => {

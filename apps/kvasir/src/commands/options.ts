@@ -73,7 +73,11 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     )
     .option('--threads <n>', 'wasm backend threads (default: physical cores)', int())
     .addOption(new Option('--kv-dtype <dtype>', 'KV cache element type').choices(KV_DTYPES))
-    .option('--block-size <tokens>', 'tokens per KV block (8, 16, 32; also 1, 2, 4 on the cpu and wasm backends)', int())
+    .option(
+      '--block-size <tokens>',
+      'tokens per KV block (8, 16, 32; also 1, 2, 4 on the cpu and wasm backends)',
+      int(),
+    )
     .option(
       '--gpu-memory-bytes <bytes>',
       'memory to plan with (default: 512MiB on WebGPU, which cannot report it; available host memory on the CPU backend)',
