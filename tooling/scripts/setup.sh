@@ -10,7 +10,8 @@ PNPM_VERSION=$(node -p "require('./package.json').packageManager.split('@')[1]")
 # the one library Mesa's lavapipe (fetched by tooling/scripts/lavapipe.sh for the subgroup
 # kernel tests) links that the OpenGL packages do not already bring.
 # clang + lld: @kvasir/model's wasm backend is compiled from C for wasm32 (wasm-ld comes with lld).
-APT_PACKAGES=(libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri libxcb-shm0 redis-server clang lld)
+# chromium: @kvasir/model's browser test drives it headless through playwright-core.
+APT_PACKAGES=(libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri libxcb-shm0 redis-server clang lld chromium)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

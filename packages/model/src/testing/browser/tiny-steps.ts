@@ -1,0 +1,78 @@
+// One short generation on the wasm backend, run the same way in Node and in a browser's Web
+// Worker (wasm-browser.test.ts bundles it for chromium), so the two logits can be compared bit
+// for bit. Imports only the package's public entry.
+import { type CheckpointReader, loadModel, makeModelConfig } from '../../index.js';
+
+/** The tiny random model both sides run (written as a Q8_0 GGUF by the test). */
+export const TINY_CONFIG = makeModelConfig({
+  hiddenSize: 64,
+  intermediateSize: 128,
+  numLayers: 2,
+  numHeads: 4,
+  numKvHeads: 2,
+  vocabSize: 512,
+});
+
+const BLOCK_SIZE = 16;
+const PROMPT_LEN = 21;
+/** Decode steps after the prefill; each feeds back the previous step's argmax. */
+export const DECODE_STEPS = 4;
+
+/** Logits of the prefill's last token then of each decode step, as f32 bit patterns. */
+export interface TinyStepsResult {
+  readonly logitsBits: number[][];
+  readonly tokens: number[];
+}
+
+/**
+ * Loads `reader` on the wasm backend with `threads` threads, prefills a fixed prompt in one
+ * step (two blocks) and decodes {@link DECODE_STEPS} greedy tokens.
+ */
+export async function runTinySteps(
+  reader: CheckpointReader,
+  threads: number,
+): Promise<TinyStepsResult> {
+  const model = await loadModel(reader, {
+    backend: 'wasm',
+    threads,
+    numBlocks: 8,
+    blockSize: BLOCK_SIZE,
+    kvFormat: 'f32',
+  });
+  try {
+    const blockTable = [3, 5, 1, 6];
+    const slot = (pos: number) =>
+      blockTable[Math.floor(pos / BLOCK_SIZE)]! * BLOCK_SIZE + (pos % BLOCK_SIZE);
+    const prompt = Array.from(
+      { length: PROMPT_LEN },
+      (_, i) => (i * 37 + 11) % reader.config.vocabSize,
+    );
+    const logitsBits: number[][] = [];
+    const tokens: number[] = [];
+    let logits = await model.forward({
+      tokenIds: Int32Array.from(prompt),
+      positions: Int32Array.from(prompt, (_, i) => i),
+      slotMapping: Int32Array.from(prompt, (_, i) => slot(i)),
+      rows: [{ queryStart: 0, queryLen: PROMPT_LEN, contextLen: PROMPT_LEN, blockTable }],
+      logitsIndices: Int32Array.of(PROMPT_LEN - 1),
+    });
+    for (let step = 0; ; step++) {
+      logitsBits.push(Array.from(new Uint32Array(logits.buffer, logits.byteOffset, logits.length)));
+      if (step === DECODE_STEPS) break;
+      let next = 0;
+      for (let i = 1; i < logits.length; i++) if (logits[i]! > logits[next]!) next = i;
+      tokens.push(next);
+      const pos = PROMPT_LEN + step;
+      logits = await model.forward({
+        tokenIds: Int32Array.of(next),
+        positions: Int32Array.of(pos),
+        slotMapping: Int32Array.of(slot(pos)),
+        rows: [{ queryStart: 0, queryLen: 1, contextLen: pos + 1, blockTable }],
+        logitsIndices: Int32Array.of(0),
+      });
+    }
+    return { logitsBits, tokens };
+  } finally {
+    await model.destroy();
+  }
+}
