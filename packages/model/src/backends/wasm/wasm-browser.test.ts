@@ -49,8 +49,10 @@ const PAGE = `<!doctype html>
 interface PageResult {
   ok: boolean;
   error?: string;
+  promptIds: number[];
   logitsBits: number[][];
   tokens: number[];
+  text: string;
   workersStarted: number;
   crossOriginIsolated: boolean;
   pageIsolated: boolean;
@@ -126,7 +128,7 @@ async function runInChromium(): Promise<PageResult> {
 }
 
 describe('wasm backend in chromium', () => {
-  it('runs a GGUF from bytes on 2 threads with SIMD, giving Node’s logits bit for bit', async () => {
+  it('runs a GGUF from bytes (tokenizer, chat template, 2 threads, SIMD), giving Node’s logits bit for bit', async () => {
     const [inBrowser, inNode] = await Promise.all([
       runInChromium(),
       openGgufBytes(gguf).then(async (reader) => {
@@ -145,7 +147,11 @@ describe('wasm backend in chromium', () => {
     expect(inBrowser.workersStarted).toBe(THREADS - 1);
     expect(inBrowser.logitsBits).toHaveLength(DECODE_STEPS + 1);
     expect(inBrowser.logitsBits[0]).toHaveLength(TINY_CONFIG.vocabSize);
+    // The GGUF's tokenizer and chat template (jinja) run there too.
+    expect(inBrowser.promptIds.length).toBeGreaterThan(10);
+    expect(inBrowser.promptIds).toEqual(inNode.promptIds);
     expect(inBrowser.tokens).toEqual(inNode.tokens);
+    expect(inBrowser.text).toBe(inNode.text);
     // The same module and the same split of rows among threads: the same bits, not a tolerance.
     expect(inBrowser.logitsBits).toEqual(inNode.logitsBits);
   }, 60_000);

@@ -1,7 +1,7 @@
 // One short generation on the wasm backend, run the same way in Node and in a browser's Web
 // Worker (wasm-browser.test.ts bundles it for chromium), so the two logits can be compared bit
 // for bit. Imports only the package's public entry.
-import { type CheckpointReader, loadModel, makeModelConfig } from '../../index.js';
+import { type CheckpointReader, loadModel, ModelTokenizer, makeModelConfig } from '../../index.js';
 
 /** The tiny random model both sides run (written as a Q8_0 GGUF by the test). */
 export const TINY_CONFIG = makeModelConfig({
@@ -14,19 +14,22 @@ export const TINY_CONFIG = makeModelConfig({
 });
 
 const BLOCK_SIZE = 16;
-const PROMPT_LEN = 21;
 /** Decode steps after the prefill; each feeds back the previous step's argmax. */
 export const DECODE_STEPS = 4;
 
-/** Logits of the prefill's last token then of each decode step, as f32 bit patterns. */
 export interface TinyStepsResult {
+  /** The chat prompt, tokenized by the GGUF's own tokenizer and chat template. */
+  readonly promptIds: number[];
+  /** Logits of the prefill's last token then of each decode step, as f32 bit patterns. */
   readonly logitsBits: number[][];
   readonly tokens: number[];
+  /** The generated tokens decoded. */
+  readonly text: string;
 }
 
 /**
- * Loads `reader` on the wasm backend with `threads` threads, prefills a fixed prompt in one
- * step (two blocks) and decodes {@link DECODE_STEPS} greedy tokens.
+ * Loads `reader` on the wasm backend with `threads` threads, prefills a chat prompt in one
+ * step (several blocks, out of order) and decodes {@link DECODE_STEPS} greedy tokens.
  */
 export async function runTinySteps(
   reader: CheckpointReader,
@@ -40,21 +43,23 @@ export async function runTinySteps(
     kvFormat: 'f32',
   });
   try {
-    const blockTable = [3, 5, 1, 6];
+    const tokenizer = ModelTokenizer.fromGguf(reader.metadata);
+    const prompt = tokenizer.encodeChat([{ role: 'user', content: 'Hello 🙂 from a browser' }]);
+    const blockTable = [3, 5, 1, 6, 0, 7];
+    if (prompt.length + DECODE_STEPS > blockTable.length * BLOCK_SIZE) {
+      throw new Error(`a prompt of ${prompt.length} tokens does not fit the block table`);
+    }
+    const promptLen = prompt.length;
     const slot = (pos: number) =>
       blockTable[Math.floor(pos / BLOCK_SIZE)]! * BLOCK_SIZE + (pos % BLOCK_SIZE);
-    const prompt = Array.from(
-      { length: PROMPT_LEN },
-      (_, i) => (i * 37 + 11) % reader.config.vocabSize,
-    );
     const logitsBits: number[][] = [];
     const tokens: number[] = [];
     let logits = await model.forward({
       tokenIds: Int32Array.from(prompt),
       positions: Int32Array.from(prompt, (_, i) => i),
       slotMapping: Int32Array.from(prompt, (_, i) => slot(i)),
-      rows: [{ queryStart: 0, queryLen: PROMPT_LEN, contextLen: PROMPT_LEN, blockTable }],
-      logitsIndices: Int32Array.of(PROMPT_LEN - 1),
+      rows: [{ queryStart: 0, queryLen: promptLen, contextLen: promptLen, blockTable }],
+      logitsIndices: Int32Array.of(promptLen - 1),
     });
     for (let step = 0; ; step++) {
       logitsBits.push(Array.from(new Uint32Array(logits.buffer, logits.byteOffset, logits.length)));
@@ -62,7 +67,7 @@ export async function runTinySteps(
       let next = 0;
       for (let i = 1; i < logits.length; i++) if (logits[i]! > logits[next]!) next = i;
       tokens.push(next);
-      const pos = PROMPT_LEN + step;
+      const pos = promptLen + step;
       logits = await model.forward({
         tokenIds: Int32Array.of(next),
         positions: Int32Array.of(pos),
@@ -71,7 +76,7 @@ export async function runTinySteps(
         logitsIndices: Int32Array.of(0),
       });
     }
-    return { logitsBits, tokens };
+    return { promptIds: prompt, logitsBits, tokens, text: tokenizer.decode(tokens) };
   } finally {
     await model.destroy();
   }
