@@ -54,6 +54,7 @@ interface PageResult {
   tokens: number[];
   text: string;
   workersStarted: number;
+  pathError?: { code?: string; message: string };
   crossOriginIsolated: boolean;
   pageIsolated: boolean;
   features: { simd128: boolean; relaxedSimd: boolean; threads: boolean };
@@ -154,5 +155,7 @@ describe('wasm backend in chromium', () => {
     expect(inBrowser.text).toBe(inNode.text);
     // The same module and the same split of rows among threads: the same bits, not a tolerance.
     expect(inBrowser.logitsBits).toEqual(inNode.logitsBits);
+    expect(inBrowser.pathError?.code).toBe('IO');
+    expect(inBrowser.pathError?.message).toContain('openGgufBytes');
   }, 60_000);
 });

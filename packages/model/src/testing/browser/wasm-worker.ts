@@ -1,7 +1,7 @@
 // The browser side of wasm-browser.test.ts, bundled by esbuild and started by the page as a
 // module Web Worker: the wasm backend's thread 0 blocks in `memory.atomic.wait`, which a page's
 // main thread may not do. Fetches the GGUF, runs the steps, and reports what the page checks.
-import { openGgufBytes, wasmFeatures } from '../../index.js';
+import { loadModel, ModelError, openGgufBytes, wasmFeatures } from '../../index.js';
 import { runTinySteps } from './tiny-steps.js';
 
 interface WorkerScope {
@@ -32,10 +32,19 @@ scope.onmessage = async (e) => {
     const reader = await openGgufBytes(await response.arrayBuffer(), { name: 'tiny.gguf' });
     const result = await runTinySteps(reader, e.data.threads);
     await reader.close();
+    // A path needs a file system, which a browser bundle does not have: a typed error.
+    const pathError = await loadModel('/models/tiny.gguf', { backend: 'wasm', numBlocks: 8 }).then(
+      () => undefined,
+      (err: unknown) =>
+        ModelError.isInstance(err)
+          ? { code: err.code, message: err.message }
+          : { code: undefined, message: String(err) },
+    );
     scope.postMessage({
       ok: true,
       ...result,
       workersStarted,
+      pathError,
       crossOriginIsolated: scope.crossOriginIsolated === true,
       features: wasmFeatures(),
     });
