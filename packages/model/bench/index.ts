@@ -4,6 +4,7 @@ import { BufferUsage, createGpu, type Gpu } from '@kvasir/gpu';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
 import type { ForwardPlan } from '../src/execution/forward-plan.js';
 import { loadModel, type Model } from '../src/execution/model.js';
+import { benchGguf110m, typedArrayStreamGbps } from './gguf-110m.js';
 import { syntheticReader } from './synthetic-reader.js';
 import { benchWasm } from './wasm.js';
 
@@ -193,7 +194,9 @@ const base = {
   tieWordEmbeddings: true,
   maxPositionEmbeddings: 2048,
 };
-const wasm = await benchWasm(log);
+// `--gguf-only`: just the 110M GGUF rows of the WebGPU and CPU backends (wasm's are in --wasm-only).
+const ggufOnly = process.argv.includes('--gguf-only');
+const wasm = ggufOnly ? {} : await benchWasm(log);
 if (process.argv.includes('--wasm-only') || process.argv.includes('--wasm-kv-only')) {
   console.log(JSON.stringify(wasm, null, json ? undefined : 2));
   process.exit(0);
@@ -201,21 +204,47 @@ if (process.argv.includes('--wasm-only') || process.argv.includes('--wasm-kv-onl
 const gpu = await createGpu();
 const bandwidth = await bandwidthMeter(gpu);
 log(`adapter: ${gpu.describe()}`);
-const mha = await benchConfig('110M MHA', makeModelConfig(base), gpu, bandwidth);
-const gqa = await benchConfig(
-  '110M GQA (4 kv heads)',
-  makeModelConfig({ ...base, numKvHeads: 4 }),
+const dense = ggufOnly
+  ? {}
+  : {
+      mha_110m: await benchConfig('110M MHA', makeModelConfig(base), gpu, bandwidth),
+      gqa_110m_kv4: await benchConfig(
+        '110M GQA (4 kv heads)',
+        makeModelConfig({ ...base, numKvHeads: 4 }),
+        gpu,
+        bandwidth,
+      ),
+    };
+// Issue 19's rows on WebGPU: few steps, as a software adapter takes seconds per step.
+const webgpuGguf = await benchGguf110m({
+  backend: 'webgpu',
   gpu,
-  bandwidth,
-);
+  stream: async () => (await bandwidth()) / 1e9,
+  steps: { 1: 2, 8: 1 },
+  rounds: 2,
+  warmup: 'full',
+  log,
+});
 gpu.destroy();
+// And on the TypeScript reference: one step of each batch, against a typed-array read.
+const cpuStream = typedArrayStreamGbps();
+const cpuGguf = await benchGguf110m({
+  backend: 'cpu',
+  stream: () => cpuStream,
+  steps: { 1: 1, 8: 1 },
+  rounds: 1,
+  warmup: 'decode-b1',
+  log,
+});
 const out = {
   ...wasm,
   adapter: gpu.adapterInfo.description || gpu.adapterInfo.device,
-  mha_110m: mha,
-  gqa_110m_kv4: gqa,
-  decode_vs_roofline: mha.decode_vs_roofline,
-  batch32_vs_batch1: mha.batch32_vs_batch1,
+  ...dense,
+  decode_vs_roofline: dense.mha_110m?.decode_vs_roofline,
+  batch32_vs_batch1: dense.mha_110m?.batch32_vs_batch1,
+  ...webgpuGguf,
+  cpu_stream_gbps: cpuStream,
+  ...cpuGguf,
 };
 if (json) console.log(JSON.stringify(out));
 else console.log(JSON.stringify(out, null, 2));

@@ -1,4 +1,4 @@
-// Forward plans and step timing shared by the wasm benchmarks (wasm.ts, wasm-ggml.ts).
+// Forward plans and step timing shared by the wasm benchmarks (wasm.ts, gguf-110m.ts).
 import type { ForwardPlan } from '../src/execution/forward-plan.js';
 import type { Model } from '../src/execution/model.js';
 

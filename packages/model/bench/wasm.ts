@@ -12,9 +12,9 @@ import { Op } from '../src/backends/wasm/wasm-program.js';
 import { createWasmRuntime } from '../src/backends/wasm/wasm-runtime.js';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
 import { type LoadModelOptions, loadModel } from '../src/execution/model.js';
+import { benchGguf110m } from './gguf-110m.js';
 import { BLOCK, decodePlan, prefillPlan, timeSteps } from './plans.js';
 import { syntheticReader } from './synthetic-reader.js';
-import { benchWasmGgml } from './wasm-ggml.js';
 import { benchWasmKv } from './wasm-kv.js';
 
 const STREAM_BYTES = 256 << 20;
@@ -163,7 +163,18 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
   out.wasm_decode_tok_s_b1 = main.decode_tok_s_b1;
   out.wasm_pp512_tok_s = main.pp512_tok_s;
   out.wasm_decode_vs_roofline = main.decode_vs_roofline;
-  Object.assign(out, await benchWasmGgml(threads, meter.measure, log));
+  Object.assign(
+    out,
+    await benchGguf110m({
+      backend: 'wasm',
+      threads,
+      stream: meter.measure,
+      steps: { 1: 4, 8: 2 },
+      rounds: 7,
+      warmup: 'full',
+      log,
+    }),
+  );
   Object.assign(out, await benchWasmKv(configs, threads, log));
   await meter.close();
   // The TypeScript reference backend, one decode step, for scale.
