@@ -5,6 +5,12 @@
 #
 #   tooling/llama.cpp/compare-wasm.sh                       # F16, MHA, 2 threads, 3 rounds
 #   DTYPE=Q8_0 KV_HEADS=4 THREADS=2 ROUNDS=3 tooling/llama.cpp/compare-wasm.sh
+#   DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh        # an existing file of that name, e.g.
+#                                                          # bench/gguf-110m.ts's llama-quantize output
+#   GGUF=path/to/model.gguf LLAMA_BENCH_ARGS="--poll 0" tooling/llama.cpp/compare-wasm.sh
+#
+# LLAMA_BENCH_ARGS go to llama-bench as they are: `--poll 0` makes its waiting threads sleep
+# instead of spin (what that changes on a shared machine: packages/model/bench/README.md).
 #
 # Prints one JSON object: each round's tg128 / pp512 from both, their medians and the ratios
 # the issue sets goals for (decode >= 0.5x, prompt processing >= 0.25x llama.cpp).
@@ -15,6 +21,7 @@ dtype="${DTYPE:-F16}"
 kv="${KV_HEADS:-12}"
 threads="${THREADS:-2}"
 rounds="${ROUNDS:-3}"
+read -r -a llama_args <<<"${LLAMA_BENCH_ARGS:-}"
 bench="$here/build/bin/llama-bench"
 [[ -x "$bench" ]] || { echo "no $bench: LLAMA_TARGETS=llama-bench $here/build.sh" >&2; exit 1; }
 tsx="$root/packages/model/node_modules/.bin/tsx"
@@ -26,12 +33,12 @@ mkdir -p "$(dirname "$gguf")"
 llama=()
 kvasir=()
 for ((r = 0; r < rounds; r++)); do
-  llama+=("$("$bench" -m "$gguf" -p 512 -n 128 -t "$threads" -r 1 -o json)")
+  llama+=("$("$bench" -m "$gguf" -p 512 -n 128 -t "$threads" -r 1 -o json ${llama_args[@]+"${llama_args[@]}"})")
   kvasir+=("$("$tsx" "$here/kvasir-wasm-bench.ts" "$gguf" "$threads" 512 128)")
 done
 
-node - "$dtype" "$kv" "$threads" "${#llama[@]}" "${llama[@]}" "${kvasir[@]}" <<'JS'
-const [dtype, kv, threads, n, ...rest] = process.argv.slice(2);
+node - "$dtype" "$kv" "$threads" "${LLAMA_BENCH_ARGS:-}" "${#llama[@]}" "${llama[@]}" "${kvasir[@]}" <<'JS'
+const [dtype, kv, threads, llamaArgs, n, ...rest] = process.argv.slice(2);
 const rounds = Number(n);
 const llama = rest.slice(0, rounds).map((s) => JSON.parse(s));
 const kvasir = rest.slice(rounds).map((s) => JSON.parse(s));
@@ -43,7 +50,7 @@ const llamaTg = pick(llama, (t) => t.n_gen > 0 && t.n_prompt === 0);
 const kvPp = kvasir.map((r) => r.pp_tok_s);
 const kvTg = kvasir.map((r) => r.tg_tok_s);
 console.log(JSON.stringify({
-  dtype, kv_heads: Number(kv), threads: Number(threads),
+  dtype, kv_heads: Number(kv), threads: Number(threads), llama_bench_args: llamaArgs,
   llama_cpp: { pp512: llamaPp, tg128: llamaTg },
   kvasir_wasm: { pp512: kvPp, tg128: kvTg },
   decode_vs_llama_cpp: median(kvTg) / median(llamaTg),
