@@ -10,7 +10,7 @@
 // f16/MHA row (the median over steps of f16/MHA's step time ÷ the row's, both timed in the same
 // round): the ratios are the figures to read, not the absolute tokens/s.
 //
-//   node tooling/eval/decode-speed.mjs [--backend wasm] [--steps 64] [--passes 3]
+//   node tooling/eval/decode-speed.mjs [--backend wasm] [--steps 64] [--passes 5]
 //     > packages/mini-model/bench/decode-speed.jsonl
 import { existsSync, readFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
@@ -21,7 +21,7 @@ const { values } = parseArgs({
   options: {
     backend: { type: 'string', default: 'wasm' },
     steps: { type: 'string', default: '64' },
-    passes: { type: 'string', default: '3' },
+    passes: { type: 'string', default: '5' },
   },
 });
 const steps = Number(values.steps);
