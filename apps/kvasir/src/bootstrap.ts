@@ -9,7 +9,11 @@ import {
 } from './default-model.js';
 import { KvasirEngine } from './engine.js';
 import { loadEvictionPolicy } from './eviction.js';
-import { type KvCompressionSetup, loadKvCompression } from './kv-compression.js';
+import {
+  checkDefaultCompression,
+  type KvCompressionSetup,
+  loadKvCompression,
+} from './kv-compression.js';
 import { deviceMemory, type MemoryPlan, planMemory } from './memory-plan.js';
 import { type LoadedModel, loadModelRunner } from './model-runner.js';
 import { checkSwapSpace, openOffloadTiers, type SwapSpace } from './offload-tiers.js';
@@ -91,6 +95,11 @@ export async function buildEngine(
   try {
     evictionPolicy = await loadEvictionPolicy(config.evictionPolicy);
     kvCompression = await loadKvCompression(config.kvCompression, config.blockSize);
+    checkDefaultCompression(
+      kvCompression,
+      config.blockSize,
+      Math.min(config.maxModelLen ?? model.maxModelLen, model.maxModelLen),
+    );
     offload = await openOffloadTiers(config, model);
     preemption = checkSwapSpace(config, plan, offload?.tiers.map((t) => t.tier) ?? []);
   } catch (error) {

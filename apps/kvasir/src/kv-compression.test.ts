@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { EngineError, type KvCompressionRequest } from '@kvasir/server/spec';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KvasirAppError } from './errors.js';
-import { loadKvCompression } from './kv-compression.js';
+import { checkDefaultCompression, loadKvCompression } from './kv-compression.js';
 
 let dir: string;
 
@@ -113,5 +113,17 @@ describe('--kv-compression and kv_compression', () => {
         expect((error as EngineError).details).toMatchObject({ param: 'kv_compression' });
       }
     }
+  });
+
+  it('refuses at start-up a default whose cache positions would reach the context', async () => {
+    const big = await loadKvCompression('window:window=1024', 16);
+    expect(() => checkDefaultCompression(big, 16, 1024)).toThrow(
+      /--kv-compression: window holds up to 1024 tokens .* context of 1024/,
+    );
+    expect(() => checkDefaultCompression(big, 16, 2048)).not.toThrow();
+    const original = await loadKvCompression('window:window=1024,positions=original', 16);
+    expect(() => checkDefaultCompression(original, 16, 1024)).not.toThrow();
+    const none = await loadKvCompression(undefined, 16);
+    expect(() => checkDefaultCompression(none, 16, 8)).not.toThrow();
   });
 });

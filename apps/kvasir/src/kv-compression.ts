@@ -124,3 +124,24 @@ export function kvCompressionSetup(
     },
   };
 }
+
+/**
+ * Refuses, at start-up, a default policy that every request would be refused for: in cache
+ * positions its cache must stay below the context (positions run up to its size).
+ * @throws KvasirAppError `INVALID_CONFIG` naming `--kv-compression`, the sizes and the way out.
+ */
+export function checkDefaultCompression(
+  setup: KvCompressionSetup,
+  blockSize: number,
+  maxModelLen: number,
+): void {
+  const spec = setup.defaultSpec;
+  if (!spec || spec.positions === 'original') return;
+  const tokens = spec.policy.maxBlocks(blockSize) * blockSize;
+  if (tokens >= maxModelLen) {
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `--kv-compression: ${spec.policy.name} holds up to ${tokens} tokens (whole blocks of ${blockSize}), so cache positions would reach the context of ${maxModelLen}: keep its budget under ${maxModelLen} tokens, or add positions=original`,
+    );
+  }
+}
