@@ -137,6 +137,21 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
   log(
     `wasm stream ${(out.wasm_stream_gbps as number).toFixed(2)} GB/s on ${threads} threads (native: ${out.c_stream_gbps ?? 'n/a'})`,
   );
+  const gguf = () =>
+    benchGguf110m({
+      backend: 'wasm',
+      threads,
+      stream: meter.measure,
+      steps: { 1: 4, 8: 2 },
+      rounds: 7,
+      warmup: 'full',
+      log,
+    });
+  if (process.argv.includes('--gguf-only')) {
+    Object.assign(out, await gguf());
+    await meter.close();
+    return out;
+  }
   const base = {
     hiddenSize: 768,
     intermediateSize: 2048,
@@ -163,18 +178,7 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
   out.wasm_decode_tok_s_b1 = main.decode_tok_s_b1;
   out.wasm_pp512_tok_s = main.pp512_tok_s;
   out.wasm_decode_vs_roofline = main.decode_vs_roofline;
-  Object.assign(
-    out,
-    await benchGguf110m({
-      backend: 'wasm',
-      threads,
-      stream: meter.measure,
-      steps: { 1: 4, 8: 2 },
-      rounds: 7,
-      warmup: 'full',
-      log,
-    }),
-  );
+  Object.assign(out, await gguf());
   Object.assign(out, await benchWasmKv(configs, threads, log));
   await meter.close();
   // The TypeScript reference backend, one decode step, for scale.
