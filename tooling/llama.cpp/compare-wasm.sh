@@ -7,10 +7,14 @@
 #   DTYPE=Q8_0 KV_HEADS=4 THREADS=2 ROUNDS=3 tooling/llama.cpp/compare-wasm.sh
 #   DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh        # an existing file of that name, e.g.
 #                                                          # bench/gguf-110m.ts's llama-quantize output
-#   GGUF=path/to/model.gguf LLAMA_BENCH_ARGS="--poll 0" tooling/llama.cpp/compare-wasm.sh
+#   GGUF=path/to/model.gguf LLAMA_BENCH_ARGS="-fa 1" tooling/llama.cpp/compare-wasm.sh
+#   OMP_WAIT_POLICY=PASSIVE tooling/llama.cpp/compare-wasm.sh   # on a machine other jobs share
 #
-# LLAMA_BENCH_ARGS go to llama-bench as they are: `--poll 0` makes its waiting threads sleep
-# instead of spin (what that changes on a shared machine: packages/model/bench/README.md).
+# LLAMA_BENCH_ARGS go to llama-bench as they are. build.sh's llama.cpp runs its threads through
+# OpenMP, whose waiting threads spin (llama-bench's --poll 0 changed nothing here): on a machine
+# other jobs share, a spinning thread holds a core the thread it waits for needs, and tg128 drops
+# by 10x or more; OMP_WAIT_POLICY=PASSIVE makes them sleep (figures:
+# packages/model/bench/README.md). Node ignores the variable, so Kvasir's side is unchanged.
 #
 # Prints one JSON object: each round's tg128 / pp512 from both, their medians and the ratios
 # the issue sets goals for (decode >= 0.5x, prompt processing >= 0.25x llama.cpp).
@@ -51,6 +55,7 @@ const kvPp = kvasir.map((r) => r.pp_tok_s);
 const kvTg = kvasir.map((r) => r.tg_tok_s);
 console.log(JSON.stringify({
   dtype, kv_heads: Number(kv), threads: Number(threads), llama_bench_args: llamaArgs,
+  omp_wait_policy: process.env.OMP_WAIT_POLICY ?? null,
   llama_cpp: { pp512: llamaPp, tg128: llamaTg },
   kvasir_wasm: { pp512: kvPp, tg128: kvTg },
   decode_vs_llama_cpp: median(kvTg) / median(llamaTg),
