@@ -8,16 +8,19 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
 import { parseEngineConfig } from './config.js';
 
-// The real engine (scheduler, allocator, CPU runner, embedded default model) in-process, with a
+// The real engine (scheduler, allocator, wasm runner, embedded default model) in-process, with a
 // cache small enough that random traffic forces preemption.
 let built: BuiltEngine;
 const cacheDir = mkdtempSync(join(tmpdir(), 'kvasir-engine-'));
 
-/** The CPU engine on a 12-block cache of 8-token blocks with an 8 MiB host tier. */
+/**
+ * The engine on the wasm backend (the default without a GPU; the plain TypeScript backend took
+ * most of this file's time) on a 12-block cache of 8-token blocks with an 8 MiB host tier.
+ */
 function tinyEngine(extra: { preemptionMode?: 'swap' } = {}): Promise<BuiltEngine> {
   return buildEngine(
     parseEngineConfig({
-      backend: 'cpu',
+      backend: 'wasm',
       cacheDir,
       numGpuBlocks: 12,
       blockSize: 8,
