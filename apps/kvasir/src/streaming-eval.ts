@@ -76,7 +76,8 @@ export async function streamingEval(
   for (;;) {
     const plan: BatchPlan = scheduler.schedule();
     if (plan.rows.length === 0) {
-      if (scheduler.metrics().numWaiting + scheduler.metrics().numRunning === 0) break;
+      const m = scheduler.metrics();
+      if (m.numWaiting + m.numRunning === 0) break;
       throw new KvasirAppError(
         'INVALID_CONFIG',
         `the cache of ${facts.numBlocks} blocks cannot hold the sequence${spec ? ` under ${spec.policy.name}` : ''}`,

@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
 import { resolveModelPath } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
@@ -8,6 +7,7 @@ import { type LoadedModel, loadModelRunner } from '../model-runner.js';
 import { PerplexityAccumulator } from '../perplexity.js';
 import type { ModelRunner } from '../runner.js';
 import { type StreamingEvalStats, streamingEval } from '../streaming-eval.js';
+import { readEvalText } from './eval.js';
 
 /** Options of `kvasir eval` with `--kv-compression`. */
 export interface StreamingEvalOptions {
@@ -66,16 +66,7 @@ export async function streamingEvalCommand(
   config: EngineConfig,
   options: StreamingEvalOptions,
 ): Promise<StreamingEvalReport> {
-  let text: string;
-  try {
-    text = await readFile(options.file, 'utf8');
-  } catch (error) {
-    throw new KvasirAppError(
-      'INVALID_CONFIG',
-      `--file: cannot read ${options.file}: ${(error as Error).message}`,
-      { cause: error },
-    );
-  }
+  const text = await readEvalText(options.file);
   const setup = await loadKvCompression(config.kvCompression, config.blockSize);
   const spec = setup.defaultSpec!;
   const started = performance.now();

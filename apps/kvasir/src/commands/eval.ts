@@ -163,6 +163,24 @@ async function openRunner(
 }
 
 /**
+ * The text `--file` names, as UTF-8.
+ * @throws KvasirAppError `INVALID_CONFIG` naming the flag when it cannot be read.
+ */
+export async function readEvalText(file: string): Promise<string> {
+  try {
+    return await readFile(file, 'utf8');
+  } catch (error) {
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `--file: cannot read ${file}: ${(error as Error).message}`,
+      {
+        cause: error,
+      },
+    );
+  }
+}
+
+/**
  * `kvasir eval`: sliding-window perplexity of a model over a text file through the engine's
  * paged forward pass (its backend, KV dtype and block size), with the mean KL divergence and
  * top-1 agreement against a reference: a second run of the same model (f32 KV by default) or
@@ -171,16 +189,7 @@ async function openRunner(
  *   model's context, or a text of fewer than 2 tokens; `MODEL_LOAD` when the model cannot load.
  */
 export async function evalCommand(config: EngineConfig, options: EvalOptions): Promise<EvalReport> {
-  let text: string;
-  try {
-    text = await readFile(options.file, 'utf8');
-  } catch (error) {
-    throw new KvasirAppError(
-      'INVALID_CONFIG',
-      `--file: cannot read ${options.file}: ${(error as Error).message}`,
-      { cause: error },
-    );
-  }
+  const text = await readEvalText(options.file);
   const started = performance.now();
   const { path } = await resolveModelPath(config);
   const opened: { model: LoadedModel; runner: ModelRunner }[] = [];

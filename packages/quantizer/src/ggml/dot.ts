@@ -8,6 +8,7 @@
 
 import { QuantizerError } from '../errors.js';
 import { checkBlocks, f16At } from './block-io.js';
+import { scaleMinK4 } from './k-quants.js';
 import { type GgmlBlockType, ggmlBlockFormat } from './types.js';
 
 const scratch = new Float32Array(256);
@@ -16,15 +17,6 @@ const fr = Math.fround;
 /** A fused row dot: `nBlocks` blocks from byte `o` against `x` from `xi`, arguments checked. */
 type RowDot = (src: Uint8Array, o: number, x: Float32Array, xi: number, nBlocks: number) => number;
 
-function scaleMin(src: Uint8Array, s: number, j: number, out: Uint8Array): void {
-  if (j < 4) {
-    out[0] = src[s + j]! & 63;
-    out[1] = src[s + j + 4]! & 63;
-  } else {
-    out[0] = (src[s + j + 4]! & 0xf) | ((src[s + j - 4]! >>> 6) << 4);
-    out[1] = (src[s + j + 4]! >>> 4) | ((src[s + j]! >>> 6) << 4);
-  }
-}
 const sm = new Uint8Array(2);
 
 const FUSED: Partial<Record<GgmlBlockType, RowDot>> = {
@@ -56,11 +48,11 @@ const FUSED: Partial<Record<GgmlBlockType, RowDot>> = {
       for (let j = 0; j < 4; j++) {
         const q = o + 16 + 32 * j;
         const xo = xi + 64 * j;
-        scaleMin(src, o + 4, 2 * j, sm);
+        scaleMinK4(2 * j, src, o + 4, sm);
         let dl = d * sm[0]!;
         let ml = dmin * sm[1]!;
         for (let l = 0; l < 32; l++) sum += fr(dl * (src[q + l]! & 0xf) - ml) * x[xo + l]!;
-        scaleMin(src, o + 4, 2 * j + 1, sm);
+        scaleMinK4(2 * j + 1, src, o + 4, sm);
         dl = d * sm[0]!;
         ml = dmin * sm[1]!;
         for (let l = 0; l < 32; l++) sum += fr(dl * (src[q + l]! >>> 4) - ml) * x[xo + 32 + l]!;
@@ -78,14 +70,14 @@ const FUSED: Partial<Record<GgmlBlockType, RowDot>> = {
         const xo = xi + 64 * j;
         const u1 = 1 << (2 * j);
         const u2 = 2 << (2 * j);
-        scaleMin(src, o + 4, 2 * j, sm);
+        scaleMinK4(2 * j, src, o + 4, sm);
         let dl = d * sm[0]!;
         let ml = dmin * sm[1]!;
         for (let l = 0; l < 32; l++) {
           const v = (src[q + l]! & 0xf) + (src[o + 16 + l]! & u1 ? 16 : 0);
           sum += fr(dl * v - ml) * x[xo + l]!;
         }
-        scaleMin(src, o + 4, 2 * j + 1, sm);
+        scaleMinK4(2 * j + 1, src, o + 4, sm);
         dl = d * sm[0]!;
         ml = dmin * sm[1]!;
         for (let l = 0; l < 32; l++) {

@@ -22,7 +22,7 @@ const QK_K = 256;
 const fr = Math.fround;
 
 /** The 6-bit scale and min of sub-block `j` (0..7) of a Q4_K / Q5_K block (`get_scale_min_k4`). */
-function scaleMinK4(j: number, src: Uint8Array, s: number, out: Uint8Array): void {
+export function scaleMinK4(j: number, src: Uint8Array, s: number, out: Uint8Array): void {
   if (j < 4) {
     out[0] = src[s + j]! & 63;
     out[1] = src[s + j + 4]! & 63;
