@@ -1,7 +1,7 @@
 import { GGML_BLOCK_FORMATS, type GgmlBlockType } from '@kvasir/quantizer/ggml';
 import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { embeddingRef, matmulRef } from '../../kernels/reference.js';
 import {
   type GgmlWeight,
@@ -10,8 +10,9 @@ import {
   weightWords,
 } from '../../kernels/weight-format.js';
 import { maxRelDiff } from '../../testing/compare.js';
+import { wasmRuntimes } from '../../testing/wasm-runtimes.js';
 import { EpilogueCode, Op } from './wasm-program.js';
-import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
+import type { WasmRuntime } from './wasm-runtime.js';
 import { uploadWeight, weightArgs } from './wasm-weights.js';
 
 // The kernels round x to int16 per block of 32 (2^-16 of the block's largest |x|) and sum in
@@ -23,18 +24,7 @@ const EPILOGUE_TOL = 5e-5;
 
 const FORMATS = Object.keys(GGML_BLOCK_FORMATS) as GgmlBlockType[];
 
-const runtimes = new Map<number, Promise<WasmRuntime>>();
-function runtime(threads: number): Promise<WasmRuntime> {
-  let rt = runtimes.get(threads);
-  if (!rt) {
-    rt = createWasmRuntime({ threads, reserveBytes: 16 << 20 });
-    runtimes.set(threads, rt);
-  }
-  return rt;
-}
-afterAll(async () => {
-  for (const rt of runtimes.values()) await (await rt).close();
-});
+const runtime = wasmRuntimes();
 
 /** `rows × cols` random weights (some rows shifted, so minimums go negative and positive), in blocks. */
 function ggmlWeight(format: GgmlBlockType, rows: number, cols: number, seed: number): GgmlWeight {

@@ -1,7 +1,7 @@
 import { ropeTables, shiftKeysReference } from '@kvasir/attention-kernels';
 import { randomFloats, seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ropeConfig } from '../../config.js';
 import {
   type ForwardPlan,
@@ -16,10 +16,11 @@ import {
 } from '../../execution/kv-cache.js';
 import { maxRelDiff } from '../../testing/compare.js';
 import { tinyConfig } from '../../testing/model.js';
+import { wasmRuntimes } from '../../testing/wasm-runtimes.js';
 import { encodeKvRow, pagedAttentionCpu } from '../cpu/cpu-forward.js';
 import { AttentionMass } from './wasm-attention-mass.js';
 import { f32Word, KvCode, Op } from './wasm-program.js';
-import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
+import type { WasmRuntime } from './wasm-runtime.js';
 
 // The KV cache kernels (c/attention.c, c/kv-formats.h) against the CPU backend's, for every KV
 // format: the write gives the CPU encoder's bytes exactly; attention reads those bytes to
@@ -31,18 +32,7 @@ const ATTENTION_TOL = 2e-5;
 const MASS_TOL = 2e-6;
 const INT8_KEYS_MASS_TOL = 1e-5;
 
-const runtimes = new Map<number, Promise<WasmRuntime>>();
-function runtime(threads: number): Promise<WasmRuntime> {
-  let rt = runtimes.get(threads);
-  if (!rt) {
-    rt = createWasmRuntime({ threads, reserveBytes: 16 << 20 });
-    runtimes.set(threads, rt);
-  }
-  return rt;
-}
-afterAll(async () => {
-  for (const rt of runtimes.values()) await (await rt).close();
-});
+const runtime = wasmRuntimes();
 
 function spec(format: KvFormatName, numKvHeads: number, headDim: number, blockSize: number) {
   const c = tinyConfig({ numKvHeads, numHeads: numKvHeads, headDim });

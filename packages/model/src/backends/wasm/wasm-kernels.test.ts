@@ -1,10 +1,11 @@
 import { randomFloats, seededRandom } from '@kvasir/test-utils';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { embeddingRef, matmulRef, rmsNormRef } from '../../kernels/reference.js';
 import { type PackedWeight, packWeight, type WeightFormat } from '../../kernels/weight-format.js';
 import { maxRelDiff } from '../../testing/compare.js';
+import { wasmRuntimes } from '../../testing/wasm-runtimes.js';
 import { EpilogueCode, f32Word, Op } from './wasm-program.js';
-import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
+import type { WasmRuntime } from './wasm-runtime.js';
 import { uploadWeight, weightArgs } from './wasm-weights.js';
 
 // Tolerances: the kernels accumulate in f32 (four lanes, then a horizontal sum), the
@@ -15,19 +16,7 @@ const MATMUL_TOL = 2e-6;
 const INT8_DECODE_TOL = 5e-5;
 const NORM_TOL = 1e-6;
 
-// One runtime per thread count for the whole file: starting workers is the slow part.
-const runtimes = new Map<number, Promise<WasmRuntime>>();
-function runtime(threads: number): Promise<WasmRuntime> {
-  let rt = runtimes.get(threads);
-  if (!rt) {
-    rt = createWasmRuntime({ threads, reserveBytes: 16 << 20 });
-    runtimes.set(threads, rt);
-  }
-  return rt;
-}
-afterAll(async () => {
-  for (const rt of runtimes.values()) await (await rt).close();
-});
+const runtime = wasmRuntimes();
 
 /** Runs one matmul op on `rt` and returns y. */
 function wasmMatmul(
