@@ -4,22 +4,14 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { LLAMA_110M } from '../../packages/model/bench/plans.js';
 import { makeModelConfig } from '../../packages/model/src/config.js';
 import { convertToGguf } from '../../packages/model/src/formats/gguf/convert.js';
 import { writeRandomCheckpoint } from '../../packages/model/src/formats/random-checkpoint.js';
 
 const [out, dtype = 'F16', kvHeads = '12'] = process.argv.slice(2);
 if (!out) throw new Error('usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads]');
-const config = makeModelConfig({
-  hiddenSize: 768,
-  intermediateSize: 2048,
-  numLayers: 12,
-  numHeads: 12,
-  numKvHeads: Number(kvHeads),
-  vocabSize: 32000,
-  tieWordEmbeddings: true,
-  maxPositionEmbeddings: 2048,
-});
+const config = makeModelConfig({ ...LLAMA_110M, numKvHeads: Number(kvHeads) });
 const dir = await mkdtemp(join(tmpdir(), 'kvasir-110m-'));
 try {
   await writeRandomCheckpoint(dir, config, 18);

@@ -16,23 +16,14 @@ import { loadModel, type Model } from '../src/execution/model.js';
 import { convertToGguf } from '../src/formats/gguf/convert.js';
 import { openGgufCheckpoint } from '../src/formats/gguf/reader.js';
 import { writeRandomCheckpoint } from '../src/formats/random-checkpoint.js';
-import { BLOCK, decodePlan, prefillPlan, timeSteps } from './plans.js';
+import { BLOCK, decodePlan, LLAMA_110M, prefillPlan, timeSteps } from './plans.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '../../..');
 const cache = join(root, '.kvasir-cache');
 const quantizeBin = join(root, 'tooling/llama.cpp/build/bin/llama-quantize');
 
 /** The issue-18 comparison model (make-random-gguf.ts: seed 18, MHA). */
-export const CONFIG_110M: ModelConfig = makeModelConfig({
-  hiddenSize: 768,
-  intermediateSize: 2048,
-  numLayers: 12,
-  numHeads: 12,
-  numKvHeads: 12,
-  vocabSize: 32000,
-  tieWordEmbeddings: true,
-  maxPositionEmbeddings: 2048,
-});
+export const CONFIG_110M: ModelConfig = makeModelConfig({ ...LLAMA_110M, numKvHeads: 12 });
 
 /** The weight types issue 19 asks figures for. */
 export const GGUF_TYPES = ['F16', 'Q8_0', 'Q6_K', 'Q4_K_M'] as const;

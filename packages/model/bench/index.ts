@@ -5,6 +5,7 @@ import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/confi
 import type { ForwardPlan } from '../src/execution/forward-plan.js';
 import { loadModel, type Model } from '../src/execution/model.js';
 import { benchGguf110m, typedArrayStreamGbps } from './gguf-110m.js';
+import { LLAMA_110M } from './plans.js';
 import { syntheticReader } from './synthetic-reader.js';
 import { benchWasm } from './wasm.js';
 
@@ -185,15 +186,7 @@ function bytesOfWeights(c: ModelConfig): number {
   return n * 2;
 }
 
-const base = {
-  hiddenSize: 768,
-  intermediateSize: 2048,
-  numLayers: 12,
-  numHeads: 12,
-  vocabSize: 32000,
-  tieWordEmbeddings: true,
-  maxPositionEmbeddings: 2048,
-};
+const base = LLAMA_110M;
 // `--gguf-only`: just issue 19's 110M GGUF rows, on the wasm, WebGPU and CPU backends.
 const ggufOnly = process.argv.includes('--gguf-only');
 const wasm = await benchWasm(log);

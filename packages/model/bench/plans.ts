@@ -5,6 +5,17 @@ import type { Model } from '../src/execution/model.js';
 /** KV block size of the benchmark models. */
 export const BLOCK = 16;
 
+/** The ~110M Llama the issues measure (hidden 768, 12 layers, 12 heads, tied embeddings). */
+export const LLAMA_110M = {
+  hiddenSize: 768,
+  intermediateSize: 2048,
+  numLayers: 12,
+  numHeads: 12,
+  vocabSize: 32000,
+  tieWordEmbeddings: true,
+  maxPositionEmbeddings: 2048,
+} as const;
+
 /** One sequence's `len`-token prompt in blocks `firstBlock`, `firstBlock + 1`, ... */
 export function prefillPlan(len: number, firstBlock: number): ForwardPlan {
   const blocks = Array.from({ length: Math.ceil(len / BLOCK) }, (_, i) => firstBlock + i);

@@ -13,7 +13,7 @@ import { createWasmRuntime } from '../src/backends/wasm/wasm-runtime.js';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
 import { type LoadModelOptions, loadModel } from '../src/execution/model.js';
 import { benchGguf110m } from './gguf-110m.js';
-import { BLOCK, decodePlan, prefillPlan, timeSteps } from './plans.js';
+import { BLOCK, decodePlan, LLAMA_110M, prefillPlan, timeSteps } from './plans.js';
 import { syntheticReader } from './synthetic-reader.js';
 import { benchWasmKv } from './wasm-kv.js';
 
@@ -152,15 +152,7 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
     await meter.close();
     return out;
   }
-  const base = {
-    hiddenSize: 768,
-    intermediateSize: 2048,
-    numLayers: 12,
-    numHeads: 12,
-    vocabSize: 32000,
-    tieWordEmbeddings: true,
-    maxPositionEmbeddings: 2048,
-  };
+  const base = LLAMA_110M;
   const configs = {
     mha_110m: makeModelConfig(base),
     gqa_110m_kv4: makeModelConfig({ ...base, numKvHeads: 4 }),
