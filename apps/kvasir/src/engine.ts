@@ -107,9 +107,7 @@ export class KvasirEngine implements InferenceEngine {
       ownedBy: 'kvasir',
       maxModelLen: this.scheduler.maxModelLen,
       vocabSize: facts.vocabSize,
-      ...(options.kvCompression?.defaultSpec?.positions === 'cache'
-        ? { unboundedContext: true }
-        : {}),
+      ...(this.#kvCompression.defaultSpec?.positions === 'cache' ? { unboundedContext: true } : {}),
     };
     this.#extraKeys = { modelId: this.modelCard.id };
     // Off by default where prefix blocks would compete with swapped-out blocks for a single
@@ -239,12 +237,12 @@ export class KvasirEngine implements InferenceEngine {
       });
     } catch (error) {
       if (SchedulerError.isInstance(error)) {
-        // The scheduler names its own field; the client sent `kv_compression`.
-        const kv = /^kvCompression(\.\w+)?: /.exec(error.message);
-        throw kv
+        // The scheduler names its own field (`details.field`); the client sent `kv_compression`.
+        const field = error.details?.field;
+        throw typeof field === 'string' && field.startsWith('kvCompression')
           ? new EngineError(
               'INVALID_REQUEST',
-              `kv_compression${kv[1] ?? ''}: ${error.message.slice(kv[0].length)}`,
+              `kv_compression${field.slice('kvCompression'.length)}: ${error.message.slice(field.length + 2)}`,
               { cause: error, details: { param: 'kv_compression' } },
             )
           : new EngineError('INVALID_REQUEST', error.message, { cause: error });

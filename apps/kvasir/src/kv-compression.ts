@@ -28,8 +28,11 @@ export interface KvCompressionSetup {
   forRequest(request: KvCompressionRequest | undefined): KvCompressionSpec | undefined;
 }
 
-const isModulePath = (text: string): boolean =>
-  /[/\\]/.test(text.split(':')[0]!) || /\.(c|m)?js$/.test(text.split(':')[0]!);
+/** A path (has a separator, or ends in .js/.mjs/.cjs) before any `:positions=…`. */
+function isModulePath(text: string): boolean {
+  const head = text.split(':')[0]!;
+  return /[/\\]/.test(head) || /\.(c|m)?js$/.test(head);
+}
 
 /**
  * Reads `--kv-compression`: `name:key=value,...` for a built-in (`sinks:sinks=4,window=1020`,
