@@ -8,7 +8,7 @@ import { openCheckpoint } from '../formats/open-checkpoint.js';
 import { ModelTokenizer } from '../tokenizer/tokenizer.js';
 import { ARCH_FIXTURES, archRecordPath, QWEN2_FIXTURE, writeArchFixture } from './arch-fixtures.js';
 import { klDivergence, type LlamaCppRun } from './ggml-fixture-suite.js';
-import { seqPlan, testGpu } from './model.js';
+import { fixtureLoadOptions, seqPlan } from './model.js';
 
 /** What `tooling/ggml-fixtures/make_arch_fixtures.sh` recorded of llama.cpp on one fixture. */
 interface ArchRecord {
@@ -62,14 +62,7 @@ export function archFixtureSuite(
         const prompt = tok.encodeChat(fx.messages);
         expect(prompt).toEqual(run.prompt_tokens);
 
-        const model = await loadModel(path, {
-          backend,
-          numBlocks: 8,
-          blockSize: 16,
-          kvFormat: 'f32',
-          ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
-          ...(backend === 'wasm' ? { threads: 2 } : {}),
-        });
+        const model = await loadModel(path, await fixtureLoadOptions(backend, 8));
         try {
           const first = await model.forward(seqPlan(prompt, 0, [5, 6, 7], 16, 'last'));
           let maxDiff = 0;
@@ -96,14 +89,7 @@ export function archFixtureSuite(
         await writeArchFixture(QWEN2_FIXTURE, path, dtype);
         const tok = await ModelTokenizer.load(path);
         const prompt = tok.encodeChat(QWEN2_FIXTURE.messages);
-        const common = {
-          backend,
-          numBlocks: 4,
-          blockSize: 16,
-          kvFormat: 'f32' as const,
-          ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
-          ...(backend === 'wasm' ? { threads: 2 } : {}),
-        };
+        const common = await fixtureLoadOptions(backend, 4);
         const blocks = await loadModel(path, common);
         const f32 = await loadModel(path, { ...common, weightDtype: 'f32' });
         try {

@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { loadModel, type Model } from '../execution/model.js';
-import { seqPlan, testGpu } from './model.js';
+import { fixtureLoadOptions, seqPlan } from './model.js';
 
 /** The llama.cpp-quantized model fixtures of `tooling/ggml-fixtures/models`. */
 export const GGML_MODEL_FIXTURES = ['Q4_K_M', 'Q5_K_M', 'Q6_K', 'Q4_0'] as const;
@@ -90,14 +90,7 @@ export function ggmlFixtureSuite(
       '%s: blocks = dequantized f32 (KL < 1e-6), llama.cpp greedy tokens and logits',
       async (ftype) => {
         const fx = await ggmlModelFixture(ftype);
-        const common = {
-          backend,
-          numBlocks: 4,
-          blockSize: 16,
-          kvFormat: 'f32' as const,
-          ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
-          ...(backend === 'wasm' ? { threads: 2 } : {}),
-        };
+        const common = await fixtureLoadOptions(backend, 4);
         const blocks = await loadModel(fx.path, common);
         const f32 = await loadModel(fx.path, { ...common, weightDtype: 'f32' });
         const run = fx.llamaCpp.quantized;

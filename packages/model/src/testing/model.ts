@@ -20,6 +20,21 @@ export function testGpu(): Promise<Gpu> {
   return sharedGpu;
 }
 
+/**
+ * `loadModel` options of the fixture suites on `backend`: an f32 cache of 16-token blocks, the
+ * file's shared `Gpu` on WebGPU, 2 threads on wasm.
+ */
+export async function fixtureLoadOptions(backend: 'cpu' | 'webgpu' | 'wasm', numBlocks: number) {
+  return {
+    backend,
+    numBlocks,
+    blockSize: 16,
+    kvFormat: 'f32' as const,
+    ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
+    ...(backend === 'wasm' ? { threads: 2 } : {}),
+  };
+}
+
 /** Destroys the file's shared `Gpu` (see {@link testGpu}). */
 export async function releaseTestGpu(): Promise<void> {
   const gpu = sharedGpu;
