@@ -57,7 +57,7 @@ for (const r of rows) {
   }
 }
 
-// The app's --kv-dtype names where @kvasir/model's kvFormat names differ (model-runner.ts).
+// The app's --kv-dtype names where @kvasir/model's kvFormat names differ (engine/load-model-runner.ts).
 const KV_FORMAT = { int4: 'int4-g32', 'int4-h32': 'int4-g32-h32' };
 const BLOCK = 16;
 const CONTEXTS = [

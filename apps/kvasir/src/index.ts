@@ -4,8 +4,6 @@ export { seededRandom, syntheticPrompts } from './bench/prompts.js';
 export type { Summary } from './bench/stats.js';
 export { percentile, summarize } from './bench/stats.js';
 export { renderLoadChart } from './bench/svg.js';
-export type { BuiltEngine } from './bootstrap.js';
-export { buildEngine, loadAndPlan, resolveModelPath } from './bootstrap.js';
 export type { EngineConfig, EngineConfigInput } from './config.js';
 export {
   defaultCacheDir,
@@ -22,13 +20,20 @@ export {
   RANDOM_MODEL_NAME,
   randomModelConfig,
 } from './default-model.js';
-export type { KvasirEngineOptions, PrefixOffloadStats } from './engine.js';
-export { KvasirEngine } from './engine.js';
+export type { BuiltEngine } from './engine/bootstrap.js';
+export { buildEngine, loadAndPlan, resolveModelPath } from './engine/bootstrap.js';
+export type { KvasirEngineOptions, PrefixOffloadStats } from './engine/engine.js';
+export { KvasirEngine } from './engine/engine.js';
+export type { LoadedModel } from './engine/load-model-runner.js';
+export { loadModelRunner } from './engine/load-model-runner.js';
+export type { MemoryPlan, MemoryPlanInput, MemorySource } from './engine/memory-plan.js';
+export { formatBytes, planMemory } from './engine/memory-plan.js';
+export type {
+  IncrementalDecoder,
+  ModelFacts,
+  ModelRunner,
+  TextCodec,
+} from './engine/model-runner.js';
 export type { KvasirAppErrorCode } from './errors.js';
 export { KvasirAppError } from './errors.js';
-export { loadEvictionPolicy } from './eviction.js';
-export type { MemoryPlan, MemoryPlanInput, MemorySource } from './memory-plan.js';
-export { formatBytes, planMemory } from './memory-plan.js';
-export type { LoadedModel } from './model-runner.js';
-export { loadModelRunner } from './model-runner.js';
-export type { IncrementalDecoder, ModelFacts, ModelRunner, TextCodec } from './runner.js';
+export { loadEvictionPolicy } from './plugins/eviction.js';

@@ -5,8 +5,8 @@ import cliProgress from 'cli-progress';
 import { checkLoadOptions, type LoadOptions, type LoadReport, runLoad } from '../bench/load.js';
 import { syntheticPrompts } from '../bench/prompts.js';
 import { renderLoadChart } from '../bench/svg.js';
-import { type BuiltEngine, buildEngine } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
+import { type BuiltEngine, buildEngine } from '../engine/bootstrap.js';
 import { KvasirAppError } from '../errors.js';
 
 /** Options of `kvasir bench`. */

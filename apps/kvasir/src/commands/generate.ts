@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { ChoiceOutput } from '@kvasir/server';
-import { buildEngine } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
 import { describeDefaultModel } from '../default-model.js';
+import { buildEngine } from '../engine/bootstrap.js';
 
 /** Options of `kvasir generate`. */
 export interface GenerateOptions {

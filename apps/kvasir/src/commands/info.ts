@@ -1,8 +1,8 @@
 import { openCheckpoint, summarizeWeights, type WeightSummary } from '@kvasir/model';
-import { loadAndPlan } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
 import { DEFAULT_MODEL_NAME, describeDefaultModel, RANDOM_MODEL_NAME } from '../default-model.js';
-import { formatBytes, type MemorySource } from '../memory-plan.js';
+import { loadAndPlan } from '../engine/bootstrap.js';
+import { formatBytes, type MemorySource } from '../engine/memory-plan.js';
 
 const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
   configured: '--gpu-memory-bytes',

@@ -1,10 +1,10 @@
 import { createServer, handleShutdownSignals } from '@kvasir/server';
-import { buildEngine } from '../bootstrap.js';
 import type { EngineConfig } from '../config.js';
 import { describeDefaultModel } from '../default-model.js';
-import type { PrefixOffloadStats } from '../engine.js';
+import { buildEngine } from '../engine/bootstrap.js';
+import type { PrefixOffloadStats } from '../engine/engine.js';
+import { formatBytes } from '../engine/memory-plan.js';
 import { listenError } from '../listen-error.js';
-import { formatBytes } from '../memory-plan.js';
 
 type Registry = ReturnType<typeof createServer>['metrics']['registry'];
 

@@ -8,7 +8,7 @@ import {
 } from '@kvasir/scheduler';
 import type { KvCompressionRequest } from '@kvasir/server/spec';
 import { EngineError } from '@kvasir/server/spec';
-import { KvasirAppError } from './errors.js';
+import { KvasirAppError } from '../errors.js';
 import { loadPlugin } from './plugin-loader.js';
 
 /**

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EngineError, type KvCompressionRequest } from '@kvasir/server/spec';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KvasirAppError } from './errors.js';
+import { KvasirAppError } from '../errors.js';
 import { checkDefaultCompression, loadKvCompression } from './kv-compression.js';
 
 let dir: string;

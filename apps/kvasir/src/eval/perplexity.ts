@@ -1,4 +1,4 @@
-import { KvasirAppError } from './errors.js';
+import { KvasirAppError } from '../errors.js';
 
 /**
  * One window of a sliding-window evaluation: tokens `[begin, end)` go through the model as one

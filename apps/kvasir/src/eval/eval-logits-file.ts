@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type FileHandle, open, readFile, rename, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { KvasirAppError } from './errors.js';
+import { KvasirAppError } from '../errors.js';
 
 /** What an evaluation's saved logits were computed with, as its JSON file states it. */
 export interface EvalLogitsHeader {

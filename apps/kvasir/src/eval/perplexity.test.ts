@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { KvasirAppError } from './errors.js';
+import { KvasirAppError } from '../errors.js';
 import { logSoftmax, PerplexityAccumulator, slidingWindows } from './perplexity.js';
 
 describe('slidingWindows (Hugging Face perplexity with stride)', () => {

@@ -5,8 +5,8 @@ import { GpuError } from '@kvasir/gpu';
 import type { BatchPlan } from '@kvasir/scheduler';
 import { EngineError, type GenerationRequest } from '@kvasir/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseEngineConfig } from '../config.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
-import { parseEngineConfig } from './config.js';
 
 // The real engine (scheduler, allocator, CPU runner, embedded default model) with a fault
 // injected into the model runner for one step.

@@ -5,7 +5,7 @@ import {
   kvBytesPerBlock,
   kvBytesPerToken,
 } from '@kvasir/kv-allocator';
-import { KvasirAppError } from './errors.js';
+import { KvasirAppError } from '../errors.js';
 
 /** What WebGPU gets planned with when not told: it cannot report its memory. */
 export const WEBGPU_DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024;

@@ -1,8 +1,8 @@
 import type { BlockHash, ExtraKeys, KvCacheManager } from '@kvasir/kv-allocator';
 import type { TieredStore } from '@kvasir/offload';
 import type { BatchPlan } from '@kvasir/scheduler';
+import type { ModelRunner } from '../engine/model-runner.js';
 import type { KvConnector } from './kv-connector.js';
-import type { ModelRunner } from './runner.js';
 
 /** Counters of prefix offload (blocks written to and imported from the offload tiers). */
 export interface PrefixOffloadStats {

@@ -9,7 +9,7 @@ import {
   type TokenLogprob,
 } from '@kvasir/server/spec';
 import { AsyncQueue } from './async-queue.js';
-import type { IncrementalDecoder, TextCodec } from './runner.js';
+import type { IncrementalDecoder, TextCodec } from './model-runner.js';
 
 interface Choice {
   readonly state: SamplingState;

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { describe, expect, it } from 'vitest';
-import { KvasirAppError } from './errors.js';
+import { KvasirAppError } from '../errors.js';
 import { loadEvictionPolicy } from './eviction.js';
 
 const MRU_MODULE = `

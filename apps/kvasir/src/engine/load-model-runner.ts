@@ -18,10 +18,10 @@ import {
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { ChatMessage } from '@kvasir/server';
-import type { EngineConfig } from './config.js';
-import { KvasirAppError } from './errors.js';
+import type { EngineConfig } from '../config.js';
+import { KvasirAppError } from '../errors.js';
 import { probeGpu } from './gpu-probe.js';
-import type { ModelRunner, TextCodec } from './runner.js';
+import type { ModelRunner, TextCodec } from './model-runner.js';
 
 /** A model whose weights are loaded, before its KV cache is allocated. */
 export interface LoadedModel {

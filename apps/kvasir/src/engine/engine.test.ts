@@ -5,8 +5,8 @@ import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
 import type { GenerationRequest } from '@kvasir/server';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseEngineConfig } from '../config.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
-import { parseEngineConfig } from './config.js';
 
 // The real engine (scheduler, allocator, wasm runner, embedded default model) in-process, with a
 // cache small enough that random traffic forces preemption.

@@ -1,10 +1,10 @@
 import { performance } from 'node:perf_hooks';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import type { BatchPlan, KvCompressionSpec } from '@kvasir/scheduler';
-import type { EngineConfig } from './config.js';
-import { createScheduler } from './engine-wiring.js';
-import { KvasirAppError } from './errors.js';
-import type { ModelRunner } from './runner.js';
+import type { EngineConfig } from '../config.js';
+import type { ModelRunner } from '../engine/model-runner.js';
+import { createScheduler } from '../engine/scheduler-setup.js';
+import { KvasirAppError } from '../errors.js';
 
 /** What one streaming evaluation measured besides the scored logits. */
 export interface StreamingEvalStats {

@@ -1,22 +1,26 @@
 import { basename, resolve } from 'node:path';
-import { defaultCacheDir, type EngineConfig } from './config.js';
+import { defaultCacheDir, type EngineConfig } from '../config.js';
+import {
+  checkPreemptionSetup,
+  openOffloadTiers,
+  type PreemptionSetup,
+} from '../connectors/offload-tiers.js';
 import {
   DEFAULT_MODEL_NAME,
   DEFAULT_MODEL_PATH,
   ensureRandomModel,
   RANDOM_MODEL,
   RANDOM_MODEL_NAME,
-} from './default-model.js';
-import { KvasirEngine } from './engine.js';
-import { loadEvictionPolicy } from './eviction.js';
+} from '../default-model.js';
+import { loadEvictionPolicy } from '../plugins/eviction.js';
 import {
   checkDefaultCompression,
   type KvCompressionSetup,
   loadKvCompression,
-} from './kv-compression.js';
+} from '../plugins/kv-compression.js';
+import { KvasirEngine } from './engine.js';
+import { type LoadedModel, loadModelRunner } from './load-model-runner.js';
 import { deviceMemory, type MemoryPlan, planMemory } from './memory-plan.js';
-import { type LoadedModel, loadModelRunner } from './model-runner.js';
-import { checkSwapSpace, openOffloadTiers, type SwapSpace } from './offload-tiers.js';
 
 /** An engine with everything it was built from, for banners, `info` and shutdown. */
 export interface BuiltEngine {
@@ -31,7 +35,7 @@ export interface BuiltEngine {
   /** Names of the offload tiers in order (`host`, `disk`, `redis`). */
   readonly offloadTiers: readonly string[];
   /** What preemption does: recompute, or swap and where to. */
-  readonly preemption: SwapSpace;
+  readonly preemption: PreemptionSetup;
   /** Stops the loop, closes offload stores and releases the device. */
   close(): Promise<void>;
 }
@@ -90,7 +94,7 @@ export async function buildEngine(
   const { model, plan, path, isDefault, isRandom } = await loadAndPlan(config);
   let evictionPolicy: Awaited<ReturnType<typeof loadEvictionPolicy>>;
   let offload: Awaited<ReturnType<typeof openOffloadTiers>> | undefined;
-  let preemption: SwapSpace;
+  let preemption: PreemptionSetup;
   let kvCompression: KvCompressionSetup;
   try {
     evictionPolicy = await loadEvictionPolicy(config.evictionPolicy);
@@ -101,7 +105,7 @@ export async function buildEngine(
       Math.min(config.maxModelLen ?? model.maxModelLen, model.maxModelLen),
     );
     offload = await openOffloadTiers(config, model);
-    preemption = checkSwapSpace(config, plan, offload?.tiers.map((t) => t.tier) ?? []);
+    preemption = checkPreemptionSetup(config, plan, offload?.tiers.map((t) => t.tier) ?? []);
   } catch (error) {
     await offload?.store.close();
     await model.dispose();

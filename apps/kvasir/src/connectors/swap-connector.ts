@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import type { TieredStore } from '@kvasir/offload';
 import type { BatchPlan } from '@kvasir/scheduler';
-import { KvasirAppError } from './errors.js';
+import type { ModelRunner } from '../engine/model-runner.js';
+import { KvasirAppError } from '../errors.js';
 import type { KvConnector } from './kv-connector.js';
-import type { ModelRunner } from './runner.js';
 
 /** How long a swap-in waits for a block: it has no other copy, so no short deadline. */
 const SWAP_IN_DEADLINE_MS = 60_000;

@@ -1,5 +1,5 @@
 import { EngineError, type GenerationRequest } from '@kvasir/server/spec';
-import type { ModelFacts } from './runner.js';
+import type { ModelFacts } from './model-runner.js';
 
 /**
  * Checks a request against the model and the cache before it is queued, and returns the token

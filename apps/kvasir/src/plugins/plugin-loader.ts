@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { KvasirAppError } from './errors.js';
+import { KvasirAppError } from '../errors.js';
 
 /** What {@link loadPlugin} needs to know of one kind of plug-in. */
 export interface PluginKind<T> {

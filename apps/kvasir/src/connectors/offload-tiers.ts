@@ -8,16 +8,37 @@ import {
   RedisStore,
   TieredStore,
 } from '@kvasir/offload';
-import type { EngineConfig } from './config.js';
-import { swapSpaceBlocks } from './engine-wiring.js';
-import { KvasirAppError } from './errors.js';
-import { formatBytes, type MemoryPlan } from './memory-plan.js';
-import type { LoadedModel } from './model-runner.js';
+import type { EngineConfig } from '../config.js';
+import type { LoadedModel } from '../engine/load-model-runner.js';
+import { formatBytes, type MemoryPlan } from '../engine/memory-plan.js';
+import type { ModelFacts } from '../engine/model-runner.js';
+import { KvasirAppError } from '../errors.js';
 
-/** The offload store the engine uses and its tiers, top first. */
-export interface OpenedTiers {
+/** The offload store and its tiers (host, disk, Redis), top first. */
+export interface OffloadTiers {
   readonly store: TieredStore;
-  readonly tiers: KvBlockStore[];
+  readonly tiers: readonly KvBlockStore[];
+}
+
+/** With only a host tier, swap slots and prefix blocks would compete for one budget. */
+export const isHostOnly = (offload: OffloadTiers | undefined): boolean =>
+  (offload?.tiers.length ?? 0) === 1;
+
+/**
+ * Blocks swap preemption may move out of the device (0: every preemption recomputes). With the
+ * host tier alone, what its budget holds; with a disk or Redis tier below (write-through keeps
+ * there the blocks the host tier evicts), four times the device's blocks.
+ */
+export function swapSpaceBlocks(
+  config: EngineConfig,
+  facts: Pick<ModelFacts, 'blockBytes' | 'numBlocks'>,
+  tiers: readonly string[],
+): number {
+  if (config.preemptionMode !== 'swap' || tiers.length === 0) return 0;
+  if (config.offload.swapBlocks !== undefined) return config.offload.swapBlocks;
+  return tiers.every((t) => t === 'host')
+    ? Math.floor(config.offload.hostBytes / facts.blockBytes)
+    : 4 * facts.numBlocks;
 }
 
 /**
@@ -29,7 +50,7 @@ export interface OpenedTiers {
 export async function openOffloadTiers(
   config: EngineConfig,
   model: LoadedModel,
-): Promise<OpenedTiers | undefined> {
+): Promise<OffloadTiers | undefined> {
   const o = config.offload;
   if (o.hostBytes === 0 && !o.diskDir && !o.redisUrl) return undefined;
   const layout = model.kvLayout;
@@ -89,7 +110,7 @@ function tierError(error: unknown): unknown {
 }
 
 /** Where swap preemption puts preempted sequences' blocks, as the banner says it. */
-export interface SwapSpace {
+export interface PreemptionSetup {
   /** Host slots the scheduler may fill (0 with recompute). */
   readonly blocks: number;
   /** `recompute`, or `swap to host (N blocks, X)` and the tiers below. */
@@ -102,11 +123,11 @@ export interface SwapSpace {
  *   (no tier, a host budget smaller than one block, or `--swap-blocks 0`): otherwise every
  *   preemption would silently recompute.
  */
-export function checkSwapSpace(
+export function checkPreemptionSetup(
   config: EngineConfig,
   plan: MemoryPlan,
   tiers: readonly string[],
-): SwapSpace {
+): PreemptionSetup {
   if (config.preemptionMode !== 'swap') return { blocks: 0, description: 'recompute' };
   const facts = { blockBytes: plan.kvBytesPerBlock, numBlocks: plan.numBlocks };
   const blocks = swapSpaceBlocks(config, facts, tiers);

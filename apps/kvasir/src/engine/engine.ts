@@ -17,23 +17,24 @@ import {
   type InferenceEngine,
   type ModelCard,
 } from '@kvasir/server/spec';
-import { admit } from './admission.js';
-import type { EngineConfig } from './config.js';
-import { createScheduler, engineStats, isHostOnly, type OffloadTiers } from './engine-wiring.js';
-import { describeError, isDeviceLost } from './errors.js';
-import { type KvCompressionSetup, kvCompressionSetup } from './kv-compression.js';
-import type { KvConnector } from './kv-connector.js';
-import { LiveRequest } from './live-request.js';
+import type { EngineConfig } from '../config.js';
+import type { KvConnector } from '../connectors/kv-connector.js';
+import { isHostOnly, type OffloadTiers } from '../connectors/offload-tiers.js';
 import {
   NO_PREFIX_OFFLOAD,
   PrefixOffloadConnector,
   type PrefixOffloadStats,
-} from './prefix-offload-connector.js';
+} from '../connectors/prefix-offload-connector.js';
+import { SwapConnector } from '../connectors/swap-connector.js';
+import { describeError, isDeviceLost } from '../errors.js';
+import { type KvCompressionSetup, kvCompressionSetup } from '../plugins/kv-compression.js';
+import { admit } from './admission.js';
+import { LiveRequest } from './live-request.js';
+import type { ModelRunner } from './model-runner.js';
 import { promptLogitRows, recordPromptLogits } from './prompt-logits.js';
-import type { ModelRunner } from './runner.js';
-import { SwapConnector } from './swap-connector.js';
+import { createScheduler, engineStats } from './scheduler-setup.js';
 
-export type { PrefixOffloadStats } from './prefix-offload-connector.js';
+export type { PrefixOffloadStats } from '../connectors/prefix-offload-connector.js';
 
 /** Options of {@link KvasirEngine}. */
 export interface KvasirEngineOptions {

@@ -13,8 +13,8 @@ import {
   parseKvCompression,
 } from '@kvasir/scheduler';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type EngineConfig, parseEngineConfig } from './config.js';
-import { loadModelRunner } from './model-runner.js';
+import { type EngineConfig, parseEngineConfig } from '../config.js';
+import { loadModelRunner } from '../engine/load-model-runner.js';
 import { streamingEval } from './streaming-eval.js';
 
 // The engine's compressed sequence (scheduler + allocator + policy + the CPU backend's key
