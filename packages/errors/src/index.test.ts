@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { KvasirError } from './index';
+import { KvasirError } from './index.js';
 
 class WidgetError extends KvasirError<'BROKEN' | 'MISSING'> {}
 class OtherError extends KvasirError<'OTHER'> {}

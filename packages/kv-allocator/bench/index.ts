@@ -1,8 +1,8 @@
 // Benchmark of @kvasir/kv-allocator. `pnpm --filter @kvasir/kv-allocator bench --json` prints one
 // JSON object. Every figure is a ratio or a count from one deterministic run, except
 // decode_step_us (a median of wall-clock samples, reported with its spread).
-import { KvCacheManager } from '../src/index';
-import { type BenchRequest, rng, shareGptLike } from './workload';
+import { KvCacheManager } from '../src/index.js';
+import { type BenchRequest, rng, shareGptLike } from './workload.js';
 
 const BLOCK_SIZE = 16;
 const MAX_LEN = 2048;

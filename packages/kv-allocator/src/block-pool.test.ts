@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { BlockPool } from './block-pool';
-import { KvAllocatorError } from './errors';
-import { defineEvictionPolicy } from './policies/eviction-policy';
-import { FifoPolicy } from './policies/fifo-policy';
+import { BlockPool } from './block-pool.js';
+import { KvAllocatorError } from './errors.js';
+import { defineEvictionPolicy } from './policies/eviction-policy.js';
+import { FifoPolicy } from './policies/fifo-policy.js';
 
 describe('BlockPool', () => {
   it('hands out free blocks first and keeps freed hashed blocks cached', () => {

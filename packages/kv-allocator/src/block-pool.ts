@@ -1,7 +1,7 @@
-import { assertInteger, KvAllocatorError } from './errors';
-import type { EvictionPolicy } from './policies/eviction-policy';
-import { LruPolicy } from './policies/lru-policy';
-import type { BlockHash, BlockId } from './types';
+import { assertInteger, KvAllocatorError } from './errors.js';
+import type { EvictionPolicy } from './policies/eviction-policy.js';
+import { LruPolicy } from './policies/lru-policy.js';
+import type { BlockHash, BlockId } from './types.js';
 
 /** Options of `BlockPool`. */
 export interface BlockPoolOptions {

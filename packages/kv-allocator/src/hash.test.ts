@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { hashBlock, rootHash, sha256 } from './hash';
+import { hashBlock, rootHash, sha256 } from './hash.js';
 
 function hex(words: Uint32Array): string {
   return Array.from(words, (w) => w.toString(16).padStart(8, '0')).join('');

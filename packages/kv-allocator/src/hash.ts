@@ -3,8 +3,8 @@
 // Collision bound: with n cached blocks the birthday probability is about n² / 2^129
 // (10^9 blocks: below 10^-20), so equal hashes are treated as equal content.
 
-import { KvAllocatorError } from './errors';
-import type { BlockHash, ExtraKeys } from './types';
+import { KvAllocatorError } from './errors.js';
+import type { BlockHash, ExtraKeys } from './types.js';
 
 const K = new Uint32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,

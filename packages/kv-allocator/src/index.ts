@@ -1,6 +1,6 @@
-export { BlockPool, type BlockPoolOptions } from './block-pool';
-export { KvAllocatorError, type KvAllocatorErrorCode } from './errors';
-export { hashBlock, rootHash } from './hash';
+export { BlockPool, type BlockPoolOptions } from './block-pool.js';
+export { KvAllocatorError, type KvAllocatorErrorCode } from './errors.js';
+export { hashBlock, rootHash } from './hash.js';
 export {
   type AllocateOptions,
   type BlockPoolView,
@@ -8,10 +8,10 @@ export {
   type FreeOptions,
   KvCacheManager,
   type KvCacheManagerOptions,
-} from './kv-cache-manager';
-export { blocksThatFit, kvBytesPerBlock, kvBytesPerToken } from './layout';
+} from './kv-cache-manager.js';
+export { blocksThatFit, kvBytesPerBlock, kvBytesPerToken } from './layout.js';
 // The eviction-policy plug-in surface, also published alone as `@kvasir/kv-allocator/policies`.
-export * from './policies';
+export * from './policies.js';
 export type {
   AllocateResult,
   BlockCopy,
@@ -22,4 +22,4 @@ export type {
   KvCacheStats,
   KvLayout,
   SeqId,
-} from './types';
+} from './types.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { KvAllocatorError } from './errors';
-import { KvCacheManager } from './kv-cache-manager';
+import { KvAllocatorError } from './errors.js';
+import { KvCacheManager } from './kv-cache-manager.js';
 
 const range = (start: number, n: number) => Array.from({ length: n }, (_, i) => start + i);
 

@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { KvCacheManager } from './kv-cache-manager';
-import { createEvictionPolicy } from './policies/registry';
-import type { SeqId } from './types';
+import { KvCacheManager } from './kv-cache-manager.js';
+import { createEvictionPolicy } from './policies/registry.js';
+import type { SeqId } from './types.js';
 
 type Op =
   | { kind: 'new'; tokens: number[]; usePrefix: boolean }

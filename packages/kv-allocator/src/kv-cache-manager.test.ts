@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { KvAllocatorError } from './errors';
-import { KvCacheManager } from './kv-cache-manager';
-import { LfuPolicy } from './policies/lfu-policy';
+import { KvAllocatorError } from './errors.js';
+import { KvCacheManager } from './kv-cache-manager.js';
+import { LfuPolicy } from './policies/lfu-policy.js';
 
 const range = (start: number, n: number) => Array.from({ length: n }, (_, i) => start + i);
 

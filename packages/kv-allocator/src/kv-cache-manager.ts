@@ -1,7 +1,7 @@
-import { BlockPool } from './block-pool';
-import { assertInteger, KvAllocatorError } from './errors';
-import { hashBlock, rootHash } from './hash';
-import type { EvictionPolicy } from './policies/eviction-policy';
+import { BlockPool } from './block-pool.js';
+import { assertInteger, KvAllocatorError } from './errors.js';
+import { hashBlock, rootHash } from './hash.js';
+import type { EvictionPolicy } from './policies/eviction-policy.js';
 import type {
   AllocateResult,
   BlockCopy,
@@ -11,7 +11,7 @@ import type {
   ExtraKeys,
   KvCacheStats,
   SeqId,
-} from './types';
+} from './types.js';
 
 /** Options of `KvCacheManager`. */
 export interface KvCacheManagerOptions {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { KvAllocatorError } from './errors';
-import { blocksThatFit, kvBytesPerBlock, kvBytesPerToken } from './layout';
+import { KvAllocatorError } from './errors.js';
+import { blocksThatFit, kvBytesPerBlock, kvBytesPerToken } from './layout.js';
 
 describe('KV layout arithmetic', () => {
   it('gives the PagedAttention paper figure for OPT-13B: 800 KB per token', () => {

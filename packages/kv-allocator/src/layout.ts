@@ -1,5 +1,5 @@
-import { KvAllocatorError } from './errors';
-import type { KvLayout } from './types';
+import { KvAllocatorError } from './errors.js';
+import type { KvLayout } from './types.js';
 
 function check(layout: KvLayout): void {
   const ints: (keyof KvLayout)[] = ['numLayers', 'numKvHeads', 'headDim', 'blockSize'];

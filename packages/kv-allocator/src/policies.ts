@@ -6,13 +6,13 @@ export {
   type EvictionPolicy,
   type EvictionPolicyHooks,
   validateEvictionPolicy,
-} from './policies/eviction-policy';
-export { FifoPolicy } from './policies/fifo-policy';
-export { LfuPolicy, type LfuPolicyOptions } from './policies/lfu-policy';
-export { LruPolicy } from './policies/lru-policy';
+} from './policies/eviction-policy.js';
+export { FifoPolicy } from './policies/fifo-policy.js';
+export { LfuPolicy, type LfuPolicyOptions } from './policies/lfu-policy.js';
+export { LruPolicy } from './policies/lru-policy.js';
 export {
   createEvictionPolicy,
   type EvictionPolicyName,
   evictionPolicies,
   isEvictionPolicyName,
-} from './policies/registry';
+} from './policies/registry.js';

@@ -14,8 +14,8 @@ import {
   RedisStore,
   stagingBuffers,
   xxh64,
-} from '../src/index';
-import { startRedisServer } from '../src/testing/index';
+} from '../src/index.js';
+import { startRedisServer } from '../src/testing/index.js';
 
 const json = process.argv.includes('--json');
 const BLOCK = 2 * 1024 * 1024;

@@ -12,10 +12,10 @@ import {
   ChecksumPool,
   GIVE_UP_AFTER,
   resolveChecksumThreads,
-} from './checksum-pool';
-import { OffloadError } from './errors';
-import { block, sameBytes } from './testing/fixtures';
-import { xxh64 } from './xxh64';
+} from './checksum-pool.js';
+import { OffloadError } from './errors.js';
+import { block, sameBytes } from './testing/fixtures.js';
+import { xxh64 } from './xxh64.js';
 
 // A worker that dies on its first job, and one that answers with an error.
 const CRASHING = CHECKSUM_WORKER_SOURCE.replace(

@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
-import { OffloadError } from './errors';
+import { OffloadError } from './errors.js';
 import {
   XXH64_CHUNK,
   XXH64_DATA,
@@ -9,7 +9,7 @@ import {
   xxh64Finish,
   xxh64InitLanes,
   xxh64WasmBytes,
-} from './xxh64';
+} from './xxh64.js';
 
 /** How many worker threads hash payloads: a count (0: always on the calling thread) or `'auto'`. */
 export type ChecksumThreads = number | 'auto';

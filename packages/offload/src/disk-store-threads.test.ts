@@ -9,11 +9,11 @@ import {
   type Checksummer,
   ChecksumPool,
   GIVE_UP_AFTER,
-} from './checksum-pool';
-import { DiskStore, type DiskStoreOptions } from './disk-store';
-import { decodeFrameHeader, FRAME_HEADER_BYTES } from './frame';
-import { block, key, NS, sameBytes } from './testing/fixtures';
-import { xxh64 } from './xxh64';
+} from './checksum-pool.js';
+import { DiskStore, type DiskStoreOptions } from './disk-store.js';
+import { decodeFrameHeader, FRAME_HEADER_BYTES } from './frame.js';
+import { block, key, NS, sameBytes } from './testing/fixtures.js';
+import { xxh64 } from './xxh64.js';
 
 // Every test here forces worker threads (`checksumThreads: 2`), so the parallel path runs on a
 // machine of two cores too, where 'auto' would hash inline.

@@ -6,10 +6,10 @@ import { fileURLToPath } from 'node:url';
 import { type BlockHash, defineEvictionPolicy, FifoPolicy, LfuPolicy } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DiskStore } from './disk-store';
-import { OffloadError } from './errors';
-import { encodeFrame, encodeFrameHeader } from './frame';
-import { block, key, NS, OTHER_NS, sameBytes, VERSION_1_FRAME } from './testing/fixtures';
+import { DiskStore } from './disk-store.js';
+import { OffloadError } from './errors.js';
+import { encodeFrame, encodeFrameHeader } from './frame.js';
+import { block, key, NS, OTHER_NS, sameBytes, VERSION_1_FRAME } from './testing/fixtures.js';
 
 let dir: string;
 beforeEach(async () => {

@@ -8,8 +8,8 @@ import {
   type ChecksumThreads,
   DEFAULT_CHECKSUM_MIN_BYTES,
   resolveChecksumThreads,
-} from './checksum-pool';
-import { OffloadError } from './errors';
+} from './checksum-pool.js';
+import { OffloadError } from './errors.js';
 import {
   checkFrameHeader,
   encodeFrameHeader,
@@ -17,17 +17,24 @@ import {
   type FrameFault,
   payloadLengthFault,
   payloadMatches,
-} from './frame';
-import { checkNamespace } from './keys';
-import { Counters } from './stats';
+} from './frame.js';
+import { checkNamespace } from './keys.js';
+import { Counters } from './stats.js';
 import type {
   EvictionListener,
   EvictionSource,
   KvBlockEntry,
   KvBlockStore,
   OffloadStats,
-} from './types';
-import { checkBudget, checkEntries, checkKeys, checkOpen, checkPolicy, mapLimit } from './validate';
+} from './types.js';
+import {
+  checkBudget,
+  checkEntries,
+  checkKeys,
+  checkOpen,
+  checkPolicy,
+  mapLimit,
+} from './validate.js';
 
 /** Options of {@link DiskStore}. */
 export interface DiskStoreOptions {

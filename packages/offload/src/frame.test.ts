@@ -9,8 +9,8 @@ import {
   FRAME_HEADER_BYTES,
   FRAME_VERSION,
   payloadChecksum,
-} from './frame';
-import { block, key, NS, OTHER_NS, sameBytes, VERSION_1_FRAME } from './testing/fixtures';
+} from './frame.js';
+import { block, key, NS, OTHER_NS, sameBytes, VERSION_1_FRAME } from './testing/fixtures.js';
 
 describe('frame', () => {
   it('round-trips a payload and returns a view, not a copy', () => {

@@ -1,5 +1,5 @@
 import { crc32 } from 'node:zlib';
-import { xxh64 } from './xxh64';
+import { xxh64 } from './xxh64.js';
 
 /** Magic string at the start of every frame. */
 export const FRAME_MAGIC = 'KVSR';

@@ -7,9 +7,9 @@ import {
 } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { OffloadError } from './errors';
-import { HostMemoryStore } from './host-memory-store';
-import { block, key, NS, sameBytes } from './testing/fixtures';
+import { OffloadError } from './errors.js';
+import { HostMemoryStore } from './host-memory-store.js';
+import { block, key, NS, sameBytes } from './testing/fixtures.js';
 
 async function codeOf(p: Promise<unknown>): Promise<string | undefined> {
   try {

@@ -1,14 +1,14 @@
 import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
-import { checkNamespace } from './keys';
-import { Counters } from './stats';
+import { checkNamespace } from './keys.js';
+import { Counters } from './stats.js';
 import type {
   EvictionListener,
   EvictionSource,
   KvBlockEntry,
   KvBlockStore,
   OffloadStats,
-} from './types';
-import { checkBudget, checkEntries, checkKeys, checkOpen, checkPolicy } from './validate';
+} from './types.js';
+import { checkBudget, checkEntries, checkKeys, checkOpen, checkPolicy } from './validate.js';
 
 /**
  * A copy in its own, uninitialized allocation: `slice()` would zero-fill the new memory first,

@@ -1,6 +1,6 @@
-export type { ChecksumThreads } from './checksum-pool';
-export { DiskStore, type DiskStoreOptions } from './disk-store';
-export { OffloadError, type OffloadErrorCode } from './errors';
+export type { ChecksumThreads } from './checksum-pool.js';
+export { DiskStore, type DiskStoreOptions } from './disk-store.js';
+export { OffloadError, type OffloadErrorCode } from './errors.js';
 export {
   type DecodedFrame,
   decodeFrame,
@@ -13,16 +13,16 @@ export {
   type FrameFault,
   type FrameHeader,
   payloadChecksum,
-} from './frame';
-export { HostMemoryStore, type HostMemoryStoreOptions } from './host-memory-store';
-export { isBlockHash, KV_FORMAT_VERSION, type KvNamespaceSpec, kvNamespace } from './keys';
+} from './frame.js';
+export { HostMemoryStore, type HostMemoryStoreOptions } from './host-memory-store.js';
+export { isBlockHash, KV_FORMAT_VERSION, type KvNamespaceSpec, kvNamespace } from './keys.js';
 export {
   checkRedisUrl,
   RedisStore,
   type RedisStoreOptions,
   type RedisStoreStats,
-} from './redis-store';
-export { isStagingBuffer, stagingBuffers } from './staging';
+} from './redis-store.js';
+export { isStagingBuffer, stagingBuffers } from './staging.js';
 export {
   type FetchOptions,
   type FetchResult,
@@ -30,13 +30,13 @@ export {
   type TieredStoreOptions,
   type TieredStoreStats,
   type WriteMode,
-} from './tiered-store';
-export type { TransferOutcome } from './transfer-queue';
+} from './tiered-store.js';
+export type { TransferOutcome } from './transfer-queue.js';
 export type {
   EvictionListener,
   EvictionSource,
   KvBlockEntry,
   KvBlockStore,
   OffloadStats,
-} from './types';
-export { xxh64 } from './xxh64';
+} from './types.js';
+export { xxh64 } from './xxh64.js';

@@ -1,8 +1,8 @@
 import type { KvLayout } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { OffloadError } from './errors';
-import { isBlockHash, type KvNamespaceSpec, kvNamespace } from './keys';
+import { OffloadError } from './errors.js';
+import { isBlockHash, type KvNamespaceSpec, kvNamespace } from './keys.js';
 
 const base: KvNamespaceSpec = {
   modelId: 'meta-llama/Llama-3.1-8B',

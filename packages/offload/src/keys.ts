@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { BlockHash } from '@kvasir/kv-allocator';
-import { OffloadError } from './errors';
+import { OffloadError } from './errors.js';
 
 /** Version of the stored KV byte format; part of every namespace fingerprint. */
 export const KV_FORMAT_VERSION = 1;

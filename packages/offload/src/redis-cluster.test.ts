@@ -1,8 +1,8 @@
 import { Cluster } from 'ioredis';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { RedisStore } from './redis-store';
-import { block, key, NS, sameBytes } from './testing/fixtures';
-import { type RedisClusterHandle, startRedisCluster } from './testing/redis-server';
+import { RedisStore } from './redis-store.js';
+import { block, key, NS, sameBytes } from './testing/fixtures.js';
+import { type RedisClusterHandle, startRedisCluster } from './testing/redis-server.js';
 
 let cluster: RedisClusterHandle;
 let client: Cluster;

@@ -1,10 +1,10 @@
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { encodeFrame } from './frame';
-import { RedisStore, type RedisStoreOptions } from './redis-store';
-import { stagingBuffers } from './staging';
-import { block, key, NS, OTHER_NS, sameBytes } from './testing/fixtures';
-import { type RedisServerHandle, startRedisServer } from './testing/redis-server';
+import { encodeFrame } from './frame.js';
+import { RedisStore, type RedisStoreOptions } from './redis-store.js';
+import { stagingBuffers } from './staging.js';
+import { block, key, NS, OTHER_NS, sameBytes } from './testing/fixtures.js';
+import { type RedisServerHandle, startRedisServer } from './testing/redis-server.js';
 
 let server: RedisServerHandle;
 let raw: Redis;

@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
 import type { BlockHash } from '@kvasir/kv-allocator';
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
-import { OffloadError } from './errors';
-import { decodeFrame, encodeFrame } from './frame';
-import { checkNamespace } from './keys';
-import { Counters } from './stats';
-import type { KvBlockEntry, KvBlockStore, OffloadStats } from './types';
-import { checkBudget, checkEntries, checkKeys, checkOpen } from './validate';
+import { OffloadError } from './errors.js';
+import { decodeFrame, encodeFrame } from './frame.js';
+import { checkNamespace } from './keys.js';
+import { Counters } from './stats.js';
+import type { KvBlockEntry, KvBlockStore, OffloadStats } from './types.js';
+import { checkBudget, checkEntries, checkKeys, checkOpen } from './validate.js';
 
 // Counts the leading keys that exist, server-side, in one command (plain Redis only: on a
 // cluster the keys of a prefix live in different slots).

@@ -3,11 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DiskStore } from './disk-store';
-import { OffloadError } from './errors';
-import { isStagingBuffer, stagingBuffers } from './staging';
-import { block, key, NS, sameBytes } from './testing/fixtures';
-import { xxh64 } from './xxh64';
+import { DiskStore } from './disk-store.js';
+import { OffloadError } from './errors.js';
+import { isStagingBuffer, stagingBuffers } from './staging.js';
+import { block, key, NS, sameBytes } from './testing/fixtures.js';
+import { xxh64 } from './xxh64.js';
 
 describe('stagingBuffers', () => {
   it('hashes staging buffers in place to the digests of the same bytes anywhere else', () => {

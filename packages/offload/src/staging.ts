@@ -1,5 +1,5 @@
-import { OffloadError } from './errors';
-import { XXH64_DATA, xxh64InPlace, xxh64StagingBuffers } from './xxh64';
+import { OffloadError } from './errors.js';
+import { XXH64_DATA, xxh64InPlace, xxh64StagingBuffers } from './xxh64.js';
 
 /** Staging buffers start on 4 KiB boundaries (a page: what the kernel's copies like best). */
 const STAGING_ALIGN = 4096;

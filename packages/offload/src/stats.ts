@@ -1,4 +1,4 @@
-import type { OffloadStats } from './types';
+import type { OffloadStats } from './types.js';
 
 /** Mutable counters behind `stats()`. */
 export class Counters {

@@ -2,10 +2,10 @@ import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DiskStore } from './disk-store';
-import { OffloadError } from './errors';
-import { checkRedisUrl, RedisStore } from './redis-store';
-import { NS } from './testing/fixtures';
+import { DiskStore } from './disk-store.js';
+import { OffloadError } from './errors.js';
+import { checkRedisUrl, RedisStore } from './redis-store.js';
+import { NS } from './testing/fixtures.js';
 
 let dir: string;
 beforeEach(async () => {

@@ -1,9 +1,9 @@
 import type { BlockHash } from '@kvasir/kv-allocator';
-import { OffloadError } from './errors';
-import { Counters } from './stats';
-import { TransferQueue } from './transfer-queue';
-import type { EvictionSource, KvBlockEntry, KvBlockStore, OffloadStats } from './types';
-import { checkEntries, checkKeys, checkOpen } from './validate';
+import { OffloadError } from './errors.js';
+import { Counters } from './stats.js';
+import { TransferQueue } from './transfer-queue.js';
+import type { EvictionSource, KvBlockEntry, KvBlockStore, OffloadStats } from './types.js';
+import { checkEntries, checkKeys, checkOpen } from './validate.js';
 
 /** When lower tiers receive a block. */
 export type WriteMode = 'write-through' | 'write-back';

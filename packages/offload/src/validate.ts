@@ -1,7 +1,7 @@
 import type { BlockHash, EvictionPolicy } from '@kvasir/kv-allocator';
-import { OffloadError } from './errors';
-import { checkKey } from './keys';
-import type { KvBlockEntry } from './types';
+import { OffloadError } from './errors.js';
+import { checkKey } from './keys.js';
+import type { KvBlockEntry } from './types.js';
 
 /** @throws {OffloadError} INVALID_KEY, INVALID_VALUE or VALUE_TOO_LARGE naming the entry. */
 export function checkEntries(entries: readonly KvBlockEntry[], maxValueBytes: number): void {

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { block } from './testing/fixtures';
-import { xxh64 } from './xxh64';
+import { block } from './testing/fixtures.js';
+import { xxh64 } from './xxh64.js';
 
 // Expected digests from an independent implementation (the xxhash-wasm package, 1.1.0), for
 // inputs from the test fixture generator; they pin every code path: short inputs (no stripes),

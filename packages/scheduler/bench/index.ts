@@ -4,7 +4,7 @@
 // `pnpm --filter @kvasir/scheduler bench --json` prints one JSON object.
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { seededRandom } from '@kvasir/test-utils';
-import { type KvCompressionSpec, parseKvCompression, Scheduler } from '../src/index';
+import { type KvCompressionSpec, parseKvCompression, Scheduler } from '../src/index.js';
 import {
   findMaxRate,
   HARDWARE,
@@ -13,7 +13,7 @@ import {
   StepCostModel,
   type SystemKind,
   simulate,
-} from '../src/sim/index';
+} from '../src/sim/index.js';
 
 const json = process.argv.includes('--json');
 const LATENCY_BOUND = 0.1; // s per output token, mean over requests

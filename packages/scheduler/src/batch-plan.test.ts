@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { referenceOutput } from './testing/fake-executor';
-import { SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness';
+import { referenceOutput } from './testing/fake-executor.js';
+import { SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness.js';
 
 describe('batch plan', () => {
   it('flattens tokens, positions and slots, pads block tables, and asks logits for the last prompt token', () => {

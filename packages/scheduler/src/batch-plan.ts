@@ -1,8 +1,8 @@
 // The step's rows flattened into the arrays a forward pass takes (vLLM's SchedulerOutput plus
 // its input batch): tokens, positions, slots, block tables and which rows are sampled.
 import type { KvCacheManager } from '@kvasir/kv-allocator';
-import type { StepState } from './batch-planner';
-import type { BatchPlan, PlanRow } from './types';
+import type { StepState } from './batch-planner.js';
+import type { BatchPlan, PlanRow } from './types.js';
 
 /** Assembles the `BatchPlan` of a planned step, in the order its rows were planned. */
 export function buildBatchPlan(

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { seqPrompt, setup } from './testing/scheduler-harness';
+import { seqPrompt, setup } from './testing/scheduler-harness.js';
 
 describe('budget, chunked prefill and ordering', () => {
   it('schedules running decodes first and fills the rest of the budget with a prefill chunk', () => {

@@ -1,10 +1,10 @@
 // What a group runs this step: how many tokens of each sequence fit the step's token and row
 // budgets (chunked prefill, prefix hits, beams in lockstep), and their slots from the allocator.
 import type { BlockCopy, CachedPrefix, ExtraKeys, KvCacheManager } from '@kvasir/kv-allocator';
-import type { CompressedRow, KvCompressor } from './kv-compressor';
-import { EMPTY_PREFIX, type Sequence, type SequenceGroup } from './request-state';
-import type { RequestTable } from './request-table';
-import type { KeyShift, SwapTransfer } from './types';
+import type { CompressedRow, KvCompressor } from './kv-compressor.js';
+import { EMPTY_PREFIX, type Sequence, type SequenceGroup } from './request-state.js';
+import type { RequestTable } from './request-table.js';
+import type { KeyShift, SwapTransfer } from './types.js';
 
 /**
  * One row of the step: tokens [start, start + len) of `seq` (indices into its tokens), written

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { seqPrompt, setup } from './testing/scheduler-harness';
+import { seqPrompt, setup } from './testing/scheduler-harness.js';
 
 describe('beam search', () => {
   it('beam search keeps the best beamWidth continuations, forking and pruning beams', () => {

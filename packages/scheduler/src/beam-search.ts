@@ -1,8 +1,8 @@
 // Beam search: each step keeps the `beamWidth` best continuations over all of a group's beams,
 // forking the beams that continue more than once and dropping those that do not continue.
-import type { Sequence, SequenceGroup } from './request-state';
-import type { RequestTable } from './request-table';
-import type { StepResult } from './types';
+import type { Sequence, SequenceGroup } from './request-state.js';
+import type { RequestTable } from './request-table.js';
+import type { StepResult } from './types.js';
 
 interface Candidate {
   seq: Sequence;

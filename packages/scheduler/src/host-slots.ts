@@ -1,4 +1,4 @@
-import { SchedulerError } from './errors';
+import { SchedulerError } from './errors.js';
 
 /**
  * A fixed set of host-memory slots, each holding one swapped-out KV block. The engine maps slot

@@ -1,9 +1,9 @@
-export { SchedulerError, type SchedulerErrorCode } from './errors';
-export { HostSlotPool } from './host-slots';
+export { SchedulerError, type SchedulerErrorCode } from './errors.js';
+export { HostSlotPool } from './host-slots.js';
 // The policy contracts and built-ins (src/policies.ts names each export).
-export * from './policies';
-export { Scheduler } from './scheduler';
-export type { SchedulerOptions } from './scheduler-options';
+export * from './policies.js';
+export { Scheduler } from './scheduler.js';
+export type { SchedulerOptions } from './scheduler-options.js';
 export type {
   BatchPlan,
   FinishReason,
@@ -18,5 +18,5 @@ export type {
   SequenceOutput,
   StepResult,
   SwapTransfer,
-} from './types';
-export { type RequestLimits, validateRequest } from './validate';
+} from './types.js';
+export { type RequestLimits, validateRequest } from './validate.js';

@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { h2oPolicy, sinksPolicy, snapkvPolicy, windowPolicy } from './kv-compression/builtins';
-import type { KvCompressionSpec } from './kv-compression/parse';
-import { defineKvCompressionPolicy, type KvCompressionPolicy } from './kv-compression/policy';
-import { seqPrompt, setup } from './testing/scheduler-harness';
+import { h2oPolicy, sinksPolicy, snapkvPolicy, windowPolicy } from './kv-compression/builtins.js';
+import type { KvCompressionSpec } from './kv-compression/parse.js';
+import { defineKvCompressionPolicy, type KvCompressionPolicy } from './kv-compression/policy.js';
+import { seqPrompt, setup } from './testing/scheduler-harness.js';
 
 const MODEL_LEN = 48;
 

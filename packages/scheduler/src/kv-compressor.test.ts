@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { h2oPolicy, sinksPolicy, snapkvPolicy, windowPolicy } from './kv-compression/builtins';
-import type { KvCompressionSpec } from './kv-compression/parse';
-import { defineKvCompressionPolicy } from './kv-compression/policy';
+import { h2oPolicy, sinksPolicy, snapkvPolicy, windowPolicy } from './kv-compression/builtins.js';
+import type { KvCompressionSpec } from './kv-compression/parse.js';
+import { defineKvCompressionPolicy } from './kv-compression/policy.js';
 import {
   type ReferencePolicy,
   referenceCompressedGeneration,
-} from './testing/kv-compression-reference';
-import { expectError, SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness';
+} from './testing/kv-compression-reference.js';
+import { expectError, SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness.js';
 
 const MODEL_LEN = 64;
 const BS = 4;

@@ -2,10 +2,10 @@
 // prefill chunks, the attention-mass buffers and key shifts a plan carries, and after each
 // step the policy's choice applied through the allocator's `dropBlocks`.
 import type { BlockCopy, KvCacheManager } from '@kvasir/kv-allocator';
-import { SchedulerError } from './errors';
-import type { KvCompressionPolicy, KvCompressionView } from './kv-compression/policy';
-import type { Sequence, SequenceGroup } from './request-state';
-import type { KeyShift, KvCompressionMetrics } from './types';
+import { SchedulerError } from './errors.js';
+import type { KvCompressionPolicy, KvCompressionView } from './kv-compression/policy.js';
+import type { Sequence, SequenceGroup } from './request-state.js';
+import type { KeyShift, KvCompressionMetrics } from './types.js';
 
 /** Default SnapKV-style observation window, in tokens. */
 const DEFAULT_OBSERVATION = 16;

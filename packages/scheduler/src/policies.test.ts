@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { SchedulerError } from './errors';
-import { HostSlotPool } from './host-slots';
+import { SchedulerError } from './errors.js';
+import { HostSlotPool } from './host-slots.js';
 import {
   fcfsPolicy,
   longestPrefixMatchPolicy,
@@ -9,7 +9,7 @@ import {
   type QueueContext,
   type QueuedRequest,
   type RunningRequest,
-} from './policies';
+} from './policies.js';
 
 const req = (over: Partial<QueuedRequest>): QueuedRequest => ({
   requestId: 'r',

@@ -13,7 +13,7 @@ export {
   snapkvPolicy,
   type WindowPolicyOptions,
   windowPolicy,
-} from './kv-compression/builtins';
+} from './kv-compression/builtins.js';
 export {
   checkBudget as checkKvCompressionBudget,
   type KvCompressionParseOptions,
@@ -21,14 +21,14 @@ export {
   type KvPositions,
   kvCompressionFromJson,
   parseKvCompression,
-} from './kv-compression/parse';
+} from './kv-compression/parse.js';
 export {
   defineKvCompressionPolicy,
   KV_COMPRESSION_POLICY_SPECIFICATION_VERSION,
   type KvCompressionPolicy,
   type KvCompressionView,
   validateKvCompressionPolicy,
-} from './kv-compression/policy';
+} from './kv-compression/policy.js';
 export {
   definePreemptionPolicy,
   lowestPriorityLatestArrival,
@@ -36,7 +36,7 @@ export {
   type PreemptionPolicy,
   type RunningRequest,
   validatePreemptionPolicy,
-} from './policies/preemption-policy';
+} from './policies/preemption-policy.js';
 export {
   defineQueuePolicy,
   fcfsPolicy,
@@ -51,4 +51,4 @@ export {
   type QueuePolicyName,
   queuePolicies,
   validateQueuePolicy,
-} from './policies/queue-policy';
+} from './policies/queue-policy.js';

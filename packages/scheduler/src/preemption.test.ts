@@ -1,9 +1,9 @@
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { describe, expect, it } from 'vitest';
-import { definePreemptionPolicy, defineQueuePolicy } from './policies';
-import { Scheduler } from './scheduler';
-import { referenceOutput } from './testing/fake-executor';
-import { expectError, SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness';
+import { definePreemptionPolicy, defineQueuePolicy } from './policies.js';
+import { Scheduler } from './scheduler.js';
+import { referenceOutput } from './testing/fake-executor.js';
+import { expectError, SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness.js';
 
 describe('preemption', () => {
   it('preempts the lowest priority, then latest arrival, and the output is unchanged', () => {

@@ -1,13 +1,13 @@
 // Preemption: which running request gives its blocks back when the cache is full (the
 // preemption policy's choice), and how (swap to host slots, or recompute later).
 import type { KvCacheManager } from '@kvasir/kv-allocator';
-import type { StepState } from './batch-planner';
-import { SchedulerError } from './errors';
-import type { PreemptionPolicy } from './policies';
-import { EMPTY_PREFIX, RUNNING, type SequenceGroup, WAITING } from './request-state';
-import type { SwapSpace } from './swap-space';
-import type { PreemptionMode, SchedulerEvent } from './types';
-import type { WaitingQueue } from './waiting-queue';
+import type { StepState } from './batch-planner.js';
+import { SchedulerError } from './errors.js';
+import type { PreemptionPolicy } from './policies.js';
+import { EMPTY_PREFIX, RUNNING, type SequenceGroup, WAITING } from './request-state.js';
+import type { SwapSpace } from './swap-space.js';
+import type { PreemptionMode, SchedulerEvent } from './types.js';
+import type { WaitingQueue } from './waiting-queue.js';
 
 /** Chooses victims and preempts them, counting each mode. */
 export class Preemptor {

@@ -1,7 +1,7 @@
 // What a finished request reports: its sequences' tokens in output order, and the request's
 // reason. Reads the group only; freeing its blocks is the request table's job.
-import type { SequenceGroup } from './request-state';
-import type { FinishReason, RequestOutput, SequenceOutput } from './types';
+import type { SequenceGroup } from './request-state.js';
+import type { FinishReason, RequestOutput, SequenceOutput } from './types.js';
 
 /**
  * The output of a group that ends now with `reason` (`detail` explains a 'rejected' or a

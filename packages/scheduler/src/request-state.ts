@@ -2,9 +2,9 @@
 // sample or beam. Nothing here talks to the allocator but to read block tables; moving blocks
 // is the planner's, preemption's and the request table's job.
 import type { CachedPrefix, KvCacheManager } from '@kvasir/kv-allocator';
-import { CompressedBlocks } from './kv-compression/compressed-blocks';
-import type { QueuedRequest, RunningRequest } from './policies';
-import type { FinishReason, SchedulerRequest, SequenceOutput } from './types';
+import { CompressedBlocks } from './kv-compression/compressed-blocks.js';
+import type { QueuedRequest, RunningRequest } from './policies.js';
+import type { FinishReason, SchedulerRequest, SequenceOutput } from './types.js';
 
 /** In the waiting queue: never admitted, or preempted by recompute. */
 export const WAITING = 0;

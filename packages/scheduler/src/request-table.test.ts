@@ -1,11 +1,11 @@
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { describe, expect, it } from 'vitest';
-import { HostSlotPool } from './host-slots';
-import { SequenceGroup } from './request-state';
-import { RequestTable } from './request-table';
-import { referenceOutput } from './testing/fake-executor';
-import { SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness';
-import type { SchedulerEvent, SchedulerRequest } from './types';
+import { HostSlotPool } from './host-slots.js';
+import { SequenceGroup } from './request-state.js';
+import { RequestTable } from './request-table.js';
+import { referenceOutput } from './testing/fake-executor.js';
+import { SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness.js';
+import type { SchedulerEvent, SchedulerRequest } from './types.js';
 
 describe('parallel sampling (fork)', () => {
   it('n > 1 forks the prompt blocks once and samples every child from the same logits row', () => {

@@ -1,10 +1,10 @@
 // The live requests and their sequences, from `add` to their end: the one place sequences are
 // created (forks included) and where a request's blocks and host slots are given back.
 import type { KvCacheManager } from '@kvasir/kv-allocator';
-import type { HostSlotPool } from './host-slots';
-import { assembleRequestOutput } from './request-output';
-import { FINISHED, Sequence, type SequenceGroup } from './request-state';
-import type { FinishReason, RequestOutput, SchedulerEvent, SchedulerRequest } from './types';
+import type { HostSlotPool } from './host-slots.js';
+import { assembleRequestOutput } from './request-output.js';
+import { FINISHED, Sequence, type SequenceGroup } from './request-state.js';
+import type { FinishReason, RequestOutput, SchedulerEvent, SchedulerRequest } from './types.js';
 
 /** Requests by id and sequences by allocator id; finished requests leave both at once. */
 export class RequestTable {

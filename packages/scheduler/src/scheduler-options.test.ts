@@ -1,7 +1,7 @@
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { describe, it } from 'vitest';
-import { Scheduler } from './scheduler';
-import { expectError } from './testing/scheduler-harness';
+import { Scheduler } from './scheduler.js';
+import { expectError } from './testing/scheduler-harness.js';
 
 describe('scheduler options', () => {
   it('refuses bad configuration', () => {

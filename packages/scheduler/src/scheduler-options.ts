@@ -1,7 +1,7 @@
 // The scheduler's options, checked once and resolved to their defaults.
 import type { KvCacheManager } from '@kvasir/kv-allocator';
-import { SchedulerError } from './errors';
-import { HostSlotPool } from './host-slots';
+import { SchedulerError } from './errors.js';
+import { HostSlotPool } from './host-slots.js';
 import {
   fcfsPolicy,
   lowestPriorityLatestArrival,
@@ -9,8 +9,8 @@ import {
   type QueuePolicy,
   validatePreemptionPolicy,
   validateQueuePolicy,
-} from './policies';
-import type { PreemptionMode, SchedulerEvent } from './types';
+} from './policies.js';
+import type { PreemptionMode, SchedulerEvent } from './types.js';
 
 /** Options of `Scheduler`. */
 export interface SchedulerOptions {

@@ -1,10 +1,10 @@
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { longestPrefixMatchPolicy, priorityPolicy } from './policies';
-import { Scheduler } from './scheduler';
-import { FakeExecutor, referenceOutput } from './testing/fake-executor';
-import type { PreemptionMode, RequestOutput } from './types';
+import { longestPrefixMatchPolicy, priorityPolicy } from './policies.js';
+import { Scheduler } from './scheduler.js';
+import { FakeExecutor, referenceOutput } from './testing/fake-executor.js';
+import type { PreemptionMode, RequestOutput } from './types.js';
 
 const VOCAB = 23;
 const EOS = 0;

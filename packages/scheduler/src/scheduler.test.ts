@@ -1,8 +1,8 @@
 // The Scheduler's own contract: what add() refuses, update() and abort().
 import { describe, expect, it } from 'vitest';
-import { FakeExecutor } from './testing/fake-executor';
-import { expectError, seqPrompt, setup, VOCAB } from './testing/scheduler-harness';
-import type { BatchPlan, SchedulerRequest } from './types';
+import { FakeExecutor } from './testing/fake-executor.js';
+import { expectError, seqPrompt, setup, VOCAB } from './testing/scheduler-harness.js';
+import type { BatchPlan, SchedulerRequest } from './types.js';
 
 describe('add() validation', () => {
   const base: SchedulerRequest = { id: 'a', promptTokenIds: [1, 2, 3], maxTokens: 4 };

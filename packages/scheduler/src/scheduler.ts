@@ -1,18 +1,25 @@
 import type { KvCacheManager } from '@kvasir/kv-allocator';
-import { buildBatchPlan } from './batch-plan';
-import { BatchPlanner, newStep, type PlanEntry, type StepState } from './batch-planner';
-import { SchedulerError } from './errors';
-import { KvCompressor } from './kv-compressor';
-import { Preemptor } from './preemption';
-import { byImportance, FINISHED, RUNNING, SequenceGroup, SWAPPED, WAITING } from './request-state';
-import { RequestTable } from './request-table';
+import { buildBatchPlan } from './batch-plan.js';
+import { BatchPlanner, newStep, type PlanEntry, type StepState } from './batch-planner.js';
+import { SchedulerError } from './errors.js';
+import { KvCompressor } from './kv-compressor.js';
+import { Preemptor } from './preemption.js';
+import {
+  byImportance,
+  FINISHED,
+  RUNNING,
+  SequenceGroup,
+  SWAPPED,
+  WAITING,
+} from './request-state.js';
+import { RequestTable } from './request-table.js';
 import {
   type ResolvedSchedulerOptions,
   resolveSchedulerOptions,
   type SchedulerOptions,
-} from './scheduler-options';
-import { applyStepResult } from './step-result';
-import { SwapSpace } from './swap-space';
+} from './scheduler-options.js';
+import { applyStepResult } from './step-result.js';
+import { SwapSpace } from './swap-space.js';
 import type {
   BatchPlan,
   PreemptionMode,
@@ -21,9 +28,9 @@ import type {
   SchedulerMetrics,
   SchedulerRequest,
   StepResult,
-} from './types';
-import { validateRequest } from './validate';
-import { WaitingQueue } from './waiting-queue';
+} from './types.js';
+import { validateRequest } from './validate.js';
+import { WaitingQueue } from './waiting-queue.js';
 
 /**
  * Iteration-level (continuous) batching over a paged KV cache, after vLLM's scheduler and

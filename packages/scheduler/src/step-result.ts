@@ -1,11 +1,11 @@
 // The engine's samples for a plan: checked whole first, then appended to their sequences, with
 // stop conditions applied and beam-search groups advanced.
-import { advanceBeams } from './beam-search';
-import { SchedulerError } from './errors';
-import { FINISHED, RUNNING, type SequenceGroup } from './request-state';
-import type { RequestTable } from './request-table';
-import type { StepResult } from './types';
-import { isTokenId } from './validate';
+import { advanceBeams } from './beam-search.js';
+import { SchedulerError } from './errors.js';
+import { FINISHED, RUNNING, type SequenceGroup } from './request-state.js';
+import type { RequestTable } from './request-table.js';
+import type { StepResult } from './types.js';
+import { isTokenId } from './validate.js';
 
 function bad(message: string): never {
   throw new SchedulerError('INVALID_RESULT', message);

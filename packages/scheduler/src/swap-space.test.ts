@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { referenceOutput } from './testing/fake-executor';
-import { SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness';
-import type { BatchPlan } from './types';
+import { referenceOutput } from './testing/fake-executor.js';
+import { SEED, seqPrompt, setup, VOCAB } from './testing/scheduler-harness.js';
+import type { BatchPlan } from './types.js';
 
 describe('swap preemption', () => {
   it('swap mode moves blocks to host slots and back without recompute', () => {

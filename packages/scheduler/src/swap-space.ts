@@ -1,11 +1,11 @@
 // Swap preemption's side of the host tier: the requests swapped out, the host slots their
 // blocks went to, and bringing them back onto the GPU.
 import type { KvCacheManager } from '@kvasir/kv-allocator';
-import type { BatchPlanner, StepState } from './batch-planner';
-import type { HostSlotPool } from './host-slots';
-import { EMPTY_PREFIX, RUNNING, type SequenceGroup, SWAPPED, WAITING } from './request-state';
-import type { SchedulerEvent } from './types';
-import type { WaitingQueue } from './waiting-queue';
+import type { BatchPlanner, StepState } from './batch-planner.js';
+import type { HostSlotPool } from './host-slots.js';
+import { EMPTY_PREFIX, RUNNING, type SequenceGroup, SWAPPED, WAITING } from './request-state.js';
+import type { SchedulerEvent } from './types.js';
+import type { WaitingQueue } from './waiting-queue.js';
 
 /**
  * Swapped-out requests, oldest first. A block shared by several sequences of a group goes to

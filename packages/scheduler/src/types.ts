@@ -1,5 +1,5 @@
 import type { BlockCopy, BlockId, ExtraKeys } from '@kvasir/kv-allocator';
-import type { KvCompressionSpec } from './kv-compression/parse';
+import type { KvCompressionSpec } from './kv-compression/parse.js';
 
 /** Why a request ended. */
 export type FinishReason = 'stop' | 'length' | 'abort' | 'rejected';

@@ -1,6 +1,6 @@
-import { SchedulerError } from './errors';
-import { validateKvCompressionPolicy } from './kv-compression/policy';
-import type { SchedulerRequest } from './types';
+import { SchedulerError } from './errors.js';
+import { validateKvCompressionPolicy } from './kv-compression/policy.js';
+import type { SchedulerRequest } from './types.js';
 
 // Plans carry token ids in Int32Arrays; no vocabulary comes near 2^31.
 const MAX_TOKEN_ID = 0x7fffffff;

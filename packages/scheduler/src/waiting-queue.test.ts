@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { longestPrefixMatchPolicy, priorityPolicy } from './policies';
-import { seqPrompt, setup } from './testing/scheduler-harness';
+import { longestPrefixMatchPolicy, priorityPolicy } from './policies.js';
+import { seqPrompt, setup } from './testing/scheduler-harness.js';
 
 describe('queue policies', () => {
   it('priority: lower value first; aging lets an old request overtake', () => {

@@ -1,7 +1,7 @@
 // The requests waiting for admission (new, or preempted by recompute), in queue-policy order.
 import type { KvCacheManager } from '@kvasir/kv-allocator';
-import type { QueueContext, QueuePolicy } from './policies';
-import { type SequenceGroup, WAITING } from './request-state';
+import type { QueueContext, QueuePolicy } from './policies.js';
+import { type SequenceGroup, WAITING } from './request-state.js';
 
 /**
  * Waiting requests. Entries that left the waiting state (admitted, aborted) stay until the

@@ -1,5 +1,5 @@
-import { KvAllocatorError } from '../errors';
-import type { BlockId } from '../types';
+import { KvAllocatorError } from '../errors.js';
+import type { BlockId } from '../types.js';
 
 /** The version of the {@link EvictionPolicy} contract this package implements. */
 export const EVICTION_POLICY_SPECIFICATION_VERSION = 'v1';

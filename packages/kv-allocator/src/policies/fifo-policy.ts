@@ -1,4 +1,4 @@
-import { InsertionOrderPolicy } from './ordered-policy';
+import { InsertionOrderPolicy } from './ordered-policy.js';
 
 /**
  * First in, first out: the key that became evictable first goes first; hits do not reorder.

@@ -1,4 +1,4 @@
-import { EVICTION_POLICY_SPECIFICATION_VERSION, type EvictionPolicy } from './eviction-policy';
+import { EVICTION_POLICY_SPECIFICATION_VERSION, type EvictionPolicy } from './eviction-policy.js';
 
 /** Options of `LfuPolicy`. */
 export interface LfuPolicyOptions {

@@ -1,4 +1,4 @@
-import { InsertionOrderPolicy } from './ordered-policy';
+import { InsertionOrderPolicy } from './ordered-policy.js';
 
 /**
  * Least recently used first: the key that became evictable or was hit longest ago goes first.

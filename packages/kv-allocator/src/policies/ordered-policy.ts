@@ -1,4 +1,4 @@
-import { EVICTION_POLICY_SPECIFICATION_VERSION, type EvictionPolicy } from './eviction-policy';
+import { EVICTION_POLICY_SPECIFICATION_VERSION, type EvictionPolicy } from './eviction-policy.js';
 
 /**
  * A policy whose victim is the first key of a `Map` in insertion order: subclasses decide only

@@ -1,10 +1,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { defineEvictionPolicy, validateEvictionPolicy } from './eviction-policy';
-import { FifoPolicy } from './fifo-policy';
-import { LfuPolicy } from './lfu-policy';
-import { LruPolicy } from './lru-policy';
-import { createEvictionPolicy, evictionPolicies } from './registry';
+import { defineEvictionPolicy, validateEvictionPolicy } from './eviction-policy.js';
+import { FifoPolicy } from './fifo-policy.js';
+import { LfuPolicy } from './lfu-policy.js';
+import { LruPolicy } from './lru-policy.js';
+import { createEvictionPolicy, evictionPolicies } from './registry.js';
 
 describe('LruPolicy', () => {
   it('evicts the least recently inserted or touched key', () => {

@@ -1,8 +1,8 @@
-import { KvAllocatorError } from '../errors';
-import type { EvictionPolicy } from './eviction-policy';
-import { FifoPolicy } from './fifo-policy';
-import { LfuPolicy } from './lfu-policy';
-import { LruPolicy } from './lru-policy';
+import { KvAllocatorError } from '../errors.js';
+import type { EvictionPolicy } from './eviction-policy.js';
+import { FifoPolicy } from './fifo-policy.js';
+import { LfuPolicy } from './lfu-policy.js';
+import { LruPolicy } from './lru-policy.js';
 
 /** Names of the built-in eviction policies. */
 export type EvictionPolicyName = 'lru' | 'lfu' | 'fifo';

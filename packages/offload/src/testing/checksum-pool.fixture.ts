@@ -4,10 +4,10 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ChecksumPool } from '../checksum-pool';
-import { DiskStore } from '../disk-store';
-import { xxh64 } from '../xxh64';
-import { block, key, NS } from './fixtures';
+import { ChecksumPool } from '../checksum-pool.js';
+import { DiskStore } from '../disk-store.js';
+import { xxh64 } from '../xxh64.js';
+import { block, key, NS } from './fixtures.js';
 
 const data = block(7, 3 << 20);
 const pool = new ChecksumPool(2);

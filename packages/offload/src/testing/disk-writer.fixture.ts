@@ -1,7 +1,7 @@
 // Child process for disk-store.test.ts: another process writing the same key of a shared
 // directory over and over. Not part of the public API.
-import { DiskStore } from '../disk-store';
-import { block } from './fixtures';
+import { DiskStore } from '../disk-store.js';
+import { block } from './fixtures.js';
 
 const [dir, namespace, key, rounds] = process.argv.slice(2);
 const store = await DiskStore.open({

@@ -1,6 +1,6 @@
 // Shared by this package's own tests; not part of the public API.
 import { createHash } from 'node:crypto';
-import { kvNamespace } from '../keys';
+import { kvNamespace } from '../keys.js';
 
 /** A namespace for tests. */
 export const NS = kvNamespace({

@@ -5,4 +5,4 @@ export {
   type StartRedisServerOptions,
   startRedisCluster,
   startRedisServer,
-} from './redis-server';
+} from './redis-server.js';

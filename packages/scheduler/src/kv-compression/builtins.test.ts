@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type ReferencePolicy, referenceKept } from '../testing/kv-compression-reference';
-import { expectError } from '../testing/scheduler-harness';
-import { h2oPolicy, sinksPolicy, snapkvPolicy, windowPolicy } from './builtins';
-import type { KvCompressionPolicy, KvCompressionView } from './policy';
+import { type ReferencePolicy, referenceKept } from '../testing/kv-compression-reference.js';
+import { expectError } from '../testing/scheduler-harness.js';
+import { h2oPolicy, sinksPolicy, snapkvPolicy, windowPolicy } from './builtins.js';
+import type { KvCompressionPolicy, KvCompressionView } from './policy.js';
 
 function build(p: ReferencePolicy): KvCompressionPolicy {
   if (p.name === 'window') return windowPolicy(p);

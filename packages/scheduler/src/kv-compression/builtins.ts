@@ -1,11 +1,11 @@
 // The built-in compression policies. Parameters are in tokens and rounded up to whole blocks:
 // the cache is paged, so a block is the unit a sequence can drop.
-import { SchedulerError } from '../errors';
+import { SchedulerError } from '../errors.js';
 import {
   defineKvCompressionPolicy,
   type KvCompressionPolicy,
   type KvCompressionView,
-} from './policy';
+} from './policy.js';
 
 const KEEP_ALL: readonly number[] = Object.freeze([]);
 

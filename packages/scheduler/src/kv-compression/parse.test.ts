@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { expectError } from '../testing/scheduler-harness';
-import { kvCompressionFromJson, parseKvCompression } from './parse';
+import { expectError } from '../testing/scheduler-harness.js';
+import { kvCompressionFromJson, parseKvCompression } from './parse.js';
 
 describe('parseKvCompression / kvCompressionFromJson', () => {
   it('reads the CLI form and the JSON form into the same policy', () => {

@@ -1,12 +1,12 @@
 // A compression request by name with parameters: the CLI's `--kv-compression
 // sinks:sinks=4,window=1020` and the HTTP body's `{ "policy": "sinks", "sinks": 4, ... }`.
-import { SchedulerError } from '../errors';
+import { SchedulerError } from '../errors.js';
 import {
   KV_COMPRESSION_PARAMETERS,
   type KvCompressionPolicyName,
   kvCompressionPolicies,
-} from './builtins';
-import type { KvCompressionPolicy } from './policy';
+} from './builtins.js';
+import type { KvCompressionPolicy } from './policy.js';
 
 /** Which RoPE position a cached token keeps once tokens before it are dropped. */
 export type KvPositions = 'cache' | 'original';

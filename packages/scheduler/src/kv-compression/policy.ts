@@ -1,6 +1,6 @@
 // The token-level KV compression plug-in contract: which blocks of a live sequence to drop.
-import { SchedulerError } from '../errors';
-import { checkContract } from '../policies/queue-policy';
+import { SchedulerError } from '../errors.js';
+import { checkContract } from '../policies/queue-policy.js';
 
 /** The version of the {@link KvCompressionPolicy} contract this package implements. */
 export const KV_COMPRESSION_POLICY_SPECIFICATION_VERSION = 'v1';

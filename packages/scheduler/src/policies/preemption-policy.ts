@@ -1,4 +1,4 @@
-import { checkContract } from './queue-policy';
+import { checkContract } from './queue-policy.js';
 
 /** The version of the {@link PreemptionPolicy} contract this package implements. */
 export const PREEMPTION_POLICY_SPECIFICATION_VERSION = 'v1';

@@ -1,4 +1,4 @@
-import { SchedulerError } from '../errors';
+import { SchedulerError } from '../errors.js';
 
 /** The version of the {@link QueuePolicy} contract this package implements. */
 export const QUEUE_POLICY_SPECIFICATION_VERSION = 'v1';

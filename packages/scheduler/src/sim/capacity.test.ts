@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { findMaxRate, type RateProbe } from './capacity';
+import { findMaxRate, type RateProbe } from './capacity.js';
 
 describe('findMaxRate: what ended the search', () => {
   it("says when the answer is only the search's upper bound, not a measured rate", () => {

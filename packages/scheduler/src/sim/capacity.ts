@@ -1,6 +1,6 @@
-import { SchedulerError } from '../errors';
-import { type SimulationOptions, type SimulationResult, simulate } from './simulate';
-import { generateWorkload, type WorkloadSpec } from './workloads';
+import { SchedulerError } from '../errors.js';
+import { type SimulationOptions, type SimulationResult, simulate } from './simulate.js';
+import { generateWorkload, type WorkloadSpec } from './workloads.js';
 
 /** Options of `findMaxRate`. */
 export interface MaxRateOptions extends Omit<SimulationOptions, 'workload'> {

@@ -1,4 +1,4 @@
-import type { HardwareProfile, ModelProfile } from './profiles';
+import type { HardwareProfile, ModelProfile } from './profiles.js';
 
 /** The shape of one step, as the cost model needs it. */
 export interface StepShape {

@@ -3,13 +3,13 @@ export {
   type MaxRateOptions,
   type MaxRateResult,
   type RateProbe,
-} from './capacity';
+} from './capacity.js';
 export {
   type CostModelOptions,
   type StepCost,
   StepCostModel,
   type StepShape,
-} from './cost-model';
+} from './cost-model.js';
 export {
   type CapacityOptions,
   HARDWARE,
@@ -23,12 +23,12 @@ export {
   modelKvLayout,
   resolveHardware,
   resolveModel,
-} from './profiles';
-export { Rng } from './rng';
+} from './profiles.js';
+export { Rng } from './rng.js';
 export {
   type SimulationOptions,
   type SimulationResult,
   type SystemKind,
   simulate,
-} from './simulate';
-export { generateWorkload, type SimRequest, type WorkloadSpec } from './workloads';
+} from './simulate.js';
+export { generateWorkload, type SimRequest, type WorkloadSpec } from './workloads.js';

@@ -1,5 +1,5 @@
 import { type KvLayout, kvBytesPerBlock, kvBytesPerToken } from '@kvasir/kv-allocator';
-import { SchedulerError } from '../errors';
+import { SchedulerError } from '../errors.js';
 
 /** An accelerator, as the roofline cost model sees it. */
 export interface HardwareProfile {

@@ -1,7 +1,7 @@
 import { seededRandom } from '@kvasir/test-utils';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { Rng } from './rng';
+import { Rng } from './rng.js';
 
 describe('Rng', () => {
   it("is the workspace's mulberry32: the same sequence as seededRandom for every seed", () => {

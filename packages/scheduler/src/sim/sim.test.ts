@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { SchedulerError } from '../errors';
-import { findMaxRate } from './capacity';
-import { StepCostModel } from './cost-model';
-import { HARDWARE, kvCapacity, MODELS } from './profiles';
-import { simulate } from './simulate';
-import { generateWorkload } from './workloads';
+import { SchedulerError } from '../errors.js';
+import { findMaxRate } from './capacity.js';
+import { StepCostModel } from './cost-model.js';
+import { HARDWARE, kvCapacity, MODELS } from './profiles.js';
+import { simulate } from './simulate.js';
+import { generateWorkload } from './workloads.js';
 
 const shape = (rows: [number, number][], swapBlocks = 0) => ({
   numRows: rows.length,

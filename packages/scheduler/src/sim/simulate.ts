@@ -1,8 +1,8 @@
 import { KvCacheManager } from '@kvasir/kv-allocator';
-import { SchedulerError } from '../errors';
-import { Scheduler } from '../scheduler';
-import type { BatchPlan, PreemptionMode, RequestOutput } from '../types';
-import { StepCostModel, type StepShape } from './cost-model';
+import { SchedulerError } from '../errors.js';
+import { Scheduler } from '../scheduler.js';
+import type { BatchPlan, PreemptionMode, RequestOutput } from '../types.js';
+import { StepCostModel, type StepShape } from './cost-model.js';
 import {
   type HardwareName,
   type HardwareProfile,
@@ -11,8 +11,8 @@ import {
   type ModelProfile,
   resolveHardware,
   resolveModel,
-} from './profiles';
-import { generateWorkload, type SimRequest, type WorkloadSpec } from './workloads';
+} from './profiles.js';
+import { generateWorkload, type SimRequest, type WorkloadSpec } from './workloads.js';
 
 /**
  * The serving system simulated:

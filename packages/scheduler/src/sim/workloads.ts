@@ -1,5 +1,5 @@
-import { SchedulerError } from '../errors';
-import { Rng } from './rng';
+import { SchedulerError } from '../errors.js';
+import { Rng } from './rng.js';
 
 /** One request of a simulated workload. */
 export interface SimRequest {

@@ -4,7 +4,7 @@
 // copy, slot or prefix hit changes the output. Each slot also keeps its key's RoPE position
 // (the token's plan position, moved by key shifts), and rows asking for attention mass get a
 // deterministic mass per block computed from the block's tokens (`FakeExecutor.blockWeight`).
-import type { BatchPlan, StepResult } from '../types';
+import type { BatchPlan, StepResult } from '../types.js';
 
 export class FakeExecutor {
   readonly gpu = new Map<number, Int32Array>();

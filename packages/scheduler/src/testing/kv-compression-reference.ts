@@ -1,8 +1,8 @@
 // Independent references of the built-in compression policies, for tests: which cached blocks
 // each keeps, written as plainly as possible (brute-force ranking, no shared code with
 // `kv-compression/builtins.ts`), and a whole generation under a policy with the fake model.
-import type { KvCompressionView } from '../kv-compression/policy';
-import { FakeExecutor } from './fake-executor';
+import type { KvCompressionView } from '../kv-compression/policy.js';
+import { FakeExecutor } from './fake-executor.js';
 
 /** A built-in by name with its parameters in tokens (h2o's `recent` a share). */
 export type ReferencePolicy =

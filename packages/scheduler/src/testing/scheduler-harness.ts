@@ -2,11 +2,11 @@
 // scheduler test file shares.
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { expect } from 'vitest';
-import { SchedulerError } from '../errors';
-import { Scheduler } from '../scheduler';
-import type { SchedulerOptions } from '../scheduler-options';
-import type { BatchPlan, RequestOutput, SchedulerEvent } from '../types';
-import { FakeExecutor } from './fake-executor';
+import { SchedulerError } from '../errors.js';
+import { Scheduler } from '../scheduler.js';
+import type { SchedulerOptions } from '../scheduler-options.js';
+import type { BatchPlan, RequestOutput, SchedulerEvent } from '../types.js';
+import { FakeExecutor } from './fake-executor.js';
 
 /** Vocabulary and seed of the fake executor's tokens (`referenceOutput` takes the same). */
 export const VOCAB = 50;
