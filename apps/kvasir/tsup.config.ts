@@ -1,22 +1,13 @@
+import { kvasirTsupOptions } from '@kvasir/tsup-config';
 import { defineConfig } from 'tsup';
 
+// The app ships ESM only: its library entry with declarations, and the CLI as an executable.
 export default defineConfig([
-  {
-    entry: ['src/index.ts'],
-    format: ['esm'],
-    dts: true,
-    sourcemap: true,
-    clean: true,
-    target: 'node20',
-    splitting: false,
-  },
-  {
-    entry: ['src/cli.ts'],
+  kvasirTsupOptions(['src/index.ts'], { format: ['esm'] }),
+  kvasirTsupOptions(['src/cli.ts'], {
     format: ['esm'],
     dts: false,
-    sourcemap: true,
-    target: 'node20',
-    splitting: false,
+    clean: false,
     banner: { js: '#!/usr/bin/env node' },
-  },
+  }),
 ]);

@@ -1,11 +1,3 @@
-import { defineConfig } from 'tsup';
+import { kvasirTsupConfig } from '@kvasir/tsup-config';
 
-export default defineConfig({
-  entry: ['src/index.ts'],
-  format: ['esm', 'cjs'],
-  dts: true,
-  sourcemap: true,
-  clean: true,
-  target: 'node20',
-  splitting: false,
-});
+export default kvasirTsupConfig(['src/index.ts']);

@@ -1,12 +1,6 @@
-import { defineConfig } from 'tsup';
+import { kvasirTsupConfig } from '@kvasir/tsup-config';
 
-export default defineConfig({
-  entry: ['src/index.ts'],
-  format: ['esm', 'cjs'],
+export default kvasirTsupConfig(['src/index.ts'], {
   // The public types mention GPUDevice & co.; consumers get them through this reference.
   dts: { banner: '/// <reference types="@webgpu/types" />' },
-  sourcemap: true,
-  clean: true,
-  target: 'node20',
-  splitting: false,
 });

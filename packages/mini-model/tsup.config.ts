@@ -1,13 +1,6 @@
-import { defineConfig } from 'tsup';
+import { kvasirTsupConfig } from '@kvasir/tsup-config';
 
-export default defineConfig({
-  entry: ['src/index.ts'],
-  format: ['esm', 'cjs'],
-  dts: true,
-  sourcemap: true,
-  clean: true,
-  target: 'node20',
-  splitting: false,
+export default kvasirTsupConfig(['src/index.ts'], {
   // The entry locates the weights beside itself: `import.meta.url` in ESM, `__filename` in CJS.
   shims: true,
 });

@@ -1,16 +1,7 @@
-import { defineConfig } from 'tsup';
+import { kvasirTsupConfig } from '@kvasir/tsup-config';
 
-export default defineConfig({
-  entry: {
-    index: 'src/index.ts',
-    formats: 'src/formats/index.ts',
-    kernels: 'src/kernels/index.ts',
-  },
-  format: ['esm', 'cjs'],
-  dts: true,
-  sourcemap: true,
-  clean: true,
-  target: 'node20',
+export default kvasirTsupConfig(
+  { index: 'src/index.ts', formats: 'src/formats/index.ts', kernels: 'src/kernels/index.ts' },
   // Shared chunks, so the three entries share one ModelError class (instanceof holds across them).
-  splitting: true,
-});
+  { splitting: true },
+);

@@ -1,11 +1,3 @@
-import { defineConfig } from 'tsup';
+import { kvasirTsupConfig } from '@kvasir/tsup-config';
 
-export default defineConfig({
-  entry: { index: 'src/index.ts', testing: 'src/testing/index.ts' },
-  format: ['esm', 'cjs'],
-  dts: true,
-  sourcemap: true,
-  clean: true,
-  target: 'node20',
-  splitting: false,
-});
+export default kvasirTsupConfig({ index: 'src/index.ts', testing: 'src/testing/index.ts' });
