@@ -1,4 +1,4 @@
-// Issue 20's table 3: decode tokens/s at batch 1 and KV bytes per token for every row of tables 1
+// Table 3, KV-format speed: decode tokens/s at batch 1 and KV bytes per token for every row of tables 1
 // (each KV format on the MHA model) and 2 (the GQA/MQA models of tooling/eval/gqa.mjs, f16 KV).
 // @kvasir/model's paged forward pass on one backend (default wasm, the backend present here):
 // every row's model loaded at once, a held-out prompt prefilled and one untimed decode step run

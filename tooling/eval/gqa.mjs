@@ -1,4 +1,4 @@
-// Issue 20's table 2: MHA → GQA after Ainslie et al. (2023) on the trained model. The packaged
+// Table 2, GQA conversion: MHA → GQA after Ainslie et al. (2023) on the trained model. The packaged
 // MHA model (8 KV heads); @kvasir/model's convertToGqa mean-pooling its K/V heads to 2 (GQA-2)
 // and to 1 (MQA) with no training; each converted model uptrained for 70 steps (5% of the
 // 1,400 pre-training steps) by tooling/train/uptrain_gqa.py; and the MHA model trained for the

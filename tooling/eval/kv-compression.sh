@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's quality table: token-level KV compression on the trained model (kvasir-mini, the
+# The KV-compression quality table: token-level KV compression on the trained model (kvasir-mini, the
 # default model, context 512), after StreamingLLM's Table 1. Every row is `kvasir eval` over the
 # same held-out text, read as ONE sequence through the engine's scheduler and the policy (one
 # decode step per token: StreamingLLM's protocol), so the text runs far past the context where

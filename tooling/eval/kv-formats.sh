@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20's table 1: the KV formats on the trained model (kvasir-mini, the default model),
+# Table 1, KV-format quality: the KV formats on the trained model (kvasir-mini, the default model),
 # the way llama.cpp reports its KV-quantization measurements: for each --kv-dtype, KV bytes per
 # token, perplexity, delta-PPL and mean KL divergence against f16, and top-1 agreement, at a
 # short and at the full (512) context. Runs `kvasir eval` (the real paged forward pass) on the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18's comparison: the same GGUF through llama.cpp (llama-bench) and Kvasir's wasm
+# The wasm backend's comparison with llama.cpp: the same GGUF through llama.cpp (llama-bench) and Kvasir's wasm
 # backend on the same machine, in the same window, alternating runs, with the same thread
 # count. Not for CI. Needs tooling/llama.cpp/build.sh's llama-bench (LLAMA_TARGETS=llama-bench).
 #

@@ -1,4 +1,4 @@
-// KV-compression kernels (issue 21): mass_vs_decode, the attention-mass pass's time over a
+// KV-compression kernels: mass_vs_decode, the attention-mass pass's time over a
 // decode step's for the same batch (what a policy that asks for mass every decode adds), and
 // shift_keys_gbps / shift_keys_vs_stream, the key shift's bandwidth (K slabs read and written).
 import { randomFloats, seededRandom } from '@kvasir/test-utils';

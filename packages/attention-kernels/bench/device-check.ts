@@ -64,7 +64,7 @@ function report(
   console.log(JSON.stringify({ kind, format: format.name, ...shape, max_abs_err: err, ok }));
 }
 
-// `--only=compression` runs just issue 21's kernels (attention mass, key shifts).
+// `--only=compression` runs just the KV-compression kernels (attention mass, key shifts).
 const onlyCompression = process.argv.includes('--only=compression');
 
 try {
@@ -124,7 +124,7 @@ try {
     }
     gpu.releaseBuffer(kvCache);
   }
-  // Attention mass (issue 21): an observation window, a whole chunk and a decode, GQA 32/8.
+  // Attention mass (KV compression): an observation window, a whole chunk and a decode, GQA 32/8.
   for (const format of formats) {
     const pasts = [0, 500, 1999];
     const queryLens = [128, 77, 1];
@@ -158,7 +158,7 @@ try {
       1e-5,
     );
   }
-  // Key shifts (issue 21), every format, Llama-3-style RoPE at serving size.
+  // Key shifts (KV compression), every format, Llama-3-style RoPE at serving size.
   for (const format of KEY_SHIFT_FORMATS) {
     const rope = {
       numQHeads: 32,

@@ -1,4 +1,4 @@
-// GGUF weight types on each backend (issue 19): the ~110M Llama as F16, Q8_0, Q6_K and Q4_K_M
+// GGUF weight types on each backend: the ~110M Llama as F16, Q8_0, Q6_K and Q4_K_M
 // GGUF files, decode at batch 1 and 8 with the blocks multiplied in place, each against the
 // backend's own streaming read measured around it. The F16 file is tooling/llama.cpp's
 // make-random-gguf.ts model; the others are llama.cpp's llama-quantize of it when
@@ -25,7 +25,7 @@ const quantizeBin = join(root, 'tooling/llama.cpp/build/bin/llama-quantize');
 /** The issue-18 comparison model (make-random-gguf.ts: seed 18, MHA). */
 export const CONFIG_110M: ModelConfig = makeModelConfig({ ...LLAMA_110M, numKvHeads: 12 });
 
-/** The weight types issue 19 asks figures for. */
+/** The weight types measured: the float baseline and the common llama.cpp quantizations. */
 export const GGUF_TYPES = ['F16', 'Q8_0', 'Q6_K', 'Q4_K_M'] as const;
 type GgufType = (typeof GGUF_TYPES)[number];
 

@@ -187,7 +187,7 @@ function bytesOfWeights(c: ModelConfig): number {
 }
 
 const base = LLAMA_110M;
-// `--gguf-only`: just issue 19's 110M GGUF rows, on the wasm, WebGPU and CPU backends.
+// `--gguf-only`: just the 110M GGUF weight-type rows, on the wasm, WebGPU and CPU backends.
 const ggufOnly = process.argv.includes('--gguf-only');
 const wasm = await benchWasm(log);
 if (process.argv.includes('--wasm-only') || process.argv.includes('--wasm-kv-only')) {
@@ -208,7 +208,7 @@ const dense = ggufOnly
         bandwidth,
       ),
     };
-// Issue 19's rows on WebGPU: few steps, as a software adapter takes seconds per step.
+// The GGUF weight-type rows on WebGPU: few steps, as a software adapter takes seconds per step.
 const webgpuGguf = await benchGguf110m({
   backend: 'webgpu',
   gpu,

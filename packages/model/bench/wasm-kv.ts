@@ -3,7 +3,7 @@
 // (filled with writeBlocks, so no prefill is timed or needed), and decodes at batch 1, 8, 32.
 // The formats' models are loaded side by side and timed in alternation, ROUNDS times, keeping
 // each one's best: on a shared machine whose speed drifts, that compares them in one window.
-// Then issue 21's key shifts: the kernel against the TypeScript reference it replaced.
+// Then KV compression's key shifts: the kernel against the TypeScript reference it replaced.
 import { ropeTables, shiftKeysReference } from '@kvasir/attention-kernels';
 import { KvCode, Op } from '../src/backends/wasm/wasm-program.js';
 import { createWasmRuntime } from '../src/backends/wasm/wasm-runtime.js';
@@ -78,7 +78,7 @@ async function decodeRate(model: Model, batch: number, steps: number, first: num
 const SHIFT_BLOCKS = 63;
 
 /**
- * Milliseconds to re-rotate the keys of SHIFT_BLOCKS blocks on every layer (issue 21's key
+ * Milliseconds to re-rotate the keys of SHIFT_BLOCKS blocks on every layer (KV compression's key
  * shifts after a drop): the wasm kernel on `threads` threads, and the TypeScript reference
  * (attention-kernels' shiftKeysReference, which wrote the same bytes) it replaced.
  */

@@ -1,4 +1,4 @@
-// The release rehearsal (issue 22): every public package published to a private registry the
+// The release rehearsal: every public package published to a private registry the
 // way a release publishes, then installed alone in a fresh project and its README's marked
 // examples run there, under ESM and, where the package ships CommonJS, under CJS. One test per
 // package and example, so the summary line says which package a release would break.

@@ -1,4 +1,4 @@
-// Test-only: issue 21's plan fields (per-block attention mass, RoPE key shifts) on one backend,
+// Test-only: token-level KV compression's plan fields (per-block attention mass, RoPE key shifts) on one backend,
 // run by model-kv-compression.test.ts for each backend that implements them.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ModelConfig } from '../config.js';
@@ -59,7 +59,7 @@ function atPositions(plan: ForwardPlan, first: number): ForwardPlan {
 const SHIFT_TOL: Partial<Record<KvFormatName, number>> = { f32: 1e-5, f16: 1e-3, int8: 1.5e-2 };
 
 /**
- * Every backend that implements issue 21's plan fields passes this: `attentionMass` sums to
+ * Every backend that implements KV compression's plan fields passes this: `attentionMass` sums to
  * layers × heads × massQueries per row, ignores rows that do not ask and leaves the logits as
  * they are; `keyShifts` moves cached keys so that decoding continues as if they had been written
  * at the shifted positions.

@@ -7,7 +7,7 @@ export type MassArgs = readonly [mass: number, offsets: number, queries: number]
 const OFF: MassArgs = [0, 0, 0];
 
 /**
- * Issue 21's attention mass on the wasm backend: the attention kernel adds each counted query's
+ * Token-level KV compression's attention mass on the wasm backend: the attention kernel adds each counted query's
  * probabilities per logical block into a slot of its own, one per (counted query, query head) of
  * a row, over every layer (c/attention.c); after the step the slots of a row are added up in a
  * fixed order into its `attentionMass`. So the result does not depend on the thread count, and a

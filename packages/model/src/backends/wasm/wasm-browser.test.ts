@@ -1,4 +1,4 @@
-// Issue 18's portability claim, tested: the wasm backend's one module runs in a real browser
+// The wasm backend's portability, tested: its one module runs in a real browser
 // (Debian's chromium, headless through playwright-core) and gives the logits it gives in Node.
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';

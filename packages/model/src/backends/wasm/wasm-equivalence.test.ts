@@ -127,7 +127,7 @@ describe('wasm backend == CPU reference', () => {
   });
 
   /**
-   * Issue 21 on one model: a 20-token prompt written at positions SHIFT.. with the mass of its
+   * Token-level KV compression on one model: a 20-token prompt written at positions SHIFT.. with the mass of its
    * last 4 queries, then a decode that shifts every block back by SHIFT (so the keys sit where
    * a prompt at 0.. puts them) with the decode's mass. Returns the masses and the logits.
    */

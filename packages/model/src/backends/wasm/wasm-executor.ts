@@ -271,7 +271,7 @@ class WasmForward {
   }
 
   /**
-   * Issue 21's key shifts as the program's first op: every layer's K rows of the listed blocks
+   * KV compression's key shifts as the program's first op: every layer's K rows of the listed blocks
    * re-rotated in the cache's format (c/attention.c, the bytes attention-kernels'
    * shiftKeysReference writes), all threads. Past the kernel's head dim the reference runs on
    * the host over the wasm memory's views. Needs #ropeFor to cover the largest |delta|.

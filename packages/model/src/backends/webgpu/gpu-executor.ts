@@ -231,7 +231,7 @@ class GpuForward implements Executor {
   #scratch: Scratch | undefined;
   #ops: StepOps | undefined;
   #queue: Promise<unknown> = Promise.resolve();
-  // Built on the first step that needs them (issue 21's key shifts and attention mass), so a
+  // Built on the first step that needs them (KV compression's key shifts and attention mass), so a
   // model that never compresses its cache compiles and binds nothing for them.
   #mass: Promise<PagedAttentionMass> | undefined;
   #shift: Promise<ShiftKeys> | undefined;
@@ -567,7 +567,7 @@ class GpuForward implements Executor {
   }
 
   /**
-   * Issue 21's optional work of a step: key shifts recorded now (after the copies, before the
+   * KV compression's optional work of a step: key shifts recorded now (after the copies, before the
    * layers), attention mass as a hook after each layer's attention and a read-back after the
    * step. Undefined, and nothing recorded, when the plan asks for neither.
    */

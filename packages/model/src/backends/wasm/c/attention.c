@@ -261,7 +261,7 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
 // threads, as in a batch-1 decode of an MQA model, a share of it). A head's result does not
 // depend on which heads share its item, so any thread count gives the same bits.
 //
-// Attention mass (issue 21), when `mass` is set: for one of the last massQ[s] tokens of sequence
+// Attention mass (for token-level KV compression), when `mass` is set: for one of the last massQ[s] tokens of sequence
 // s, each query head h adds, per logical block of the context, the softmax probabilities it
 // gives that block's keys into a slot of its own, massOff[s] + ((i - first) * hq + h) * blocks.
 // A slot adds layer after layer in order, so the sums do not depend on the thread count; the
@@ -324,7 +324,7 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   }
 }
 
-// Issue 21's key shifts: the K rows of whole physical blocks, on every layer and KV head,
+// KV compression's key shifts: the K rows of whole physical blocks, on every layer and KV head,
 // re-rotated by RoPE as if their positions moved by delta (R(delta) k; the tables' entry at
 // |delta|, the sine negated for a negative delta), in the cache's own format: exact decode,
 // rotate in f32 with the operations of @kvasir/attention-kernels' shiftKeysReference, encode.
