@@ -3,5 +3,6 @@ import { kvasirTsupConfig } from '@kvasir/tsup-config';
 export default kvasirTsupConfig(
   { index: 'src/index.ts', formats: 'src/formats/index.ts', kernels: 'src/kernels/index.ts' },
   // Shared chunks, so the three entries share one ModelError class (instanceof holds across them).
-  { splitting: true },
+  // Shims: the XGrammar loader resolves the package from `import.meta.url` (`__filename` in CJS).
+  { splitting: true, shims: true },
 );

@@ -12,3 +12,14 @@ export function randomFloats(random: SeededRandom, n: number, scale?: number): F
 
 /** A standard normal sample (Box–Muller). */
 export function normal(random: SeededRandom): number;
+
+/**
+ * Random JSON schemas of the kinds structured-output requests send (objects with required and
+ * optional properties, bounded arrays, enums, consts, bounded integers, numbers, strings with
+ * length bounds or a pattern, `anyOf`), always an object schema at the top. fast-check is passed
+ * in: this package depends on nothing.
+ */
+export function jsonSchemaArbitrary(
+  fc: typeof import('fast-check'),
+  options?: { maxDepth?: number },
+): import('fast-check').Arbitrary<Record<string, unknown>>;

@@ -17,6 +17,7 @@ import { KvasirError } from '@kvasir/errors';
  * - `IO`: a file could not be read or written.
  * - `INVALID_PLAN`: a batch plan handed to the forward pass is inconsistent.
  * - `BACKEND`: the execution backend (GPU or CPU) failed.
+ * - `INVALID_CONSTRAINT`: an output constraint (JSON schema, grammar, regex) cannot be compiled.
  */
 export type ModelErrorCode =
   | 'INVALID_CONFIG'
@@ -32,7 +33,8 @@ export type ModelErrorCode =
   | 'INVALID_ARGUMENT'
   | 'IO'
   | 'INVALID_PLAN'
-  | 'BACKEND';
+  | 'BACKEND'
+  | 'INVALID_CONSTRAINT';
 
 /**
  * The error every `@kvasir/model` function throws. `code` is stable; `details` carries the file,

@@ -58,10 +58,28 @@ export {
 } from './formats/random-checkpoint.js';
 export type { WeightSummary, WeightTypeCount } from './formats/weight-summary.js';
 export { summarizeWeights } from './formats/weight-summary.js';
+export type {
+  CompiledConstraint,
+  ConstraintCompiler,
+  OutputConstraint,
+  OutputConstraintKind,
+  TokenBitmask,
+  TokenMatcher,
+  TokenVocabulary,
+} from './grammar/output-constraint.js';
+export { bitmaskAllows, bitmaskWords, constraintKey } from './grammar/output-constraint.js';
+export type { VocabularySource } from './grammar/token-vocabulary.js';
+export { tokenVocabulary } from './grammar/token-vocabulary.js';
+export type { XGrammarCompilerOptions } from './grammar/xgrammar-compiler.js';
+export { XGrammarCompiler } from './grammar/xgrammar-compiler.js';
+export type { XGrammarInstance, XGrammarModule } from './grammar/xgrammar-module.js';
+export { loadXGrammar } from './grammar/xgrammar-module.js';
 export { Rng } from './sampling/rng.js';
 export type { SampleResult, SamplingParams, TokenLogprob } from './sampling/sampler.js';
 export {
+  applyLogitBias,
   applyPenalties,
+  applyTokenBitmask,
   logprobs,
   Sampler,
   SamplingState,

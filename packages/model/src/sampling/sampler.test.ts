@@ -1,7 +1,15 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ModelError } from '../errors.js';
-import { applyPenalties, logprobs, Sampler, SamplingState, sample } from './sampler.js';
+import { bitmaskAllows, bitmaskWords } from '../grammar/output-constraint.js';
+import {
+  applyLogitBias,
+  applyPenalties,
+  logprobs,
+  Sampler,
+  SamplingState,
+  sample,
+} from './sampler.js';
 
 function softmax(x: ArrayLike<number>, t = 1): number[] {
   const arr = Array.from(x, (v) => v / t);
@@ -257,5 +265,109 @@ describe('logprobs', () => {
     expect(
       sample(logits, { temperature: 0, logprobs: true }, new SamplingState(0)).logprob!,
     ).toBeCloseTo(r.logprob!, 12);
+  });
+});
+
+describe('token masks (grammar-constrained rows)', () => {
+  /** A mask allowing `allowed` of `v` tokens. */
+  function maskOf(v: number, allowed: readonly number[]): Int32Array {
+    const mask = new Int32Array(bitmaskWords(v));
+    for (const t of allowed) mask[t >>> 5] = mask[t >>> 5]! | (1 << (t & 31));
+    return mask;
+  }
+  const paramsArb = fc.record({
+    temperature: fc.constantFrom(0, 0.5, 1, 2),
+    topK: fc.constantFrom(0, 1, 3, 50),
+    topP: fc.constantFrom(1, 0.9, 0.3),
+    minP: fc.constantFrom(0, 0.1),
+    seed: fc.integer({ min: 0, max: 2 ** 31 }),
+  });
+
+  it('only ever draws an allowed token, whatever the parameters', () => {
+    fc.assert(
+      fc.property(
+        logitsArb.chain((logits) =>
+          fc.tuple(
+            fc.constant(logits),
+            fc.uniqueArray(fc.integer({ min: 0, max: logits.length - 1 }), {
+              minLength: 1,
+              maxLength: logits.length,
+            }),
+          ),
+        ),
+        paramsArb,
+        ([logits, allowed], params) => {
+          const mask = maskOf(logits.length, allowed);
+          const sampler = new Sampler();
+          const state = new SamplingState(params.seed);
+          for (let i = 0; i < 5; i++) {
+            const r = sampler.sample(logits, params, state, mask);
+            expect(allowed).toContain(r.token);
+            expect(bitmaskAllows(mask, r.token)).toBe(true);
+          }
+        },
+      ),
+    );
+  });
+
+  it('draws the allowed tokens with their renormalized softmax frequencies', () => {
+    const logits = Float32Array.from([2, 1, 0.5, 3, -1, 0]);
+    const allowed = [1, 2, 5];
+    const mask = maskOf(logits.length, allowed);
+    const p = softmax(allowed.map((t) => logits[t]!));
+    const state = new SamplingState(9);
+    const counts = new Map<number, number>();
+    const n = 20_000;
+    for (let i = 0; i < n; i++) {
+      const t = sample(logits, {}, state, mask).token;
+      counts.set(t, (counts.get(t) ?? 0) + 1);
+    }
+    allowed.forEach((t, i) => {
+      expect((counts.get(t) ?? 0) / n).toBeCloseTo(p[i]!, 1);
+    });
+    // Log-probabilities stay those of the model's distribution, as unconstrained.
+    const r = sample(logits, { logprobs: true }, state, mask);
+    expect(r.logprob).toBeCloseTo(logprobs(logits, r.token, 0).logprob, 6);
+  });
+
+  it('leaves an all-ones mask and no mask alike, and refuses a short or empty mask', () => {
+    const logits = Float32Array.from({ length: 70 }, (_, i) => Math.sin(i));
+    const all = new Int32Array(bitmaskWords(70)).fill(-1);
+    const a = new SamplingState(4);
+    const b = new SamplingState(4);
+    for (let i = 0; i < 20; i++) {
+      expect(sample(logits, {}, a, all).token).toBe(sample(logits, {}, b).token);
+    }
+    expect(() => sample(logits, {}, a, new Int32Array(2))).toThrow(/words/);
+    expect(() => sample(logits, {}, a, new Int32Array(3))).toThrow(/allows no token/);
+    // Bits past the row's end do not count as allowed.
+    expect(() => sample(logits, {}, a, maskOf(96, [80]))).toThrow(/allows no token/);
+  });
+});
+
+describe('logit bias', () => {
+  it('adds to the logits before sampling: +100 forces, -100 bans', () => {
+    const logits = Float32Array.from([3, 1, 0, 2]);
+    expect(
+      sample(logits, { temperature: 0, logitBias: new Map([[2, 100]]) }, new SamplingState(1))
+        .token,
+    ).toBe(2);
+    const state = new SamplingState(2);
+    for (let i = 0; i < 200; i++) {
+      expect(sample(logits, { logitBias: new Map([[0, -100]]) }, state).token).not.toBe(0);
+    }
+    // Ids past the row are ignored.
+    expect(sample(logits, { temperature: 0, logitBias: new Map([[9, 100]]) }, state).token).toBe(0);
+    const buf = Float32Array.from([1, 1]);
+    applyLogitBias(buf, new Map([[1, -0.5]]));
+    expect([...buf]).toEqual([1, 0.5]);
+  });
+
+  it('refuses non-finite biases and bad token ids', () => {
+    const logits = Float32Array.from([1, 2]);
+    const s = new SamplingState(1);
+    expect(() => sample(logits, { logitBias: new Map([[0, Number.NaN]]) }, s)).toThrow(ModelError);
+    expect(() => sample(logits, { logitBias: new Map([[-1, 1]]) }, s)).toThrow(/logitBias/);
+    expect(() => sample(logits, { logitBias: new Map([[0.5, 1]]) }, s)).toThrow(/logitBias/);
   });
 });

@@ -1,4 +1,5 @@
 import { ModelError } from '../errors.js';
+import { bitmaskWords, type TokenBitmask } from '../grammar/output-constraint.js';
 import { Rng } from './rng.js';
 
 /**
@@ -38,6 +39,11 @@ export interface SamplingParams {
   readonly topLogprobs?: number;
   /** Token ids that end the sequence; {@link SampleResult.stop} reports a hit. The caller acts on it. */
   readonly stopTokenIds?: readonly number[];
+  /**
+   * Added to the logits of these token ids before temperature and truncation (OpenAI's
+   * `logit_bias`: -100 bans a token, 100 all but forces it). Ids outside the row are ignored.
+   */
+  readonly logitBias?: ReadonlyMap<number, number>;
 }
 
 /** A token id with its log-probability. */
@@ -136,6 +142,13 @@ export function validateSamplingParams(p: SamplingParams): void {
   if (!Number.isInteger(n) || n < 0) throw invalid(`topLogprobs must be an integer >= 0, got ${n}`);
   if (p.seed !== undefined && !Number.isSafeInteger(p.seed))
     throw invalid(`seed must be a safe integer, got ${p.seed}`);
+  if (p.logitBias) {
+    for (const [t, b] of p.logitBias) {
+      if (!Number.isInteger(t) || t < 0)
+        throw invalid(`logitBias token ids must be integers >= 0, got ${t}`);
+      if (!Number.isFinite(b)) throw invalid(`logitBias for token ${t} must be finite, got ${b}`);
+    }
+  }
 }
 
 /** Buckets of the (temperature-scaled) logit gap to the maximum, a quarter octave of probability each. */
@@ -177,9 +190,17 @@ export class Sampler {
    * Samples one token from a row of logits and records it in `state`.
    *
    * @param logits - one row of the LM head's output (any length ≥ 1; a subarray is fine).
-   * @throws {@link ModelError} `INVALID_ARGUMENT` for bad params or an empty row.
+   * @param mask - the tokens allowed next (grammar-constrained decoding); every other token gets
+   *   probability 0. Omitted for unconstrained rows, which then pay nothing for the feature.
+   * @throws {@link ModelError} `INVALID_ARGUMENT` for bad params, an empty row, or a mask that
+   *   is too short or allows no token of the row.
    */
-  sample(logits: Float32Array, params: SamplingParams, state: SamplingState): SampleResult {
+  sample(
+    logits: Float32Array,
+    params: SamplingParams,
+    state: SamplingState,
+    mask?: TokenBitmask,
+  ): SampleResult {
     validateSamplingParams(params);
     const v = logits.length;
     if (v === 0) throw invalid('empty logits row');
@@ -187,6 +208,8 @@ export class Sampler {
     const work = this.work;
     work.set(logits);
     applyPenalties(work.subarray(0, v), params, state);
+    if (params.logitBias) applyLogitBias(work.subarray(0, v), params.logitBias);
+    if (mask) applyTokenBitmask(work.subarray(0, v), mask);
 
     const temperature = params.temperature ?? 1;
     let token: number;
@@ -363,6 +386,42 @@ export function applyPenalties(work: Float32Array, p: SamplingParams, s: Samplin
   }
 }
 
+/** Adds `bias` to a logits row in place (ids outside the row are ignored). */
+export function applyLogitBias(work: Float32Array, bias: ReadonlyMap<number, number>): void {
+  const v = work.length;
+  for (const [t, b] of bias) if (t >= 0 && t < v) work[t] = work[t]! + b;
+}
+
+/**
+ * Sets every token of a logits row that `mask` does not allow to -Infinity, in place.
+ *
+ * @throws {@link ModelError} `INVALID_ARGUMENT` when the mask has fewer words than the row needs
+ *   or allows none of its tokens.
+ */
+export function applyTokenBitmask(work: Float32Array, mask: TokenBitmask): void {
+  const v = work.length;
+  const words = bitmaskWords(v);
+  if (mask.length < words) {
+    throw invalid(`token mask of ${mask.length} words for a row of ${v} tokens (${words} needed)`);
+  }
+  let allowed = false;
+  for (let w = 0; w < words; w++) {
+    const bits = mask[w]!;
+    const base = w << 5;
+    const end = Math.min(32, v - base);
+    // All ones: nothing to do for these 32 tokens (common in loose grammars).
+    if (bits === -1 && end === 32) {
+      allowed = true;
+      continue;
+    }
+    for (let b = 0; b < end; b++) {
+      if ((bits >>> b) & 1) allowed = true;
+      else work[base + b] = Number.NEGATIVE_INFINITY;
+    }
+  }
+  if (!allowed) throw invalid('the token mask allows no token of the row');
+}
+
 function argmax(x: Float32Array, v: number): number {
   let best = 0;
   let bv = x[0]!;
@@ -420,13 +479,14 @@ let shared: Sampler | undefined;
 /**
  * Samples one token with a shared {@link Sampler} (see there). Convenience for single callers.
  *
- * @throws {@link ModelError} `INVALID_ARGUMENT` for bad params.
+ * @throws {@link ModelError} `INVALID_ARGUMENT` for bad params or a bad mask.
  */
 export function sample(
   logits: Float32Array,
   params: SamplingParams,
   state: SamplingState,
+  mask?: TokenBitmask,
 ): SampleResult {
   shared ??= new Sampler();
-  return shared.sample(logits, params, state);
+  return shared.sample(logits, params, state, mask);
 }

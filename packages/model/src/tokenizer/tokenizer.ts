@@ -6,6 +6,7 @@ import { readGgufHeader } from '../formats/gguf/header.js';
 import { type ChatMessage, type ChatTemplateOptions, renderChatTemplate } from './chat-template.js';
 import { type DetokenizerOptions, IncrementalDetokenizer } from './detokenizer.js';
 import { tokenizerJsonFromGguf } from './gguf-tokenizer.js';
+import { type PieceSpelling, pieceBytes, pieceSpelling } from './token-bytes.js';
 
 /** Where a tokenizer came from, and its special tokens. */
 export interface TokenizerFiles {
@@ -51,6 +52,10 @@ function pickTemplate(v: unknown): string | null {
  */
 export class ModelTokenizer {
   private readonly tok: HfTokenizer;
+  private readonly spelling: PieceSpelling;
+  /** Added tokens' text (they are written as themselves, never in the vocabulary's spelling). */
+  private readonly addedContent = new Map<number, string>();
+  private readonly unkToken: string | null;
   /** Ids of every special (control) token. */
   readonly specialTokenIds: ReadonlySet<number>;
   /** Beginning-of-sequence token text, if any. */
@@ -79,7 +84,13 @@ export class ModelTokenizer {
     }
     const cfg = files.tokenizerConfig;
     const special = new Set<number>();
-    for (const [id, t] of this.tok.get_added_tokens_decoder()) if (t.special) special.add(id);
+    for (const [id, t] of this.tok.get_added_tokens_decoder()) {
+      if (t.special) special.add(id);
+      else this.addedContent.set(id, t.content);
+    }
+    this.spelling = pieceSpelling(files.tokenizerJson);
+    const unk = (files.tokenizerJson.model as { unk_token?: unknown } | undefined)?.unk_token;
+    this.unkToken = typeof unk === 'string' ? unk : null;
     this.specialTokenIds = special;
     this.bosToken = tokenContent(cfg.bos_token);
     this.eosToken = tokenContent(cfg.eos_token);
@@ -210,6 +221,21 @@ export class ModelTokenizer {
   /** The id of a token text, or `undefined`. */
   tokenToId(token: string): number | undefined {
     return this.tok.token_to_id(token);
+  }
+
+  /**
+   * The bytes token `id` adds to the output text, exactly (a byte-level piece may be part of a
+   * UTF-8 character; a SentencePiece `▁` is a space), or `null` for a special (control) token,
+   * the unknown token or an id outside the vocabulary: those never stand for text.
+   * Grammar-constrained decoding matches these bytes against the grammar.
+   */
+  tokenBytes(id: number): Uint8Array | null {
+    if (this.specialTokenIds.has(id)) return null;
+    const added = this.addedContent.get(id);
+    if (added !== undefined) return new TextEncoder().encode(added);
+    const piece = this.tok.id_to_token(id);
+    if (piece === undefined || piece === this.unkToken) return null;
+    return pieceBytes(piece, this.spelling);
   }
 
   /** Whether an id is a special (control) token. */
