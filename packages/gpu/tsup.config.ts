@@ -1,6 +1,9 @@
-import { kvasirTsupConfig } from '@kvasir/tsup-config';
+import { kvasirTsupOptions } from '@kvasir/tsup-config';
+import { defineConfig } from 'tsup';
 
-export default kvasirTsupConfig(['src/index.ts'], {
-  // The public types mention GPUDevice & co.; consumers get them through this reference.
-  dts: { banner: '/// <reference types="@webgpu/types" />' },
-});
+export default defineConfig(
+  kvasirTsupOptions(['src/index.ts'], {
+    // The public types mention GPUDevice & co.; consumers get them through this reference.
+    dts: { banner: '/// <reference types="@webgpu/types" />' },
+  }),
+);

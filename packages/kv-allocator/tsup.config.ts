@@ -1,3 +1,4 @@
-import { kvasirTsupConfig } from '@kvasir/tsup-config';
+import { kvasirTsupOptions } from '@kvasir/tsup-config';
+import { defineConfig } from 'tsup';
 
-export default kvasirTsupConfig(['src/index.ts', 'src/policies.ts']);
+export default defineConfig(kvasirTsupOptions(['src/index.ts', 'src/policies.ts']));

@@ -1,8 +1,11 @@
-import { kvasirTsupConfig } from '@kvasir/tsup-config';
+import { kvasirTsupOptions } from '@kvasir/tsup-config';
+import { defineConfig } from 'tsup';
 
-export default kvasirTsupConfig(
-  { index: 'src/index.ts', formats: 'src/formats/index.ts', kernels: 'src/kernels/index.ts' },
-  // Shared chunks, so the three entries share one ModelError class (instanceof holds across them).
-  // Shims: the XGrammar loader resolves the package from `import.meta.url` (`__filename` in CJS).
-  { splitting: true, shims: true },
+export default defineConfig(
+  kvasirTsupOptions(
+    { index: 'src/index.ts', formats: 'src/formats/index.ts', kernels: 'src/kernels/index.ts' },
+    // Shared chunks, so the three entries share one ModelError class (instanceof holds across them).
+    // Shims: the XGrammar loader resolves the package from `import.meta.url` (`__filename` in CJS).
+    { splitting: true, shims: true },
+  ),
 );

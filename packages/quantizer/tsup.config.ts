@@ -1,3 +1,6 @@
-import { kvasirTsupConfig } from '@kvasir/tsup-config';
+import { kvasirTsupOptions } from '@kvasir/tsup-config';
+import { defineConfig } from 'tsup';
 
-export default kvasirTsupConfig({ index: 'src/index.ts', ggml: 'src/ggml/index.ts' });
+export default defineConfig(
+  kvasirTsupOptions({ index: 'src/index.ts', ggml: 'src/ggml/index.ts' }),
+);

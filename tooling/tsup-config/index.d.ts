@@ -6,5 +6,3 @@ import type { Options } from 'tsup';
  */
 export function kvasirTsupOptions(entry: Options['entry'], overrides?: Options): Options;
 
-/** {@link kvasirTsupOptions} as a tsup config: what a package's `tsup.config.ts` exports. */
-export function kvasirTsupConfig(entry: Options['entry'], overrides?: Options): Options;
