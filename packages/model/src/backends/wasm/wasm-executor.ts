@@ -29,13 +29,18 @@ import {
   Op,
   type ProgramBuilder,
 } from './wasm-program.js';
-import { createWasmRuntime, type WasmRuntime } from './wasm-runtime.js';
+import { createWasmRuntime, type WasmOpProfile, type WasmRuntime } from './wasm-runtime.js';
 import { type WasmWeight, wasmAllocator, weightArgs } from './wasm-weights.js';
 
 /** Options of {@link createWasmExecutor}. */
 export interface WasmExecutorOptions {
   /** Threads (the caller's included); default: the machine's physical cores. */
   readonly threads?: number;
+  /**
+   * When set, each step runs one op at a time and adds each op's time here (benchmarks: a
+   * per-op profile; it costs a wake-up per op).
+   */
+  readonly profile?: WasmOpProfile;
 }
 
 /** What a wasm executor reports about itself (for banners and benchmarks). */
@@ -101,7 +106,7 @@ export async function createWasmExecutor(
   });
   try {
     const weights = await loadBlockWeights(reader, wasmAllocator(rt.arena), ctx.weights);
-    const forward = new WasmForward(rt, c, kv, weights);
+    const forward = new WasmForward(rt, c, kv, weights, options.profile);
     return {
       forward: async (plan) => forward.forward(plan),
       blocks: cpuKvBlockIo(kv, forward.caches),
@@ -213,9 +218,17 @@ class WasmForward {
   readonly #program: ProgramBuilder;
   #step: StepBuffers;
   #plan: PlanBuffers | undefined;
+  readonly #profile: WasmOpProfile | undefined;
 
-  constructor(rt: WasmRuntime, c: ModelConfig, kv: KvCacheSpec, w: ModelWeights<WasmWeight>) {
+  constructor(
+    rt: WasmRuntime,
+    c: ModelConfig,
+    kv: KvCacheSpec,
+    w: ModelWeights<WasmWeight>,
+    profile?: WasmOpProfile,
+  ) {
     this.#rt = rt;
+    this.#profile = profile;
     this.#arena = rt.arena;
     this.#c = c;
     this.#kv = kv;
@@ -295,20 +308,24 @@ class WasmForward {
       words[2 * i] = k.block;
       words[2 * i + 1] = k.delta;
     });
-    p.push(Op.keyShift, [
-      this.#cacheTable,
-      this.#c.numLayers,
-      this.#shifts.ptr,
-      n,
-      kv.numKvHeads,
-      kv.headDim,
-      KvCode[kv.format],
-      kv.blockSize,
-      kv.blockWords,
-      kv.slabWords,
-      this.#rope.cos,
-      this.#rope.sin,
-    ]).barrier();
+    p.push(
+      Op.keyShift,
+      [
+        this.#cacheTable,
+        this.#c.numLayers,
+        this.#shifts.ptr,
+        n,
+        kv.numKvHeads,
+        kv.headDim,
+        KvCode[kv.format],
+        kv.blockSize,
+        kv.blockWords,
+        kv.slabWords,
+        this.#rope.cos,
+        this.#rope.sin,
+      ],
+      'key_shift',
+    ).barrier();
   }
 
   #stepBuffers(tokens: number): StepBuffers {
@@ -431,95 +448,113 @@ class WasmForward {
       wt: WasmWeight,
       y: number,
       epilogue: keyof typeof EpilogueCode,
+      label: string,
       bias = 0,
     ) => {
       const a = weightArgs(wt);
-      p.push(Op.matmul, [
-        x,
-        m,
-        wt.cols,
-        wt.data,
-        wt.rows,
-        a.code,
-        a.scales,
-        a.gs,
-        bias,
-        y,
-        EpilogueCode[epilogue],
-        ...scratch,
-      ]);
+      p.push(
+        Op.matmul,
+        [
+          x,
+          m,
+          wt.cols,
+          wt.data,
+          wt.rows,
+          a.code,
+          a.scales,
+          a.gs,
+          bias,
+          y,
+          EpilogueCode[epilogue],
+          ...scratch,
+        ],
+        `matmul ${label}`,
+      );
     };
     const embed = weightArgs(w.embed);
-    p.push(Op.embed, [s.ids, t, w.embed.data, embed.code, h, embed.scales, embed.gs, s.x]);
+    p.push(Op.embed, [s.ids, t, w.embed.data, embed.code, h, embed.scales, embed.gs, s.x], 'embed');
     p.barrier();
     const eps = f32Word(c.rmsNormEps);
     const kvCode = KvCode[kv.format];
     for (let l = 0; l < c.numLayers; l++) {
       const lw = w.layers[l] as ModelWeights<WasmWeight>['layers'][number];
       const vec = this.#vectors[l] as LayerVectors;
-      p.push(Op.rmsNorm, [s.x, t, h, vec.inputNorm, eps, s.xn, 0]).barrier();
+      p.push(Op.rmsNorm, [s.x, t, h, vec.inputNorm, eps, s.xn, 0], 'rms_norm').barrier();
       // q, k and v read only xn: no barrier between them.
-      matmul(s.xn, t, lw.q, s.q, 'store', vec.qBias);
-      matmul(s.xn, t, lw.k, s.k, 'store', vec.kBias);
-      matmul(s.xn, t, lw.v, s.v, 'store', vec.vBias);
+      matmul(s.xn, t, lw.q, s.q, 'store', 'q', vec.qBias);
+      matmul(s.xn, t, lw.k, s.k, 'store', 'k', vec.kBias);
+      matmul(s.xn, t, lw.v, s.v, 'store', 'v', vec.vBias);
       p.barrier();
-      p.push(Op.ropeKv, [
-        s.q,
-        s.k,
-        s.v,
-        t,
-        s.positions,
-        s.slots,
-        c.numHeads,
-        c.numKvHeads,
-        d,
-        rope.cos,
-        rope.sin,
-        this.#cachePtrs[l] as number,
-        kvCode,
-        kv.blockSize,
-        kv.blockWords,
-        kv.slabWords,
-      ]).barrier();
-      p.push(Op.attention, [
-        s.q,
-        s.attn,
-        t,
-        s.tokSeq,
-        pb.queryStarts,
-        pb.queryLens,
-        pb.contextLens,
-        pb.tables,
-        plan.maxBlocksPerSeq,
-        c.numHeads,
-        c.numKvHeads,
-        d,
-        this.#cachePtrs[l] as number,
-        kvCode,
-        kv.blockSize,
-        kv.blockWords,
-        kv.slabWords,
-        0,
-        f32Word(1 / Math.sqrt(d)),
-        pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
-        pb.scratchStride,
-        pb.scoreStride,
-        ...mass,
-      ]).barrier();
-      matmul(s.attn, t, lw.o, s.x, 'residual', vec.oBias);
+      p.push(
+        Op.ropeKv,
+        [
+          s.q,
+          s.k,
+          s.v,
+          t,
+          s.positions,
+          s.slots,
+          c.numHeads,
+          c.numKvHeads,
+          d,
+          rope.cos,
+          rope.sin,
+          this.#cachePtrs[l] as number,
+          kvCode,
+          kv.blockSize,
+          kv.blockWords,
+          kv.slabWords,
+        ],
+        'rope_kv',
+      ).barrier();
+      p.push(
+        Op.attention,
+        [
+          s.q,
+          s.attn,
+          t,
+          s.tokSeq,
+          pb.queryStarts,
+          pb.queryLens,
+          pb.contextLens,
+          pb.tables,
+          plan.maxBlocksPerSeq,
+          c.numHeads,
+          c.numKvHeads,
+          d,
+          this.#cachePtrs[l] as number,
+          kvCode,
+          kv.blockSize,
+          kv.blockWords,
+          kv.slabWords,
+          0,
+          f32Word(1 / Math.sqrt(d)),
+          pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
+          pb.scratchStride,
+          pb.scoreStride,
+          ...mass,
+        ],
+        'attention',
+      ).barrier();
+      matmul(s.attn, t, lw.o, s.x, 'residual', 'o', vec.oBias);
       p.barrier();
-      p.push(Op.rmsNorm, [s.x, t, h, vec.postNorm, eps, s.xn, 0]).barrier();
-      matmul(s.xn, t, lw.gateUp, s.act, 'swiglu');
+      p.push(Op.rmsNorm, [s.x, t, h, vec.postNorm, eps, s.xn, 0], 'rms_norm').barrier();
+      matmul(s.xn, t, lw.gateUp, s.act, 'swiglu', 'gate_up');
       p.barrier();
-      matmul(s.act, t, lw.down, s.x, 'residual');
+      matmul(s.act, t, lw.down, s.x, 'residual', 'down');
       p.barrier();
     }
     if (rows > 0) {
-      p.push(Op.rmsNorm, [s.x, rows, h, this.#finalNorm, eps, pb.finalNorm, pb.logitRows]);
+      p.push(
+        Op.rmsNorm,
+        [s.x, rows, h, this.#finalNorm, eps, pb.finalNorm, pb.logitRows],
+        'rms_norm',
+      );
       p.barrier();
-      matmul(pb.finalNorm, rows, w.lmHead, pb.logits, 'store');
+      matmul(pb.finalNorm, rows, w.lmHead, pb.logits, 'store', 'lm_head');
     }
-    this.#rt.run(p);
+    if (this.#profile) this.#rt.runProfiled(p, this.#profile);
+    else this.#rt.run(p);
     if (mass[0] !== 0) this.#mass.collect(plan);
     if (rows === 0) return new Float32Array(0);
     return arena.f32(pb.logits, rows * c.vocabSize).slice();

@@ -75,6 +75,8 @@ export function f32Word(x: number): number {
 export class ProgramBuilder {
   #words: Int32Array;
   #count = 0;
+  /** What each op is, for per-op profiles (wasm-executor's `profile`). */
+  readonly labels: string[] = [];
 
   constructor(
     readonly ptr: number,
@@ -88,13 +90,14 @@ export class ProgramBuilder {
     return this.#count;
   }
 
-  push(op: number, args: readonly number[]): this {
+  push(op: number, args: readonly number[], label = ''): this {
     if (this.#count >= this.capacity) throw new RangeError('program capacity exceeded');
     if (args.length >= OP_WORDS) throw new RangeError('too many op arguments');
     const o = this.#count * OP_WORDS;
     this.#words.fill(0, o, o + OP_WORDS);
     this.#words[o] = op;
     for (let i = 0; i < args.length; i++) this.#words[o + 1 + i] = args[i] as number;
+    this.labels[this.#count] = label;
     this.#count++;
     return this;
   }

@@ -7,6 +7,14 @@ import { OP_WORDS, ProgramBuilder } from './wasm-program.js';
 /** Room for the module's own data and stack below `__heap_base`. */
 const MODULE_BYTES = 1 << 20;
 
+/** Milliseconds per op label, summed over the steps profiled (benchmarks). */
+export interface WasmOpProfile {
+  readonly ms: Map<string, number>;
+  /** Ops run, and milliseconds of as many empty one-op programs (the per-op wake-up cost). */
+  ops: number;
+  empty: number;
+}
+
 /** The wasm backend's machinery: one shared memory, its allocator, and the threads over it. */
 export interface WasmRuntime {
   readonly arena: WasmArena;
@@ -16,6 +24,12 @@ export interface WasmRuntime {
   program(capacity: number): ProgramBuilder;
   /** Runs a built program on every thread. */
   run(program: ProgramBuilder): void;
+  /**
+   * Runs a built program one op at a time (each op a program of its own, so every op pays a
+   * wake-up: subtract {@link WasmOpProfile}'s `empty`), adding each op's milliseconds to
+   * `profile` under its label.
+   */
+  runProfiled(program: ProgramBuilder, profile: WasmOpProfile): void;
   close(): Promise<void>;
 }
 
@@ -43,6 +57,7 @@ export async function createWasmRuntime(options: {
   const pool = await ThreadPool.create(module, instance, arena, options.threads, {
     spin: options.spin,
   });
+  let nop = 0;
   return {
     arena,
     pool,
@@ -53,6 +68,22 @@ export async function createWasmRuntime(options: {
     },
     run(program) {
       pool.run(program.ptr, program.count);
+    },
+    runProfiled(program, profile) {
+      if (nop === 0) {
+        nop = arena.alloc(OP_WORDS * 4, 'a profiling no-op');
+        arena.i32(nop, OP_WORDS).fill(0);
+      }
+      for (let i = 0; i < program.count; i++) {
+        const label = program.labels[i] || 'other';
+        let t0 = performance.now();
+        pool.run(program.ptr + i * OP_WORDS * 4, 1);
+        profile.ms.set(label, (profile.ms.get(label) ?? 0) + performance.now() - t0);
+        t0 = performance.now();
+        pool.run(nop, 1);
+        profile.empty += performance.now() - t0;
+        profile.ops++;
+      }
     },
     close: () => pool.close(),
   };

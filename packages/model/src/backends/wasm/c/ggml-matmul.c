@@ -18,6 +18,7 @@
 #include "ggml-matmul.h"
 
 #include "common.h"
+#include "matmul-epilogue.h"
 
 typedef int16_t i16;
 typedef uint8_t u8;
@@ -641,10 +642,10 @@ static void matvec_fused(dot2_fn dot2, const format_t* f, const u8* w, i32 k, i3
     const u8* r0 = w + j * rowBytes;
     dot2(r0, j + 1 < hi ? r0 + rowBytes : r0, nb, xq, xs, xb, o);
     if (ep == 2) {
-      kv_emit(y, n, ep, bias, 0, j, o[0], o[1]);
+      epilogue(y, n, ep, bias, 0, j, o[0], o[1]);
     } else {
-      kv_emit(y, n, ep, bias, 0, j, o[0], 0.0f);
-      if (j + 1 < hi) kv_emit(y, n, ep, bias, 0, j + 1, o[1], 0.0f);
+      epilogue(y, n, ep, bias, 0, j, o[0], 0.0f);
+      if (j + 1 < hi) epilogue(y, n, ep, bias, 0, j + 1, o[1], 0.0f);
     }
   }
 }
@@ -697,10 +698,10 @@ void ggml_matmul(const float* x, i32 m, i32 k, const u8* w, i32 n, i32 fmt, i32 
         }
         for (i32 c = 0; c <= u - t; c++) {
           if (ep == 2) {
-            kv_emit(y, n, ep, bias, t0 + t + c, j, o[c], o[2 + c]);
+            epilogue(y, n, ep, bias, t0 + t + c, j, o[c], o[2 + c]);
           } else {
-            kv_emit(y, n, ep, bias, t0 + t + c, j, o[c], 0.0f);
-            if (two) kv_emit(y, n, ep, bias, t0 + t + c, j + 1, o[2 + c], 0.0f);
+            epilogue(y, n, ep, bias, t0 + t + c, j, o[c], 0.0f);
+            if (two) epilogue(y, n, ep, bias, t0 + t + c, j + 1, o[2 + c], 0.0f);
           }
         }
       }

@@ -27,17 +27,12 @@ enum {
 #define GGML_SCRATCH_FLOATS_PER_COL 11
 
 // y (=, +=, swiglu) x[m][k] · W[lo..hi)[k]ᵀ for a GGML block matrix `w` (rows of k / blockSize
-// blocks, back to back). Results go through kv_emit (kernels.c's epilogue). `scratch` holds
+// blocks, back to back). Results go through matmul-epilogue.h. `scratch` holds
 // GGML_SCRATCH_FLOATS_PER_COL · k floats of this thread's own.
 void ggml_matmul(const float* x, int32_t m, int32_t k, const uint8_t* w, int32_t n, int32_t fmt,
                  int32_t lo, int32_t hi, float* scratch, float* y, int32_t ep, const float* bias);
 
 // Row `r` of a GGML block matrix decoded to f32 (the embedding gather).
 void ggml_decode_row(const uint8_t* w, int32_t fmt, int32_t k, int32_t r, float* out);
-
-// kernels.c: writes result v of weight row j for token row i under epilogue `ep` (for SwiGLU,
-// v and u are gate row j and up row j + 1).
-void kv_emit(float* y, int32_t n, int32_t ep, const float* bias, int32_t i, int32_t j, float v,
-             float u);
 
 #endif

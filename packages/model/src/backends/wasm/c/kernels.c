@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "ggml-matmul.h"
+#include "matmul-epilogue.h"
 
 // ---------------------------------------------------------------------------------------------
 // Op records: OP_WORDS i32 words each; word 0 is the opcode, bit 31 of it "barrier after".
@@ -32,7 +33,6 @@ enum {
 };
 
 enum { WF_F32 = 0, WF_F16 = 1, WF_INT8 = 2 };  // GGML blocks: ggml-matmul.h
-enum { EP_STORE = 0, EP_RESIDUAL = 1, EP_SWIGLU = 2 };
 
 // ---------------------------------------------------------------------------------------------
 // Dense rows: decode and dot products.
@@ -266,29 +266,6 @@ INLINE void tile4x2(const float* w, const float* x0, const float* x1, i32 k, flo
   o[7] = hsum(a31);
 }
 
-INLINE float silu(float v) { return v / (1.0f + expf_(-v)); }
-
-// Writes result v of weight row j for token row i under the epilogue. For SwiGLU the caller
-// passes the pair (gate, up) of rows j, j+1 through v and v2.
-INLINE void emit(float* y, i32 n, i32 ep, const float* bias, i32 i, i32 j, float v) {
-  if (bias) v += bias[j];
-  if (ep == EP_RESIDUAL) y[(long)i * n + j] += v;
-  else y[(long)i * n + j] = v;
-}
-
-INLINE void emit_swiglu(float* y, i32 n, const float* bias, i32 i, i32 j, float g, float u) {
-  if (bias) {
-    g += bias[j];
-    u += bias[j + 1];
-  }
-  y[(long)i * (n / 2) + j / 2] = silu(g) * u;
-}
-
-void kv_emit(float* y, i32 n, i32 ep, const float* bias, i32 i, i32 j, float v, float u) {
-  if (ep == EP_SWIGLU) emit_swiglu(y, n, bias, i, j, v, u);
-  else emit(y, n, ep, bias, i, j, v);
-}
-
 // Token rows per block of the batched path: their x rows stay in L2 while the weight tiles
 // stream past them.
 #define TOKEN_BLOCK 64
@@ -338,20 +315,20 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
         }
       }
       if (ep == EP_SWIGLU) {
-        emit_swiglu(y, n, bias, 0, j, o[0], o[1]);
-        emit_swiglu(y, n, bias, 0, j + 2, o[2], o[3]);
+        epilogue_swiglu(y, n, bias, 0, j, o[0], o[1]);
+        epilogue_swiglu(y, n, bias, 0, j + 2, o[2], o[3]);
       } else {
-        for (i32 r = 0; r < 4; r++) emit(y, n, ep, bias, 0, j + r, o[r]);
+        for (i32 r = 0; r < 4; r++) epilogue_store(y, n, ep, bias, 0, j + r, o[r]);
       }
     }
     for (; j < hi; j++) {
       if (ep == EP_SWIGLU) {
         float g = dot1(w, fmt, k, scales, gs, j, x);
         float u = dot1(w, fmt, k, scales, gs, j + 1, x);
-        emit_swiglu(y, n, bias, 0, j, g, u);
+        epilogue_swiglu(y, n, bias, 0, j, g, u);
         j++;
       } else {
-        emit(y, n, ep, bias, 0, j, dot1(w, fmt, k, scales, gs, j, x));
+        epilogue_store(y, n, ep, bias, 0, j, dot1(w, fmt, k, scales, gs, j, x));
       }
     }
     return;
@@ -379,9 +356,9 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
         for (i32 u = 0; u < nt; u++) {
           if (ep == EP_SWIGLU) {
             for (i32 r = 0; r + 1 < rows; r += 2)
-              emit_swiglu(y, n, bias, i + u, j + r, o[r * 2 + u], o[(r + 1) * 2 + u]);
+              epilogue_swiglu(y, n, bias, i + u, j + r, o[r * 2 + u], o[(r + 1) * 2 + u]);
           } else {
-            for (i32 r = 0; r < rows; r++) emit(y, n, ep, bias, i + u, j + r, o[r * 2 + u]);
+            for (i32 r = 0; r < rows; r++) epilogue_store(y, n, ep, bias, i + u, j + r, o[r * 2 + u]);
           }
         }
       }
