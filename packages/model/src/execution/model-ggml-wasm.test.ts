@@ -11,9 +11,12 @@ import { seqPlan } from '../testing/model.js';
 import { loadModel } from './model.js';
 import { loadBlockWeights } from './weights.js';
 
-// The wasm kernels multiply the file's blocks in place with x rounded to int16 per 32: the
-// same distribution as the f32-dequantized weights (KL < 1e-6) and llama.cpp's greedy tokens.
-ggmlFixtureSuite('wasm', GGML_MODEL_FIXTURES, 2e-3);
+// The wasm kernels multiply the file's blocks in place with activations quantized to 8 bits per
+// block of 32, as llama.cpp's CPU kernels do: the distribution of the f32-dequantized weights
+// within the KL llama.cpp's own run on the blocks keeps from it (~1e-4), llama.cpp's f32 logits
+// within 3e-2 (0.020-0.024 here; llama.cpp's own run on the blocks is 0.025-0.040 from them),
+// and llama.cpp's greedy tokens.
+ggmlFixtureSuite('wasm', GGML_MODEL_FIXTURES, 3e-2, { blocks: 1e-4, llamaF32: 1e-4 });
 
 describe('GGUF block weights on the wasm backend', () => {
   it('Q4_K_M: wasm memory holds the file blocks (its bytes, not f16), each matrix keeps its type', async () => {

@@ -75,8 +75,10 @@ async function greedy(m: Model, prompt: number[], steps: number) {
 /**
  * The llama.cpp k-quant fixtures on one backend: the file's blocks, multiplied as they are,
  * give the next-token distribution of the same weights dequantized to f32 at load (KL below
- * 1e-6), llama.cpp's logits on those f32 weights within `logitsTolerance` (max |Δ|; llama.cpp
- * keeps its KV cache in f16, Kvasir here in f32: about 1e-3 apart, KL ~5e-8), and llama.cpp's
+ * `kl.blocks`: 1e-6 where activations stay f32; kernels that quantize them to 8 bits per block of
+ * 32, as llama.cpp's do, land where llama.cpp's own run does, ~1e-4 from f32), llama.cpp's
+ * logits on those f32 weights within `logitsTolerance` (max |Δ|; llama.cpp keeps its KV cache in
+ * f16, Kvasir here in f32: about 1e-3 apart, KL ~5e-8 below `kl.llamaF32`), and llama.cpp's
  * greedy tokens on the quantized file over its 32 recorded steps (each fixture's prompt was
  * chosen so that every step's margin exceeds llama.cpp's activation-quantization noise).
  */
@@ -84,10 +86,12 @@ export function ggmlFixtureSuite(
   backend: 'cpu' | 'webgpu' | 'wasm',
   fixtures: readonly string[],
   logitsTolerance: number,
+  kl: { readonly blocks: number; readonly llamaF32: number } = { blocks: 1e-6, llamaF32: 1e-7 },
 ): void {
+  const blocksKl = kl.blocks;
   describe(`llama.cpp k-quant fixtures (${backend})`, () => {
     it.each(fixtures.map((f) => [f]))(
-      '%s: blocks = dequantized f32 (KL < 1e-6), llama.cpp greedy tokens and logits',
+      `%s: blocks = dequantized f32 (KL < ${blocksKl}), llama.cpp greedy tokens and logits`,
       async (ftype) => {
         const fx = await ggmlModelFixture(ftype);
         const common = await fixtureLoadOptions(backend, 4);
@@ -96,14 +100,14 @@ export function ggmlFixtureSuite(
         const run = fx.llamaCpp.quantized;
         const q = await greedy(blocks, run.prompt_tokens, run.tokens.length);
         const d = await greedy(f32, run.prompt_tokens, 1);
-        expect(klDivergence(d.first, q.first)).toBeLessThan(1e-6);
+        expect(klDivergence(d.first, q.first)).toBeLessThan(blocksKl);
         expect(q.tokens).toEqual(run.tokens);
         const ref = fx.llamaCpp.dequantized_f32.first_logits;
         let maxDiff = 0;
         for (let i = 0; i < ref.length; i++)
           maxDiff = Math.max(maxDiff, Math.abs(q.first[i]! - ref[i]!));
         expect(maxDiff).toBeLessThan(logitsTolerance);
-        expect(klDivergence(ref, q.first)).toBeLessThan(1e-7);
+        expect(klDivergence(ref, q.first)).toBeLessThan(kl.llamaF32);
         // llama.cpp's own run on the blocks quantizes the activations too: ~1e-4 KL away.
         expect(klDivergence(run.first_logits, q.first)).toBeLessThan(1e-4);
         await blocks.destroy();

@@ -20,6 +20,7 @@ export interface WasmInstance {
 interface WasmApi {
   Memory: new (d: { initial: number; maximum: number; shared: boolean }) => WasmMemory;
   Instance: new (m: WasmModule, imports: object) => WasmInstance;
+  Module: new (bytes: Uint8Array) => WasmModule;
   compile(bytes: Uint8Array): Promise<WasmModule>;
   instantiate(m: WasmModule, imports: object): Promise<WasmInstance>;
   validate(bytes: Uint8Array): boolean;

@@ -13,6 +13,8 @@ import { convertToGguf } from '../../formats/gguf/convert.js';
 import { openGgufBytes } from '../../formats/gguf/reader.js';
 import { writeRandomCheckpoint } from '../../formats/random-checkpoint.js';
 import { DECODE_STEPS, runTinySteps, TINY_CONFIG } from '../../testing/browser/tiny-steps.js';
+import { ggmlKernelCaseBits } from '../../testing/ggml-harness.js';
+import { createWasmRuntime } from './wasm-runtime.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 // ARCHITECTURE.md's flags ("Where the system runs").
@@ -58,6 +60,7 @@ interface PageResult {
   crossOriginIsolated: boolean;
   pageIsolated: boolean;
   features: { simd128: boolean; relaxedSimd: boolean; threads: boolean };
+  kernelBits: { relaxed: number[][]; plain: number[][] };
 }
 
 let root: string;
@@ -129,8 +132,8 @@ async function runInChromium(): Promise<PageResult> {
 }
 
 describe('wasm backend in chromium', () => {
-  it('runs a GGUF from bytes (tokenizer, chat template, 2 threads, SIMD), giving Node’s logits bit for bit', async () => {
-    const [inBrowser, inNode] = await Promise.all([
+  it('runs a GGUF from bytes (tokenizer, chat template, 2 threads, SIMD), giving Node’s logits bit for bit; both kernel builds give Node’s GGML results bit for bit', async () => {
+    const [inBrowser, inNode, nodeKernelBits] = await Promise.all([
       runInChromium(),
       openGgufBytes(gguf).then(async (reader) => {
         try {
@@ -139,11 +142,27 @@ describe('wasm backend in chromium', () => {
           await reader.close();
         }
       }),
+      createWasmRuntime({ threads: THREADS, reserveBytes: 16 << 20, build: 'plain' }).then(
+        async (rt) => {
+          try {
+            return ggmlKernelCaseBits(rt);
+          } finally {
+            await rt.close();
+          }
+        },
+      ),
     ]);
     expect(inBrowser.pageIsolated).toBe(true);
     expect(inBrowser.crossOriginIsolated).toBe(true);
     expect(inBrowser.features.simd128).toBe(true);
     expect(inBrowser.features.threads).toBe(true);
+    // Chromium's relaxed SIMD passes the int8 dot probe: the model ran the relaxed build there
+    // (and the plain one in Node on Node 20), and every GGML type's kernels, relaxed and plain,
+    // give there the bits the plain build gives in Node.
+    expect(inBrowser.features.relaxedSimd).toBe(true);
+    expect(inBrowser.kernelBits.relaxed).toHaveLength(33);
+    expect(inBrowser.kernelBits.relaxed).toEqual(nodeKernelBits);
+    expect(inBrowser.kernelBits.plain).toEqual(nodeKernelBits);
     // Thread 0 is the model's own Worker; the pool starts the others.
     expect(inBrowser.workersStarted).toBe(THREADS - 1);
     expect(inBrowser.logitsBits).toHaveLength(DECODE_STEPS + 1);

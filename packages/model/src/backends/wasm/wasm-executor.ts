@@ -17,10 +17,11 @@ import {
 } from '../../execution/weights.js';
 import type { CheckpointReader } from '../../formats/checkpoint-reader.js';
 import { isBlockDtype } from '../../formats/dtype.js';
-import { weightRowBytes } from '../../kernels/weight-format.js';
+import { isGgmlFormat, weightRowBytes } from '../../kernels/weight-format.js';
 import { defaultThreadCount } from './thread-count.js';
 import type { WasmArena } from './wasm-arena.js';
 import { AttentionMass } from './wasm-attention-mass.js';
+import type { KernelsBuild } from './wasm-module.js';
 import {
   EpilogueCode,
   f32Word,
@@ -28,6 +29,7 @@ import {
   KvCode,
   Op,
   type ProgramBuilder,
+  quantizedRowBytes,
 } from './wasm-program.js';
 import { createWasmRuntime, type WasmOpProfile, type WasmRuntime } from './wasm-runtime.js';
 import { type WasmWeight, wasmAllocator, weightArgs } from './wasm-weights.js';
@@ -41,6 +43,8 @@ export interface WasmExecutorOptions {
    * per-op profile; it costs a wake-up per op).
    */
   readonly profile?: WasmOpProfile;
+  /** The kernels' build (default: `relaxed` where the runtime has relaxed SIMD). */
+  readonly kernels?: KernelsBuild;
 }
 
 /** What a wasm executor reports about itself (for banners and benchmarks). */
@@ -100,6 +104,7 @@ export async function createWasmExecutor(
     stepBytes(c, INITIAL_TOKENS) +
     threads * 128 * 1024;
   const rt = await createWasmRuntime({
+    build: options.kernels,
     threads,
     reserveBytes: reserve,
     what: `this model (${c.numLayers} layers, hidden ${c.hiddenSize}, ${kv.numBlocks} KV blocks of ${kv.format})`,
@@ -114,7 +119,7 @@ export async function createWasmExecutor(
       get info() {
         return {
           threads: rt.pool.threads,
-          simd: rt.features.relaxedSimd ? 'simd128 (relaxed simd available)' : 'simd128',
+          simd: rt.build === 'relaxed' ? 'simd128, relaxed simd (int8 dot products)' : 'simd128',
           memoryBytes: rt.arena.top,
         };
       },
@@ -165,6 +170,8 @@ interface StepBuffers {
   readonly v: number;
   readonly attn: number;
   readonly act: number;
+  /** Activation rows quantized for the GGML matmuls (quantizedRowBytes of the widest input). */
+  readonly xq: number;
 }
 
 /** Buffers whose size follows the plan's sequences, rows and context. */
@@ -255,7 +262,7 @@ class WasmForward {
       this.#cachePtrs.push(p);
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
-    this.#program = rt.program(c.numLayers * 10 + 9);
+    this.#program = rt.program(c.numLayers * 14 + 10);
     this.#mass = new AttentionMass(rt.arena, c.numHeads, kv.blockSize);
     this.#cacheTable = this.#arena.alloc(c.numLayers * 4, 'KV cache table');
     this.#arena.i32(this.#cacheTable, c.numLayers).set(this.#cachePtrs);
@@ -345,6 +352,10 @@ class WasmForward {
       v: a(tokens * c.numKvHeads * d),
       attn: a(tokens * c.numHeads * d),
       act: a(tokens * c.intermediateSize),
+      xq: a(
+        (tokens * quantizedRowBytes(Math.max(c.hiddenSize, c.intermediateSize, c.numHeads * d))) /
+          4,
+      ),
     };
   }
 
@@ -450,6 +461,7 @@ class WasmForward {
       epilogue: keyof typeof EpilogueCode,
       label: string,
       bias = 0,
+      xq = 0,
     ) => {
       const a = weightArgs(wt);
       p.push(
@@ -467,9 +479,18 @@ class WasmForward {
           y,
           EpilogueCode[epilogue],
           ...scratch,
+          isGgmlFormat(wt.format) ? xq : 0,
         ],
         `matmul ${label}`,
       );
+    };
+    // x[m][k] quantized once for the GGML matmuls that follow (when one of `ws` is GGML);
+    // returns where, or 0.
+    const quantize = (x: number, m: number, ws: readonly WasmWeight[]) => {
+      const g = ws.find((wt) => isGgmlFormat(wt.format));
+      if (!g) return 0;
+      p.push(Op.quantize, [x, m, g.cols, s.xq], 'quantize').barrier();
+      return s.xq;
     };
     const embed = weightArgs(w.embed);
     p.push(Op.embed, [s.ids, t, w.embed.data, embed.code, h, embed.scales, embed.gs, s.x], 'embed');
@@ -481,9 +502,10 @@ class WasmForward {
       const vec = this.#vectors[l] as LayerVectors;
       p.push(Op.rmsNorm, [s.x, t, h, vec.inputNorm, eps, s.xn, 0], 'rms_norm').barrier();
       // q, k and v read only xn: no barrier between them.
-      matmul(s.xn, t, lw.q, s.q, 'store', 'q', vec.qBias);
-      matmul(s.xn, t, lw.k, s.k, 'store', 'k', vec.kBias);
-      matmul(s.xn, t, lw.v, s.v, 'store', 'v', vec.vBias);
+      const xqn = quantize(s.xn, t, [lw.q, lw.k, lw.v]);
+      matmul(s.xn, t, lw.q, s.q, 'store', 'q', vec.qBias, xqn);
+      matmul(s.xn, t, lw.k, s.k, 'store', 'k', vec.kBias, xqn);
+      matmul(s.xn, t, lw.v, s.v, 'store', 'v', vec.vBias, xqn);
       p.barrier();
       p.push(
         Op.ropeKv,
@@ -536,12 +558,12 @@ class WasmForward {
         ],
         'attention',
       ).barrier();
-      matmul(s.attn, t, lw.o, s.x, 'residual', 'o', vec.oBias);
+      matmul(s.attn, t, lw.o, s.x, 'residual', 'o', vec.oBias, quantize(s.attn, t, [lw.o]));
       p.barrier();
       p.push(Op.rmsNorm, [s.x, t, h, vec.postNorm, eps, s.xn, 0], 'rms_norm').barrier();
-      matmul(s.xn, t, lw.gateUp, s.act, 'swiglu', 'gate_up');
+      matmul(s.xn, t, lw.gateUp, s.act, 'swiglu', 'gate_up', 0, quantize(s.xn, t, [lw.gateUp]));
       p.barrier();
-      matmul(s.act, t, lw.down, s.x, 'residual', 'down');
+      matmul(s.act, t, lw.down, s.x, 'residual', 'down', 0, quantize(s.act, t, [lw.down]));
       p.barrier();
     }
     if (rows > 0) {
@@ -551,7 +573,8 @@ class WasmForward {
         'rms_norm',
       );
       p.barrier();
-      matmul(pb.finalNorm, rows, w.lmHead, pb.logits, 'store', 'lm_head');
+      const xql = quantize(pb.finalNorm, rows, [w.lmHead]);
+      matmul(pb.finalNorm, rows, w.lmHead, pb.logits, 'store', 'lm_head', 0, xql);
     }
     if (this.#profile) this.#rt.runProfiled(p, this.#profile);
     else this.#rt.run(p);

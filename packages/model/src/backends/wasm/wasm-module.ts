@@ -1,5 +1,5 @@
 import { ModelError } from '../../errors.js';
-import { KERNELS_WASM_BASE64 } from './kernels-wasm.generated.js';
+import { KERNELS_RELAXED_WASM_BASE64, KERNELS_WASM_BASE64 } from './kernels-wasm.generated.js';
 import { type WasmModule, wasmApi } from './wasm-api.js';
 
 /** What the WebAssembly runtime offers the wasm backend, detected once per process. */
@@ -7,8 +7,12 @@ export interface WasmFeatures {
   /** 128-bit SIMD (required). */
   readonly simd128: boolean;
   /**
-   * Relaxed SIMD (fused multiply-add, int8 dot products). Detected and reported; the kernels
-   * do not use it yet (clang 14, Debian 12's, has no final relaxed-SIMD intrinsics).
+   * Relaxed SIMD, as the kernels' relaxed build needs it: the runtime validates that build and
+   * its `i32x4.relaxed_dot_i8x16_i7x16_add_s` computes what the final specification says (a
+   * probe runs it). The backend then runs that build. Chromium, Firefox and Node 22+ have it;
+   * Safari has no relaxed SIMD; Node 20's, under `--experimental-wasm-relaxed-simd`, is an
+   * earlier draft whose int8 dot doubles the products and drops the accumulator, so the probe
+   * turns it down.
    */
   readonly relaxedSimd: boolean;
   /** Shared memory and atomics, so worker threads can run kernels over one memory. */
@@ -18,10 +22,13 @@ export interface WasmFeatures {
 // (module (func (result v128) v128.const i32x4 0 0 0 0))
 const SIMD_PROBE =
   '0061736d010000000105016000017b030201000a16011400fd0c000000000000000000000000000000000b';
-// (module (func (result v128) v128.const 0 v128.const 0 v128.const 0 f32x4.relaxed_madd))
-const RELAXED_PROBE =
-  '0061736d010000000105016000017b030201000a3d013b00fd0c00000000000000000000000000000000fd0c' +
-  '00000000000000000000000000000000fd0c00000000000000000000000000000000fd85020b';
+
+// (func (param i32 i32 i32) (result i32) (i32x4.extract_lane 0
+//   (i32x4.relaxed_dot_i8x16_i7x16_add_s (i8x16.splat p0) (i8x16.splat p1) (i32x4.splat p2))))
+// exported as "f": f(-3, 7, 1000) is 1000 + 4 · (-3 · 7) = 916 by the specification.
+const RELAXED_DOT_PROBE =
+  '0061736d0100000001080160037f7f7f017f03020100070501016600000a160114002000fd0f2001fd0f2002fd11' +
+  'fd9302fd1b000b';
 
 const hexBytes = (hex: string) =>
   Uint8Array.from({ length: hex.length / 2 }, (_, i) =>
@@ -52,20 +59,43 @@ export function wasmFeatures(): WasmFeatures {
   }
   features = {
     simd128: has(hexBytes(SIMD_PROBE)),
-    relaxedSimd: has(hexBytes(RELAXED_PROBE)),
+    relaxedSimd: has(base64Bytes(KERNELS_RELAXED_WASM_BASE64)) && relaxedDotWorks(),
     threads,
   };
   return features;
 }
 
-let compiled: Promise<WasmModule> | undefined;
+/** Whether the runtime's relaxed int8 dot gives the specification's answer. */
+function relaxedDotWorks(): boolean {
+  const api = wasmApi();
+  if (!api) return false;
+  try {
+    const module = new api.Module(hexBytes(RELAXED_DOT_PROBE));
+    const probe = new api.Instance(module, {});
+    return (probe.exports.f as (a: number, b: number, c: number) => number)(-3, 7, 1000) === 916;
+  } catch {
+    return false;
+  }
+}
 
 /**
- * The compiled kernels module (compiled once per process; a compiled module can be sent
- * to workers, which instantiate it over the same shared memory).
- * @throws {ModelError} `BACKEND` when the runtime lacks SIMD128 or shared memory.
+ * The two builds of the kernels: `plain` SIMD128, and `relaxed` (the same kernels with relaxed
+ * SIMD's int8 dot product for GGML weights). Both give the same results bit for bit.
  */
-export function kernelsModule(): Promise<WasmModule> {
+export type KernelsBuild = 'relaxed' | 'plain';
+
+const compiled: Partial<Record<KernelsBuild, Promise<WasmModule>>> = {};
+
+/**
+ * The compiled kernels module of `build` (default: `relaxed` where the runtime validates it,
+ * else `plain`), compiled once per process; a compiled module can be sent to workers, which
+ * instantiate it over the same shared memory.
+ * @throws {ModelError} `BACKEND` when the runtime lacks SIMD128 or shared memory, or lacks
+ *   relaxed SIMD and `build` is `relaxed`.
+ */
+export function kernelsModule(
+  build?: KernelsBuild,
+): Promise<{ module: WasmModule; build: KernelsBuild }> {
   const f = wasmFeatures();
   if (!f.simd128 || !f.threads) {
     return Promise.reject(
@@ -75,10 +105,19 @@ export function kernelsModule(): Promise<WasmModule> {
       ),
     );
   }
-  compiled ??= (wasmApi() as NonNullable<ReturnType<typeof wasmApi>>).compile(
-    base64Bytes(KERNELS_WASM_BASE64),
+  const b = build ?? (f.relaxedSimd ? 'relaxed' : 'plain');
+  if (b === 'relaxed' && !f.relaxedSimd) {
+    return Promise.reject(
+      new ModelError(
+        'BACKEND',
+        'the relaxed build of the wasm kernels needs relaxed SIMD, which this runtime lacks (Node 20: --experimental-wasm-relaxed-simd)',
+      ),
+    );
+  }
+  compiled[b] ??= (wasmApi() as NonNullable<ReturnType<typeof wasmApi>>).compile(
+    base64Bytes(b === 'relaxed' ? KERNELS_RELAXED_WASM_BASE64 : KERNELS_WASM_BASE64),
   );
-  return compiled;
+  return (compiled[b] as Promise<WasmModule>).then((module) => ({ module, build: b }));
 }
 
 function base64Bytes(b64: string): Uint8Array {

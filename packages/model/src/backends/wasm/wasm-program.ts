@@ -17,7 +17,16 @@ export const Op = {
   attention: 5,
   stream: 6,
   keyShift: 7,
+  quantize: 8,
 } as const;
+
+/**
+ * Bytes of one row of k activations quantized for the GGML matmuls (`Op.quantize`; c/int8-dot.h's
+ * XQ_ROW_BYTES, the same in both builds).
+ */
+export function quantizedRowBytes(k: number): number {
+  return 2 * k + k / 8 + k / 4;
+}
 
 /**
  * Weight storage codes (`StoredFormat` as the kernels number it: the dense formats, then the

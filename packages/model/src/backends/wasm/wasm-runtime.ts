@@ -1,7 +1,12 @@
 import { ThreadPool } from './thread-pool.js';
 import { type WasmGlobal, wasmApi } from './wasm-api.js';
 import { WasmArena } from './wasm-arena.js';
-import { kernelsModule, type WasmFeatures, wasmFeatures } from './wasm-module.js';
+import {
+  type KernelsBuild,
+  kernelsModule,
+  type WasmFeatures,
+  wasmFeatures,
+} from './wasm-module.js';
 import { OP_WORDS, ProgramBuilder } from './wasm-program.js';
 
 /** Room for the module's own data and stack below `__heap_base`. */
@@ -20,6 +25,8 @@ export interface WasmRuntime {
   readonly arena: WasmArena;
   readonly pool: ThreadPool;
   readonly features: WasmFeatures;
+  /** Which build of the kernels runs. */
+  readonly build: KernelsBuild;
   /** A program of up to `capacity` ops, allocated in the arena. */
   program(capacity: number): ProgramBuilder;
   /** Runs a built program on every thread. */
@@ -44,8 +51,10 @@ export async function createWasmRuntime(options: {
   reserveBytes: number;
   what?: string;
   spin?: number;
+  /** The kernels' build (default: relaxed where the runtime has it). */
+  build?: KernelsBuild;
 }): Promise<WasmRuntime> {
-  const module = await kernelsModule();
+  const { module, build } = await kernelsModule(options.build);
   const memory = WasmArena.createMemory(
     options.reserveBytes + MODULE_BYTES,
     options.what ?? 'the wasm backend',
@@ -62,6 +71,7 @@ export async function createWasmRuntime(options: {
     arena,
     pool,
     features: wasmFeatures(),
+    build,
     program(capacity) {
       const ptr = arena.alloc(capacity * OP_WORDS * 4, 'a program');
       return new ProgramBuilder(ptr, arena.i32(ptr, capacity * OP_WORDS), capacity);

@@ -45,6 +45,7 @@ export function wasmAllocator(arena: WasmArena): WeightAllocator<WasmWeight, Sto
         // GGML rows are whole blocks, not whole words: their batches start at a byte offset
         // (a multiple of 4, see WeightSink) and may end in padding the next batch overwrites.
         arena.u32(data + rowStart * rowBytes, d.length).set(d);
+        if (format === 'Q8_0') clampQ8Codes(arena.u8(data + rowStart * rowBytes, d.length * 4));
         if (sc && scales) arena.f32(scales + rowStart * gpr * 4, sc.length).set(sc);
       },
       finish: () => ({
@@ -57,6 +58,18 @@ export function wasmAllocator(arena: WasmArena): WeightAllocator<WasmWeight, Sto
       }),
     };
   };
+}
+
+/**
+ * Q8_0 codes of -128 read as -127 (ggml's quantizer writes none: its codes are round(x / d) with
+ * d = max|x| / 127). The relaxed kernels' int8 dot takes |code| as its 7-bit operand, so both
+ * builds read the same weights. `bytes` starts at a block; a partial last block is fine.
+ */
+function clampQ8Codes(bytes: Uint8Array): void {
+  for (let b = 0; b + 2 < bytes.length; b += 34) {
+    const end = Math.min(b + 34, bytes.length);
+    for (let i = b + 2; i < end; i++) if (bytes[i] === 0x80) bytes[i] = 0x81;
+  }
 }
 
 /** Copies a host weight (dense or GGML blocks) into wasm memory (tests, benchmarks). */

@@ -1,7 +1,10 @@
 // The browser side of wasm-browser.test.ts, bundled by esbuild and started by the page as a
 // module Web Worker: the wasm backend's thread 0 blocks in `memory.atomic.wait`, which a page's
 // main thread may not do. Fetches the GGUF, runs the steps, and reports what the page checks.
+
+import { createWasmRuntime } from '../../backends/wasm/wasm-runtime.js';
 import { loadModel, ModelError, openGgufBytes, wasmFeatures } from '../../index.js';
+import { ggmlKernelCaseBits } from '../ggml-harness.js';
 import { runTinySteps } from './tiny-steps.js';
 
 interface WorkerScope {
@@ -40,10 +43,23 @@ scope.onmessage = async (e) => {
           ? { code: err.code, message: err.message }
           : { code: undefined, message: String(err) },
     );
+    const modelWorkers = workersStarted;
+    // The GGML kernel cases in both builds of the kernels (Chromium has relaxed SIMD).
+    const kernelBits: Record<string, number[][]> = {};
+    for (const build of ['relaxed', 'plain'] as const) {
+      const rt = await createWasmRuntime({
+        threads: e.data.threads,
+        reserveBytes: 16 << 20,
+        build,
+      });
+      kernelBits[build] = ggmlKernelCaseBits(rt);
+      await rt.close();
+    }
     scope.postMessage({
       ok: true,
       ...result,
-      workersStarted,
+      kernelBits,
+      workersStarted: modelWorkers,
       pathError,
       crossOriginIsolated: scope.crossOriginIsolated === true,
       features: wasmFeatures(),

@@ -27,10 +27,17 @@ enum {
 #define GGML_SCRATCH_FLOATS_PER_COL 11
 
 // y (=, +=, swiglu) x[m][k] · W[lo..hi)[k]ᵀ for a GGML block matrix `w` (rows of k / blockSize
-// blocks, back to back). Results go through matmul-epilogue.h. `scratch` holds
+// blocks, back to back). `xq`: x's rows as ggml_quantize_x wrote them, or 0 (each thread then
+// quantizes x itself). Results go through matmul-epilogue.h. `scratch` holds
 // GGML_SCRATCH_FLOATS_PER_COL · k floats of this thread's own.
-void ggml_matmul(const float* x, int32_t m, int32_t k, const uint8_t* w, int32_t n, int32_t fmt,
-                 int32_t lo, int32_t hi, float* scratch, float* y, int32_t ep, const float* bias);
+void ggml_matmul(const float* x, const uint8_t* xq, int32_t m, int32_t k, const uint8_t* w,
+                 int32_t n, int32_t fmt, int32_t lo, int32_t hi, uint8_t* scratch, float* y,
+                 int32_t ep, const float* bias);
+
+// Thread tid's share of x[m][k] quantized for ggml_matmul into `out` (int8-dot.h's rows of
+// XQ_ROW_BYTES(k) bytes).
+void ggml_quantize_x(const float* x, int32_t m, int32_t k, uint8_t* out, int32_t tid,
+                     int32_t nth);
 
 // Row `r` of a GGML block matrix decoded to f32 (the embedding gather).
 void ggml_decode_row(const uint8_t* w, int32_t fmt, int32_t k, int32_t r, float* out);

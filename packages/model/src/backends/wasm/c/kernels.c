@@ -30,6 +30,7 @@ enum {
   OP_ATTENTION = 5,
   OP_STREAM = 6,
   OP_KEY_SHIFT = 7,
+  OP_QUANTIZE = 8,
 };
 
 enum { WF_F32 = 0, WF_F16 = 1, WF_INT8 = 2 };  // GGML blocks: ggml-matmul.h
@@ -271,7 +272,8 @@ INLINE void tile4x2(const float* w, const float* x0, const float* x1, i32 k, flo
 #define TOKEN_BLOCK 64
 
 // y[m][n'] (=, +=, swiglu) x[m][k] · W[n][k]ᵀ (+ bias). Rows split across threads in
-// multiples of 4. Record: x, m, k, w, n, fmt, scales, gs, bias, y, epilogue, scratch, stride.
+// multiples of 4. Record: x, m, k, w, n, fmt, scales, gs, bias, y, epilogue, scratch, stride,
+// xq (GGML weights: x as OP_QUANTIZE wrote it, or 0).
 static void op_matmul(const i32* a, i32 tid, i32 nth) {
   const float* x = (const float*)a[1];
   i32 m = a[2], k = a[3];
@@ -286,7 +288,8 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
   i32 lo, hi;
   split(n, 4, tid, nth, &lo, &hi);
   if (fmt >= WF_GGML_FIRST) {
-    ggml_matmul(x, m, k, (const uint8_t*)w, n, fmt, lo, hi, scratch, y, ep, bias);
+    ggml_matmul(x, (const uint8_t*)a[14], m, k, (const uint8_t*)w, n, fmt, lo, hi,
+                (uint8_t*)scratch, y, ep, bias);
     return;
   }
   float o[8];
@@ -364,6 +367,12 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
       }
     }
   }
+}
+
+// x[m][k] quantized to 8 bits per block of 32 for the GGML matmuls that read it (every thread
+// then reads the same rows). Record: x, m, k, out.
+static void op_quantize(const i32* a, i32 tid, i32 nth) {
+  ggml_quantize_x((const float*)a[1], a[2], a[3], (uint8_t*)a[4], tid, nth);
 }
 
 // RMSNorm: y[i] = x[src(i)] / sqrt(mean(x²) + eps) · weight. Record: x, m, h, weight, eps
@@ -506,6 +515,7 @@ static void run_program(i32* ctrl, i32 tid) {
       case OP_ATTENTION: op_attention(a, tid, nth); break;
       case OP_STREAM: op_stream(a, tid, nth); break;
       case OP_KEY_SHIFT: op_key_shift(a, tid, nth); break;
+      case OP_QUANTIZE: op_quantize(a, tid, nth); break;
       default: break;
     }
     if (code & OP_BARRIER) {
