@@ -1,88 +1,29 @@
 import { BlockPool } from './block-pool.js';
+import { type BlockPoolView, blockPoolView } from './block-pool-view.js';
+import { dropBlocks, prepareRewrite } from './compaction.js';
 import { assertInteger, KvAllocatorError } from './errors.js';
+import {
+  abortExternal,
+  commitExternal,
+  type ExternalBlocks,
+  reserveExternal,
+} from './external-blocks.js';
 import { hashBlock, rootHash } from './hash.js';
-import type { EvictionPolicy } from './policies/eviction-policy.js';
+import { appendTokens, growthOf, newSequence, occupancy, type Sequence } from './sequence.js';
 import type {
+  AllocateOptions,
   AllocateResult,
   BlockCopy,
   BlockHash,
   BlockId,
   CachedPrefix,
   ExtraKeys,
+  FreeOptions,
+  KvCacheManagerOptions,
   KvCacheStats,
   SeqId,
 } from './types.js';
-
-/** Options of `KvCacheManager`. */
-export interface KvCacheManagerOptions {
-  /** Physical blocks in the pool. */
-  readonly numBlocks: number;
-  /** Tokens per block. Default 16. */
-  readonly blockSize?: number;
-  /** Keep freed full blocks cached and serve prefixes from them. Default true. */
-  readonly enablePrefixCaching?: boolean;
-  /** Which cached block is reclaimed first. Default `LruPolicy`. */
-  readonly evictionPolicy?: EvictionPolicy<BlockId>;
-  /**
-   * Seed of every hash chain. Engines sharing blocks (through a shared offload tier) must use
-   * the same seed; anything else may use the default.
-   */
-  readonly hashSeed?: string;
-}
-
-/** Read-only view of the block pool behind a {@link KvCacheManager}. */
-export interface BlockPoolView {
-  refCount(block: BlockId): number;
-  /** The content hash of a full block, if it has one. */
-  hashOf(block: BlockId): BlockHash | undefined;
-  /** The block holding content `hash`, if cached or in use. */
-  lookup(hash: BlockHash): BlockId | undefined;
-  readonly numFree: number;
-  readonly numCached: number;
-  readonly numUsed: number;
-}
-
-/** Blocks reserved by `KvCacheManager.reserveExternal` for KV computed elsewhere. */
-export interface ExternalBlocks {
-  /** Index of the first reserved block in the token sequence's block chain. */
-  readonly firstBlock: number;
-  /** The reserved physical blocks, in chain order: write content into these. */
-  readonly blocks: readonly BlockId[];
-  /** The hash each block will be published under. */
-  readonly hashes: readonly BlockHash[];
-}
-
-/** Options of `KvCacheManager.free`. */
-export interface FreeOptions {
-  /**
-   * Keep the sequence's full blocks cached for prefix reuse (default true). False when their
-   * content was never written or cannot be trusted.
-   */
-  readonly keepCached?: boolean;
-}
-
-/** Options of `KvCacheManager.allocateSlots`. */
-export interface AllocateOptions {
-  /** On a sequence's first call: cached blocks to adopt before the new tokens. */
-  readonly prefix?: CachedPrefix;
-  /** On a sequence's first call: what besides tokens changes the KV (model, adapter, salt). */
-  readonly extraKeys?: ExtraKeys;
-}
-
-interface Sequence {
-  blocks: BlockId[];
-  numTokens: number;
-  /** Hash of the last full block, or the chain root. */
-  lastHash: BlockHash;
-  /** Token ids in the last, partially filled block (needed to hash it once full). */
-  tail: number[];
-  /**
-   * Logical index of the first block dropped or rewritten (Infinity while none was): blocks from
-   * here on were computed, or changed, without the context their hash chain names, so they are
-   * never published as prefix blocks.
-   */
-  compressedFrom: number;
-}
+import { checkPrefix, holdsPrefixBlock, validateTokens } from './validate.js';
 
 const EMPTY_PREFIX: CachedPrefix = Object.freeze({ numTokens: 0, blocks: [], hashes: [] });
 const RECENTLY_FREED_CAPACITY = 4096;
@@ -121,21 +62,7 @@ export class KvCacheManager {
       ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
     });
     this.numBlocks = this.pool.numBlocks;
-    const pool = this.pool;
-    this.blocks = {
-      refCount: (block) => pool.refCount(block),
-      hashOf: (block) => pool.hashOf(block),
-      lookup: (hash) => pool.lookup(hash),
-      get numFree() {
-        return pool.numFree;
-      },
-      get numCached() {
-        return pool.numCached;
-      },
-      get numUsed() {
-        return pool.numUsed;
-      },
-    };
+    this.blocks = blockPoolView(this.pool);
     this.enablePrefixCaching = options.enablePrefixCaching ?? true;
     this.seed = options.hashSeed ?? 'kvasir';
   }
@@ -199,9 +126,7 @@ export class KvCacheManager {
   isPrefixValid(prefix: CachedPrefix): boolean {
     if (prefix.blocks.length !== prefix.hashes.length) return false;
     for (let i = 0; i < prefix.blocks.length; i++) {
-      const b = prefix.blocks[i]!;
-      if (!Number.isInteger(b) || b < 0 || b >= this.numBlocks) return false;
-      if (this.pool.hashOf(b) !== prefix.hashes[i]) return false;
+      if (!holdsPrefixBlock(this.pool, prefix, i)) return false;
     }
     return true;
   }
@@ -224,9 +149,9 @@ export class KvCacheManager {
       const p = prefix ?? EMPTY_PREFIX;
       let adopted = 0;
       for (const b of p.blocks) if (this.pool.refCount(b) === 0) adopted++;
-      return adopted + this.blocksFor(p.numTokens + numNewTokens) - p.blocks.length;
+      return adopted + Math.ceil((p.numTokens + numNewTokens) / this.blockSize) - p.blocks.length;
     }
-    return this.growthOf(seq, numNewTokens);
+    return growthOf(this.pool, seq, numNewTokens, this.blockSize);
   }
 
   /**
@@ -257,11 +182,11 @@ export class KvCacheManager {
         { details: { seqId } },
       );
     }
-    if (isNew) this.checkPrefix(prefix);
+    if (isNew) checkPrefix(this.pool, this.blockSize, prefix);
 
     const needed = isNew
       ? this.numBlocksToAllocate(seqId, newTokenIds.length, prefix)
-      : this.growthOf(seq!, newTokenIds.length);
+      : growthOf(this.pool, seq!, newTokenIds.length, this.blockSize);
     const available = this.pool.numAvailable;
     if (needed > available) {
       return {
@@ -274,52 +199,18 @@ export class KvCacheManager {
 
     if (isNew) {
       for (const b of prefix.blocks) this.pool.retain(b);
-      seq = {
-        blocks: [...prefix.blocks],
-        numTokens: prefix.numTokens,
-        lastHash:
-          prefix.hashes.length > 0
-            ? prefix.hashes[prefix.hashes.length - 1]!
-            : rootHash(this.seed, options.extraKeys),
-        tail: [],
-        compressedFrom: Number.POSITIVE_INFINITY,
-      };
+      const lastHash = prefix.hashes.at(-1) ?? rootHash(this.seed, options.extraKeys);
+      seq = newSequence([...prefix.blocks], prefix.numTokens, lastHash);
       this.seqs.set(seqId, seq);
       this.recentlyFreed.delete(seqId);
     }
-    const s = seq!;
-    const copies: BlockCopy[] = [];
-    const k = newTokenIds.length;
-    if (k > 0 && s.numTokens % this.blockSize !== 0) {
-      const last = s.blocks.length - 1;
-      const shared = s.blocks[last]!;
-      if (this.pool.refCount(shared) > 1) {
-        const [copy] = this.pool.allocate(1)!;
-        this.pool.release(shared);
-        s.blocks[last] = copy!;
-        copies.push({ src: shared, dst: copy! });
-      }
-    }
-    const grow = this.blocksFor(s.numTokens + k) - s.blocks.length;
-    if (grow > 0) for (const b of this.pool.allocate(grow)!) s.blocks.push(b);
-
-    const slotMapping = new Int32Array(k);
-    const bs = this.blockSize;
-    const publish = s.compressedFrom === Number.POSITIVE_INFINITY;
-    for (let i = 0; i < k; i++) {
-      const pos = s.numTokens + i;
-      const block = s.blocks[Math.floor(pos / bs)]!;
-      slotMapping[i] = block * bs + (pos % bs);
-      if (!publish) continue;
-      s.tail.push(newTokenIds[i]!);
-      if (s.tail.length === bs) {
-        const hash = hashBlock(s.lastHash, s.tail, 0, bs);
-        if (this.enablePrefixCaching) this.pool.setHash(block, hash);
-        s.lastHash = hash;
-        s.tail.length = 0;
-      }
-    }
-    s.numTokens += k;
+    const { slotMapping, copies } = appendTokens(
+      this.pool,
+      seq!,
+      newTokenIds,
+      this.blockSize,
+      this.enablePrefixCaching,
+    );
     return { ok: true, slotMapping, copies };
   }
 
@@ -337,13 +228,7 @@ export class KvCacheManager {
       });
     }
     for (const b of p.blocks) this.pool.retain(b);
-    this.seqs.set(child, {
-      blocks: [...p.blocks],
-      numTokens: p.numTokens,
-      lastHash: p.lastHash,
-      tail: [...p.tail],
-      compressedFrom: p.compressedFrom,
-    });
+    this.seqs.set(child, { ...p, blocks: [...p.blocks], tail: [...p.tail] });
     this.recentlyFreed.delete(child);
   }
 
@@ -365,11 +250,9 @@ export class KvCacheManager {
     }
     this.seqs.delete(seqId);
     this.recentlyFreed.add(seqId);
-    if (this.recentlyFreed.size > RECENTLY_FREED_CAPACITY) {
-      for (const old of this.recentlyFreed) {
-        this.recentlyFreed.delete(old);
-        break;
-      }
+    const oldest = this.recentlyFreed.values().next();
+    if (this.recentlyFreed.size > RECENTLY_FREED_CAPACITY && !oldest.done) {
+      this.recentlyFreed.delete(oldest.value);
     }
   }
 
@@ -388,21 +271,13 @@ export class KvCacheManager {
    *   index that is not an integer in range, the last block, or a repeat.
    */
   dropBlocks(seqId: SeqId, logicalBlocks: readonly number[]): void {
-    const s = this.get(seqId);
-    const sorted = this.checkLogicalBlocks(seqId, s, logicalBlocks, s.blocks.length - 1);
-    if (sorted.length === 0) return;
-    // Highest index first, as `free` does: under LRU the older blocks are reclaimed last.
-    for (let j = sorted.length - 1; j >= 0; j--) this.pool.release(s.blocks[sorted[j]!]!);
-    let out = 0;
-    let j = 0;
-    for (let i = 0; i < s.blocks.length; i++) {
-      if (i === sorted[j]) j++;
-      else s.blocks[out++] = s.blocks[i]!;
-    }
-    s.blocks.length = out;
-    s.numTokens -= sorted.length * this.blockSize;
-    this.droppedBlocks += sorted.length;
-    this.markCompressed(s, sorted[0]!);
+    this.droppedBlocks += dropBlocks(
+      this.pool,
+      this.blockSize,
+      seqId,
+      this.get(seqId),
+      logicalBlocks,
+    );
   }
 
   /**
@@ -418,33 +293,8 @@ export class KvCacheManager {
    *   changes when it throws.
    */
   prepareRewrite(seqId: SeqId, logicalBlocks: readonly number[]): BlockCopy[] {
-    const s = this.get(seqId);
-    const sorted = this.checkLogicalBlocks(seqId, s, logicalBlocks, s.blocks.length);
-    if (sorted.length === 0) return [];
-    let shared = 0;
-    for (const i of sorted) if (this.pool.refCount(s.blocks[i]!) > 1) shared++;
-    const fresh = shared > 0 ? this.pool.allocate(shared) : [];
-    if (!fresh) {
-      throw new KvAllocatorError(
-        'OUT_OF_BLOCKS',
-        `rewriting ${sorted.length} blocks of sequence ${String(seqId)} needs ${shared} copies, ${this.pool.numAvailable} blocks are available`,
-        { details: { seqId, needed: shared, available: this.pool.numAvailable } },
-      );
-    }
-    const copies: BlockCopy[] = [];
-    for (const i of sorted) {
-      const src = s.blocks[i]!;
-      if (this.pool.refCount(src) > 1) {
-        const dst = fresh[copies.length]!;
-        this.pool.release(src);
-        s.blocks[i] = dst;
-        copies.push({ src, dst });
-      } else if (this.pool.hashOf(src) !== undefined) {
-        this.pool.unpublish(src);
-      }
-    }
+    const copies = prepareRewrite(this.pool, seqId, this.get(seqId), logicalBlocks);
     this.rewriteCopies += copies.length;
-    this.markCompressed(s, sorted[0]!);
     return copies;
   }
 
@@ -488,38 +338,22 @@ export class KvCacheManager {
   ): ExternalBlocks | undefined {
     if (!this.enablePrefixCaching) return undefined;
     const local = this.findCachedPrefix(tokens, options.extraKeys, { record: false });
-    const first = local.blocks.length;
-    const hashes: BlockHash[] = [];
-    for (const hash of this.blockHashes(tokens, options.extraKeys).slice(first)) {
-      // One block per hash: stop before content some block already holds.
-      if (hashes.length >= options.maxBlocks || this.pool.lookup(hash) !== undefined) break;
-      hashes.push(hash);
-    }
-    if (hashes.length === 0) return undefined;
-    for (const b of local.blocks) this.pool.retain(b);
-    const blocks = this.pool.allocate(hashes.length);
-    for (const b of local.blocks) this.pool.release(b);
-    if (!blocks) return undefined;
-    return { firstBlock: first, blocks, hashes };
+    const chain = this.blockHashes(tokens, options.extraKeys);
+    return reserveExternal(this.pool, local, chain, options.maxBlocks);
   }
 
   /**
    * Publishes reserved blocks whose content has been written: each becomes a cached prefix
-   * block under its hash (unless another block took that hash meanwhile; then it is freed).
+   * block under its hash.
+   * @throws {KvAllocatorError} INVALID_ARGUMENT for a block that is not reserved.
    */
   commitExternal(reserved: ExternalBlocks): void {
-    reserved.blocks.forEach((block, i) => {
-      if (this.pool.refCount(block) !== 1 || this.pool.hashOf(block) !== undefined) {
-        throw new KvAllocatorError('INVALID_ARGUMENT', `block ${block} is not a reserved block`);
-      }
-      this.pool.setHash(block, reserved.hashes[i]!);
-      this.pool.release(block);
-    });
+    commitExternal(this.pool, reserved);
   }
 
   /** Frees reserved blocks whose content could not be written. */
   abortExternal(reserved: ExternalBlocks): void {
-    for (const block of reserved.blocks) this.pool.release(block, false);
+    abortExternal(this.pool, reserved);
   }
 
   /** Drops every cached (unreferenced) block, e.g. after the weights changed. Returns how many. */
@@ -529,20 +363,7 @@ export class KvCacheManager {
 
   stats(): KvCacheStats {
     const pool = this.pool;
-    const bs = this.blockSize;
-    // Tokens held per physical block: count each used block once even when shared.
-    const fill = new Int32Array(this.numBlocks);
-    let compressed = 0;
-    for (const s of this.seqs.values()) {
-      if (s.compressedFrom !== Number.POSITIVE_INFINITY) compressed++;
-      for (let i = 0; i < s.blocks.length; i++) {
-        const inBlock = Math.min(bs, s.numTokens - i * bs);
-        const b = s.blocks[i]!;
-        if (inBlock > fill[b]!) fill[b] = inBlock;
-      }
-    }
-    let tokens = 0;
-    for (let b = 0; b < this.numBlocks; b++) tokens += fill[b]!;
+    const { tokens, compressed } = occupancy(this.seqs.values(), this.numBlocks, this.blockSize);
     const used = pool.numUsed;
     return {
       numBlocks: this.numBlocks,
@@ -550,7 +371,7 @@ export class KvCacheManager {
       cachedBlocks: pool.numCached,
       freeBlocks: pool.numFree,
       usage: used / this.numBlocks,
-      tokenUtilization: used === 0 ? 1 : tokens / (used * bs),
+      tokenUtilization: used === 0 ? 1 : tokens / (used * this.blockSize),
       prefixQueries: this.queries,
       prefixQueryTokens: this.queryTokens,
       prefixHitTokens: this.hitTokens,
@@ -560,91 +381,6 @@ export class KvCacheManager {
       droppedBlocks: this.droppedBlocks,
       rewriteCopies: this.rewriteCopies,
     };
-  }
-
-  private blocksFor(tokens: number): number {
-    return Math.ceil(tokens / this.blockSize);
-  }
-
-  private growthOf(seq: Sequence, k: number): number {
-    const cow =
-      k > 0 &&
-      seq.numTokens % this.blockSize !== 0 &&
-      this.pool.refCount(seq.blocks[seq.blocks.length - 1]!) > 1
-        ? 1
-        : 0;
-    return cow + this.blocksFor(seq.numTokens + k) - seq.blocks.length;
-  }
-
-  /**
-   * `logicalBlocks` sorted ascending, after checking each is a distinct integer in [0, limit).
-   * @throws {KvAllocatorError} INVALID_ARGUMENT naming the bad entry.
-   */
-  private checkLogicalBlocks(
-    seqId: SeqId,
-    s: Sequence,
-    logicalBlocks: readonly number[],
-    limit: number,
-  ): number[] {
-    if (!Array.isArray(logicalBlocks)) {
-      throw new KvAllocatorError('INVALID_ARGUMENT', 'logicalBlocks must be an array of indices');
-    }
-    const sorted = [...logicalBlocks].sort((a, b) => a - b);
-    for (let j = 0; j < sorted.length; j++) {
-      const i = sorted[j]!;
-      let why: string | undefined;
-      if (!Number.isInteger(i) || i < 0) why = 'is not a block index';
-      else if (i >= limit) {
-        why =
-          i === s.blocks.length - 1
-            ? 'is the last block (it is still being filled)'
-            : `is past the block table (${s.blocks.length} blocks)`;
-      } else if (j > 0 && sorted[j - 1] === i) why = 'is listed twice';
-      if (why) {
-        throw new KvAllocatorError(
-          'INVALID_ARGUMENT',
-          `logical block ${String(i)} of sequence ${String(seqId)} ${why}`,
-          { details: { seqId, logicalBlock: i } },
-        );
-      }
-    }
-    return sorted;
-  }
-
-  private markCompressed(s: Sequence, from: number): void {
-    if (from < s.compressedFrom) s.compressedFrom = from;
-    // Nothing is hashed any more, so the partial block's tokens need not be kept.
-    s.tail.length = 0;
-  }
-
-  private checkPrefix(prefix: CachedPrefix): void {
-    if (prefix.blocks.length !== prefix.hashes.length) {
-      throw new KvAllocatorError(
-        'INVALID_ARGUMENT',
-        'prefix.blocks and prefix.hashes differ in length',
-      );
-    }
-    if (prefix.numTokens !== prefix.blocks.length * this.blockSize) {
-      throw new KvAllocatorError(
-        'INVALID_ARGUMENT',
-        `prefix.numTokens (${prefix.numTokens}) must be blocks × blockSize (${prefix.blocks.length * this.blockSize})`,
-      );
-    }
-    for (let i = 0; i < prefix.blocks.length; i++) {
-      const b = prefix.blocks[i]!;
-      if (
-        !Number.isInteger(b) ||
-        b < 0 ||
-        b >= this.numBlocks ||
-        this.pool.hashOf(b) !== prefix.hashes[i]
-      ) {
-        throw new KvAllocatorError(
-          'STALE_PREFIX',
-          `prefix block ${String(b)} no longer holds the cached content (evicted since findCachedPrefix?)`,
-          { details: { index: i, block: b } },
-        );
-      }
-    }
   }
 
   private get(seqId: SeqId): Sequence {
@@ -658,23 +394,5 @@ export class KvCacheManager {
     throw new KvAllocatorError('UNKNOWN_SEQUENCE', `unknown sequence ${String(seqId)}`, {
       details: { seqId },
     });
-  }
-}
-
-function validateTokens(tokens: ArrayLike<number>): void {
-  if (tokens === null || typeof tokens !== 'object' || typeof tokens.length !== 'number') {
-    throw new KvAllocatorError('INVALID_TOKEN', 'token ids must be an array of integers');
-  }
-  for (let i = 0; i < tokens.length; i++) {
-    const t = tokens[i]!;
-    if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) {
-      throw new KvAllocatorError(
-        'INVALID_TOKEN',
-        `token id at index ${i} is not a u32 integer: ${String(t)}`,
-        {
-          details: { index: i, token: t },
-        },
-      );
-    }
   }
 }

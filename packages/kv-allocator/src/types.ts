@@ -1,6 +1,8 @@
 // The public contract of @kvasir/kv-allocator. @kvasir/scheduler, @kvasir/offload and the app
 // code against these types; change them only together with their users.
 
+import type { EvictionPolicy } from './policies/eviction-policy.js';
+
 /** Index of a physical KV block in the pool, 0 ≤ id < numBlocks. */
 export type BlockId = number;
 
@@ -100,4 +102,38 @@ export interface KvCacheStats {
   readonly droppedBlocks: number;
   /** Copy-on-write copies made by `prepareRewrite` so far. */
   readonly rewriteCopies: number;
+}
+
+/** Options of `KvCacheManager`. */
+export interface KvCacheManagerOptions {
+  /** Physical blocks in the pool. */
+  readonly numBlocks: number;
+  /** Tokens per block. Default 16. */
+  readonly blockSize?: number;
+  /** Keep freed full blocks cached and serve prefixes from them. Default true. */
+  readonly enablePrefixCaching?: boolean;
+  /** Which cached block is reclaimed first. Default `LruPolicy`. */
+  readonly evictionPolicy?: EvictionPolicy<BlockId>;
+  /**
+   * Seed of every hash chain. Engines sharing blocks (through a shared offload tier) must use
+   * the same seed; anything else may use the default.
+   */
+  readonly hashSeed?: string;
+}
+
+/** Options of `KvCacheManager.free`. */
+export interface FreeOptions {
+  /**
+   * Keep the sequence's full blocks cached for prefix reuse (default true). False when their
+   * content was never written or cannot be trusted.
+   */
+  readonly keepCached?: boolean;
+}
+
+/** Options of `KvCacheManager.allocateSlots`. */
+export interface AllocateOptions {
+  /** On a sequence's first call: cached blocks to adopt before the new tokens. */
+  readonly prefix?: CachedPrefix;
+  /** On a sequence's first call: what besides tokens changes the KV (model, adapter, salt). */
+  readonly extraKeys?: ExtraKeys;
 }
