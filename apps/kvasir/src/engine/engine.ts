@@ -53,6 +53,8 @@ export interface KvasirEngineOptions {
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+/** Longest sleep of the loop between retries of a step that had nothing to run. */
+const MAX_RETRY_MS = 1000;
 
 /**
  * The serving engine: owns the scheduler and the KV allocator, drives the model runner step by
@@ -252,7 +254,11 @@ export class KvasirEngine implements InferenceEngine {
     }
     const live = new LiveRequest(request, this.runner.codec, stopTokens);
     this.#live.set(request.id, live);
-    const onAbort = () => this.#end(live, this.scheduler.abort(request.id));
+    const onAbort = () => {
+      this.#end(live, this.scheduler.abort(request.id));
+      // Its blocks may be what a waiting request needs.
+      this.#wake?.();
+    };
     signal.addEventListener('abort', onAbort, { once: true });
     this.#ensureLoop();
     this.#wake?.();
@@ -264,6 +270,7 @@ export class KvasirEngine implements InferenceEngine {
         if (live.finishChoice(index) && live.allChoicesFinished) {
           const output = engine.scheduler.abort(request.id);
           if (output) engine.#end(live, output);
+          engine.#wake?.();
         }
       },
     };
@@ -292,22 +299,39 @@ export class KvasirEngine implements InferenceEngine {
 
   async #run(): Promise<void> {
     const pending = () => this.#connectors.some((c) => c.hasPendingWork);
+    let retryMs = 1;
     while (!this.#stopping) {
       // Connector work that changes the allocator runs here, never while a plan is in flight.
       for (const c of this.#connectors) if (c.hasPendingWork) await c.betweenSteps?.();
       if (!this.scheduler.hasUnfinished() && !pending()) {
-        await new Promise<void>((resolve) => {
-          this.#wake = resolve;
-        });
-        this.#wake = undefined;
+        await this.#sleep();
         continue;
       }
       const worked = await this.step();
-      // Let HTTP handlers, aborts and new requests in between steps. A step with nothing to run
-      // (everything waits on blocks held elsewhere) must not spin the CPU.
-      if (worked) await yieldToEventLoop();
-      else await new Promise<void>((resolve) => setTimeout(resolve, 1));
+      // Let HTTP handlers, aborts and new requests in between steps.
+      if (worked) {
+        retryMs = 1;
+        await yieldToEventLoop();
+        continue;
+      }
+      // Nothing could run: everything waits on blocks held elsewhere. A new request, an abort
+      // or a connector wakes the loop; the retry, backing off to once a second, covers what
+      // changes without telling it, at no cost to an engine that waits for long.
+      await this.#sleep(retryMs);
+      retryMs = Math.min(2 * retryMs, MAX_RETRY_MS);
     }
+  }
+
+  /** Sleeps until {@link #wake} is called, or `ms` milliseconds have passed when given. */
+  #sleep(ms?: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = ms === undefined ? undefined : setTimeout(() => this.#wake?.(), ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        this.#wake = undefined;
+        resolve();
+      };
+    });
   }
 
   /**

@@ -19,6 +19,7 @@ const C_QUIT = 7;
 const C_SPIN = 9;
 const C_ERROR = 10;
 const C_LOST = 11;
+const C_WAKEUPS = 14;
 const CONTROL_BYTES = 64;
 /** Each thread's shadow stack (the kernels keep a few small arrays there). */
 const STACK_BYTES = 64 * 1024;
@@ -69,9 +70,10 @@ if (typeof require === 'function') {
 
 /**
  * Threads that run kernel programs over one shared memory: the calling thread is thread 0, and
- * `threads - 1` workers wait in wasm (`memory.atomic.wait`) between programs. {@link run} wakes
- * them once; inside a program they meet only at the barriers the program marks, so a whole
- * forward step costs one wake-up per worker, never a message.
+ * `threads - 1` workers park in wasm (`memory.atomic.wait`, no timeout) between programs, so an
+ * idle pool uses no CPU. {@link run} wakes them once; inside a program they meet only at the
+ * barriers the program marks, so a whole forward step costs one wake-up per worker, never a
+ * message.
  *
  * In a browser, construct it inside a Web Worker: thread 0 blocks in `memory.atomic.wait`,
  * which a page's main thread may not do.
@@ -170,11 +172,20 @@ export class ThreadPool {
   }
 
   /**
-   * Blocking waits that timed out although the word they waited on had changed: wake-ups that
-   * `memory.atomic.notify` did not deliver (each cost up to the wait's timeout, 50 µs to 1 ms).
+   * Wake-ups that `memory.atomic.notify` did not deliver: timed waits that timed out although
+   * their word had changed, and parked workers that had to be woken a second time (each cost
+   * up to a wait's timeout, 50 µs to 1 ms).
    */
   get lostWakeups(): number {
     return Atomics.load(this.#arena.i32(this.#ctrl, CONTROL_BYTES / 4), C_LOST);
+  }
+
+  /**
+   * Blocking waits that returned, on every thread: what an idle pool costs. Programs add a few
+   * each; between programs the count stays still, however long the pool idles.
+   */
+  get wakeups(): number {
+    return Atomics.load(this.#arena.i32(this.#ctrl, CONTROL_BYTES / 4), C_WAKEUPS);
   }
 
   /** Stops the workers. */

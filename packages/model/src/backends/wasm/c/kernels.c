@@ -453,10 +453,13 @@ enum {
   C_BCOUNT = 5,    // threads arrived at the current barrier
   C_BGEN = 6,      // barrier generation
   C_QUIT = 7,      // workers return when set
-  C_SLEEPERS = 8,  // threads blocked in memory.atomic.wait (skip notify when 0)
+  C_SLEEPERS = 8,  // threads in a timed wait inside a program (skip notify when 0)
   C_SPIN = 9,      // spin iterations before blocking
   C_ERROR = 10,    // set (by the TypeScript side) when a worker trapped: every wait gives up
-  C_LOST = 11,     // blocking waits that timed out although their word had changed
+  C_LOST = 11,     // wake-ups that did not arrive: found by a timed wait or a repeated notify
+  C_PARKED = 12,   // workers parked (no timeout) on C_GEN between programs
+  C_STARTED = 13,  // workers that took up the current program
+  C_WAKEUPS = 14,  // blocking waits that returned, every thread (an idle pool adds none)
   C_WORDS = 16,
 };
 
@@ -464,12 +467,32 @@ INLINE i32 aload(i32* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 INLINE void astore(i32* p, i32 v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 INLINE i32 aadd(i32* p, i32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
-// Waits until *p != seen: spins first (the next op is usually microseconds away), then blocks
-// with a timeout that doubles from 50 µs to 1 ms. The timeout is not optional: on Node 20
-// (V8 11.3) some memory.atomic.notify calls between instances on different threads wake no
-// one (C_LOST counts the waits that timed out with *p already changed: about one in three
-// steps on 2 threads), and without it those threads slept forever. An idle worker so wakes
-// about a thousand times a second.
+// The only two places that issue memory.atomic.wait32 and memory.atomic.notify, as calls, never
+// inlined. V8 11.3 (Node 20) compiles these instructions wrongly in Liftoff, its baseline tier,
+// when they sit in a loop: from the second iteration a wait returns at once or sleeps far past
+// its timeout. A worker's kv_worker never returns, so it never leaves Liftoff (V8 has no
+// on-stack replacement for wasm): an idle worker span at 100% of a core, and wake-ups looked
+// lost. Behind a call, the instruction sits in a function of its own with no loop.
+__attribute__((noinline)) static i32 atomic_wait(i32* p, i32 seen, int64_t timeout_ns) {
+  return __builtin_wasm_memory_atomic_wait32(p, seen, timeout_ns);
+}
+
+__attribute__((noinline)) static i32 atomic_notify(i32* p) {
+  return (i32)__builtin_wasm_memory_atomic_notify(p, 0x7fffffffu);
+}
+
+// A parked worker that has not taken up the current program although thread 0 woke it lost
+// its wake-up: wake it again. Every timed wait inside a program calls this when it times out,
+// so a lost wake-up costs one timeout of a waiting thread, never a hang.
+static void rewake_parked(i32* ctrl) {
+  if (aload(ctrl + C_PARKED) > 0 && aload(ctrl + C_STARTED) < aload(ctrl + C_NTH) - 1 &&
+      atomic_notify(ctrl + C_GEN) > 0)
+    aadd(ctrl + C_LOST, 1);
+}
+
+// Waits, inside a program, until *p != seen: spins first (the next op is usually microseconds
+// away), then blocks with a timeout that doubles from 50 µs to 1 ms, re-checking the word and
+// the parked workers at each.
 static void wait_change(i32* ctrl, i32* p, i32 seen) {
   i32 spins = ctrl[C_SPIN];
   for (i32 i = 0; i < spins; i++)
@@ -477,15 +500,34 @@ static void wait_change(i32* ctrl, i32* p, i32 seen) {
   int64_t timeout = 50000;
   while (aload(p) == seen && !aload(ctrl + C_ERROR)) {
     aadd(ctrl + C_SLEEPERS, 1);
-    i32 r = __builtin_wasm_memory_atomic_wait32(p, seen, timeout);
+    i32 r = atomic_wait(p, seen, timeout);
     aadd(ctrl + C_SLEEPERS, -1);
-    if (r == 2 && aload(p) != seen) aadd(ctrl + C_LOST, 1);
+    aadd(ctrl + C_WAKEUPS, 1);
+    if (r == 2) {
+      if (aload(p) != seen) aadd(ctrl + C_LOST, 1);
+      rewake_parked(ctrl);
+    }
     if (timeout < 1000000) timeout *= 2;
   }
 }
 
 static void wake_all(i32* ctrl, i32* p) {
-  if (aload(ctrl + C_SLEEPERS) > 0) __builtin_wasm_memory_atomic_notify(p, 0x7fffffffu);
+  if (aload(ctrl + C_SLEEPERS) > 0) atomic_notify(p);
+}
+
+// Waits, between programs, until thread 0 starts the next one (C_GEN != seen) or quits: spins,
+// then blocks with no timeout, so an idle pool costs nothing. Thread 0 wakes the parked
+// workers when it starts a program, and again (rewake_parked) while one has not taken it up.
+static void park(i32* ctrl, i32 seen) {
+  i32 spins = ctrl[C_SPIN];
+  for (i32 i = 0; i < spins; i++)
+    if (aload(ctrl + C_GEN) != seen) return;
+  while (aload(ctrl + C_GEN) == seen && !aload(ctrl + C_ERROR)) {
+    aadd(ctrl + C_PARKED, 1);
+    atomic_wait(ctrl + C_GEN, seen, -1);
+    aadd(ctrl + C_PARKED, -1);
+    aadd(ctrl + C_WAKEUPS, 1);
+  }
 }
 
 static void barrier(i32* ctrl, i32 nth) {
@@ -531,8 +573,9 @@ EXPORT(kv_run) i32 kv_run(i32* ctrl) {
   i32 nth = ctrl[C_NTH];
   astore(ctrl + C_DONE, 0);
   if (nth > 1) {
+    astore(ctrl + C_STARTED, 0);
     aadd(ctrl + C_GEN, 1);
-    wake_all(ctrl, ctrl + C_GEN);
+    if (aload(ctrl + C_PARKED) > 0) atomic_notify(ctrl + C_GEN);
   }
   run_program(ctrl, 0);
   for (;;) {
@@ -548,9 +591,10 @@ EXPORT(kv_run) i32 kv_run(i32* ctrl) {
 // runs a program started before it got here.)
 EXPORT(kv_worker) void kv_worker(i32* ctrl, i32 tid, i32 seen) {
   for (;;) {
-    wait_change(ctrl, ctrl + C_GEN, seen);
+    park(ctrl, seen);
     seen = aload(ctrl + C_GEN);
     if (aload(ctrl + C_QUIT) || aload(ctrl + C_ERROR)) return;
+    aadd(ctrl + C_STARTED, 1);
     run_program(ctrl, tid);
     aadd(ctrl + C_DONE, 1);
     wake_all(ctrl, ctrl + C_DONE);
