@@ -1,4 +1,4 @@
-import { type FileHandle, open, readFile, stat } from 'node:fs/promises';
+import { type FileHandle, open, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { parseHfConfig } from '../config.js';
 import { fileIoError, ModelError } from '../errors.js';
@@ -10,6 +10,7 @@ import {
   validateCheckpointTensors,
 } from './checkpoint-reader.js';
 import { dtypeByteLength, type TensorDtype } from './dtype.js';
+import { checkRegularFile, readRegularTextFile } from './regular-file.js';
 import {
   storedByteLength,
   type TensorToWrite,
@@ -172,12 +173,7 @@ export async function readSafetensorsHeader(
 }
 
 async function readJson(path: string): Promise<unknown> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (e) {
-    throw fileIoError('cannot read', path, e);
-  }
+  const text = await readRegularTextFile(path, 'checkpoint file');
   try {
     return JSON.parse(text);
   } catch (e) {
@@ -245,6 +241,7 @@ export async function openSafetensorsCheckpoint(
   try {
     for (const f of files) {
       const path = join(dir, f);
+      await checkRegularFile(path, 'safetensors shard');
       let fh: FileHandle;
       try {
         fh = await open(path, 'r');

@@ -1,8 +1,13 @@
-import { type FileHandle, open, readFile, stat } from 'node:fs/promises';
+import { type FileHandle, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { ModelError } from '../errors.js';
 import { readGgufHeader } from '../formats/gguf/header.js';
+import {
+  checkRegularFile,
+  isMissingFileError,
+  readRegularTextFile,
+} from '../formats/regular-file.js';
 import { type ChatMessage, type ChatTemplateOptions, renderChatTemplate } from './chat-template.js';
 import { type DetokenizerOptions, IncrementalDetokenizer } from './detokenizer.js';
 import { tokenizerJsonFromGguf } from './gguf-tokenizer.js';
@@ -115,8 +120,9 @@ export class ModelTokenizer {
    * vocabulary-only file works too).
    *
    * @param extraEosTokenIds - more stop ids (e.g. the model config's `eos_token_id` list).
-   * @throws {@link ModelError} `IO` for missing files, `MALFORMED_FILE` / `TRUNCATED_FILE` for a
-   *   bad GGUF header, `TOKENIZER`, `UNSUPPORTED_TOKENIZER`.
+   * @throws {@link ModelError} `IO` for a missing file or one that is not a regular file (a
+   *   FIFO, a device), `MALFORMED_FILE` / `TRUNCATED_FILE` for a bad GGUF header, `TOKENIZER`,
+   *   `UNSUPPORTED_TOKENIZER`.
    */
   static async load(
     path: string,
@@ -130,6 +136,7 @@ export class ModelTokenizer {
     }
     if (!isDir) {
       // The header alone: a vocabulary-only GGUF (no tensors) loads too.
+      await checkRegularFile(path, 'tokenizer file');
       let fh: FileHandle;
       try {
         fh = await open(path, 'r');
@@ -142,16 +149,19 @@ export class ModelTokenizer {
         await fh.close();
       }
     }
-    const readJson = async (name: string, optional: boolean): Promise<Record<string, unknown>> => {
-      let text: string;
+    // A file that is absent is optional; one that is there but cannot be read (a FIFO, a
+    // directory) is an error, not a silent default.
+    const readText = async (name: string, optional: boolean): Promise<string | null> => {
       try {
-        text = await readFile(join(path, name), 'utf8');
+        return await readRegularTextFile(join(path, name), 'tokenizer file');
       } catch (e) {
-        if (optional) return {};
-        throw new ModelError('IO', `cannot read ${join(path, name)}: ${(e as Error).message}`, {
-          cause: e,
-        });
+        if (optional && isMissingFileError(e)) return null;
+        throw e;
       }
+    };
+    const readJson = async (name: string, optional: boolean): Promise<Record<string, unknown>> => {
+      const text = await readText(name, optional);
+      if (text === null) return {};
       try {
         return JSON.parse(text) as Record<string, unknown>;
       } catch (e) {
@@ -163,13 +173,9 @@ export class ModelTokenizer {
     const tokenizerJson = await readJson('tokenizer.json', false);
     const tokenizerConfig = await readJson('tokenizer_config.json', true);
     let chatTemplate = pickTemplate(tokenizerConfig.chat_template);
-    if (chatTemplate === null) {
-      try {
-        chatTemplate = await readFile(join(path, 'chat_template.jinja'), 'utf8');
-      } catch {
-        chatTemplate = pickTemplate((await readJson('chat_template.json', true)).chat_template);
-      }
-    }
+    chatTemplate ??=
+      (await readText('chat_template.jinja', true)) ??
+      pickTemplate((await readJson('chat_template.json', true)).chat_template);
     return new ModelTokenizer({ tokenizerJson, tokenizerConfig, chatTemplate }, extraEosTokenIds);
   }
 

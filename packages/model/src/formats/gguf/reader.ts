@@ -11,6 +11,7 @@ import {
   validateCheckpointTensors,
 } from '../checkpoint-reader.js';
 import { decodeToF32 } from '../dtype.js';
+import { checkRegularFile } from '../regular-file.js';
 import { configFromGguf, GGUF_PERMUTED_QK } from './config-from-metadata.js';
 import { readGgufHeader } from './header.js';
 import { ggufToHfName } from './tensor-names.js';
@@ -23,14 +24,16 @@ import { ggufToHfName } from './tensor-names.js';
  * RoPE, are un-permuted on read (whole rows of blocks) so the bytes equal the HF tensors. Block
  * tensors keep their blocks: `readChunks` returns the file's bytes, `readTensorF32` decodes.
  *
- * @throws {@link ModelError} `IO`, `MALFORMED_FILE`, `TRUNCATED_FILE`, `UNSUPPORTED_DTYPE`
- *   (a type such as IQ2_XXS, naming the tensor and the type),
+ * @throws {@link ModelError} `IO` (also for a path that is a FIFO, a device or a directory),
+ *   `MALFORMED_FILE`, `TRUNCATED_FILE`, `UNSUPPORTED_DTYPE` (a type such as IQ2_XXS, naming the
+ *   tensor and the type),
  *   `UNSUPPORTED_ARCHITECTURE`, `INVALID_CONFIG`, `MISSING_TENSOR`, `SHAPE_MISMATCH`.
  */
 export async function openGgufCheckpoint(
   path: string,
   options?: OpenCheckpointOptions,
 ): Promise<CheckpointReader> {
+  await checkRegularFile(path, 'checkpoint');
   let fh: FileHandle;
   try {
     fh = await open(path, 'r');
