@@ -276,6 +276,53 @@ describe('parseHfConfig', () => {
     );
     expect(codeOf(() => parseHfConfig('nope'))).toBe('INVALID_CONFIG');
   });
+
+  it('refuses a size no model has (num_hidden_layers: 1e9) at once, naming the key', () => {
+    const cases: [string, number][] = [
+      ['num_hidden_layers', 1e9],
+      ['num_hidden_layers', 4097],
+      ['hidden_size', 2 ** 31],
+      ['intermediate_size', 2 ** 40],
+      ['num_attention_heads', 2 ** 20],
+      ['num_key_value_heads', 2 ** 20],
+      ['head_dim', 2 ** 31],
+      ['vocab_size', 2 ** 30],
+      ['max_position_embeddings', 2 ** 40],
+    ];
+    for (const [key, value] of cases) {
+      let error: unknown;
+      try {
+        parseHfConfig({ ...LLAMA2_7B, [key]: value });
+      } catch (e) {
+        error = e;
+      }
+      expect(ModelError.isInstance(error), key).toBe(true);
+      expect((error as ModelError).code).toBe('INVALID_CONFIG');
+      expect((error as Error).message).toContain(`"${key}" is ${value}, above the limit of`);
+    }
+    // A largest real model (Llama 3.1 405B) is well inside the limits.
+    expect(
+      parseHfConfig({
+        ...LLAMA31_8B_INSTRUCT,
+        hidden_size: 16384,
+        intermediate_size: 53248,
+        num_attention_heads: 128,
+        num_hidden_layers: 126,
+      }).numLayers,
+    ).toBe(126);
+  });
+});
+
+describe('validateModelConfig', () => {
+  it('refuses sizes above the limits however the config was built', () => {
+    const ok = { hiddenSize: 64, intermediateSize: 96, numLayers: 2, numHeads: 4, vocabSize: 384 };
+    expect(() => makeModelConfig({ ...ok, numLayers: 2 ** 31 })).toThrow(
+      /numLayers is 2147483648, above the limit of 4096/,
+    );
+    expect(() => validateModelConfig({ ...makeModelConfig(ok), vocabSize: 2 ** 25 })).toThrow(
+      /vocabSize is 33554432, above the limit/,
+    );
+  });
 });
 
 describe('toHfConfig', () => {

@@ -69,6 +69,36 @@ export interface ExpectedTensor {
   readonly shape: readonly number[];
 }
 
+/** The integer sizes of a {@link ModelConfig}. */
+type ConfigSize =
+  | 'hiddenSize'
+  | 'intermediateSize'
+  | 'numLayers'
+  | 'numHeads'
+  | 'numKvHeads'
+  | 'headDim'
+  | 'vocabSize'
+  | 'maxPositionEmbeddings';
+
+/**
+ * Upper bounds of a config's sizes, far above every model this package runs (the largest
+ * Llama-family models have 126 layers, a hidden size of 16,384, 128 heads of 128 or 256 dims,
+ * 256k tokens and 10M positions). A file claiming more is corrupt: refusing it up front keeps a
+ * wrong count (a layer count of 2^31) from building per-layer tables for minutes before any
+ * tensor is checked.
+ * @internal
+ */
+export const MODEL_CONFIG_LIMITS: Readonly<Record<ConfigSize, number>> = {
+  hiddenSize: 1 << 17,
+  intermediateSize: 1 << 20,
+  numLayers: 1 << 12,
+  numHeads: 1 << 12,
+  numKvHeads: 1 << 12,
+  headDim: 1 << 12,
+  vocabSize: 1 << 24,
+  maxPositionEmbeddings: 1 << 24,
+};
+
 const ARCH_BY_HF: Record<string, Architecture> = {
   LlamaForCausalLM: 'llama',
   MistralForCausalLM: 'mistral',
@@ -84,7 +114,12 @@ function bad(message: string, details?: Record<string, unknown>): ModelError {
   return new ModelError('INVALID_CONFIG', message, details ? { details } : undefined);
 }
 
-function readInt(obj: Record<string, unknown>, key: string, fallback?: number): number {
+function readInt(
+  obj: Record<string, unknown>,
+  key: string,
+  fallback?: number,
+  limit = Number.MAX_SAFE_INTEGER,
+): number {
   const v = obj[key];
   if (v === undefined || v === null) {
     if (fallback !== undefined) return fallback;
@@ -94,6 +129,13 @@ function readInt(obj: Record<string, unknown>, key: string, fallback?: number): 
     throw bad(`config.json: "${key}" must be a positive integer, got ${JSON.stringify(v)}`, {
       key,
       value: v,
+    });
+  }
+  if (v > limit) {
+    throw bad(`config.json: "${key}" is ${v}, above the limit of ${limit}`, {
+      key,
+      value: v,
+      limit,
     });
   }
   return v;
@@ -200,10 +242,11 @@ export function parseHfConfig(json: unknown): ModelConfig {
   if (readBool(c, 'mlp_bias', false)) {
     throw new ModelError('UNSUPPORTED_ARCHITECTURE', 'config.json: mlp_bias is not supported');
   }
-  const hiddenSize = readInt(c, 'hidden_size');
-  const numHeads = readInt(c, 'num_attention_heads');
-  const numKvHeads = readInt(c, 'num_key_value_heads', numHeads);
-  const headDim = readInt(c, 'head_dim', Math.floor(hiddenSize / numHeads));
+  const L = MODEL_CONFIG_LIMITS;
+  const hiddenSize = readInt(c, 'hidden_size', undefined, L.hiddenSize);
+  const numHeads = readInt(c, 'num_attention_heads', undefined, L.numHeads);
+  const numKvHeads = readInt(c, 'num_key_value_heads', numHeads, L.numKvHeads);
+  const headDim = readInt(c, 'head_dim', Math.floor(hiddenSize / numHeads), L.headDim);
   let slidingWindow: number | null = null;
   if (architecture === 'mistral' && c.sliding_window != null) {
     slidingWindow = readInt(c, 'sliding_window');
@@ -219,16 +262,16 @@ export function parseHfConfig(json: unknown): ModelConfig {
   const config: ModelConfig = {
     architecture,
     hiddenSize,
-    intermediateSize: readInt(c, 'intermediate_size'),
-    numLayers: readInt(c, 'num_hidden_layers'),
+    intermediateSize: readInt(c, 'intermediate_size', undefined, L.intermediateSize),
+    numLayers: readInt(c, 'num_hidden_layers', undefined, L.numLayers),
     numHeads,
     numKvHeads,
     headDim,
-    vocabSize: readInt(c, 'vocab_size'),
+    vocabSize: readInt(c, 'vocab_size', undefined, L.vocabSize),
     rmsNormEps: readNum(c, 'rms_norm_eps', 1e-6),
     ropeTheta: readNum(c, 'rope_theta', 10000),
     ropeScaling: parseRopeScaling(c.rope_scaling),
-    maxPositionEmbeddings: readInt(c, 'max_position_embeddings', 2048),
+    maxPositionEmbeddings: readInt(c, 'max_position_embeddings', 2048, L.maxPositionEmbeddings),
     tieWordEmbeddings: readBool(c, 'tie_word_embeddings', false),
     attentionBias: architecture === 'qwen2' ? true : llamaBias,
     attentionOutputBias: architecture === 'qwen2' ? false : llamaBias,
@@ -241,26 +284,23 @@ export function parseHfConfig(json: unknown): ModelConfig {
 }
 
 /**
- * Checks the invariants of a {@link ModelConfig} (positive integer sizes, head grouping, even
- * head dim, RoPE scaling fields).
+ * Checks the invariants of a {@link ModelConfig} (positive integer sizes below generous limits,
+ * at most 4,096 layers, heads and head dims, head grouping, even head dim, RoPE scaling fields).
  *
  * @throws {@link ModelError} `INVALID_CONFIG` naming the first violated rule.
  */
 export function validateModelConfig(c: ModelConfig): void {
-  const ints: (keyof ModelConfig)[] = [
-    'hiddenSize',
-    'intermediateSize',
-    'numLayers',
-    'numHeads',
-    'numKvHeads',
-    'headDim',
-    'vocabSize',
-    'maxPositionEmbeddings',
-  ];
-  for (const k of ints) {
+  for (const [k, limit] of Object.entries(MODEL_CONFIG_LIMITS) as [ConfigSize, number][]) {
     const v = c[k];
     if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) {
       throw bad(`model config: ${k} must be a positive integer, got ${String(v)}`, { key: k });
+    }
+    if (v > limit) {
+      throw bad(`model config: ${k} is ${v}, above the limit of ${limit}`, {
+        key: k,
+        value: v,
+        limit,
+      });
     }
   }
   if (!(c.architecture in ARCH_BY_MODEL_TYPE)) {

@@ -302,13 +302,23 @@ export class FileCheckpointReader implements CheckpointReader {
  * tensor's byte length matches its dtype and shape.
  *
  * @param source - file or directory named in error messages.
- * @throws {@link ModelError} `MISSING_TENSOR` or `SHAPE_MISMATCH`, naming the tensor.
+ * @throws {@link ModelError} `INVALID_CONFIG` for more layers than the checkpoint has tensors;
+ *   `MISSING_TENSOR` or `SHAPE_MISMATCH`, naming the tensor.
  */
 export function validateCheckpointTensors(
   config: ModelConfig,
   tensors: ReadonlyMap<string, TensorInfo>,
   source: string,
 ): void {
+  // Every layer has several tensors: a layer count above the number of tensors is a corrupt
+  // count, refused before the per-layer list of expected tensors is built.
+  if (config.numLayers > tensors.size) {
+    throw new ModelError(
+      'INVALID_CONFIG',
+      `${source}: the config has ${config.numLayers} layers but the checkpoint holds only ${tensors.size} tensors`,
+      { details: { file: source, numLayers: config.numLayers, tensors: tensors.size } },
+    );
+  }
   for (const t of tensors.values()) {
     const n = t.shape.reduce((a, b) => a * b, 1);
     let expected: number;

@@ -245,6 +245,25 @@ describe('malformed safetensors', () => {
     await expectModelError(openCheckpoint(d5), 'MALFORMED_FILE', 'JSON');
   });
 
+  it('a layer count beyond the tensors present (num_hidden_layers: 1e9) is INVALID_CONFIG at once', async () => {
+    for (const layers of [1e9, 4000]) {
+      const dir = join(root, `layers-${layers}`);
+      await writeRandomCheckpoint(dir, config, 3);
+      const json = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8'));
+      await writeFile(
+        join(dir, 'config.json'),
+        JSON.stringify({ ...json, num_hidden_layers: layers }),
+      );
+      await expectModelError(
+        openCheckpoint(dir),
+        'INVALID_CONFIG',
+        layers === 1e9
+          ? '"num_hidden_layers" is 1000000000, above the limit of 4096'
+          : 'the config has 4000 layers but the checkpoint holds only 21 tensors',
+      );
+    }
+  });
+
   it('a missing model file or config is IO', async () => {
     const dir = await corrupt('nofile', (f) => rm(f));
     await expectModelError(openCheckpoint(dir), 'IO', 'model.safetensors');

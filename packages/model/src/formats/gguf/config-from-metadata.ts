@@ -1,5 +1,6 @@
 import {
   type Architecture,
+  MODEL_CONFIG_LIMITS,
   type ModelConfig,
   type RopeScaling,
   validateModelConfig,
@@ -24,6 +25,30 @@ function metaNum(md: Map<string, unknown>, key: string, file: string, fallback?:
       {
         details: { file, key },
       },
+    );
+  }
+  return v;
+}
+
+/**
+ * A size key of the metadata: a positive integer up to the limit of the config field it sets,
+ * checked before anything is sized by it (the RoPE factors by the head dim, the expected
+ * tensors by the layer count).
+ */
+function metaSize(
+  md: Map<string, unknown>,
+  key: string,
+  file: string,
+  field: keyof typeof MODEL_CONFIG_LIMITS,
+  fallback?: number,
+): number {
+  const v = metaNum(md, key, file, fallback);
+  const limit = MODEL_CONFIG_LIMITS[field];
+  if (!Number.isInteger(v) || v <= 0 || v > limit) {
+    throw new ModelError(
+      'INVALID_CONFIG',
+      `${basename(file)}: GGUF metadata "${key}" is ${v}; ${field} must be a positive integer up to ${limit}`,
+      { details: { file, key, value: v, limit } },
     );
   }
   return v;
@@ -127,13 +152,14 @@ export function configFromGguf(
     throw unsupported(file, `a mixture of experts (${experts} experts)`, `${arch}.expert_count`);
   }
   const window = md.get(`${arch}.attention.sliding_window`);
-  const hiddenSize = metaNum(md, `${arch}.embedding_length`, file);
-  const numHeads = metaNum(md, `${arch}.attention.head_count`, file);
-  const numKvHeads = metaNum(md, `${arch}.attention.head_count_kv`, file, numHeads);
-  const headDim = metaNum(
+  const hiddenSize = metaSize(md, `${arch}.embedding_length`, file, 'hiddenSize');
+  const numHeads = metaSize(md, `${arch}.attention.head_count`, file, 'numHeads');
+  const numKvHeads = metaSize(md, `${arch}.attention.head_count_kv`, file, 'numKvHeads', numHeads);
+  const headDim = metaSize(
     md,
     `${arch}.attention.key_length`,
     file,
+    'headDim',
     Math.floor(hiddenSize / numHeads),
   );
   const ropeDim = metaNum(md, `${arch}.rope.dimension_count`, file, headDim);
@@ -157,7 +183,7 @@ export function configFromGguf(
       },
     );
   }
-  const contextLength = metaNum(md, `${arch}.context_length`, file);
+  const contextLength = metaSize(md, `${arch}.context_length`, file, 'maxPositionEmbeddings');
   const ropeTheta = metaNum(md, `${arch}.rope.freq_base`, file, 10000);
   // llama.cpp's n_ctx_orig_yarn: YaRN's original context, and the span of positions over which
   // Llama 4-style attention temperature scaling (1 + β·ln(1 + ⌊pos / span⌋)) stays 1.
@@ -199,8 +225,8 @@ export function configFromGguf(
   const config: ModelConfig = {
     architecture: ARCHITECTURE_BY_GGUF[arch as (typeof GGUF_ARCHITECTURES)[number]],
     hiddenSize,
-    intermediateSize: metaNum(md, `${arch}.feed_forward_length`, file),
-    numLayers: metaNum(md, `${arch}.block_count`, file),
+    intermediateSize: metaSize(md, `${arch}.feed_forward_length`, file, 'intermediateSize'),
+    numLayers: metaSize(md, `${arch}.block_count`, file, 'numLayers'),
     numHeads,
     numKvHeads,
     headDim,
