@@ -245,6 +245,45 @@ describe('malformed safetensors', () => {
     await expectModelError(openCheckpoint(d5), 'MALFORMED_FILE', 'JSON');
   });
 
+  it('a header length one byte short is refused, not loaded with every tensor shifted a byte', async () => {
+    const dir = await corrupt('short-header', async (f) => {
+      const buf = await readFile(f);
+      const n = Number(buf.readBigUInt64LE(0));
+      // Pad the JSON with spaces so that one byte less still parses, as a real file's would.
+      const json = Buffer.from(
+        `${buf
+          .subarray(8, 8 + n)
+          .toString('utf8')
+          .trimEnd()}        `,
+      );
+      const length = Buffer.alloc(8);
+      length.writeBigUInt64LE(BigInt(json.byteLength - 1));
+      await writeFile(f, Buffer.concat([length, json, buf.subarray(8 + n)]));
+    });
+    await expectModelError(
+      openCheckpoint(dir),
+      'MALFORMED_FILE',
+      'the last 1 bytes of the file belong to no tensor (is the header length right?)',
+    );
+  });
+
+  it('data that no tensor covers (a gap, trailing bytes) is MALFORMED_FILE', async () => {
+    const gap = await corrupt('gap', (f) =>
+      rewriteHeader(f, (h) => {
+        delete h['model.layers.0.input_layernorm.weight'];
+      }),
+    );
+    await expectModelError(openCheckpoint(gap), 'MALFORMED_FILE', 'belong to no tensor');
+    const trailing = await corrupt('trailing', async (f) => {
+      await writeFile(f, Buffer.concat([await readFile(f), Buffer.alloc(64)]));
+    });
+    await expectModelError(
+      openCheckpoint(trailing),
+      'MALFORMED_FILE',
+      'the last 64 bytes of the file belong to no tensor',
+    );
+  });
+
   it('a layer count beyond the tensors present (num_hidden_layers: 1e9) is INVALID_CONFIG at once', async () => {
     for (const layers of [1e9, 4000]) {
       const dir = join(root, `layers-${layers}`);

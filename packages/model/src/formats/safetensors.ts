@@ -59,7 +59,8 @@ function malformed(file: string, message: string, tensor?: string): ModelError {
  * @param fh - open handle of the file (kept open).
  * @param file - its path, for messages.
  * @throws {@link ModelError} `TRUNCATED_FILE` (header or a tensor past EOF), `MALFORMED_FILE`
- *   (bad header length, bad JSON, inconsistent offsets), `UNSUPPORTED_DTYPE` naming the tensor.
+ *   (bad header length, bad JSON, tensors that overlap or do not tile the data section up to
+ *   the end of the file), `UNSUPPORTED_DTYPE` naming the tensor.
  */
 export async function readSafetensorsHeader(
   fh: FileHandle,
@@ -161,15 +162,46 @@ export async function readSafetensorsHeader(
       byteLength: need,
     });
   }
-  const sorted = [...tensors].sort((a, b) => a.offset - b.offset);
-  for (let i = 1; i < sorted.length; i++) {
-    const prev = sorted[i - 1]!;
-    const cur = sorted[i]!;
-    if (cur.offset < prev.offset + prev.byteLength) {
-      throw malformed(file, `tensors "${prev.name}" and "${cur.name}" overlap`, cur.name);
-    }
-  }
+  checkTiling(file, tensors, dataStart, size);
   return { tensors, metadata, dataStart };
+}
+
+/**
+ * Checks that the tensors tile the data section exactly, as the safetensors reference reader
+ * does: in offset order each starts where the previous ends, the first at the section's start
+ * and the last at the end of the file. A header length off by a few bytes otherwise shifts
+ * every tensor and loads without a word (an F32 model then answers only "\u0000").
+ */
+function checkTiling(
+  file: string,
+  tensors: readonly SafetensorsEntry[],
+  dataStart: number,
+  size: number,
+): void {
+  const sorted = [...tensors].sort((a, b) => a.offset - b.offset || a.byteLength - b.byteLength);
+  let end = dataStart;
+  let prev: SafetensorsEntry | undefined;
+  for (const cur of sorted) {
+    if (cur.offset < end) {
+      throw malformed(file, `tensors "${prev!.name}" and "${cur.name}" overlap`, cur.name);
+    }
+    if (cur.offset > end) {
+      const where = prev ? `between "${prev.name}" and "${cur.name}"` : `before "${cur.name}"`;
+      throw malformed(
+        file,
+        `data bytes [${end - dataStart}, ${cur.offset - dataStart}) ${where} belong to no tensor (is the header length right?)`,
+        cur.name,
+      );
+    }
+    end = cur.offset + cur.byteLength;
+    prev = cur;
+  }
+  if (end !== size) {
+    throw malformed(
+      file,
+      `the last ${size - end} bytes of the file belong to no tensor (is the header length right?)`,
+    );
+  }
 }
 
 async function readJson(path: string): Promise<unknown> {

@@ -194,6 +194,55 @@ describe('Sampler', () => {
     }
     expect(() => sample(new Float32Array(0), {}, new SamplingState(0))).toThrow(ModelError);
   });
+
+  it('refuses a row with NaN, +Infinity or no finite logit, under every kind of sampling', () => {
+    const kinds = [{ temperature: 0 }, { temperature: 0.7, topP: 0.9 }, { topK: 5 }, { minP: 0.1 }];
+    const rows: [Float32Array, string][] = [
+      [Float32Array.from([0.5, Number.NaN, 2, 1]), 'logit 1 of the row is NaN'],
+      // A model whose weights were read shifted: every logit NaN. Greedy used to answer token 0.
+      [new Float32Array(8).fill(Number.NaN), 'logit 0 of the row is NaN'],
+      [Float32Array.from([0, 1, Number.POSITIVE_INFINITY]), 'logit 2 of the row is Infinity'],
+      [new Float32Array(4).fill(Number.NEGATIVE_INFINITY), 'every logit of the row is -Infinity'],
+    ];
+    for (const [row, message] of rows) {
+      for (const params of kinds) {
+        const state = new SamplingState(1);
+        let error: unknown;
+        try {
+          sample(row, params, state);
+        } catch (e) {
+          error = e;
+        }
+        expect(ModelError.isInstance(error), `${message} ${JSON.stringify(params)}`).toBe(true);
+        expect((error as ModelError).code).toBe('INVALID_ARGUMENT');
+        expect((error as Error).message).toContain(message);
+        // Nothing was recorded for the failed draw.
+        expect(state.generated).toBe(0);
+      }
+    }
+  });
+
+  it('refuses a row whose allowed tokens all have -Infinity logits, under greedy and random draws', () => {
+    const row = Float32Array.from([Number.NEGATIVE_INFINITY, 0, 1]);
+    const onlyFirst = Int32Array.of(1);
+    for (const params of [{ temperature: 0 }, { temperature: 1 }, { topP: 0.5 }]) {
+      const state = new SamplingState(3);
+      expect(() => new Sampler().sample(row, params, state, onlyFirst)).toThrow(
+        /no allowed token has a finite logit/,
+      );
+      expect(state.generated).toBe(0);
+    }
+  });
+
+  it('draws from any row of finite logits, with -Infinity masks', () => {
+    fc.assert(
+      fc.property(logitsArb, fc.integer({ min: 0, max: 299 }), fc.nat(), (row, masked, seed) => {
+        if (masked < row.length - 1) row[masked] = Number.NEGATIVE_INFINITY;
+        const { token } = sample(row, { temperature: 1 }, new SamplingState(seed));
+        expect(row[token]).toBeGreaterThan(Number.NEGATIVE_INFINITY);
+      }),
+    );
+  });
 });
 
 describe('penalties', () => {

@@ -192,8 +192,10 @@ export class Sampler {
    * @param logits - one row of the LM head's output (any length ≥ 1; a subarray is fine).
    * @param mask - the tokens allowed next (grammar-constrained decoding); every other token gets
    *   probability 0. Omitted for unconstrained rows, which then pay nothing for the feature.
-   * @throws {@link ModelError} `INVALID_ARGUMENT` for bad params, an empty row, or a mask that
-   *   is too short or allows no token of the row.
+   * @throws {@link ModelError} `INVALID_ARGUMENT` for bad params, an empty row, a mask that is
+   *   too short or allows no token of the row, or a row with NaN or +Infinity or without any
+   *   finite value (`details.token` names the first bad one): broken weights or a backend
+   *   fault, never a token to draw.
    */
   sample(
     logits: Float32Array,
@@ -204,6 +206,7 @@ export class Sampler {
     validateSamplingParams(params);
     const v = logits.length;
     if (v === 0) throw invalid('empty logits row');
+    checkLogits(logits);
     this.ensure(v);
     const work = this.work;
     work.set(logits);
@@ -215,6 +218,12 @@ export class Sampler {
     let token: number;
     if (temperature === 0 || params.topK === 1) token = argmax(work, v);
     else token = this.draw(work, v, temperature, params, state.rng);
+    // Finite logits that the mask leaves none of: no token is allowed, so none is drawn.
+    if (work[token] === Number.NEGATIVE_INFINITY) {
+      throw new ModelError('INVALID_ARGUMENT', 'sampling: no allowed token has a finite logit', {
+        details: { token, value: Number.NEGATIVE_INFINITY },
+      });
+    }
 
     state.record(token);
     const n = params.topLogprobs ?? 0;
@@ -357,6 +366,32 @@ export class Sampler {
       if (u < 0) return t;
     }
     return fallback;
+  }
+}
+
+/**
+ * Refuses a row the sampler cannot draw from: NaN compares false with everything, so it would
+ * be skipped silently and the draw would land on an arbitrary token (token 0, "\u0000", for
+ * a model whose weights were read a byte off).
+ */
+function checkLogits(logits: Float32Array): void {
+  let finite = false;
+  for (let i = 0; i < logits.length; i++) {
+    const x = logits[i]!;
+    if (x > Number.NEGATIVE_INFINITY && x < Number.POSITIVE_INFINITY) {
+      finite = true;
+    } else if (x !== Number.NEGATIVE_INFINITY) {
+      throw new ModelError(
+        'INVALID_ARGUMENT',
+        `sampling: logit ${i} of the row is ${x}; the model's output is not finite (broken weights or a backend fault)`,
+        { details: { token: i, value: x } },
+      );
+    }
+  }
+  if (!finite) {
+    throw new ModelError('INVALID_ARGUMENT', 'sampling: every logit of the row is -Infinity', {
+      details: { token: 0, value: Number.NEGATIVE_INFINITY },
+    });
   }
 }
 
