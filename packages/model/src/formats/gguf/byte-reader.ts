@@ -3,20 +3,76 @@ import { basename } from '../base-name.js';
 import type { PositionalSource } from '../checkpoint-reader.js';
 import { GGUF_SCALAR_SIZES, GGUF_VALUE_TYPES, type GgufValueType } from './value-types.js';
 
-/** Longest metadata string accepted (a malformed length must not allocate gigabytes). */
+/** Longest metadata string accepted (a chat template or an embedded `tokenizer.json`). */
 export const MAX_STRING = 64 * 1024 * 1024;
+/** Longest metadata key or tensor name (llama.cpp refuses tensor names of 64 bytes or more). */
+export const MAX_NAME = 64 * 1024;
+/**
+ * Memory a parsed header may take. A 256k-token vocabulary with its merges, scores and types
+ * takes about 20 MiB; sizes in a corrupt or hostile file (2^28 array items, forty 64 MiB
+ * strings in a sparse file) must fail here, not in V8's heap.
+ */
+export const MAX_HEADER_MEMORY = 256 * 1024 * 1024;
+/** Estimated bytes of one number in a parsed array (a JS array slot and its double). */
+const NUMBER_ITEM_MEMORY = 16;
+/** Estimated bytes of one string besides its characters (its V8 header and array slot). */
+const STRING_MEMORY = 32;
 
-/** Buffered sequential reader over positional reads, so a header never needs the whole file. */
+/**
+ * Buffered sequential reader over positional reads, so a header never needs the whole file.
+ * Every length and count is checked against the bytes left in the file and against
+ * {@link MAX_HEADER_MEMORY} before anything is allocated for it.
+ */
 export class GgufByteReader {
   private buf = new Uint8Array(0);
   private view = new DataView(this.buf.buffer);
   private bufStart = 0;
+  /** Estimated memory taken so far by what was parsed. */
+  private held = 0;
   pos = 0;
   constructor(
     private readonly fh: PositionalSource,
     private readonly size: number,
     private readonly file: string,
   ) {}
+
+  /** Bytes of the file after the read position. */
+  remaining(): number {
+    return this.size - this.pos;
+  }
+
+  /**
+   * Counts `bytes` of memory against {@link MAX_HEADER_MEMORY}, before they are allocated.
+   * @throws {@link ModelError} `MALFORMED_FILE` naming `what` when the header would exceed it.
+   */
+  hold(bytes: number, what: string): void {
+    this.held += bytes;
+    if (this.held > MAX_HEADER_MEMORY) {
+      throw new ModelError(
+        'MALFORMED_FILE',
+        `${basename(this.file)}: ${what} takes the header past its limit of ${MAX_HEADER_MEMORY / 2 ** 20} MiB in memory`,
+        { details: { file: this.file, field: what } },
+      );
+    }
+  }
+
+  /**
+   * Reads a u64 count of items that take at least `minItemBytes` each in the file, and checks
+   * that they fit in what is left of it.
+   * @throws {@link ModelError} `MALFORMED_FILE` above `limit`, `TRUNCATED_FILE` when the items
+   *   cannot fit in the rest of the file; both name `what`.
+   */
+  async count(what: string, minItemBytes: number, limit: number): Promise<number> {
+    const n = await this.safeU64(what, limit);
+    if (n * minItemBytes > this.remaining()) {
+      throw new ModelError(
+        'TRUNCATED_FILE',
+        `${basename(this.file)}: ${what} ${n} needs at least ${n * minItemBytes} bytes, the file has ${this.remaining()} left`,
+        { details: { file: this.file, field: what } },
+      );
+    }
+    return n;
+  }
 
   // Node's Buffer#toString decodes short UTF-8 strings several times faster than TextDecoder;
   // browsers have only the latter.
@@ -32,7 +88,7 @@ export class GgufByteReader {
       throw new ModelError(
         'TRUNCATED_FILE',
         `${basename(this.file)}: ${what} at byte ${this.pos} runs past the end of the ${this.size}-byte file`,
-        { details: { file: this.file } },
+        { details: { file: this.file, field: what } },
       );
     }
     if (this.buffered(n)) return;
@@ -74,17 +130,16 @@ export class GgufByteReader {
       throw new ModelError(
         'MALFORMED_FILE',
         `${basename(this.file)}: ${what} ${v} exceeds the limit ${limit}`,
-        {
-          details: { file: this.file },
-        },
+        { details: { file: this.file, field: what } },
       );
     }
     return Number(v);
   }
 
-  async string(what: string): Promise<string> {
-    const n = await this.safeU64(`${what} length`, MAX_STRING);
+  async string(what: string, limit = MAX_STRING): Promise<string> {
+    const n = await this.safeU64(`${what} length`, limit);
     await this.ensure(n, what);
+    this.hold(STRING_MEMORY + 2 * n, what);
     const s = this.decode(this.at(), this.at() + n);
     this.pos += n;
     return s;
@@ -137,13 +192,16 @@ export class GgufByteReader {
    * Reads `n` items, parsing synchronously while they are in the window: vocabularies have
    * hundreds of thousands of strings, and an await per item would dominate opening a file.
    */
-  async array(
-    itemType: Exclude<GgufValueType, 'array'>,
-    n: number,
-    what: string,
-  ): Promise<unknown[]> {
+  async array(itemType: Exclude<GgufValueType, 'array'>, what: string): Promise<unknown[]> {
+    const isString = itemType === 'string';
+    const n = await this.count(
+      `${what} array length`,
+      isString ? 8 : GGUF_SCALAR_SIZES[itemType]!,
+      Number.MAX_SAFE_INTEGER,
+    );
+    this.hold(n * (isString ? STRING_MEMORY : NUMBER_ITEM_MEMORY), `${what} (${n} items)`);
     const arr = new Array<unknown>(n);
-    if (itemType === 'string') {
+    if (isString) {
       for (let j = 0; j < n; j++) {
         if (!this.buffered(8)) await this.ensure(8, `${what}[${j}] length`);
         const lo = this.view.getUint32(this.at(), true);
@@ -152,12 +210,13 @@ export class GgufByteReader {
           throw new ModelError(
             'MALFORMED_FILE',
             `${basename(this.file)}: ${what}[${j}] length ${hi * 2 ** 32 + lo} exceeds the limit ${MAX_STRING}`,
-            { details: { file: this.file } },
+            { details: { file: this.file, field: `${what}[${j}]` } },
           );
         }
         this.pos += 8;
         const l = lo;
         if (!this.buffered(l)) await this.ensure(l, `${what}[${j}]`);
+        this.hold(2 * l, `${what}[${j}]`);
         const o = this.at();
         arr[j] = this.decode(o, o + l);
         this.pos += l;
@@ -179,9 +238,7 @@ export class GgufByteReader {
       throw new ModelError(
         'MALFORMED_FILE',
         `${basename(this.file)}: ${what} has unknown value type ${t}`,
-        {
-          details: { file: this.file },
-        },
+        { details: { file: this.file, field: what } },
       );
     }
     return name;

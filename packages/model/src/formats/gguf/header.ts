@@ -3,7 +3,7 @@ import { ModelError } from '../../errors.js';
 import { basename } from '../base-name.js';
 import type { PositionalSource } from '../checkpoint-reader.js';
 import { dtypeByteLength, isBlockDtype, type TensorDtype } from '../dtype.js';
-import { GgufByteReader } from './byte-reader.js';
+import { GgufByteReader, MAX_NAME } from './byte-reader.js';
 import { dtypeOfGgmlType, ggmlTypeName } from './ggml-types.js';
 
 /** A tensor entry of a GGUF file, under its GGUF name and in GGUF dimension order. */
@@ -34,15 +34,29 @@ export interface GgufHeader {
   readonly dataStart: number;
 }
 
-const MAX_ARRAY = 1 << 28;
+/**
+ * Most tensors or metadata keys a header may declare: a Llama-family GGUF has about ten
+ * tensors per layer and a few dozen keys; the largest models have under 2,000 tensors.
+ */
+const MAX_ENTRIES = 1 << 16;
+/** Fewest bytes a tensor info takes: an empty name (8), one dimension (4 + 8), type and offset. */
+const MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8;
+/** Fewest bytes a metadata entry takes: an empty key (8), its type (4), a one-byte value. */
+const MIN_KV_BYTES = 8 + 4 + 1;
+/** Estimated memory of one parsed tensor info besides its name (the object, its dims). */
+const TENSOR_INFO_MEMORY = 256;
 const SUPPORTED = `F32, F16, BF16, ${Object.keys(GGML_BLOCK_FORMATS).join(', ')}`;
 /**
  * Reads and validates a GGUF header (metadata and tensor infos) through buffered positional
  * reads; tensor data is never read.
  *
- * @throws {@link ModelError} `MALFORMED_FILE` (bad magic, version, counts, alignment, overlap),
- *   `TRUNCATED_FILE` (header or a tensor past EOF, naming the tensor), `UNSUPPORTED_DTYPE`
- *   (naming the tensor and its ggml type).
+ * Every count and length (tensors, keys, arrays, strings, dimensions, offsets) is checked against
+ * the bytes left in the file and a sane bound before anything is allocated for it, so a corrupt
+ * or hostile size fails with a typed error naming the field instead of exhausting memory.
+ *
+ * @throws {@link ModelError} `MALFORMED_FILE` (bad magic, version, counts, alignment, overlap,
+ *   a header taking more than 256 MiB of memory), `TRUNCATED_FILE` (a count, a string or a
+ *   tensor past EOF, naming it), `UNSUPPORTED_DTYPE` (naming the tensor and its ggml type).
  */
 export async function readGgufHeader(fh: PositionalSource, file: string): Promise<GgufHeader> {
   const size = (await fh.stat()).size;
@@ -67,11 +81,18 @@ export async function readGgufHeader(fh: PositionalSource, file: string): Promis
       },
     );
   }
-  const tensorCount = await c.safeU64('tensor count', 1 << 24);
-  const kvCount = await c.safeU64('metadata count', 1 << 24);
+  const tensorCount = await c.safeU64('tensor count', MAX_ENTRIES);
+  const kvCount = await c.count('metadata count', MIN_KV_BYTES, MAX_ENTRIES);
+  if (tensorCount * MIN_TENSOR_INFO_BYTES + kvCount * MIN_KV_BYTES > c.remaining()) {
+    throw new ModelError(
+      'TRUNCATED_FILE',
+      `${basename(file)}: tensor count ${tensorCount} and metadata count ${kvCount} need more than the ${c.remaining()} bytes left in the file`,
+      { details: { file, field: 'tensor count' } },
+    );
+  }
   const metadata = new Map<string, unknown>();
   for (let i = 0; i < kvCount; i++) {
-    const key = await c.string('metadata key');
+    const key = await c.string('metadata key', MAX_NAME);
     const type = await c.valueType(`metadata "${key}"`);
     if (type === 'array') {
       const itemType = await c.valueType(`metadata "${key}" items`);
@@ -84,8 +105,7 @@ export async function readGgufHeader(fh: PositionalSource, file: string): Promis
           },
         );
       }
-      const n = await c.safeU64(`metadata "${key}" array length`, MAX_ARRAY);
-      metadata.set(key, await c.array(itemType, n, `metadata "${key}"`));
+      metadata.set(key, await c.array(itemType, `metadata "${key}"`));
     } else {
       metadata.set(key, await c.scalar(type, `metadata "${key}"`));
     }
@@ -108,7 +128,8 @@ export async function readGgufHeader(fh: PositionalSource, file: string): Promis
   const alignment = alignRaw;
   const raw: { name: string; dtype: TensorDtype; dims: number[]; rel: number }[] = [];
   for (let i = 0; i < tensorCount; i++) {
-    const name = await c.string('tensor name');
+    const name = await c.string('tensor name', MAX_NAME);
+    c.hold(TENSOR_INFO_MEMORY, `tensor "${name}"`);
     const nd = await c.u32(`tensor "${name}" dimension count`);
     if (nd < 1 || nd > 4) {
       throw new ModelError(
@@ -121,6 +142,13 @@ export async function readGgufHeader(fh: PositionalSource, file: string): Promis
     }
     const dims: number[] = [];
     for (let d = 0; d < nd; d++) dims.push(await c.safeU64(`tensor "${name}" dimension`, 2 ** 40));
+    if (dims.reduce((a, b) => a * b, 1) > Number.MAX_SAFE_INTEGER) {
+      throw new ModelError(
+        'MALFORMED_FILE',
+        `${basename(file)}: tensor "${name}" dimensions [${dims.join(', ')}] hold more than 2^53 values`,
+        { details: { file, tensor: name } },
+      );
+    }
     const typeId = await c.u32(`tensor "${name}" type`);
     const dtype = dtypeOfGgmlType(typeId);
     if (!dtype) {

@@ -1,5 +1,7 @@
 import { type FileHandle, open } from 'node:fs/promises';
+import { MODEL_CONFIG_LIMITS } from '../../config.js';
 import { fileIoError, ModelError } from '../../errors.js';
+import { basename } from '../base-name.js';
 import {
   bytesSource,
   type CheckpointReader,
@@ -90,6 +92,16 @@ async function openGguf(
   const ropeEntry = header.tensors.find((t) => t.name === 'rope_freqs.weight');
   let ropeFactors: Float32Array | undefined;
   if (ropeEntry) {
+    // One divisor per frequency pair of a head: checked before its bytes are read, so a corrupt
+    // shape cannot make this allocate the size of a weight matrix.
+    const pairs = ropeEntry.dims.reduce((a, b) => a * b, 1);
+    if (ropeEntry.dims.length !== 1 || pairs > MODEL_CONFIG_LIMITS.headDim / 2) {
+      throw new ModelError(
+        'SHAPE_MISMATCH',
+        `${basename(path)}: tensor "rope_freqs.weight" has shape [${[...ropeEntry.dims].reverse().join(', ')}]; it holds one factor per frequency pair of a head (at most ${MODEL_CONFIG_LIMITS.headDim / 2})`,
+        { details: { file: path, tensor: 'rope_freqs.weight' } },
+      );
+    }
     const b = new Uint8Array(ropeEntry.byteLength);
     await fh.read(b, 0, b.byteLength, ropeEntry.offset);
     ropeFactors = decodeToF32(ropeEntry.dtype, b);
