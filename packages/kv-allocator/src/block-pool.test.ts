@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { BlockPool } from './block-pool.js';
-import { KvAllocatorError } from './errors.js';
+import type { KvAllocatorError } from './errors.js';
 import { defineEvictionPolicy } from './policies/eviction-policy.js';
 import { FifoPolicy } from './policies/fifo-policy.js';
 
@@ -71,7 +71,7 @@ describe('BlockPool', () => {
     expect(pool.lookup('h0')).toBe(blocks[0]);
   });
 
-  it('reports a policy that names a block it may not reclaim, without losing blocks', () => {
+  it('replaces a policy that names a block it may not reclaim by LRU, losing no block', () => {
     const liar = defineEvictionPolicy<number>({
       name: 'liar',
       insert() {},
@@ -79,14 +79,88 @@ describe('BlockPool', () => {
       remove() {},
       chooseVictim: () => 0,
     });
-    const pool = new BlockPool({ numBlocks: 2, evictionPolicy: liar });
+    const failures: KvAllocatorError[] = [];
+    const pool = new BlockPool({
+      numBlocks: 2,
+      evictionPolicy: liar,
+      onPolicyFailure: (e) => failures.push(e),
+    });
     const [a, b] = pool.allocate(2)!;
     pool.setHash(b!, 'hb');
     pool.release(b!);
-    // Block 0 is in use, so choosing it violates the contract.
-    expect(() => pool.allocate(1)).toThrow(KvAllocatorError);
+    // Block 0 is in use, so choosing it violates the contract: LRU picks the cached block 1.
+    expect(pool.allocate(1)).toEqual([b]);
     expect(pool.refCount(a!)).toBe(1);
     expect(pool.numFree + pool.numCached + pool.numUsed).toBe(2);
+    expect(failures).toHaveLength(1);
+    expect(failures[0]!.code).toBe('POLICY_VIOLATION');
+    expect(failures[0]!.message).toMatch(/liar chose 0, .* using the built-in lru/);
+    expect(pool.policy.name).toBe('lru');
+    expect(pool.policyFailure).toBe(failures[0]);
+  });
+
+  it('finishes a release whose policy throws from insert, and reclaims that block later', () => {
+    const failures: KvAllocatorError[] = [];
+    const pool = new BlockPool({
+      numBlocks: 3,
+      evictionPolicy: defineEvictionPolicy<number>({
+        name: 'bug',
+        insert() {
+          throw new Error('bug');
+        },
+        touch() {},
+        remove() {},
+        chooseVictim: () => undefined,
+      }),
+      onPolicyFailure: (e) => failures.push(e),
+    });
+    const blocks = pool.allocate(3)!;
+    for (const [i, b] of blocks.entries()) pool.setHash(b, `h${i}`);
+    for (const b of blocks) pool.release(b); // the first insert throws; every release completes
+    expect(pool.numCached).toBe(3);
+    expect(pool.numUsed).toBe(0);
+    expect(failures).toHaveLength(1);
+    expect(failures[0]!.message).toMatch(/bug threw from insert: bug/);
+    // All three are reclaimable through the fallback, and none twice.
+    expect(new Set(pool.allocate(3))).toEqual(new Set(blocks));
+    expect(pool.numUsed).toBe(3);
+    for (const b of blocks) pool.release(b);
+    expect(() => pool.release(blocks[0]!)).toThrow(/released more often/);
+  });
+
+  it('finishes a cache hit and an eviction whose policy throws from touch, remove or forget', () => {
+    for (const hook of ['touch', 'remove', 'forget', 'chooseVictim'] as const) {
+      const order: number[] = [];
+      const hooks = {
+        name: `bad-${hook}`,
+        insert: (k: number) => void order.push(k),
+        touch: () => {},
+        remove: (k: number) => void order.splice(order.indexOf(k) >>> 0, 1),
+        forget: () => {},
+        chooseVictim: () => order[0],
+      };
+      hooks[hook] = () => {
+        throw new Error(hook);
+      };
+      let failures = 0;
+      const pool = new BlockPool({
+        numBlocks: 2,
+        evictionPolicy: defineEvictionPolicy<number>(hooks),
+        onPolicyFailure: () => failures++,
+      });
+      const [a, b] = pool.allocate(2)!;
+      pool.setHash(a!, 'ha');
+      pool.setHash(b!, 'hb');
+      pool.release(a!);
+      pool.release(b!);
+      pool.retain(a!); // a hit: touch, remove
+      expect(pool.refCount(a!)).toBe(1);
+      expect(pool.numCached).toBe(1);
+      expect(pool.allocate(1)).toEqual([b]); // an eviction: chooseVictim, remove, forget
+      expect(pool.lookup('hb')).toBeUndefined();
+      expect(pool.numUsed).toBe(2);
+      expect(failures).toBe(1);
+    }
   });
 
   it('keeps one block per content hash', () => {

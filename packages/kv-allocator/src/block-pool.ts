@@ -9,6 +9,12 @@ export interface BlockPoolOptions {
   readonly numBlocks: number;
   /** Decides which cached, unreferenced block is reclaimed first. Default `LruPolicy`. */
   readonly evictionPolicy?: EvictionPolicy<BlockId>;
+  /**
+   * Called once, when the eviction policy fails: a hook throws, or `chooseVictim` names a block
+   * that is not cached and unreferenced. The pool has already switched to a built-in LRU policy
+   * by then (see {@link BlockPool.policyFailure}).
+   */
+  readonly onPolicyFailure?: (error: KvAllocatorError) => void;
 }
 
 /**
@@ -21,10 +27,17 @@ export interface BlockPoolOptions {
  *
  * New blocks come from the free stack first, and only then by reclaiming the policy's victim,
  * so cached prefixes survive as long as there is room.
+ *
+ * The pool changes its own state before it tells the policy, so a policy that throws, or names
+ * a block it may not reclaim, can never leave a block half freed: the pool reports it once
+ * (`onPolicyFailure`), goes on with a built-in LRU policy over the blocks cached at that moment,
+ * and the operation completes as if the policy had been LRU all along.
  */
 export class BlockPool {
   readonly numBlocks: number;
-  readonly policy: EvictionPolicy<BlockId>;
+  #policy: EvictionPolicy<BlockId>;
+  #policyFailure: KvAllocatorError | undefined;
+  readonly #onPolicyFailure: ((error: KvAllocatorError) => void) | undefined;
   private readonly refCounts: Int32Array;
   private readonly hashes: (BlockHash | undefined)[];
   private readonly byHash = new Map<BlockHash, BlockId>();
@@ -37,13 +50,24 @@ export class BlockPool {
   constructor(options: BlockPoolOptions) {
     assertInteger('numBlocks', options.numBlocks, 1);
     this.numBlocks = options.numBlocks;
-    this.policy = options.evictionPolicy ?? new LruPolicy<BlockId>();
+    this.#policy = options.evictionPolicy ?? new LruPolicy<BlockId>();
+    this.#onPolicyFailure = options.onPolicyFailure;
     this.refCounts = new Int32Array(options.numBlocks);
     this.hashes = new Array(options.numBlocks).fill(undefined);
     this.freeStack = new Int32Array(options.numBlocks);
     // Lowest ids on top, so allocation order is predictable in tests and logs.
     for (let i = 0; i < options.numBlocks; i++) this.freeStack[i] = options.numBlocks - 1 - i;
     this.freeTop = options.numBlocks;
+  }
+
+  /** The eviction policy in use: the configured one, or the built-in LRU after it failed. */
+  get policy(): EvictionPolicy<BlockId> {
+    return this.#policy;
+  }
+
+  /** Why the configured eviction policy was replaced by the built-in LRU; undefined while it works. */
+  get policyFailure(): KvAllocatorError | undefined {
+    return this.#policyFailure;
   }
 
   /** Blocks holding nothing. */
@@ -86,9 +110,9 @@ export class BlockPool {
 
   /**
    * Takes `count` blocks (reference count 1 each), free ones first, then by eviction.
-   * Returns undefined, changing nothing, when fewer than `count` are available.
-   * @throws {KvAllocatorError} POLICY_VIOLATION when the eviction policy names a block that is
-   *   not reclaimable. Blocks taken before the violation go back to the free stack.
+   * Returns undefined, changing nothing, when fewer than `count` are available. A policy that
+   * throws from `chooseVictim`, or names a block that is not reclaimable, is replaced by the
+   * built-in LRU (see the class comment) and the allocation goes on.
    */
   allocate(count: number): BlockId[] | undefined {
     if (count > this.numAvailable) return undefined;
@@ -98,29 +122,81 @@ export class BlockPool {
       if (this.freeTop > 0) {
         block = this.freeStack[--this.freeTop]!;
       } else {
-        const victim = this.policy.chooseVictim();
-        if (
-          victim === undefined ||
-          !Number.isInteger(victim) ||
-          victim < 0 ||
-          victim >= this.numBlocks ||
-          this.refCounts[victim] !== 0 ||
-          this.hashes[victim] === undefined
-        ) {
-          for (const b of out) this.release(b);
-          throw new KvAllocatorError(
-            'POLICY_VIOLATION',
-            `eviction policy ${this.policy.name ?? '(unnamed)'} chose ${String(victim)}, which is not a cached, unreferenced block`,
-            { details: { victim } },
-          );
-        }
-        this.evict(victim);
-        block = victim;
+        block = this.#chooseVictim();
+        this.evict(block);
       }
       this.refCounts[block] = 1;
       out.push(block);
     }
     return out;
+  }
+
+  /** The policy's victim; the fallback's when the policy throws or names a wrong block. */
+  #chooseVictim(): BlockId {
+    let victim: BlockId | undefined;
+    try {
+      victim = this.#policy.chooseVictim();
+    } catch (error) {
+      this.#policyFailed('chooseVictim', error);
+      return this.#policy.chooseVictim()!;
+    }
+    if (this.#isCached(victim)) return victim!;
+    if (this.#policyFailure !== undefined) {
+      // Only the built-in fallback runs now: a wrong victim is a bug of this pool.
+      throw new KvAllocatorError('INVALID_ARGUMENT', `no cached block to reclaim (${victim})`);
+    }
+    this.#policyFailed(
+      'chooseVictim',
+      undefined,
+      `chose ${String(victim)}, which is not a cached, unreferenced block`,
+      { victim },
+    );
+    return this.#policy.chooseVictim()!;
+  }
+
+  #isCached(block: unknown): boolean {
+    return (
+      typeof block === 'number' &&
+      Number.isInteger(block) &&
+      block >= 0 &&
+      block < this.numBlocks &&
+      this.refCounts[block] === 0 &&
+      this.hashes[block] !== undefined
+    );
+  }
+
+  /** Calls a policy hook after the pool's own state changed; a throw switches to the fallback. */
+  #tell(hook: 'insert' | 'touch' | 'remove' | 'forget', block: BlockId): void {
+    try {
+      this.#policy[hook]?.(block);
+    } catch (error) {
+      this.#policyFailed(hook, error);
+    }
+  }
+
+  /**
+   * Replaces a failed policy by a built-in LRU holding every block cached now (in id order:
+   * the failed policy's order is unknown), and reports the failure once.
+   */
+  #policyFailed(
+    hook: string,
+    cause: unknown,
+    why = `threw from ${hook}: ${cause instanceof Error ? cause.message : String(cause)}`,
+    details: Record<string, unknown> = {},
+  ): void {
+    if (this.#policyFailure !== undefined) throw cause; // the built-in fallback itself threw
+    const error = new KvAllocatorError(
+      'POLICY_VIOLATION',
+      `eviction policy ${this.#policy.name ?? '(unnamed)'} ${why}; using the built-in lru policy from now on`,
+      { cause, details: { policy: this.#policy.name, hook, ...details } },
+    );
+    this.#policyFailure = error;
+    const fallback = new LruPolicy<BlockId>();
+    for (let b = 0; b < this.numBlocks; b++) {
+      if (this.refCounts[b] === 0 && this.hashes[b] !== undefined) fallback.insert(b);
+    }
+    this.#policy = fallback;
+    this.#onPolicyFailure?.(error);
   }
 
   /** Adds a reference to a block (a cache hit or a fork); a cached block leaves the policy. */
@@ -129,9 +205,11 @@ export class BlockPool {
       if (this.hashes[block] === undefined) {
         throw new KvAllocatorError('INVALID_ARGUMENT', `block ${block} is free and holds nothing`);
       }
-      this.policy.touch(block);
-      this.policy.remove(block);
+      this.refCounts[block] = 1;
       this.cached--;
+      this.#tell('touch', block);
+      this.#tell('remove', block);
+      return;
     }
     this.refCounts[block]!++;
   }
@@ -151,7 +229,7 @@ export class BlockPool {
     if (!keepCached) this.dropHash(block);
     if (this.hashes[block] !== undefined) {
       this.cached++;
-      this.policy.insert(block);
+      this.#tell('insert', block);
     } else {
       this.freeStack[this.freeTop++] = block;
     }
@@ -186,11 +264,11 @@ export class BlockPool {
     let n = 0;
     for (let b = 0; b < this.numBlocks; b++) {
       if (this.refCounts[b] === 0 && this.hashes[b] !== undefined) {
-        this.policy.remove(b);
-        this.policy.forget?.(b);
         this.dropHash(b);
         this.cached--;
         this.freeStack[this.freeTop++] = b;
+        this.#tell('remove', b);
+        this.#tell('forget', b);
         n++;
       }
     }
@@ -198,11 +276,11 @@ export class BlockPool {
   }
 
   private evict(block: BlockId): void {
-    this.policy.remove(block);
-    this.policy.forget?.(block);
     this.dropHash(block);
     this.cached--;
     this.evictionCount++;
+    this.#tell('remove', block);
+    this.#tell('forget', block);
   }
 
   private dropHash(block: BlockId): void {

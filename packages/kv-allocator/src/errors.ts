@@ -14,7 +14,8 @@ export type KvAllocatorErrorCode =
 /**
  * Thrown by @kvasir/kv-allocator for misuse, or (`OUT_OF_BLOCKS`) when an operation that cannot
  * report failure in its result runs out of blocks. The manager's state is unchanged when it is
- * thrown (except `POLICY_VIOLATION`, see `BlockPool.allocate`).
+ * thrown. `POLICY_VIOLATION` is never thrown: it is what `BlockPool` reports (`onPolicyFailure`)
+ * when it replaces an eviction policy that broke its contract.
  */
 export class KvAllocatorError extends KvasirError<KvAllocatorErrorCode> {}
 

@@ -60,6 +60,9 @@ export class KvCacheManager {
     this.pool = new BlockPool({
       numBlocks: options.numBlocks,
       ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
+      ...(options.onEvictionPolicyFailure
+        ? { onPolicyFailure: options.onEvictionPolicyFailure }
+        : {}),
     });
     this.numBlocks = this.pool.numBlocks;
     this.blocks = blockPoolView(this.pool);

@@ -1,6 +1,7 @@
 // The public contract of @kvasir/kv-allocator. @kvasir/scheduler, @kvasir/offload and the app
 // code against these types; change them only together with their users.
 
+import type { KvAllocatorError } from './errors.js';
 import type { EvictionPolicy } from './policies/eviction-policy.js';
 
 /** Index of a physical KV block in the pool, 0 ≤ id < numBlocks. */
@@ -114,6 +115,11 @@ export interface KvCacheManagerOptions {
   readonly enablePrefixCaching?: boolean;
   /** Which cached block is reclaimed first. Default `LruPolicy`. */
   readonly evictionPolicy?: EvictionPolicy<BlockId>;
+  /**
+   * Told once when the eviction policy fails (throws, or names a block it may not reclaim); the
+   * pool goes on with the built-in LRU policy (see `BlockPool`).
+   */
+  readonly onEvictionPolicyFailure?: (error: KvAllocatorError) => void;
   /**
    * Seed of every hash chain. Engines sharing blocks (through a shared offload tier) must use
    * the same seed; anything else may use the default.

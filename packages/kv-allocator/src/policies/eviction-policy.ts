@@ -14,7 +14,8 @@ export const EVICTION_POLICY_SPECIFICATION_VERSION = 'v1';
  * `remove(k)` when `k` stops being evictable (reused or reclaimed), `forget(k)` after `remove`
  * when its content is gone for good. `chooseVictim()` returns an evictable key (one inserted
  * and not removed) or undefined when there is none, and changes nothing. A policy that breaks
- * this is caught by the pool (`POLICY_VIOLATION`) and the allocation rolled back.
+ * this, or throws from any hook, is caught by the pool: it is reported once (`POLICY_VIOLATION`
+ * through `onPolicyFailure`) and replaced by the built-in LRU; no block is lost.
  */
 export interface EvictionPolicy<K = BlockId> {
   /** The contract version the policy was written against; `'v1'`. */
