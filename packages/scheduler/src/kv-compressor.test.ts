@@ -259,6 +259,87 @@ describe('KV compression through the scheduler', () => {
     expect(h.kv.stats().usedBlocks).toBe(0);
   });
 
+  it('a select that throws names only its requests; a built-in one in the same step goes on', () => {
+    const h = setup({ numBlocks: 64, blockSize: BS, maxModelLen: MODEL_LEN });
+    let fail = false;
+    const flaky = defineKvCompressionPolicy({
+      name: 'flaky',
+      attention: 'none',
+      maxBlocks: () => 4,
+      select() {
+        if (fail) throw new Error('bug in select');
+        return [];
+      },
+    });
+    h.sched.add({
+      id: 'mine',
+      promptTokenIds: seqPrompt(9),
+      maxTokens: 40,
+      kvCompression: { policy: flaky, positions: 'cache' },
+    });
+    h.sched.add({
+      id: 'builtin',
+      promptTokenIds: seqPrompt(9, 5),
+      maxTokens: 40,
+      kvCompression: { policy: windowPolicy({ window: 16 }), positions: 'cache' },
+    });
+    for (let i = 0; i < 20; i++) h.step();
+    fail = true;
+    const plan = h.sched.schedule();
+    expect(new Set(plan.rows.map((r) => r.requestId))).toEqual(new Set(['mine', 'builtin']));
+    let error: unknown;
+    try {
+      h.sched.update(h.exec.run(plan));
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toMatchObject({
+      code: 'INVALID_POLICY',
+      message: expect.stringMatching(/flaky threw from select: bug in select/),
+      details: { policy: 'flaky', requestIds: ['mine'] },
+    });
+    // The step was applied to both; the caller ends the one named, the other runs to its end.
+    expect(h.sched.abort('mine', { keepCached: false })).toBeDefined();
+    h.runAll();
+    expect(h.outputs.get('builtin')!.outputs[0]!.tokenIds).toHaveLength(40);
+    expect(h.kv.stats().usedBlocks).toBe(0);
+  });
+
+  it('reads maxBlocks once, at add: a policy failing later cannot stop a step; one failing at add is refused', () => {
+    const h = setup({ numBlocks: 64, blockSize: BS, maxModelLen: MODEL_LEN });
+    let calls = 0;
+    const once = defineKvCompressionPolicy({
+      name: 'once',
+      attention: 'none',
+      maxBlocks: () => {
+        if (calls++ > 0) throw new Error('maxBlocks broke');
+        return 4;
+      },
+      select: () => [],
+    });
+    h.sched.add({
+      id: 'r',
+      promptTokenIds: seqPrompt(30),
+      maxTokens: 60,
+      kvCompression: { policy: once, positions: 'cache' },
+    });
+    h.runAll();
+    expect(h.outputs.get('r')!.outputs[0]!.tokenIds).toHaveLength(60);
+    expect(h.kv.stats().usedBlocks).toBe(0);
+    expectError(
+      () =>
+        h.sched.add({
+          id: 'r2',
+          promptTokenIds: seqPrompt(9),
+          maxTokens: 4,
+          kvCompression: { policy: once, positions: 'cache' },
+        }),
+      'INVALID_POLICY',
+      /once: maxBlocks\(4\) threw: maxBlocks broke/,
+    );
+    expect(h.sched.hasUnfinished()).toBe(false);
+  });
+
   it('preempts a compressed request by recompute (swap mode falls back), re-prefilling within its budget', () => {
     // 14 blocks: two sinks requests of 4 blocks each plus a long plain one compete.
     const h = setup({

@@ -50,7 +50,7 @@ export class KvCompressor {
    */
   peakBlocks(g: SequenceGroup): number {
     const spec = g.req.kvCompression!;
-    const keep = spec.policy.maxBlocks(this.blockSize);
+    const keep = g.keepBlocks;
     let peak = 2 * keep + 1;
     if (spec.policy.attention === 'prefill-end') {
       peak = Math.max(peak, Math.ceil(g.numPromptTokens / this.blockSize) + 1);
@@ -62,7 +62,7 @@ export class KvCompressor {
   prefixBlockCap(s: Sequence): number {
     const spec = s.group.req.kvCompression;
     if (!spec || !this.streams(s, 0)) return Number.POSITIVE_INFINITY;
-    return spec.policy.maxBlocks(this.blockSize);
+    return s.group.keepBlocks;
   }
 
   /**
@@ -85,7 +85,7 @@ export class KvCompressor {
       }
       return c;
     }
-    let c = Math.min(proposed, spec.policy.maxBlocks(this.blockSize) * this.blockSize);
+    let c = Math.min(proposed, s.group.keepBlocks * this.blockSize);
     if (spec.positions === 'cache') c = Math.min(c, this.maxModelLen - (start - s.numDropped));
     return Math.max(0, c);
   }
@@ -139,12 +139,14 @@ export class KvCompressor {
   /**
    * After `update()` appended a step's samples: adds each row's attention mass into its
    * sequences' block scores, asks their policies what to drop, and drops it.
-   * @throws {SchedulerError} INVALID_POLICY when a policy selected an index that is not a
-   *   droppable block (after every other sequence was handled; that one only lost the oldest
-   *   blocks beyond its `maxBlocks`).
+   * @throws {SchedulerError} INVALID_POLICY when a policy threw from `select` or selected an
+   *   index that is not a droppable block (after every other sequence was handled; those only
+   *   lost the oldest blocks beyond their `maxBlocks`); `details.requestIds` lists their
+   *   requests, so a caller can end just them.
    */
   afterStep(rows: readonly CompressedRow[]): void {
     let error: SchedulerError | undefined;
+    const failed = new Set<string>();
     for (const row of rows) {
       if (!row.seq.kv) continue; // a request without compression (its children neither)
       const seqs = row.samples && row.samples.length > 1 ? row.samples : [row.seq];
@@ -152,10 +154,19 @@ export class KvCompressor {
         if (!s.kv || !s.live || !s.allocated) continue;
         if (row.mass)
           s.kv.addMass(row.mass, Math.ceil((row.cacheStart + row.len) / this.blockSize));
-        error = this.compress(s) ?? error;
+        const e = this.compress(s);
+        if (e) {
+          error ??= e;
+          failed.add(s.group.req.id);
+        }
       }
     }
-    if (error) throw error;
+    if (error) {
+      throw new SchedulerError('INVALID_POLICY', error.message, {
+        cause: error.cause,
+        details: { ...error.details, requestIds: [...failed] },
+      });
+    }
   }
 
   private compress(s: Sequence): SchedulerError | undefined {
@@ -174,12 +185,27 @@ export class KvCompressor {
       blockScores: kv.scores.subarray(0, n),
       blockStarts: kv.starts.subarray(0, n),
     };
-    const chosen = policy.select(view);
+    let chosen: unknown;
     let error: SchedulerError | undefined;
+    try {
+      chosen = policy.select(view);
+    } catch (cause) {
+      chosen = [];
+      error = new SchedulerError(
+        'INVALID_POLICY',
+        `KV compression policy ${policy.name} threw from select: ${cause instanceof Error ? cause.message : String(cause)}`,
+        { cause, details: { policy: policy.name } },
+      );
+    }
     const drop = new Uint8Array(n);
     let count = 0;
-    for (const i of Array.isArray(chosen) ? chosen : []) {
-      if (!Number.isInteger(i) || i < 0 || i >= n - 1 || drop[i]) {
+    for (const i of Array.isArray(chosen) ? (chosen as unknown[]) : []) {
+      if (
+        !Number.isInteger(i) ||
+        (i as number) < 0 ||
+        (i as number) >= n - 1 ||
+        drop[i as number]
+      ) {
         error ??= new SchedulerError(
           'INVALID_POLICY',
           `KV compression policy ${policy.name} selected ${String(i)}: not a droppable block of ${n} (distinct indices below the last)`,
@@ -187,16 +213,17 @@ export class KvCompressor {
         );
         continue;
       }
-      drop[i] = 1;
+      drop[i as number] = 1;
       count++;
     }
     if (!Array.isArray(chosen)) {
       error = new SchedulerError(
         'INVALID_POLICY',
         `KV compression policy ${policy.name} did not return an array`,
+        { details: { policy: policy.name } },
       );
     }
-    const max = policy.maxBlocks(bs);
+    const max = s.group.keepBlocks;
     if (policy.attention !== 'prefill-end' || prefillDone) {
       for (let i = 0; i < n - 1 && n - count > max; i++) {
         if (!drop[i]) {

@@ -116,6 +116,8 @@ export class SequenceGroup implements QueuedRequest, RunningRequest {
   finishedBeams: SequenceOutput[] = [];
   /** Index of the next forked sequence (0 is the first sequence's). */
   nextIndex = 1;
+  /** Blocks its KV compression policy may hold (`maxBlocks`, read once at `add`); 0: none. */
+  keepBlocks = 0;
   readonly stopTokens: Set<number>;
 
   constructor(

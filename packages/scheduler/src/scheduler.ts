@@ -29,7 +29,7 @@ import type {
   SchedulerRequest,
   StepResult,
 } from './types.js';
-import { validateRequest } from './validate.js';
+import { checkRequest } from './validate.js';
 import { WaitingQueue } from './waiting-queue.js';
 
 /**
@@ -123,10 +123,11 @@ export class Scheduler {
    * once with finish reason 'rejected' (delivered by the next `update()`), instead of being
    * preempted and resumed forever.
    * @throws {SchedulerError} INVALID_REQUEST (bad field, named in the message) or
-   *   DUPLICATE_REQUEST; nothing changes.
+   *   DUPLICATE_REQUEST; INVALID_POLICY when its compression policy's `maxBlocks` throws (read
+   *   once, here); nothing changes.
    */
   add(request: SchedulerRequest): void {
-    validateRequest(request, {
+    const { keepBlocks } = checkRequest(request, {
       maxModelLen: this.maxModelLen,
       maxNumSeqs: this.maxNumSeqs,
       maxNumBatchedTokens: this.maxNumBatchedTokens,
@@ -147,6 +148,7 @@ export class Scheduler {
       request.eosTokenId ?? this.config.eosTokenId,
       request.beamWidth ?? 1,
     );
+    g.keepBlocks = keepBlocks;
     this.requests.add(g, request);
     let promptBlocks = Math.ceil(promptLen / this.kvCache.blockSize);
     if (request.kvCompression) promptBlocks = Math.min(promptBlocks, this.compressor.peakBlocks(g));

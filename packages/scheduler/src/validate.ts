@@ -38,9 +38,19 @@ export interface RequestLimits {
 
 /**
  * Checks a request before anything is created for it.
- * @throws {SchedulerError} INVALID_REQUEST naming the offending field.
+ * @throws {SchedulerError} INVALID_REQUEST naming the offending field; INVALID_POLICY when its
+ *   KV compression policy's `maxBlocks` throws.
  */
 export function validateRequest(req: SchedulerRequest, limits: RequestLimits): void {
+  checkRequest(req, limits);
+}
+
+/**
+ * {@link validateRequest}, returning what the scheduler keeps of the check: the blocks the
+ * request's compression policy may hold (`maxBlocks`, read once here so that a policy cannot
+ * fail while a step is planned), 0 without compression.
+ */
+export function checkRequest(req: SchedulerRequest, limits: RequestLimits): { keepBlocks: number } {
   if (req === null || typeof req !== 'object') invalid('request', 'must be an object', req);
   if (typeof req.id !== 'string' || req.id.length === 0) {
     invalid('id', 'must be a non-empty string', req.id);
@@ -50,7 +60,11 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
     invalid('promptTokenIds', 'must be an array of token ids', prompt);
   }
   if (prompt.length === 0) invalid('promptTokenIds', 'must not be empty', prompt.length);
-  const streams = req.kvCompression !== undefined && checkKvCompression(req, limits);
+  const keepBlocks = req.kvCompression === undefined ? 0 : checkKvCompression(req, limits);
+  const streams =
+    keepBlocks > 0 &&
+    req.kvCompression!.positions === 'cache' &&
+    req.kvCompression!.policy.attention !== 'prefill-end';
   if (prompt.length > limits.maxModelLen && !streams) {
     invalid(
       'promptTokenIds',
@@ -124,14 +138,15 @@ export function validateRequest(req: SchedulerRequest, limits: RequestLimits): v
       invalid('arrivalTime', 'must be a finite number', req.arrivalTime);
     }
   }
+  return { keepBlocks };
 }
 
 /**
- * Checks `req.kvCompression` against the cache; true when the request may stream a prompt
- * longer than the context (positions 'cache', compressing between prefill chunks).
- * @throws {SchedulerError} INVALID_REQUEST naming what is wrong.
+ * Checks `req.kvCompression` against the cache; returns the blocks its policy may hold.
+ * @throws {SchedulerError} INVALID_REQUEST naming what is wrong; INVALID_POLICY when the
+ *   policy's `maxBlocks` throws (a bug of the policy, not of the request).
  */
-function checkKvCompression(req: SchedulerRequest, limits: RequestLimits): boolean {
+function checkKvCompression(req: SchedulerRequest, limits: RequestLimits): number {
   const spec = req.kvCompression;
   if (spec === null || typeof spec !== 'object') {
     invalid('kvCompression', 'must be { policy, positions }', spec);
@@ -145,7 +160,16 @@ function checkKvCompression(req: SchedulerRequest, limits: RequestLimits): boole
     invalid('kvCompression.positions', "must be 'cache' or 'original'", spec.positions);
   }
   const bs = limits.blockSize ?? 16;
-  const blocks = spec.policy.maxBlocks(bs);
+  let blocks: number;
+  try {
+    blocks = spec.policy.maxBlocks(bs);
+  } catch (error) {
+    throw new SchedulerError(
+      'INVALID_POLICY',
+      `KV compression policy ${spec.policy.name}: maxBlocks(${bs}) threw: ${error instanceof Error ? error.message : String(error)}`,
+      { cause: error, details: { policy: spec.policy.name } },
+    );
+  }
   if (!Number.isInteger(blocks) || blocks < 2) {
     invalid(
       'kvCompression',
@@ -153,7 +177,7 @@ function checkKvCompression(req: SchedulerRequest, limits: RequestLimits): boole
       blocks,
     );
   }
-  if (spec.positions === 'original') return false;
+  if (spec.positions === 'original') return blocks;
   // The largest position a decode reaches is the cache size: every held block full.
   if (blocks * bs >= limits.maxModelLen) {
     invalid(
@@ -162,5 +186,5 @@ function checkKvCompression(req: SchedulerRequest, limits: RequestLimits): boole
       blocks,
     );
   }
-  return spec.policy.attention !== 'prefill-end';
+  return blocks;
 }
