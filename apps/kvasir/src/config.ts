@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { checkRedisUrl } from '@kvasir/offload';
 import { z } from 'zod';
 import { KvasirAppError } from './errors.js';
+import { parseKvCompressionSetting } from './plugins/kv-compression.js';
 
 const positiveInt = z.number().int().min(1);
 
@@ -93,6 +94,13 @@ export const engineConfigSchema = z.strictObject({
    */
   kvCompression: z.string().min(1).optional(),
   /**
+   * Time budget of one call into a plug-in module (eviction or KV compression policy), in ms. A
+   * call that takes longer disables the plug-in: eviction falls back to LRU, requests using the
+   * compression policy fail. It bounds a slow plug-in's stall to one call (a call that never
+   * returns cannot be interrupted).
+   */
+  pluginBudgetMs: positiveInt.default(250),
+  /**
    * Write full KV blocks to the offload tiers and import prompts' prefixes from them (shared
    * across replicas through Redis). Default: on when a tier is configured, except swap
    * preemption with a single tier (prefix blocks would compete with swapped-out ones).
@@ -178,7 +186,22 @@ export type SettingName = (path: string) => string;
  */
 export function parseEngineConfig(input: unknown, name: SettingName = (p) => p): EngineConfig {
   const result = engineConfigSchema.safeParse(input);
-  if (result.success) return result.data;
+  if (result.success) {
+    const config = result.data;
+    if (config.kvCompression !== undefined) {
+      // The parser `serve` loads it with, so every command refuses the same settings.
+      try {
+        parseKvCompressionSetting(config.kvCompression, config.blockSize);
+      } catch (error) {
+        throw new KvasirAppError(
+          'INVALID_CONFIG',
+          `invalid configuration at ${name('kvCompression')}: ${(error as Error).message.replace(/^--kv-compression: /, '')}`,
+          { cause: error, details: { path: 'kvCompression' } },
+        );
+      }
+    }
+    return config;
+  }
   const issue = result.error.issues[0];
   if (issue === undefined) throw new KvasirAppError('INVALID_CONFIG', 'invalid configuration');
   const path = issue.path.join('.');
@@ -263,6 +286,8 @@ export async function readConfigFile(path: string): Promise<EngineConfigInput> {
       { cause: error },
     );
   }
+  // Editors on Windows save a byte-order mark, which JSON.parse refuses.
+  if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   let value: unknown;
   try {
     value = JSON.parse(text);

@@ -4,6 +4,8 @@ import { KvasirError } from '@kvasir/errors';
 export type KvasirAppErrorCode =
   | 'INVALID_CONFIG'
   | 'POLICY_LOAD'
+  /** A user's plug-in threw, or overran the time budget of a plug-in call, while serving. */
+  | 'PLUGIN_FAILED'
   | 'MODEL_LOAD'
   | 'OUT_OF_MEMORY'
   | 'ENGINE_STOPPED'

@@ -67,7 +67,9 @@ export async function streamingEvalCommand(
   options: StreamingEvalOptions,
 ): Promise<StreamingEvalReport> {
   const text = await readEvalText(options.file);
-  const setup = await loadKvCompression(config.kvCompression, config.blockSize);
+  const setup = await loadKvCompression(config.kvCompression, config.blockSize, {
+    budgetMs: config.pluginBudgetMs,
+  });
   const spec = setup.defaultSpec!;
   const started = performance.now();
   const { path } = await resolveModelPath(config);

@@ -41,6 +41,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   queuePolicy: 'queuePolicy',
   evictionPolicy: 'evictionPolicy',
   kvCompression: 'kvCompression',
+  pluginBudgetMs: 'pluginBudgetMs',
   offloadPrefix: 'offloadPrefix',
   offloadHostBytes: 'offload.hostBytes',
   offloadDiskDir: 'offload.diskDir',
@@ -108,6 +109,11 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     .option(
       '--kv-compression <policy>',
       'token-level KV compression by default: sinks:sinks=4,window=1020, window:window=N, h2o:budget=N, snapkv:budget=N (add positions=original to keep original positions), or a JS module path exporting a policy',
+    )
+    .option(
+      '--plugin-budget-ms <ms>',
+      'time budget of one call into a plug-in module; a slower call disables the plug-in (default 250)',
+      int(),
     )
     .option(
       '--offload-host-bytes <bytes>',

@@ -67,6 +67,35 @@ export function registerPrefixOffloadMetrics(
   );
 }
 
+/**
+ * Adds `kvasir_plugin_failures_total{plugin}` to `/metrics`: failures of users' plug-ins (see
+ * `KvasirEngine.pluginFailures`), read at scrape time.
+ */
+export function registerPluginMetrics(
+  registry: Registry,
+  read: () => Readonly<Record<string, number>>,
+): void {
+  const name = 'kvasir_plugin_failures_total';
+  const help =
+    "Calls into a user's plug-in that threw, broke its contract or overran the time budget, by plug-in (kind:name).";
+  const metric = {
+    name,
+    help,
+    type: 'counter',
+    aggregator: 'sum',
+    labelNames: ['plugin'],
+    get: async () => ({
+      name,
+      help,
+      type: 'counter',
+      aggregator: 'sum',
+      values: Object.entries(read()).map(([plugin, value]) => ({ value, labels: { plugin } })),
+    }),
+    reset() {},
+  };
+  registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
+}
+
 /** `kvasir serve`: builds the engine, serves it over HTTP, drains on SIGTERM/SIGINT. */
 export async function serveCommand(config: EngineConfig): Promise<void> {
   const built = await buildEngine(config);
@@ -77,6 +106,7 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     ...(config.apiKey ? { apiKey: config.apiKey } : {}),
   });
   registerPrefixOffloadMetrics(server.metrics.registry, () => built.engine.prefixOffloadStats());
+  registerPluginMetrics(server.metrics.registry, () => built.engine.pluginFailures());
   let url: string;
   try {
     url = await server.listen();

@@ -97,8 +97,9 @@ export async function buildEngine(
   let preemption: PreemptionSetup;
   let kvCompression: KvCompressionSetup;
   try {
-    evictionPolicy = await loadEvictionPolicy(config.evictionPolicy);
-    kvCompression = await loadKvCompression(config.kvCompression, config.blockSize);
+    const budget = { budgetMs: config.pluginBudgetMs };
+    evictionPolicy = await loadEvictionPolicy(config.evictionPolicy, process.cwd(), budget);
+    kvCompression = await loadKvCompression(config.kvCompression, config.blockSize, budget);
     checkDefaultCompression(
       kvCompression,
       config.blockSize,

@@ -85,6 +85,8 @@ export class KvasirEngine implements InferenceEngine {
   readonly #kvCompression: KvCompressionSetup;
   #failedSteps = 0;
   #failedRequests = 0;
+  /** Failures of users' plug-ins, by `kind:name` (`eviction:mru`). */
+  readonly #pluginFailures = new Map<string, number>();
   readonly #log: (line: string) => void;
   /** Steps run so far (for tests and benchmarks). */
   steps = 0;
@@ -101,6 +103,8 @@ export class KvasirEngine implements InferenceEngine {
       blockSize: facts.kvLayout.blockSize,
       enablePrefixCaching: config.enablePrefixCaching,
       ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
+      onEvictionPolicyFailure: (error) =>
+        this.#pluginFailed(`eviction:${String(error.details?.policy)}`, error.message),
     });
     this.scheduler = createScheduler(config, this.kvCache, facts, this.#offload);
     this.#kvCompression = options.kvCompression ?? kvCompressionSetup(facts.kvLayout.blockSize);
@@ -181,6 +185,25 @@ export class KvasirEngine implements InferenceEngine {
     });
   }
 
+  /**
+   * Failures of users' plug-ins since start, by `kind:name` (`eviction:mru`,
+   * `kv-compression:first-and-last`): hooks that threw, returned what their contract forbids, or
+   * overran their time budget. An eviction policy's first failure replaces it by LRU; a KV
+   * compression policy's fails the requests it was deciding for.
+   */
+  pluginFailures(): Readonly<Record<string, number>> {
+    return Object.fromEntries(this.#pluginFailures);
+  }
+
+  /** Counts a plug-in failure; the first of each plug-in is logged (the rest only counted). */
+  #pluginFailed(plugin: string, message: string, count = 1): void {
+    const seen = this.#pluginFailures.get(plugin) ?? 0;
+    this.#pluginFailures.set(plugin, seen + count);
+    if (seen === 0) {
+      this.#log(`plug-in ${plugin} failed: ${message} (further failures are counted in /metrics)`);
+    }
+  }
+
   /** Whether full blocks go to the offload tiers and prompts' prefixes are imported from them. */
   get prefixOffloadEnabled(): boolean {
     return this.#prefixOffload !== undefined;
@@ -239,6 +262,11 @@ export class KvasirEngine implements InferenceEngine {
         ...(kvCompression ? { kvCompression } : {}),
       });
     } catch (error) {
+      if (SchedulerError.isInstance(error) && error.code === 'INVALID_POLICY') {
+        // The server's compression plug-in failed (its maxBlocks), not the client's request.
+        this.#pluginFailed(`kv-compression:${String(error.details?.policy)}`, error.message);
+        throw new EngineError('INTERNAL', `kv_compression: ${error.message}`, { cause: error });
+      }
       if (SchedulerError.isInstance(error)) {
         // The scheduler names its own field (`details.field`); the client sent `kv_compression`.
         const field = error.details?.field;
@@ -255,7 +283,15 @@ export class KvasirEngine implements InferenceEngine {
     const live = new LiveRequest(request, this.runner.codec, stopTokens);
     this.#live.set(request.id, live);
     const onAbort = () => {
-      this.#end(live, this.scheduler.abort(request.id));
+      // A listener that throws would take the whole process down: end this request whatever
+      // happens, and log what went wrong.
+      try {
+        this.#end(live, this.scheduler.abort(request.id));
+      } catch (error) {
+        this.#log(`aborting request ${request.id} failed (${describeError(error)})`);
+        this.#live.delete(request.id);
+        live.fail(new EngineError('INTERNAL', 'aborting the request failed', { cause: error }));
+      }
       // Its blocks may be what a waiting request needs.
       this.#wake?.();
     };
@@ -339,7 +375,16 @@ export class KvasirEngine implements InferenceEngine {
    * it.
    */
   async step(): Promise<boolean> {
-    const plan = this.scheduler.schedule();
+    let plan: BatchPlan;
+    try {
+      plan = this.scheduler.schedule();
+    } catch (error) {
+      // Plug-ins cannot make planning throw (the pool falls back, compression limits are read
+      // at admission), so this is a bug; the engine keeps serving, without what it held.
+      if (isDeviceLost(error)) throw error;
+      this.#failSchedule(error);
+      return true;
+    }
     this.steps++;
     try {
       return await this.#runPlan(plan);
@@ -366,6 +411,29 @@ export class KvasirEngine implements InferenceEngine {
       `step ${plan.step} failed (${describeError(error)}); ending its ${ids.size} request(s): ${[...ids].join(', ')}`,
     );
     for (const id of ids) this.#failRequest(id, false, 'the engine failed on this request', error);
+  }
+
+  /**
+   * Ends every live request after planning a step threw: which requests the half-built plan
+   * had touched is unknown, so none of their blocks is trusted or kept for prefix reuse.
+   */
+  #failSchedule(error: unknown): void {
+    this.#failedSteps++;
+    const ids = [...this.#live.keys()];
+    this.#log(
+      `planning step ${this.steps + 1} failed (${describeError(error)}); ending ${ids.length} request(s): ${ids.join(', ')}`,
+    );
+    for (const id of ids) {
+      try {
+        this.#failRequest(id, false, 'the engine could not plan a step for it', error);
+      } catch (abortError) {
+        this.#log(`ending request ${id} failed (${describeError(abortError)})`);
+        this.#live
+          .get(id)
+          ?.fail(new EngineError('INTERNAL', 'the engine failed', { cause: error }));
+        this.#live.delete(id);
+      }
+    }
   }
 
   /**
@@ -433,7 +501,29 @@ export class KvasirEngine implements InferenceEngine {
     } else {
       seqIds = new Int32Array(0);
     }
-    const outputs = this.scheduler.update({ seqIds, tokenIds, logprobs });
+    let outputs: RequestOutput[];
+    try {
+      outputs = this.scheduler.update({ seqIds, tokenIds, logprobs });
+    } catch (error) {
+      // A compression policy failed for some sequences: the step is applied to every request,
+      // and only those whose policy failed end.
+      const ids =
+        error instanceof Error &&
+        SchedulerError.isInstance(error) &&
+        error.code === 'INVALID_POLICY'
+          ? error.details?.requestIds
+          : undefined;
+      if (!Array.isArray(ids)) throw error;
+      this.#pluginFailed(
+        `kv-compression:${String((error as SchedulerError).details?.policy)}`,
+        (error as Error).message,
+        ids.length,
+      );
+      for (const id of ids) {
+        this.#failRequest(String(id), false, 'its KV compression policy failed', error);
+      }
+      outputs = this.scheduler.update();
+    }
     for (const output of outputs) {
       const live = this.#live.get(output.requestId);
       if (live) this.#end(live, output);

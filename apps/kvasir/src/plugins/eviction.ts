@@ -6,6 +6,7 @@ import {
   isEvictionPolicyName,
   validateEvictionPolicy,
 } from '@kvasir/kv-allocator';
+import { DEFAULT_PLUGIN_BUDGET_MS, PluginGuard } from './plugin-guard.js';
 import { loadPlugin } from './plugin-loader.js';
 
 /**
@@ -28,12 +29,16 @@ import { loadPlugin } from './plugin-loader.js';
  *   });
  * };
  * ```
+ *
+ * A module's policy runs under a {@link PluginGuard}: a hook that overruns `budgetMs` throws, and
+ * the block pool then goes on with its built-in LRU policy, as it does for a hook that throws.
  * @throws KvasirAppError `POLICY_LOAD` when the module cannot be imported or exports no valid
  *   policy.
  */
 export async function loadEvictionPolicy(
   setting: string,
   baseDir = process.cwd(),
+  options: { readonly budgetMs?: number } = {},
 ): Promise<EvictionPolicy<BlockId>> {
   if (isEvictionPolicyName(setting)) return createEvictionPolicy(setting);
   const make = await loadPlugin(
@@ -45,5 +50,24 @@ export async function loadEvictionPolicy(
     },
     baseDir,
   );
-  return make();
+  return guardEvictionPolicy(make(), options.budgetMs ?? DEFAULT_PLUGIN_BUDGET_MS);
+}
+
+/** The same policy with every hook timed by a {@link PluginGuard}. */
+export function guardEvictionPolicy(
+  policy: EvictionPolicy<BlockId>,
+  budgetMs: number,
+): EvictionPolicy<BlockId> {
+  const guard = new PluginGuard(`eviction policy ${policy.name}`, budgetMs);
+  return {
+    specificationVersion: policy.specificationVersion,
+    name: policy.name,
+    insert: (k) => guard.call('insert', () => policy.insert(k)),
+    touch: (k) => guard.call('touch', () => policy.touch(k)),
+    remove: (k) => guard.call('remove', () => policy.remove(k)),
+    chooseVictim: () => guard.call('chooseVictim', () => policy.chooseVictim()),
+    ...(policy.forget
+      ? { forget: (k: BlockId) => guard.call('forget', () => policy.forget?.(k)) }
+      : {}),
+  };
 }

@@ -2,6 +2,7 @@ import {
   type KvCompressionPolicy,
   type KvCompressionSpec,
   kvCompressionFromJson,
+  kvCompressionPolicies,
   parseKvCompression,
   SchedulerError,
   validateKvCompressionPolicy,
@@ -9,6 +10,7 @@ import {
 import type { KvCompressionRequest } from '@kvasir/server/spec';
 import { EngineError } from '@kvasir/server/spec';
 import { KvasirAppError } from '../errors.js';
+import { DEFAULT_PLUGIN_BUDGET_MS, PluginGuard } from './plugin-guard.js';
 import { loadPlugin } from './plugin-loader.js';
 
 /**
@@ -35,49 +37,115 @@ function isModulePath(text: string): boolean {
 }
 
 /**
+ * Parses a `--kv-compression` setting without loading anything: a built-in spec, or the module
+ * path and the positions that follow it. Every command that reads the setting (`serve`, `info`,
+ * `eval`, the config file's check) goes through this one parser.
+ * @throws KvasirAppError `INVALID_CONFIG` naming `--kv-compression` and what is wrong.
+ */
+export function parseKvCompressionSetting(
+  setting: string,
+  blockSize: number,
+):
+  | { readonly spec: KvCompressionSpec }
+  | { readonly modulePath: string; readonly positions: 'cache' | 'original' } {
+  if (isModulePath(setting)) {
+    const [path, ...rest] = setting.split(':');
+    const options = rest.join(':').trim();
+    if (options === '') return { modulePath: path!, positions: 'cache' };
+    const m = /^positions=(cache|original)$/.exec(options);
+    if (!m) {
+      throw new KvasirAppError(
+        'INVALID_CONFIG',
+        `--kv-compression: after a module path only positions=cache|original may follow, got ${JSON.stringify(options)}`,
+      );
+    }
+    return { modulePath: path!, positions: m[1] as 'cache' | 'original' };
+  }
+  try {
+    return { spec: parseKvCompression(setting, { blockSize }) };
+  } catch (error) {
+    throw new KvasirAppError('INVALID_CONFIG', `--kv-compression: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
+}
+
+/**
  * Reads `--kv-compression`: `name:key=value,...` for a built-in (`sinks:sinks=4,window=1020`,
  * `h2o:budget=256`), or the path of a JavaScript module whose default export is a
  * `KvCompressionPolicy` (or a factory of one), optionally followed by `:positions=original`.
+ * A module's policy runs under a {@link PluginGuard} (`budgetMs` per call).
  * @throws KvasirAppError `INVALID_CONFIG` for a bad built-in spec, `POLICY_LOAD` for a module
- *   that does not load or export a valid policy.
+ *   that does not load, exports no valid policy, takes a built-in's name or whose `maxBlocks`
+ *   fails.
  */
 export async function loadKvCompression(
   setting: string | undefined,
   blockSize: number,
+  options: { readonly budgetMs?: number } = {},
 ): Promise<KvCompressionSetup> {
-  let defaultSpec: KvCompressionSpec | undefined;
-  let plugin: KvCompressionPolicy | undefined;
-  if (setting !== undefined && isModulePath(setting)) {
-    const [path, ...rest] = setting.split(':');
-    const make = await loadPlugin(path!, {
-      kind: 'KV compression policy',
-      validate: validateKvCompressionPolicy,
-      alternatives: 'a built-in such as sinks:sinks=4,window=1020, or a module path',
-    });
-    plugin = make();
-    const options = rest.join(':').trim();
-    let positions: 'cache' | 'original' = 'cache';
-    if (options !== '') {
-      const m = /^positions=(cache|original)$/.exec(options);
-      if (!m) {
-        throw new KvasirAppError(
-          'INVALID_CONFIG',
-          `--kv-compression: after a module path only positions=cache|original may follow, got ${JSON.stringify(options)}`,
-        );
-      }
-      positions = m[1] as 'cache' | 'original';
-    }
-    defaultSpec = { policy: plugin, positions };
-  } else if (setting !== undefined) {
-    try {
-      defaultSpec = parseKvCompression(setting, { blockSize });
-    } catch (error) {
-      throw new KvasirAppError('INVALID_CONFIG', `--kv-compression: ${(error as Error).message}`, {
-        cause: error,
-      });
-    }
+  if (setting === undefined) return kvCompressionSetup(blockSize);
+  const parsed = parseKvCompressionSetting(setting, blockSize);
+  if ('spec' in parsed) return kvCompressionSetup(blockSize, parsed.spec, undefined, setting);
+  const make = await loadPlugin(parsed.modulePath, {
+    kind: 'KV compression policy',
+    validate: validateKvCompressionPolicy,
+    alternatives: 'a built-in such as sinks:sinks=4,window=1020, or a module path',
+  });
+  const loaded = make();
+  const refuse = (why: string, cause?: unknown): never => {
+    throw new KvasirAppError(
+      'POLICY_LOAD',
+      `KV compression policy module ${parsed.modulePath} (policy ${loaded.name}) ${why}`,
+      { cause },
+    );
+  };
+  if (Object.hasOwn(kvCompressionPolicies, loaded.name)) {
+    refuse(
+      `is named like the built-in policy ${loaded.name}, which requests naming it could no longer reach: give it another name`,
+    );
   }
-  return kvCompressionSetup(blockSize, defaultSpec, plugin, setting);
+  let blocks: number;
+  try {
+    blocks = loaded.maxBlocks(blockSize);
+  } catch (error) {
+    return refuse(`threw from maxBlocks(${blockSize}): ${(error as Error).message}`, error);
+  }
+  if (!Number.isInteger(blocks) || blocks < 2) {
+    refuse(`returned ${String(blocks)} from maxBlocks(${blockSize}): it must be an integer ≥ 2`);
+  }
+  const guard = new PluginGuard(
+    `KV compression policy ${loaded.name}`,
+    options.budgetMs ?? DEFAULT_PLUGIN_BUDGET_MS,
+  );
+  const plugin = guardKvCompressionPolicy(loaded, guard);
+  return kvCompressionSetup(
+    blockSize,
+    { policy: plugin, positions: parsed.positions },
+    plugin,
+    setting,
+    guard,
+  );
+}
+
+/**
+ * A snapshot of `policy` (its properties read once, so a getter cannot fail later) whose hooks
+ * run under `guard`.
+ */
+function guardKvCompressionPolicy(
+  policy: KvCompressionPolicy,
+  guard: PluginGuard,
+): KvCompressionPolicy {
+  return {
+    specificationVersion: policy.specificationVersion,
+    name: policy.name,
+    attention: policy.attention,
+    ...(policy.observationWindow === undefined
+      ? {}
+      : { observationWindow: policy.observationWindow }),
+    maxBlocks: (blockSize) => guard.call('maxBlocks', () => policy.maxBlocks(blockSize)),
+    select: (view) => guard.call('select', () => policy.select(view)),
+  };
 }
 
 /**
@@ -89,11 +157,22 @@ export function kvCompressionSetup(
   defaultSpec?: KvCompressionSpec,
   plugin?: KvCompressionPolicy,
   describe?: string,
+  guard?: PluginGuard,
 ): KvCompressionSetup {
+  const usable = (spec: KvCompressionSpec | undefined) => {
+    if (spec && guard?.disabled !== undefined && spec.policy === plugin) {
+      throw new EngineError(
+        'INTERNAL',
+        `kv_compression: ${guard.label} is disabled (${guard.disabled})`,
+        { details: { param: 'kv_compression' } },
+      );
+    }
+    return spec;
+  };
   return {
     ...(defaultSpec ? { defaultSpec, describe: describe ?? defaultSpec.policy.name } : {}),
     forRequest(request) {
-      if (request === undefined) return defaultSpec;
+      if (request === undefined) return usable(defaultSpec);
       try {
         if (plugin && request.policy === plugin.name) {
           const { policy: _name, positions, ...params } = request;
@@ -112,7 +191,7 @@ export function kvCompressionSetup(
               { details: { param: 'kv_compression.positions' } },
             );
           }
-          return { policy: plugin, positions: positions ?? 'cache' };
+          return usable({ policy: plugin, positions: positions ?? 'cache' });
         }
         return kvCompressionFromJson(request, { blockSize });
       } catch (error) {

@@ -2,6 +2,12 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { KvasirAppError } from '../errors.js';
 
+/**
+ * How long a plug-in module may take to load. A top-level `await` that never settles would
+ * otherwise leave nothing for Node to wait on, and the process would exit 0 without a word.
+ */
+export const PLUGIN_IMPORT_TIMEOUT_MS = 5_000;
+
 /** What {@link loadPlugin} needs to know of one kind of plug-in. */
 export interface PluginKind<T> {
   /** Shown in errors: `eviction policy`. */
@@ -19,24 +25,45 @@ export interface PluginKind<T> {
  * use. A class is not a factory: export `() => new MyPolicy()` or an instance.
  *
  * @returns a factory of validated plug-ins (an exported object is returned by every call).
- * @throws KvasirAppError `POLICY_LOAD` when the module cannot be imported, exports nothing
- *   usable, or what it makes breaks the contract.
+ * @throws KvasirAppError `POLICY_LOAD` when the module cannot be imported (or does not finish
+ *   loading within `importTimeoutMs`), exports nothing usable, or what it makes breaks the
+ *   contract.
  */
 export async function loadPlugin<T>(
   modulePath: string,
   plugin: PluginKind<T>,
   baseDir = process.cwd(),
+  importTimeoutMs = PLUGIN_IMPORT_TIMEOUT_MS,
 ): Promise<() => T> {
   const path = resolve(baseDir, modulePath);
   let mod: Record<string, unknown>;
+  let timer: NodeJS.Timeout | undefined;
   try {
-    mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new KvasirAppError(
+              'POLICY_LOAD',
+              `${plugin.kind} module ${path} did not finish loading within ${importTimeoutMs / 1000} s (a top-level await that never settles?)`,
+            ),
+          ),
+        importTimeoutMs,
+      );
+    });
+    mod = (await Promise.race([import(pathToFileURL(path).href), timeout])) as Record<
+      string,
+      unknown
+    >;
   } catch (error) {
+    if (KvasirAppError.isInstance(error)) throw error;
     throw new KvasirAppError(
       'POLICY_LOAD',
       `cannot load ${plugin.kind} module ${path}: ${(error as Error).message}${plugin.alternatives ? ` (expected ${plugin.alternatives})` : ''}`,
       { cause: error },
     );
+  } finally {
+    clearTimeout(timer);
   }
   const exported = mod.default ?? mod.plugin;
   const fail = (why: string, cause?: unknown): never => {
