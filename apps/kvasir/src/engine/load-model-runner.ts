@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { basename } from 'node:path';
 import { createGpu, type Gpu, type GpuBackendOption } from '@kvasir/gpu';
 import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
@@ -220,11 +221,17 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
   const onWasm =
     !onGpu &&
     (config.backend === 'wasm' || (config.backend === 'auto' && wasm.simd128 && wasm.threads));
-  const threads = config.threads ?? defaultThreadCount();
+  // More threads than CPUs only costs memory (a wasm stack each) and start-up time.
+  const cpus = availableParallelism();
+  const threads = Math.min(config.threads ?? defaultThreadCount(), cpus);
+  const capped =
+    config.threads !== undefined && config.threads > cpus
+      ? ` (--threads ${config.threads} capped to this machine's ${cpus} CPUs)`
+      : '';
   const backendText = onGpu
     ? `webgpu (${[onGpu.adapterInfo.vendor, onGpu.adapterInfo.device || onGpu.adapterInfo.description].filter(Boolean).join(' ')}, ${onGpu.backend}${onGpu.isSoftware ? ', software adapter' : ''})`
     : onWasm
-      ? `wasm (${threads} threads, simd128${wasm.relaxedSimd ? ', relaxed simd available' : ''})`
+      ? `wasm (${threads} threads${capped}, simd128${wasm.relaxedSimd ? ', relaxed simd available' : ''})`
       : 'cpu (@kvasir/model reference kernels)';
   const qDim = c.numHeads * c.headDim;
   const kvDim = c.numKvHeads * c.headDim;

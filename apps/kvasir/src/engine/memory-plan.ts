@@ -80,7 +80,8 @@ export interface MemoryPlan {
  * Splits device memory between weights, activations and the paged KV cache: blocks =
  * (budget − weights − activations) ÷ bytes per block, capped so that one layer's cache fits a
  * single storage binding.
- * @throws KvasirAppError `OUT_OF_MEMORY` when not even one block fits after the weights.
+ * @throws KvasirAppError `OUT_OF_MEMORY` when not even one block fits after the weights;
+ *   `INVALID_CONFIG` when a forced block count exceeds what one buffer per layer holds.
  */
 export function planMemory(input: MemoryPlanInput): MemoryPlan {
   const perToken = kvBytesPerToken(input.layout);
@@ -93,7 +94,14 @@ export function planMemory(input: MemoryPlanInput): MemoryPlan {
   let numBlocks = Math.min(byMemory, byBinding);
   let limitedBy: MemoryPlan['limitedBy'] = byMemory <= byBinding ? 'memory' : 'binding-size';
   if (input.numBlocksOverride !== undefined) {
-    numBlocks = Math.min(input.numBlocksOverride, byBinding);
+    if (input.numBlocksOverride > byBinding) {
+      throw new KvasirAppError(
+        'INVALID_CONFIG',
+        `--num-gpu-blocks: ${input.numBlocksOverride} blocks do not fit: one layer's cache must fit one buffer of at most ${input.maxBindingBytes} B on this backend, which holds ${byBinding} blocks`,
+        { details: { numGpuBlocks: input.numBlocksOverride, max: byBinding } },
+      );
+    }
+    numBlocks = input.numBlocksOverride;
     limitedBy = 'override';
   }
   if (numBlocks < 1) {
