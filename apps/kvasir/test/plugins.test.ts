@@ -76,7 +76,10 @@ async function complete(
     headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}` },
     body: JSON.stringify({ model: MODEL, temperature: 0, ignore_eos: true, ...body }),
   });
-  return { status: res.status, body: await res.json() };
+  return {
+    status: res.status,
+    body: (await res.json()) as { choices?: { text: string }[]; error?: unknown },
+  };
 }
 
 const health = async (server: ServerProcess) =>
