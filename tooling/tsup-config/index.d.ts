@@ -5,4 +5,3 @@ import type { Options } from 'tsup';
  * for `entry`, with package-specific overrides on top.
  */
 export function kvasirTsupOptions(entry: Options['entry'], overrides?: Options): Options;
-

@@ -19,4 +19,3 @@ const PRESET = {
 export function kvasirTsupOptions(entry, overrides = {}) {
   return { ...PRESET, entry, ...overrides };
 }
-

@@ -7,7 +7,6 @@ import { type BlockHash, defineEvictionPolicy, FifoPolicy, LfuPolicy } from '@kv
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DiskStore } from './disk-store.js';
-import { OffloadError } from './errors.js';
 import { encodeFrame, encodeFrameHeader } from './frame.js';
 import { block, key, NS, OTHER_NS, sameBytes, VERSION_1_FRAME } from './testing/fixtures.js';
 
@@ -35,21 +34,14 @@ async function allFiles(root: string): Promise<string[]> {
 }
 
 describe('DiskStore', () => {
-  it('round-trips blocks and leaves no temporary files', async () => {
+  // The KvBlockStore contract (round trips, prefixes, misuse, closing) is checked by
+  // conformance/stores.conformance.test.ts; what follows is this store's own.
+  it('leaves no temporary files and counts its entries', async () => {
     const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1 << 20 });
     const entries = [0, 1, 2].map((i) => ({ key: key(i), value: block(i, 3000 + i) }));
     expect(await s.putMany(entries)).toBe(3);
-    const got = await s.getMany([key(0), key(9), key(2), key(1)]);
-    expect(sameBytes(got[0], entries[0]?.value)).toBe(true);
-    expect(got[1]).toBeUndefined();
-    expect(sameBytes(got[2], entries[2]?.value)).toBe(true);
-    expect(sameBytes(got[3], entries[1]?.value)).toBe(true);
-    expect(await s.countPrefix([0, 1, 2, 3].map(key))).toBe(3);
-    expect(await s.has(key(3))).toBe(false);
     expect((await allFiles(dir)).filter((f) => f.endsWith('.tmp'))).toEqual([]);
-    expect(s.stats()).toMatchObject({ hits: 3, misses: 1, puts: 3, entries: 3 });
-    expect(await s.delete([key(1), key(7)])).toBe(1);
-    expect(await s.countPrefix([0, 1, 2].map(key))).toBe(1);
+    expect(s.stats()).toMatchObject({ puts: 3, entries: 3 });
   });
 
   it('returns each block in an allocation of exactly its own size', async () => {
@@ -232,16 +224,6 @@ describe('DiskStore', () => {
     expect(await s.putMany([{ key: key(1), value: block(1, 100) }])).toBe(0);
     expect(s.stats()).toMatchObject({ errors: 1, puts: 0, entries: 0, bytes: 0 });
     expect(await s.getMany([key(1)])).toEqual([undefined]);
-  });
-
-  it('refuses misuse', async () => {
-    const s = await DiskStore.open({ namespace: NS, dir, maxBytes: 1000 });
-    await expect(s.putMany([{ key: key(1), value: block(1, 1001) }])).rejects.toMatchObject({
-      code: 'VALUE_TOO_LARGE',
-    });
-    await expect(s.getMany(['../../../etc/passwd'])).rejects.toBeInstanceOf(OffloadError);
-    await s.close();
-    await expect(s.has(key(1))).rejects.toMatchObject({ code: 'CLOSED' });
   });
 
   it('follows the policy (LRU) and never exceeds the budget (property)', async () => {

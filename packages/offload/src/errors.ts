@@ -21,7 +21,14 @@ export type OffloadErrorCode =
    * A checksum worker thread failed (it crashed, or could not start or be reached). Stores never
    * throw it: the block concerned is a miss (or not stored) and counted in `errors`.
    */
-  | 'CHECKSUM_WORKER';
+  | 'CHECKSUM_WORKER'
+  /** A value given as a KV connector is not one (see `validateKvConnector`). */
+  | 'INVALID_CONNECTOR'
+  /**
+   * The swap connector's store kept fewer swapped-out blocks than it was given: the step that
+   * swapped them out fails, as they have no other copy.
+   */
+  | 'SWAP_LOST';
 
 /**
  * Thrown by @kvasir/offload for misuse (bad keys, values or options, a closed store) and when a

@@ -2,6 +2,14 @@ import type { EvictionPolicy, ExtraKeys } from '@kvasir/kv-allocator';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { Sampler } from '@kvasir/model';
 import {
+  type KvConnector,
+  type KvConnectorFactory,
+  NO_PREFIX_OFFLOAD,
+  type PrefixOffloadConnector,
+  type PrefixOffloadStats,
+  type SwapConnector,
+} from '@kvasir/offload/connectors';
+import {
   type BatchPlan,
   type RequestOutput,
   type Scheduler,
@@ -18,14 +26,8 @@ import {
   type ModelCard,
 } from '@kvasir/server/spec';
 import type { EngineConfig } from '../config.js';
-import type { KvConnector } from '../connectors/kv-connector.js';
-import { isHostOnly, type OffloadTiers } from '../connectors/offload-tiers.js';
-import {
-  NO_PREFIX_OFFLOAD,
-  PrefixOffloadConnector,
-  type PrefixOffloadStats,
-} from '../connectors/prefix-offload-connector.js';
-import { SwapConnector } from '../connectors/swap-connector.js';
+import { blockIoOf, createEngineConnectors } from '../connectors/engine-connectors.js';
+import type { OffloadTiers } from '../connectors/offload-tiers.js';
 import { describeError, isDeviceLost } from '../errors.js';
 import { type KvCompressionSetup, kvCompressionSetup } from '../plugins/kv-compression.js';
 import { admit } from './admission.js';
@@ -34,7 +36,7 @@ import type { ModelRunner } from './model-runner.js';
 import { promptLogitRows, recordPromptLogits } from './prompt-logits.js';
 import { createScheduler, engineStats } from './scheduler-setup.js';
 
-export type { PrefixOffloadStats } from '../connectors/prefix-offload-connector.js';
+export type { PrefixOffloadStats } from '@kvasir/offload/connectors';
 
 /** Options of {@link KvasirEngine}. */
 export interface KvasirEngineOptions {
@@ -50,6 +52,11 @@ export interface KvasirEngineOptions {
   readonly log?: (line: string) => void;
   /** Token-level KV compression: the default and a user's policy (from {@link loadKvCompression}). */
   readonly kvCompression?: KvCompressionSetup;
+  /**
+   * KV connectors of the user's (`@kvasir/offload/connectors`), made once the allocator exists
+   * and called after the built-in swap and prefix-offload connectors, in this order.
+   */
+  readonly connectors?: readonly KvConnectorFactory[];
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -117,31 +124,23 @@ export class KvasirEngine implements InferenceEngine {
       ...(this.#kvCompression.defaultSpec?.positions === 'cache' ? { unboundedContext: true } : {}),
     };
     this.#extraKeys = { modelId: this.modelCard.id };
-    // Off by default where prefix blocks would compete with swapped-out blocks for a single
-    // budgeted tier: there, a prefix write could evict a block with no other copy.
-    const offload = this.#offload;
-    this.#swap =
-      offload && config.preemptionMode === 'swap'
-        ? new SwapConnector(runner, offload.store)
-        : undefined;
-    this.#prefixOffload =
-      offload &&
-      config.enablePrefixCaching &&
-      (config.offloadPrefix ?? !(config.preemptionMode === 'swap' && isHostOnly(offload)))
-        ? new PrefixOffloadConnector({
-            runner,
-            kvCache: this.kvCache,
-            store: offload.store,
-            extraKeys: this.#extraKeys,
-            wake: () => {
-              this.#ensureLoop();
-              this.#wake?.();
-            },
-          })
-        : undefined;
-    this.#connectors = [this.#swap, this.#prefixOffload].filter(
-      (c): c is NonNullable<typeof c> => c !== undefined,
+    const connectors = createEngineConnectors(
+      config,
+      this.#offload,
+      {
+        kvCache: this.kvCache,
+        device: blockIoOf(runner),
+        extraKeys: this.#extraKeys,
+        wake: () => {
+          this.#ensureLoop();
+          this.#wake?.();
+        },
+      },
+      options.connectors,
     );
+    this.#swap = connectors.swap;
+    this.#prefixOffload = connectors.prefixOffload;
+    this.#connectors = connectors.all;
   }
 
   listModels(): readonly ModelCard[] {
@@ -241,7 +240,8 @@ export class KvasirEngine implements InferenceEngine {
       kvCompression !== undefined && kvCompression.policy.attention !== 'prefill-end',
     );
     if (this.#connectors.some((c) => c.onAdmit)) {
-      for (const c of this.#connectors) await c.onAdmit?.(request.promptTokens);
+      const admitted = { requestId: request.id, promptTokens: request.promptTokens };
+      for (const c of this.#connectors) await c.onAdmit?.(admitted);
       if (this.#stopping || this.#failure !== undefined) {
         throw new EngineError('DRAINING', 'engine is shutting down');
       }

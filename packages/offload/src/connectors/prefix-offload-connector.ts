@@ -1,8 +1,12 @@
-import type { BlockHash, ExtraKeys, KvCacheManager } from '@kvasir/kv-allocator';
-import type { TieredStore } from '@kvasir/offload';
-import type { BatchPlan } from '@kvasir/scheduler';
-import type { ModelRunner } from '../engine/model-runner.js';
-import type { KvConnector } from './kv-connector.js';
+import type { BlockHash } from '@kvasir/kv-allocator';
+import type { TieredStore } from '../tiered-store.js';
+import {
+  KV_CONNECTOR_SPECIFICATION_VERSION,
+  type KvConnector,
+  type KvConnectorContext,
+  type KvConnectorRequest,
+  type KvConnectorStep,
+} from './kv-connector.js';
 
 /** Counters of prefix offload (blocks written to and imported from the offload tiers). */
 export interface PrefixOffloadStats {
@@ -40,7 +44,8 @@ interface PendingImport {
   readonly firstBlock: number;
   readonly keys: readonly BlockHash[];
   readonly values: readonly Uint8Array[];
-  readonly done: () => void;
+  /** Settles the admission with the prompt tokens imported (0 for none). */
+  readonly done: (tokens: number) => void;
 }
 
 /** Deadline of a prefix lookup plus fetch: past it the request just recomputes. */
@@ -48,15 +53,10 @@ const PREFIX_FETCH_DEADLINE_MS = 2_000;
 /** Hashes remembered as already written, so a hot prefix is not rewritten every request. */
 const STORED_HASHES_LIMIT = 16_384;
 
-/** What a {@link PrefixOffloadConnector} works with. */
-export interface PrefixOffloadContext {
-  readonly runner: ModelRunner;
-  readonly kvCache: KvCacheManager;
+/** What a {@link PrefixOffloadConnector} works with: the engine's context and the store. */
+export interface PrefixOffloadContext extends KvConnectorContext {
+  /** Where prefix blocks are written and looked up (shared with other replicas through Redis). */
   readonly store: TieredStore;
-  /** The keys the engine's requests hash their prefixes with. */
-  readonly extraKeys: ExtraKeys;
-  /** Wakes the engine loop so that `betweenSteps` runs. */
-  readonly wake: () => void;
 }
 
 /**
@@ -67,6 +67,8 @@ export interface PrefixOffloadContext {
  * lookup finds them. Every failure is a miss: the request recomputes.
  */
 export class PrefixOffloadConnector implements KvConnector {
+  readonly specificationVersion = KV_CONNECTOR_SPECIFICATION_VERSION;
+  readonly name = 'prefix-offload';
   readonly #c: PrefixOffloadContext;
   readonly #blockSize: number;
   /** Recently written block hashes, oldest first (bounded). */
@@ -83,9 +85,10 @@ export class PrefixOffloadConnector implements KvConnector {
 
   constructor(context: PrefixOffloadContext) {
     this.#c = context;
-    this.#blockSize = context.runner.facts.kvLayout.blockSize;
+    this.#blockSize = context.kvCache.blockSize;
   }
 
+  /** Counters since construction (see {@link PrefixOffloadStats}). */
   stats(): PrefixOffloadStats {
     return {
       storedBlocks: this.#stored,
@@ -97,6 +100,7 @@ export class PrefixOffloadConnector implements KvConnector {
     };
   }
 
+  /** True while fetched blocks wait to be imported between steps. */
   get hasPendingWork(): boolean {
     return this.#imports.length > 0;
   }
@@ -106,7 +110,7 @@ export class PrefixOffloadConnector implements KvConnector {
    * read is queued on the runner after this step's forward (so it sees exactly that content)
    * and before any later write into the block.
    */
-  afterForward(plan: BatchPlan): void {
+  afterForward(plan: KvConnectorStep): void {
     const bs = this.#blockSize;
     const view = this.#c.kvCache.blocks;
     const blocks: number[] = [];
@@ -130,7 +134,7 @@ export class PrefixOffloadConnector implements KvConnector {
       this.#errors++;
       for (const k of keys) this.#storedHashes.delete(k);
     };
-    const write = this.#c.runner
+    const write = this.#c.device
       .readBlocks(blocks)
       .then((data) => this.#c.store.putMany(keys.map((key, i) => ({ key, value: data[i]! }))))
       .then((stored) => {
@@ -144,36 +148,37 @@ export class PrefixOffloadConnector implements KvConnector {
 
   /**
    * Looks the prompt's blocks beyond the local hit up in the store, fetches the ones present
-   * within a deadline and waits until the engine loop has imported them (or given up). Never
-   * throws.
+   * within a deadline and waits until the engine loop has imported them (or given up).
+   * Resolves to the prompt tokens imported; never rejects.
    */
-  async onAdmit(tokens: readonly number[]): Promise<void> {
+  async onAdmit(request: KvConnectorRequest): Promise<number> {
+    const tokens = request.promptTokens;
     try {
       const bs = this.#blockSize;
       const kv = this.#c.kvCache;
       // At least the last prompt token is computed: its logits are needed.
       const maxBlocks = Math.floor((tokens.length - 1) / bs);
-      if (maxBlocks <= 0) return;
+      if (maxBlocks <= 0) return 0;
       const hashes = kv.blockHashes(tokens, this.#c.extraKeys).slice(0, maxBlocks);
       const local = kv.findCachedPrefix(tokens, this.#c.extraKeys, { record: false });
       const firstBlock = local.blocks.length;
       const rest = hashes.slice(firstBlock);
-      if (rest.length === 0) return;
+      if (rest.length === 0) return 0;
       const started = performance.now();
       const store = this.#c.store;
       const m = await store.countPrefix(rest, { deadlineMs: PREFIX_FETCH_DEADLINE_MS });
       // A block this process wrote that the tiers no longer have (deleted, or found corrupt and
       // dropped) is written again the next time it is full.
       if (m < rest.length) this.#storedHashes.delete(rest[m]!);
-      if (m <= 0) return;
+      if (m <= 0) return 0;
       const left = PREFIX_FETCH_DEADLINE_MS - (performance.now() - started);
       if (left <= 0) {
         this.#skipped++;
-        return;
+        return 0;
       }
       const keys = rest.slice(0, m);
       const fetched = await store.fetch(keys, { deadlineMs: left });
-      const blockBytes = this.#c.runner.facts.blockBytes;
+      const blockBytes = this.#c.device.blockBytes;
       const usable = (v: Uint8Array | undefined): v is Uint8Array =>
         v !== undefined && v.byteLength === blockBytes;
       // Past the deadline a miss may only be late, not lost.
@@ -192,10 +197,10 @@ export class PrefixOffloadConnector implements KvConnector {
       }
       if (values.length === 0) {
         this.#skipped++;
-        return;
+        return 0;
       }
-      if (this.#closed) return;
-      await new Promise<void>((resolve) => {
+      if (this.#closed) return 0;
+      return await new Promise<number>((resolve) => {
         this.#imports.push({
           tokens,
           firstBlock,
@@ -207,29 +212,33 @@ export class PrefixOffloadConnector implements KvConnector {
       });
     } catch {
       this.#errors++;
+      return 0;
     }
   }
 
+  /** Imports the blocks fetched for admitted prompts. */
   async betweenSteps(): Promise<void> {
     const pending = this.#imports;
     this.#imports = [];
     for (const job of pending) {
+      let imported = 0;
       try {
-        await this.#importOne(job);
+        imported = await this.#importOne(job);
       } catch {
         // A failed import only means recompute; #importOne has already freed what it took.
         this.#errors++;
       } finally {
-        job.done();
+        job.done(imported * this.#blockSize);
       }
     }
   }
 
+  /** Gives up imports not yet run and waits for the writes in flight. */
   async close(): Promise<void> {
     this.#closed = true;
     const pending = this.#imports;
     this.#imports = [];
-    for (const job of pending) job.done();
+    for (const job of pending) job.done(0);
     // Blocks being written must reach the store before the caller closes it.
     await Promise.all([...this.#pendingWrites]);
   }
@@ -237,9 +246,10 @@ export class PrefixOffloadConnector implements KvConnector {
   /**
    * Puts fetched blocks into the cache: the allocator reserves blocks for the chain after the
    * local prefix (which may have grown or shrunk since the lookup), the bytes are written, and
-   * committing publishes them as cached prefix blocks for the request's own lookup.
+   * committing publishes them as cached prefix blocks for the request's own lookup. Returns the
+   * blocks imported.
    */
-  async #importOne(job: PendingImport): Promise<void> {
+  async #importOne(job: PendingImport): Promise<number> {
     const kv = this.#c.kvCache;
     const bs = this.#blockSize;
     const end = job.firstBlock + job.keys.length;
@@ -247,7 +257,7 @@ export class PrefixOffloadConnector implements KvConnector {
       extraKeys: this.#c.extraKeys,
       maxBlocks: job.keys.length,
     });
-    if (!reserved) return;
+    if (!reserved) return 0;
     const offset = reserved.firstBlock - job.firstBlock;
     const matches =
       offset >= 0 && reserved.hashes.every((hash, i) => hash === job.keys[offset + i]);
@@ -255,10 +265,10 @@ export class PrefixOffloadConnector implements KvConnector {
       // The local prefix shrank below what was fetched: the fetched blocks cannot chain on.
       kv.abortExternal(reserved);
       this.#skipped++;
-      return;
+      return 0;
     }
     try {
-      await this.#c.runner.writeBlocks(
+      await this.#c.device.writeBlocks(
         reserved.blocks,
         job.values.slice(offset, offset + reserved.blocks.length),
       );
@@ -269,6 +279,7 @@ export class PrefixOffloadConnector implements KvConnector {
     }
     kv.commitExternal(reserved);
     this.#imported += reserved.blocks.length;
+    return reserved.blocks.length;
   }
 
   #remember(hash: BlockHash): void {

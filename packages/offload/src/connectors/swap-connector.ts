@@ -1,9 +1,12 @@
 import { createHash } from 'node:crypto';
-import type { TieredStore } from '@kvasir/offload';
-import type { BatchPlan } from '@kvasir/scheduler';
-import type { ModelRunner } from '../engine/model-runner.js';
-import { KvasirAppError } from '../errors.js';
-import type { KvConnector } from './kv-connector.js';
+import { OffloadError } from '../errors.js';
+import type { TieredStore } from '../tiered-store.js';
+import {
+  KV_CONNECTOR_SPECIFICATION_VERSION,
+  type KvBlockIo,
+  type KvConnector,
+  type KvConnectorStep,
+} from './kv-connector.js';
 
 /** How long a swap-in waits for a block: it has no other copy, so no short deadline. */
 const SWAP_IN_DEADLINE_MS = 60_000;
@@ -15,13 +18,23 @@ function swapKey(engineId: string, slot: number, generation: number): string {
     .slice(0, 32);
 }
 
+/** What a {@link SwapConnector} works with. */
+export interface SwapConnectorOptions {
+  /** The device cache swapped blocks are read from and written back to. */
+  readonly device: KvBlockIo;
+  /** Where they are kept meanwhile. */
+  readonly store: TieredStore;
+}
+
 /**
  * Swap preemption through the offload store: a preempted sequence's blocks are read back from
  * the runner and stored under a fresh key per swap-out (so a late promotion or demotion of an
  * old copy can never be read back for a reused host slot), and written back when it resumes.
  */
 export class SwapConnector implements KvConnector {
-  readonly #runner: ModelRunner;
+  readonly specificationVersion = KV_CONNECTOR_SPECIFICATION_VERSION;
+  readonly name = 'swap';
+  readonly #device: KvBlockIo;
   readonly #store: TieredStore;
   readonly #engineId = `${process.pid}-${Date.now()}`;
   /** Host slot → key of the block swapped into it. */
@@ -30,9 +43,9 @@ export class SwapConnector implements KvConnector {
   #hits = 0;
   #misses = 0;
 
-  constructor(runner: ModelRunner, store: TieredStore) {
-    this.#runner = runner;
-    this.#store = store;
+  constructor(options: SwapConnectorOptions) {
+    this.#device = options.device;
+    this.#store = options.store;
   }
 
   /** Swap-ins served by the store, and ones it could not serve. */
@@ -40,15 +53,17 @@ export class SwapConnector implements KvConnector {
     return { hits: this.#hits, misses: this.#misses };
   }
 
-  async beforeForward(plan: BatchPlan): Promise<ReadonlySet<string> | undefined> {
+  /** Swaps the step's blocks out to the store, then the resumed ones back in. */
+  async beforeForward(plan: KvConnectorStep): Promise<ReadonlySet<string> | undefined> {
     if (plan.swapOut.length > 0) await this.#swapOut(plan);
     return plan.swapIn.length > 0 ? this.#swapIn(plan) : undefined;
   }
 
+  /** Nothing to wait for: swaps complete within their step. */
   async close(): Promise<void> {}
 
-  async #swapOut(plan: BatchPlan): Promise<void> {
-    const data = await this.#runner.readBlocks(plan.swapOut.map((t) => t.gpuBlock));
+  async #swapOut(plan: KvConnectorStep): Promise<void> {
+    const data = await this.#device.readBlocks(plan.swapOut.map((t) => t.gpuBlock));
     const entries = plan.swapOut.map((t, i) => {
       const key = swapKey(this.#engineId, t.hostSlot, ++this.#generation);
       this.#keys.set(t.hostSlot, key);
@@ -56,7 +71,7 @@ export class SwapConnector implements KvConnector {
     });
     const stored = await this.#store.putMany(entries);
     if (stored !== entries.length) {
-      throw new KvasirAppError(
+      throw new OffloadError(
         'SWAP_LOST',
         `the offload store kept ${stored} of ${entries.length} swapped-out blocks`,
       );
@@ -64,7 +79,7 @@ export class SwapConnector implements KvConnector {
   }
 
   /** Copies swapped blocks back; returns the requests whose blocks the store no longer had. */
-  async #swapIn(plan: BatchPlan): Promise<Set<string> | undefined> {
+  async #swapIn(plan: KvConnectorStep): Promise<Set<string> | undefined> {
     // A slot may appear more than once (blocks shared by forked sequences); an unknown slot is a
     // lost block like any other miss.
     const keys = plan.swapIn.map((t) => this.#keys.get(t.hostSlot));
@@ -85,7 +100,7 @@ export class SwapConnector implements KvConnector {
     });
     this.#hits += data.length;
     this.#misses += plan.swapIn.length - data.length;
-    await this.#runner.writeBlocks(blocks, data);
+    await this.#device.writeBlocks(blocks, data);
     // The slot will be reused; drop the copy so it does not take the tier's budget.
     for (const t of plan.swapIn) this.#keys.delete(t.hostSlot);
     await this.#store.delete(known);
