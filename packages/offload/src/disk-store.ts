@@ -1,14 +1,23 @@
 import { randomBytes } from 'node:crypto';
 import type { FileHandle } from 'node:fs/promises';
-import { access, constants, mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { access, constants, open, readdir, rename, stat, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
 import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
+import { BudgetedIndex } from './budgeted-index.js';
 import {
   Checksummer,
   type ChecksumThreads,
   DEFAULT_CHECKSUM_MIN_BYTES,
   resolveChecksumThreads,
 } from './checksum-pool.js';
+import {
+  describeFsError,
+  errno,
+  makeDirectory,
+  readFully,
+  writeFully,
+  writeHeader,
+} from './disk-files.js';
 import { OffloadError } from './errors.js';
 import {
   checkFrameHeader,
@@ -68,102 +77,9 @@ export interface DiskStoreOptions {
 const BLOCK_FILE = /^([0-9a-f]{32})\.kvb$/;
 const TEMP_FILE = /\.tmp$/;
 
-function errno(e: unknown): string | undefined {
-  return typeof e === 'object' && e !== null ? (e as NodeJS.ErrnoException).code : undefined;
-}
-
-/** Reads the file from offset 0 into `header` then `payload`; returns the bytes read (less at EOF). */
-async function readFully(fh: FileHandle, header: Buffer, payload: Buffer): Promise<number> {
-  const total = header.byteLength + payload.byteLength;
-  let { bytesRead } = await fh.readv([header, payload], 0);
-  // readv may stop short; finish with positional reads.
-  while (bytesRead > 0 && bytesRead < total) {
-    const inHeader = bytesRead < header.byteLength;
-    const dst = inHeader ? header : payload;
-    const from = inHeader ? bytesRead : bytesRead - header.byteLength;
-    const r = await fh.read(dst, from, dst.byteLength - from, bytesRead);
-    if (r.bytesRead === 0) break;
-    bytesRead += r.bytesRead;
-  }
-  return bytesRead;
-}
-
-async function writeFully(fh: FileHandle, header: Uint8Array, payload: Uint8Array): Promise<void> {
-  const total = header.byteLength + payload.byteLength;
-  let { bytesWritten } = await fh.writev([header, payload], 0);
-  // writev may stop short (signals, quotas); finish with positional writes.
-  while (bytesWritten < total) {
-    const inHeader = bytesWritten < header.byteLength;
-    const src = inHeader ? header : payload;
-    const from = inHeader ? bytesWritten : bytesWritten - header.byteLength;
-    const r = await fh.write(src, from, src.byteLength - from, bytesWritten);
-    if (r.bytesWritten === 0) throw new Error('short write');
-    bytesWritten += r.bytesWritten;
-  }
-}
-
 // Stands in for the header while a worker hashes the payload from the file (never renamed into
 // place like this: the real header is written over it first).
 const BLANK_HEADER = new Uint8Array(FRAME_HEADER_BYTES);
-
-/**
- * `mkdir -p` that always settles. Node's own `mkdir(path, { recursive: true })` never does where
- * the kernel answers ENOENT under an existing parent (as in `/proc`): it retries the same pair of
- * calls for ever. Here each level is tried at most twice.
- */
-async function makeDirectory(path: string): Promise<void> {
-  try {
-    await mkdir(path);
-    return;
-  } catch (e) {
-    const code = errno(e);
-    if (code === 'EEXIST') return checkDirectory(path, e);
-    const parent = dirname(path);
-    if (code !== 'ENOENT' || parent === path) throw e;
-  }
-  await makeDirectory(dirname(path));
-  try {
-    await mkdir(path);
-  } catch (e) {
-    if (errno(e) !== 'EEXIST') throw e;
-    await checkDirectory(path, e);
-  }
-}
-
-async function checkDirectory(path: string, error: unknown): Promise<void> {
-  if (!(await stat(path)).isDirectory()) {
-    throw Object.assign(new Error(`${path} exists and is not a directory`), {
-      code: 'ENOTDIR',
-      cause: error,
-    });
-  }
-}
-
-const FS_REASONS: Readonly<Record<string, string>> = {
-  ENOTDIR: 'a component of the path is a file, not a directory',
-  ENOENT: 'it cannot be created there',
-  EACCES: 'permission denied',
-  EPERM: 'operation not permitted',
-  EROFS: 'read-only file system',
-  ENOSPC: 'no space left on the device',
-  ELOOP: 'too many symbolic links',
-  ENAMETOOLONG: 'the path is too long',
-};
-
-function describeFsError(e: unknown): string {
-  const code = errno(e);
-  const reason = code === undefined ? undefined : FS_REASONS[code];
-  if (reason !== undefined) return `${reason} (${code})`;
-  return e instanceof Error ? e.message : String(e);
-}
-
-async function writeHeader(fh: FileHandle, header: Uint8Array): Promise<void> {
-  for (let at = 0; at < header.byteLength; ) {
-    const r = await fh.write(header, at, header.byteLength - at, at);
-    if (r.bytesWritten === 0) throw new Error('short write');
-    at += r.bytesWritten;
-  }
-}
 
 /**
  * KV blocks as files: `<dir>/<namespace>/<first two hex>/<hash>.kvb`, each a framed value
@@ -180,17 +96,14 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   readonly dir: string;
   readonly maxBytes: number;
   private readonly nsDir: string;
-  private readonly policy: EvictionPolicy<BlockHash>;
   private readonly fsync: boolean;
   readonly maxValueBytes: number;
   private readonly concurrency: number;
-  private readonly index = new Map<BlockHash, number>();
+  private readonly index: BudgetedIndex;
   private readonly listeners = new Set<EvictionListener>();
   private readonly counters = new Counters();
   private readonly madeDirs = new Set<string>();
   private readonly checksum: Checksummer;
-  private usedBytes = 0;
-  private reservedBytes = 0;
   private closed = false;
 
   private constructor(options: DiskStoreOptions) {
@@ -199,7 +112,10 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     this.dir = options.dir;
     this.nsDir = join(options.dir, options.namespace);
     this.maxBytes = checkBudget('maxBytes', options.maxBytes);
-    this.policy = checkPolicy(options.policy ?? new LruPolicy<BlockHash>());
+    this.index = new BudgetedIndex(
+      this.maxBytes,
+      checkPolicy(options.policy ?? new LruPolicy<BlockHash>()),
+    );
     this.fsync = options.fsync ?? false;
     this.maxValueBytes = checkBudget('maxValueBytes', options.maxValueBytes ?? options.maxBytes);
     const c = options.concurrency ?? 8;
@@ -274,12 +190,8 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       }
     }
     found.sort((a, b) => a.mtime - b.mtime);
-    for (const f of found) {
-      this.index.set(f.key, f.size);
-      this.usedBytes += f.size;
-      this.policy.insert(f.key);
-    }
-    const victims = this.reserve(0);
+    for (const f of found) this.index.insert(f.key, f.size);
+    const victims = this.index.reserve(0);
     await this.discard(victims ?? []);
   }
 
@@ -291,34 +203,6 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   onEvict(listener: EvictionListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
-  }
-
-  /**
-   * Takes `bytes` out of the budget, choosing victims (removed from the index at once so
-   * concurrent calls never count the same room twice). Returns the victims' keys to delete, or
-   * undefined when even an empty index cannot make room (writes in flight hold it).
-   */
-  private reserve(bytes: number): BlockHash[] | undefined {
-    if (this.reservedBytes + bytes > this.maxBytes) return undefined;
-    const victims: BlockHash[] = [];
-    let guard = this.index.size + 1;
-    while (this.usedBytes + this.reservedBytes + bytes > this.maxBytes) {
-      let victim = this.policy.chooseVictim();
-      if (victim === undefined || !this.index.has(victim) || guard-- <= 0) {
-        if (victim !== undefined) this.policy.remove(victim);
-        // A policy that lost track of indexed keys: fall back to index order.
-        const first = this.index.keys().next();
-        if (first.done) break;
-        victim = first.value;
-      }
-      const size = this.index.get(victim) ?? 0;
-      this.index.delete(victim);
-      this.policy.remove(victim);
-      this.usedBytes -= size;
-      victims.push(victim);
-    }
-    this.reservedBytes += bytes;
-    return victims;
   }
 
   private async discard(victims: readonly BlockHash[]): Promise<void> {
@@ -345,17 +229,6 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     }
   }
 
-  private commit(key: BlockHash, size: number): void {
-    const old = this.index.get(key);
-    if (old !== undefined) {
-      this.usedBytes -= old;
-      this.policy.remove(key);
-    }
-    this.index.set(key, size);
-    this.usedBytes += size;
-    this.policy.insert(key);
-  }
-
   private async ensureDir(key: BlockHash): Promise<void> {
     const sub = join(this.nsDir, key.slice(0, 2));
     if (this.madeDirs.has(sub)) return;
@@ -368,7 +241,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     // The old file of this key is replaced, not kept beside the new one: free its share first
     // (should the write fail, the old file is adopted again when next read).
     this.forget(key);
-    const victims = this.reserve(size);
+    const victims = this.index.reserve(size);
     if (victims === undefined) return false;
     const path = this.pathOf(key);
     const tmp = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
@@ -409,10 +282,10 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       this.counters.errors++;
       await unlink(tmp).catch(() => undefined);
     } finally {
-      this.reservedBytes -= size;
+      this.index.release(size);
     }
     if (!ok) return false;
-    this.commit(key, size);
+    this.index.insert(key, size);
     this.counters.puts++;
     this.counters.bytesWritten += size;
     return true;
@@ -522,7 +395,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
       return undefined;
     }
     if (track) {
-      if (this.index.has(key)) this.policy.touch(key);
+      if (this.index.has(key)) this.index.touch(key);
       else this.adopt(key, size);
       this.counters.bytesRead += size;
     }
@@ -531,19 +404,15 @@ export class DiskStore implements KvBlockStore, EvictionSource {
 
   // A file another process wrote: index it so the budget and policy know about it.
   private adopt(key: BlockHash, size: number): void {
-    const victims = this.reserve(size);
+    const victims = this.index.reserve(size);
     if (victims === undefined) return;
-    this.reservedBytes -= size;
-    this.commit(key, size);
+    this.index.release(size);
+    this.index.insert(key, size);
     void this.discard(victims);
   }
 
   private forget(key: BlockHash): void {
-    const size = this.index.get(key);
-    if (size === undefined) return;
-    this.index.delete(key);
-    this.policy.remove(key);
-    this.usedBytes -= size;
+    this.index.remove(key);
   }
 
   private async unlinkIfSame(path: string, ino: number): Promise<void> {
@@ -677,7 +546,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
 
   /** Counters since construction and current occupancy (see {@link OffloadStats}). */
   stats(): OffloadStats {
-    return this.counters.snapshot(this.tier, this.index.size, this.usedBytes, this.maxBytes);
+    return this.counters.snapshot(this.tier, this.index.size, this.index.usedBytes, this.maxBytes);
   }
 
   /**

@@ -1,4 +1,5 @@
 import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
+import { BudgetedIndex } from './budgeted-index.js';
 import { checkNamespace } from './keys.js';
 import { Counters } from './stats.js';
 import type {
@@ -48,12 +49,11 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
   readonly maxBytes: number;
   /** Equal to `maxBytes`: one block may take the whole budget. */
   readonly maxValueBytes: number;
-  private readonly policy: EvictionPolicy<BlockHash>;
   private readonly copyOnGet: boolean;
   private readonly entries = new Map<BlockHash, Uint8Array>();
+  private readonly index: BudgetedIndex;
   private readonly listeners = new Set<EvictionListener>();
   private readonly counters = new Counters();
-  private usedBytes = 0;
   private closed = false;
 
   /** @throws {OffloadError} INVALID_KEY for a malformed namespace, INVALID_OPTIONS for a bad budget or policy. */
@@ -62,7 +62,10 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
     this.namespace = options.namespace;
     this.maxBytes = checkBudget('maxBytes', options.maxBytes);
     this.maxValueBytes = this.maxBytes;
-    this.policy = checkPolicy(options.policy ?? new LruPolicy<BlockHash>());
+    this.index = new BudgetedIndex(
+      this.maxBytes,
+      checkPolicy(options.policy ?? new LruPolicy<BlockHash>()),
+    );
     this.copyOnGet = options.copyOnGet ?? true;
   }
 
@@ -85,46 +88,24 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
     checkOpen(this.closed, this.tier);
     checkEntries(entries, this.maxValueBytes);
     for (const { key, value } of entries) {
-      const old = this.entries.get(key);
-      if (old !== undefined) {
-        this.entries.delete(key);
-        this.policy.remove(key);
-        this.usedBytes -= old.byteLength;
-      }
-      this.makeRoom(value.byteLength);
+      if (this.index.remove(key) !== undefined) this.entries.delete(key);
+      // Room for one value is always there: none is larger than the whole budget.
+      const victims = this.index.reserve(value.byteLength) ?? [];
+      this.index.release(value.byteLength);
+      for (const victim of victims) this.evicted(victim);
       this.entries.set(key, copyOf(value));
-      this.policy.insert(key);
-      this.usedBytes += value.byteLength;
+      this.index.insert(key, value.byteLength);
       this.counters.puts++;
       this.counters.bytesWritten += value.byteLength;
     }
     return entries.length;
   }
 
-  private makeRoom(bytes: number): void {
-    let guard = this.entries.size + 1;
-    while (this.usedBytes + bytes > this.maxBytes) {
-      const victim = this.policy.chooseVictim();
-      const value = victim === undefined ? undefined : this.entries.get(victim);
-      if (victim === undefined || value === undefined || guard-- <= 0) {
-        // The policy lost track of stored keys (a buggy user policy): fall back to insertion
-        // order rather than exceed the budget.
-        const first = this.entries.keys().next();
-        if (first.done) break;
-        if (victim !== undefined) this.policy.remove(victim);
-        this.evict(first.value);
-        continue;
-      }
-      this.evict(victim);
-    }
-  }
-
-  private evict(key: BlockHash): void {
+  /** Hands a victim the index dropped to the eviction listeners. */
+  private evicted(key: BlockHash): void {
     const value = this.entries.get(key);
     if (value === undefined) return;
     this.entries.delete(key);
-    this.policy.remove(key);
-    this.usedBytes -= value.byteLength;
     this.counters.evictions++;
     for (const l of this.listeners) {
       try {
@@ -153,7 +134,7 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
         out[i] = undefined;
         continue;
       }
-      this.policy.touch(key);
+      this.index.touch(key);
       this.counters.hits++;
       this.counters.bytesRead += value.byteLength;
       out[i] = this.copyOnGet ? copyOf(value) : value;
@@ -183,11 +164,8 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
     checkKeys(keys);
     let n = 0;
     for (const key of keys) {
-      const value = this.entries.get(key);
-      if (value === undefined) continue;
+      if (this.index.remove(key) === undefined) continue;
       this.entries.delete(key);
-      this.policy.remove(key);
-      this.usedBytes -= value.byteLength;
       this.counters.deletes++;
       n++;
     }
@@ -201,15 +179,19 @@ export class HostMemoryStore implements KvBlockStore, EvictionSource {
 
   /** Counters since construction and current occupancy (see {@link OffloadStats}). */
   stats(): OffloadStats {
-    return this.counters.snapshot(this.tier, this.entries.size, this.usedBytes, this.maxBytes);
+    return this.counters.snapshot(
+      this.tier,
+      this.entries.size,
+      this.index.usedBytes,
+      this.maxBytes,
+    );
   }
 
   /** Drops every entry. Idempotent. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const key of this.entries.keys()) this.policy.remove(key);
+    this.index.clear();
     this.entries.clear();
-    this.usedBytes = 0;
   }
 }
