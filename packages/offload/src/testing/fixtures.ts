@@ -1,5 +1,6 @@
 // Shared by this package's own tests; not part of the public API.
 import { createHash } from 'node:crypto';
+import { testBytes } from '../conformance/check.js';
 import { kvNamespace } from '../keys.js';
 
 /** A namespace for tests. */
@@ -30,19 +31,9 @@ export function key(i: number | string): string {
   return createHash('sha256').update(`block-${i}`).digest('hex').slice(0, 32);
 }
 
-/** Deterministic, seed-dependent bytes (a cheap xorshift, so blocks differ everywhere). */
+/** Deterministic, seed-dependent bytes (the conformance suites' generator). */
 export function block(seed: number, size = 1024): Uint8Array {
-  const out = new Uint8Array(size);
-  let x = (seed * 2654435761 + 1) >>> 0 || 1;
-  for (let i = 0; i < size; i++) {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    out[i] = x & 0xff;
-  }
-  return out;
+  return testBytes(seed, size);
 }
 
 /** Byte-wise equality (tests only). */
