@@ -1,5 +1,6 @@
 import { GpuError } from './errors.js';
-import { Gpu, type GpuAdapterReport, type GpuBackend, type GpuLimits } from './gpu.js';
+import { Gpu } from './gpu.js';
+import type { GpuAdapterReport, GpuBackend, GpuLimits } from './gpu-types.js';
 
 /** Backends `createGpu` can be told to use. `'auto'` picks the platform's native one, then OpenGL ES. */
 export type GpuBackendOption = 'auto' | 'vulkan' | 'metal' | 'd3d12' | 'opengles';

@@ -7,10 +7,11 @@ export {
   NO_ADAPTER_HELP,
 } from './create-gpu.js';
 export { GpuError, type GpuErrorCode } from './errors.js';
+export { Gpu } from './gpu.js';
+export { splitWorkgroups } from './gpu-helpers.js';
 export {
   type BufferKind,
   type BufferOptions,
-  Gpu,
   type GpuAdapterReport,
   type GpuBackend,
   type GpuBinding,
@@ -19,7 +20,6 @@ export {
   type GpuTiming,
   mesaVersion,
   type PipelineDescriptor,
-  splitWorkgroups,
   type Workgroups,
-} from './gpu.js';
+} from './gpu-types.js';
 export { UniformArena } from './uniform-arena.js';
