@@ -11,7 +11,8 @@ export type ServerErrorCode =
   | 'QUEUE_FULL'
   | 'DRAINING'
   | 'TIMEOUT'
-  | 'INTERNAL';
+  | 'INTERNAL'
+  | 'INVALID_ENGINE';
 
 /**
  * An error the engine (or the server itself) raises to produce a specific HTTP answer.
@@ -48,6 +49,8 @@ export const ERROR_TABLE: Readonly<Record<ServerErrorCode, ErrorMapping>> = {
   DRAINING: { status: 503, type: 'service_unavailable', code: 'draining' },
   TIMEOUT: { status: 504, type: 'timeout_error', code: 'timeout' },
   INTERNAL: { status: 500, type: 'internal_error', code: 'internal_error' },
+  // Raised when the server is built, never while answering a client.
+  INVALID_ENGINE: { status: 500, type: 'internal_error', code: 'internal_error' },
 };
 
 /** OpenAI's error body. */

@@ -1,17 +1,21 @@
 /**
  * `@kvasir/server/spec`: the contract an inference engine implements to be served by
- * `@kvasir/server`, with its error type. It pulls in no HTTP framework, validator or metrics
- * library (only `@kvasir/errors`), so a third-party engine depends on this entry point alone.
+ * `@kvasir/server` (version `v1`), with its error type. It pulls in no HTTP framework,
+ * validator or metrics library (only `@kvasir/errors`), so a third-party engine depends on this
+ * entry point alone.
  *
  * @example
  * ```ts
  * import { EngineError, type InferenceEngine } from '@kvasir/server/spec';
  *
  * class MyEngine implements InferenceEngine {
+ *   readonly specificationVersion = 'v1';
  *   // listModels, tokenize, applyChatTemplate, generate, stats, health
  * }
  * ```
  */
+export type { ServerErrorCode } from './errors.js';
+export { EngineError } from './errors.js';
 export type {
   ChatMessage,
   ChoiceDelta,
@@ -22,6 +26,7 @@ export type {
   GenerationRequest,
   GenerationStream,
   InferenceEngine,
+  InferenceEngineMethods,
   KvCompressionRequest,
   ModelCard,
   OffloadTierStats,
@@ -31,6 +36,9 @@ export type {
   TokenLogprob,
   TopLogprob,
   UsageEvent,
-} from './engine.js';
-export type { ServerErrorCode } from './errors.js';
-export { EngineError } from './errors.js';
+} from './inference-engine.js';
+export {
+  defineInferenceEngine,
+  INFERENCE_ENGINE_SPECIFICATION_VERSION,
+  validateInferenceEngine,
+} from './inference-engine.js';

@@ -1,3 +1,4 @@
+import { EngineError } from '../src/errors.js';
 import type {
   ChatMessage,
   EngineHealth,
@@ -9,8 +10,7 @@ import type {
   ModelCard,
   PromptTokenLogprob,
   TokenLogprob,
-} from '../src/engine.js';
-import { EngineError } from '../src/errors.js';
+} from '../src/inference-engine.js';
 
 /** Characters per generated token: stop strings in the script straddle token boundaries. */
 export const PIECE = 3;
@@ -30,6 +30,21 @@ export function scriptPieces(index: number, seed: number | undefined): string[] 
   const pieces: string[] = [];
   for (let i = 0; i < text.length; i += PIECE) pieces.push(text.slice(i, i + PIECE));
   return pieces;
+}
+
+/**
+ * Where a choice's text stops for `stops` (the first place one completes, the longest there):
+ * the text kept and the end of the stop string, or undefined when none occurs.
+ */
+export function stopCut(text: string, stops: readonly string[]) {
+  let best: { start: number; end: number } | undefined;
+  for (const stop of stops) {
+    const start = text.indexOf(stop);
+    if (stop === '' || start < 0) continue;
+    const end = start + stop.length;
+    if (!best || end < best.end || (end === best.end && start < best.start)) best = { start, end };
+  }
+  return best;
 }
 
 /** The log-probability the scripted engine gives prompt token `i` (i ≥ 1) when echoing. */
@@ -54,12 +69,12 @@ const deferred = <T>() => {
  * tokens so that aborts and other requests interleave as with a real engine.
  */
 export class ScriptedEngine implements InferenceEngine {
+  readonly specificationVersion = 'v1';
   health_: EngineHealth = { status: 'ok' };
   queueFull = false;
   /** When set, generation waits for it before producing tokens. */
   gate: Promise<void> | undefined;
   readonly requests: GenerationRequest[] = [];
-  readonly finishedByServer: Array<{ id: string; index: number }> = [];
   readonly aborted = new Set<string>();
   #admitted = deferred<string>();
   #abortSeen = deferred<string>();
@@ -132,6 +147,7 @@ export class ScriptedEngine implements InferenceEngine {
       { once: true },
     );
     const finished = new Set<number>();
+    const stops = request.stopStrings ?? [];
     const gate = this.gate;
     const seed = request.sampling.seed;
     async function* run(): AsyncGenerator<GenerationEvent> {
@@ -162,6 +178,8 @@ export class ScriptedEngine implements InferenceEngine {
         }
       }
       const pieces = Array.from({ length: request.n }, (_, i) => scriptPieces(i, seed));
+      // The whole script is known: a stop string's text (and what follows) is never sent.
+      const cuts = Array.from({ length: request.n }, (_, i) => stopCut(scriptText(i, seed), stops));
       const produced = new Array<number>(request.n).fill(0);
       let total = 0;
       for (let step = 0; step < request.maxTokens; step++) {
@@ -171,7 +189,12 @@ export class ScriptedEngine implements InferenceEngine {
           if (finished.has(i)) continue;
           const piece = pieces[i]![step] ?? '';
           const tokenId = 1000 + step;
-          const last = step === request.maxTokens - 1 || step === pieces[i]!.length - 1;
+          const start = step * PIECE;
+          const cut = cuts[i];
+          const stopped = cut !== undefined && start + piece.length >= cut.end;
+          const visible =
+            cut === undefined ? piece : piece.slice(0, Math.max(0, cut.start - start));
+          const last = stopped || step === request.maxTokens - 1 || step === pieces[i]!.length - 1;
           let logprobs: TokenLogprob[] | undefined;
           if (request.logprobs !== undefined) {
             const top = Array.from({ length: request.logprobs }, (_, j) => ({
@@ -179,7 +202,10 @@ export class ScriptedEngine implements InferenceEngine {
               token: `alt${j}`,
               logprob: -1 - j,
             }));
-            logprobs = [{ tokenId, token: piece, logprob: -0.5, top }];
+            const shown = cut === undefined || start < cut.start;
+            logprobs = shown
+              ? [{ tokenId, token: piece, logprob: -0.5, top, textOffset: start }]
+              : [];
           }
           produced[i]! += 1;
           total += 1;
@@ -187,9 +213,11 @@ export class ScriptedEngine implements InferenceEngine {
             kind: 'delta',
             index: i,
             tokenIds: [tokenId],
-            text: piece,
+            text: visible,
             ...(logprobs ? { logprobs } : {}),
-            ...(last ? { finishReason: step === request.maxTokens - 1 ? 'length' : 'stop' } : {}),
+            ...(last
+              ? { finishReason: !stopped && step === request.maxTokens - 1 ? 'length' : 'stop' }
+              : {}),
           };
           if (last) finished.add(i);
         }
@@ -202,14 +230,6 @@ export class ScriptedEngine implements InferenceEngine {
         completionTokens: total,
       };
     }
-    const self = this;
-    const iterable = run();
-    return {
-      [Symbol.asyncIterator]: () => iterable,
-      finishChoice(index: number) {
-        finished.add(index);
-        self.finishedByServer.push({ id: request.id, index });
-      },
-    };
+    return run();
   }
 }

@@ -423,7 +423,7 @@ describe('OpenAI-compatible server (official client, real socket)', () => {
     });
     expect(res.choices[0]!.text).toBe(full.slice(0, at));
     expect(res.choices[0]!.finish_reason).toBe('stop');
-    expect(h.engine.finishedByServer.at(-1)).toEqual({ id: res.id, index: 0 });
+    expect(h.engine.requests.at(-1)!.stopStrings).toEqual(['STOP', 'never-appears']);
     // Tokens up to the one completing the stop string were generated and are billed.
     expect(res.usage?.completion_tokens).toBe(Math.floor((at + 3) / PIECE) + 1);
 

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { ChoiceOutput } from '@kvasir/server';
 import type { EngineConfig } from '../config.js';
 import { describeDefaultModel } from '../default-model.js';
 import { buildEngine } from '../engine/bootstrap.js';
@@ -61,11 +60,12 @@ export async function generateCommand(
           ...(options.seed === undefined ? {} : { seed: options.seed }),
         },
         stopTokenIds: [],
+        stopStrings: options.stop,
         ignoreEos: false,
       },
       controller.signal,
     );
-    const out = new ChoiceOutput(options.stop);
+    let finish = 'abort';
     let usage = '';
     for await (const event of stream) {
       if (event.kind === 'usage') {
@@ -73,13 +73,11 @@ export async function generateCommand(
         continue;
       }
       if (event.kind !== 'delta') continue;
-      const emission = out.push(event);
-      if (!emission) continue;
-      process.stdout.write(emission.text);
-      if (emission.stoppedByString) stream.finishChoice(0);
+      process.stdout.write(event.text);
+      if (event.finishReason) finish = event.finishReason;
     }
     process.stdout.write('\n');
-    process.stderr.write(`[kvasir] finish: ${out.finishReason ?? 'abort'}; ${usage}\n`);
+    process.stderr.write(`[kvasir] finish: ${finish}; ${usage}\n`);
   } finally {
     await built.close();
   }

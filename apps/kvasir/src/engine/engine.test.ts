@@ -2,7 +2,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
-import type { GenerationRequest } from '@kvasir/server';
+import type { GenerationRequest, TokenLogprob } from '@kvasir/server/spec';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseEngineConfig } from '../config.js';
@@ -312,5 +312,86 @@ describe('echo with logprobs under contention', () => {
     } finally {
       await own.close();
     }
+  });
+});
+
+describe('stop strings in the engine', () => {
+  type Choice = { text: string; deltas: string[]; logprobs: TokenLogprob[]; finish?: string };
+  async function generate(req: GenerationRequest) {
+    const stream = await built.engine.generate(req, new AbortController().signal);
+    const choices: Choice[] = Array.from({ length: req.n }, () => ({
+      text: '',
+      deltas: [],
+      logprobs: [],
+    }));
+    let completionTokens = -1;
+    for await (const event of stream) {
+      if (event.kind === 'usage') completionTokens = event.completionTokens;
+      if (event.kind !== 'delta') continue;
+      const c = choices[event.index]!;
+      c.text += event.text;
+      c.deltas.push(event.text);
+      c.logprobs.push(...(event.logprobs ?? []));
+      if (event.finishReason) c.finish = event.finishReason;
+    }
+    return { choices, completionTokens };
+  }
+
+  it('cuts each choice before its first stop string, across tokens, with logprobs placed in the text', async () => {
+    const base = { ...request('free', [5, 17, 99, 3], 24, 2, 7), logprobs: 1 };
+    const free = await generate(base);
+    // Each choice's log-probabilities tile its text (no stop string: nothing held back).
+    for (const c of free.choices) {
+      expect(c.logprobs.map((lp) => lp.textOffset)).toEqual(
+        c.logprobs.map((_, i) => c.logprobs.slice(0, i).reduce((s, lp) => s + lp.token.length, 0)),
+      );
+    }
+    const full = free.choices[0]!.text;
+    expect(full.length).toBeGreaterThan(12);
+    let stoppedRuns = 0;
+    for (const at of [2, 5, 9]) {
+      const stop = full.slice(at, at + 3);
+      const got = await generate({
+        ...base,
+        id: `stop${at}`,
+        stopStrings: ['', stop, '\u0000never'],
+      });
+      for (const [i, c] of got.choices.entries()) {
+        const whole = free.choices[i]!;
+        const cut = whole.text.indexOf(stop);
+        expect(c.text).toBe(cut < 0 ? whole.text : whole.text.slice(0, cut));
+        expect(c.finish).toBe(cut < 0 ? whole.finish : 'stop');
+        // Tokens whose text starts before the cut keep their log-probability and offset.
+        const kept = cut < 0 ? whole.logprobs : whole.logprobs.filter((lp) => lp.textOffset < cut);
+        expect(c.logprobs.map((lp) => [lp.token, lp.textOffset])).toEqual(
+          kept.map((lp) => [lp.token, lp.textOffset]),
+        );
+        if (cut >= 0) stoppedRuns++;
+      }
+      // A choice's text never passes through the stop string, even partly sent.
+      for (const c of got.choices) expect(c.deltas.join('')).toBe(c.text);
+      expect(got.completionTokens).toBeLessThanOrEqual(free.completionTokens);
+      expect(built.engine.stats().blocks.used).toBe(0);
+    }
+    expect(stoppedRuns).toBeGreaterThanOrEqual(3);
+  });
+
+  it('ends the request as soon as every choice met a stop string', async () => {
+    const base = {
+      ...request('all', [9, 8, 7], 40, 2, 3),
+      sampling: { ...request('x', [], 1, 1, 0).sampling, temperature: 0 },
+    };
+    const free = await generate(base);
+    const text = free.choices[0]!.text;
+    const stop = text.slice(3, 5);
+    const got = await generate({ ...base, id: 'all-stop', stopStrings: [stop] });
+    expect(got.choices.map((c) => c.finish)).toEqual(['stop', 'stop']);
+    expect(got.choices.map((c) => c.text)).toEqual([
+      text.slice(0, text.indexOf(stop)),
+      text.slice(0, text.indexOf(stop)),
+    ]);
+    // Greedy twins: both stop at the same token, and no token after it is generated.
+    expect(got.completionTokens).toBeLessThan(free.completionTokens);
+    expect(built.engine.stats().requests.running).toBe(0);
   });
 });

@@ -72,6 +72,7 @@ const MAX_RETRY_MS = 1000;
  * new requests are handled while a long generation runs.
  */
 export class KvasirEngine implements InferenceEngine {
+  readonly specificationVersion = 'v1';
   readonly runner: ModelRunner;
   readonly config: EngineConfig;
   readonly kvCache: KvCacheManager;
@@ -298,18 +299,7 @@ export class KvasirEngine implements InferenceEngine {
     signal.addEventListener('abort', onAbort, { once: true });
     this.#ensureLoop();
     this.#wake?.();
-    const engine = this;
-    return {
-      [Symbol.asyncIterator]: () => live.queue,
-      finishChoice(index: number) {
-        // The scheduler frees blocks per request: once every choice has ended, end it now.
-        if (live.finishChoice(index) && live.allChoicesFinished) {
-          const output = engine.scheduler.abort(request.id);
-          if (output) engine.#end(live, output);
-          engine.#wake?.();
-        }
-      },
-    };
+    return live.queue;
   }
 
   /** Stops the loop after in-flight steps; pending requests end with `abort`. */
@@ -465,6 +455,8 @@ export class KvasirEngine implements InferenceEngine {
     let seqIds: Int32Array = plan.sampleSeqIds;
     let tokenIds = new Int32Array(0);
     let logprobs = new Float64Array(0);
+    /** Requests a stop string ended a choice of in this step. */
+    const stopped = new Set<LiveRequest>();
     const numSamples = plan.logitsIndices.length;
     if (plan.numTokens > 0) {
       const prompt = promptLogitRows(plan, this.#live);
@@ -490,7 +482,9 @@ export class KvasirEngine implements InferenceEngine {
           const result = live.sample(this.#sampler, index, row);
           tokenIds[i] = result.token;
           logprobs[i] = result.logprob ?? 0;
-          live.emitToken(index, result.token, result.logprob ?? 0, result.topLogprobs);
+          if (live.emitToken(index, result.token, result.logprob ?? 0, result.topLogprobs)) {
+            stopped.add(live);
+          }
         } catch (error) {
           // The forward pass wrote this request's KV; only its sampling failed.
           tokenIds[i] = 0;
@@ -527,6 +521,12 @@ export class KvasirEngine implements InferenceEngine {
     for (const output of outputs) {
       const live = this.#live.get(output.requestId);
       if (live) this.#end(live, output);
+    }
+    // The scheduler frees blocks per request: once stop strings have ended every choice, end it.
+    for (const live of stopped) {
+      if (live.ended || !live.allChoicesFinished) continue;
+      const output = this.scheduler.abort(live.request.id);
+      if (output) this.#end(live, output);
     }
     // Requests whose swapped-out KV could not be read back end with an error (never wrong
     // text); their blocks were hashed at swap-in but never written, so none stays cached.

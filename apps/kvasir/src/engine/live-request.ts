@@ -6,14 +6,16 @@ import {
   type GenerationEvent,
   type GenerationRequest,
   type PromptTokenLogprob,
-  type TokenLogprob,
 } from '@kvasir/server/spec';
 import { AsyncQueue } from './async-queue.js';
+import { ChoiceOutput, type DecodedPiece, type RawLogprob } from './choice-output.js';
 import type { IncrementalDecoder, TextCodec } from './model-runner.js';
 
 interface Choice {
   readonly state: SamplingState;
   readonly decoder: IncrementalDecoder;
+  /** Stop strings and the release of text and log-probabilities to the client. */
+  readonly output: ChoiceOutput;
   generated: number;
   finished: boolean;
 }
@@ -25,8 +27,8 @@ function choiceSeed(seed: number | undefined, index: number): number | undefined
 }
 
 /**
- * One admitted request as its client sees it: per-choice sampling state and incremental
- * decoders, and the queue of events its stream yields. Every way a request can end goes through
+ * One admitted request as its client sees it: per-choice sampling state, incremental decoders
+ * and output processors (stop strings), and the queue of events its stream yields. Every way a request can end goes through
  * {@link finish}, {@link end} or {@link fail}, each of which ends the stream exactly once.
  */
 export class LiveRequest {
@@ -52,6 +54,7 @@ export class LiveRequest {
     this.#choices = Array.from({ length: request.n }, (_, i) => ({
       state: new SamplingState(choiceSeed(request.sampling.seed, i), request.promptTokens),
       decoder: codec.decoder(),
+      output: new ChoiceOutput(request.stopStrings ?? []),
       generated: 0,
       finished: false,
     }));
@@ -130,13 +133,24 @@ export class LiveRequest {
   }
 
   /**
-   * Ends one choice early (the server found a stop string); false when it had already ended.
+   * Sends what choice `index` shows of a decoded piece (stop strings applied): true when a stop
+   * string ended the choice. Log-probabilities are listed when `piece` has them or the
+   * output releases held-back ones.
    */
-  finishChoice(index: number): boolean {
-    const choice = this.#choices[index];
-    if (!choice || choice.finished) return false;
-    choice.finished = true;
-    return true;
+  #emit(index: number, tokenIds: readonly number[], piece: DecodedPiece): boolean {
+    const choice = this.#choices[index]!;
+    const shown = choice.output.push(piece);
+    if (shown.stoppedByString) choice.finished = true;
+    const listLogprobs = piece.logprobs !== undefined || shown.logprobs.length > 0;
+    this.queue.push({
+      kind: 'delta',
+      index,
+      tokenIds,
+      text: shown.text,
+      ...(listLogprobs ? { logprobs: shown.logprobs } : {}),
+      ...(shown.finishReason ? { finishReason: shown.finishReason } : {}),
+    });
+    return shown.stoppedByString;
   }
 
   /** Samples choice `index`'s next token from its logits row. */
@@ -159,21 +173,24 @@ export class LiveRequest {
     );
   }
 
-  /** Streams a sampled token of choice `index`, ending the choice on a stop token or its limit. */
+  /**
+   * Streams a sampled token of choice `index`, ending the choice on a stop token, a stop string
+   * or its limit. Returns true when a stop string ended it: the scheduler does not know stop
+   * strings, so the engine ends the request once every choice has ended.
+   */
   emitToken(
     index: number,
     token: number,
     logprob: number,
     top: readonly { token: number; logprob: number }[],
-  ): void {
+  ): boolean {
     const choice = this.#choices[index]!;
-    if (choice.finished) return;
+    if (choice.finished) return false;
     this.#sendPrompt();
     if (this.request.maxTokens === 0) {
       // Scoring only: the scheduler generates one token (it needs at least one), never shown.
       choice.finished = true;
-      this.queue.push({ kind: 'delta', index, tokenIds: [], text: '', finishReason: 'length' });
-      return;
+      return this.#emit(index, [], { text: '', finishReason: 'length' });
     }
     choice.generated++;
     let finishReason: FinishReason | undefined;
@@ -186,7 +203,7 @@ export class LiveRequest {
       choice.finished = true;
     }
     const codec = this.#codec;
-    const logprobs: TokenLogprob[] | undefined =
+    const logprobs: RawLogprob[] | undefined =
       this.request.logprobs === undefined
         ? undefined
         : [
@@ -201,10 +218,7 @@ export class LiveRequest {
               })),
             },
           ];
-    this.queue.push({
-      kind: 'delta',
-      index,
-      tokenIds: [token],
+    return this.#emit(index, [token], {
       text,
       ...(logprobs ? { logprobs } : {}),
       ...(finishReason ? { finishReason } : {}),
@@ -232,13 +246,7 @@ export class LiveRequest {
       choice.finished = true;
       const reason: FinishReason =
         seq.finishReason === 'stop' ? 'stop' : seq.finishReason === 'length' ? 'length' : 'abort';
-      this.queue.push({
-        kind: 'delta',
-        index: seq.index,
-        tokenIds: [],
-        text: this.#choices[seq.index]!.decoder.flush(),
-        finishReason: reason,
-      });
+      this.#emit(seq.index, [], { text: choice.decoder.flush(), finishReason: reason });
     }
     this.queue.push({
       kind: 'usage',
@@ -255,7 +263,7 @@ export class LiveRequest {
       this.#choices.forEach((choice, i) => {
         if (choice.finished) return;
         choice.finished = true;
-        this.queue.push({ kind: 'delta', index: i, tokenIds: [], text: '', finishReason: reason });
+        this.#emit(i, [], { text: '', finishReason: reason });
       });
     }
     this.#ended = true;

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { StopStringMatcher } from './stop-matcher.js';
+import { StopStringMatcher } from './stop-strings.js';
 
 /** Reference semantics, written as plainly as possible: stop at the first completed stop string. */
 function reference(text: string, stops: readonly string[]): { text: string; stopped: boolean } {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { EngineError } from './errors.js';
+import { EngineError } from '../errors.js';
 
 const MAX_STOP_STRINGS = 16;
 const MAX_TOP_LOGPROBS = 20;

@@ -1,7 +1,12 @@
 /**
- * The contract between the HTTP layer and whatever runs the model. `@kvasir/server` knows only
- * this interface; `apps/kvasir` implements it over the scheduler, the model and the KV cache.
+ * The contract between the HTTP layer and whatever runs the model (`InferenceEngine`, version
+ * `v1`). `@kvasir/server` knows only this interface; `apps/kvasir` implements it over the
+ * scheduler, the model and the KV cache.
  */
+import { EngineError } from './errors.js';
+
+/** The version of the {@link InferenceEngine} contract this package implements. */
+export const INFERENCE_ENGINE_SPECIFICATION_VERSION = 'v1';
 
 /** A model the engine serves, as listed by `GET /v1/models`. */
 export interface ModelCard {
@@ -84,6 +89,14 @@ export interface GenerationRequest {
   readonly logprobs?: number;
   /** Extra token ids that end a choice (the engine's EOS tokens apply regardless). */
   readonly stopTokenIds: readonly number[];
+  /**
+   * Strings that end a choice (finish reason `stop`) where one first completes in its text;
+   * among those completing at the same place the longest wins. The engine never sends a stop
+   * string nor anything after it: it holds back text that could still begin one (a stop string
+   * may straddle tokens) and releases it when the choice ends otherwise. Empty strings are
+   * ignored; none when absent.
+   */
+  readonly stopStrings?: readonly string[];
   /** When true, EOS does not end a choice (for benchmarks). */
   readonly ignoreEos: boolean;
   /**
@@ -110,6 +123,11 @@ export interface TopLogprob {
 export interface TokenLogprob extends TopLogprob {
   /** The `logprobs` best alternatives, most likely first. */
   readonly top: readonly TopLogprob[];
+  /**
+   * Where the token's text starts in its choice's text, in UTF-16 code units (OpenAI's
+   * `text_offset`); capped at the text's length for a token cut by a stop string.
+   */
+  readonly textOffset: number;
 }
 
 /** One prompt token as echoed back: its text and log-probability given the tokens before it. */
@@ -146,10 +164,15 @@ export interface ChoiceDelta {
   readonly tokenIds: readonly number[];
   /**
    * Text these tokens add (incremental detokenization: may be empty when a multi-byte character
-   * is incomplete).
+   * is incomplete, or held back while it could begin a stop string).
    */
   readonly text: string;
-  /** One entry per token id, when the request asked for log-probabilities. */
+  /**
+   * When the request asked for log-probabilities: the entries of the tokens whose text this
+   * delta completes, in order. Without stop strings that is one per token id; with them a
+   * token's entry waits for its held-back text, and a token whose text starts inside a stop
+   * string has none.
+   */
   readonly logprobs?: readonly TokenLogprob[];
   /** Set on the last delta of a choice. */
   readonly finishReason?: FinishReason;
@@ -168,15 +191,13 @@ export interface UsageEvent {
 /** What a generation stream yields. */
 export type GenerationEvent = ChoiceDelta | UsageEvent | PromptEvent;
 
-/** A running generation, returned once the engine has admitted the request. */
-export interface GenerationStream extends AsyncIterable<GenerationEvent> {
-  /**
-   * Ends one choice early (the server found a stop string in its text): the engine stops
-   * generating it and frees its blocks. Deltas for it that were already on their way are
-   * ignored by the server.
-   */
-  finishChoice(index: number): void;
-}
+/**
+ * A running generation, returned once the engine has admitted the request: the echoed prompt
+ * when asked, deltas of every choice (each ends with one carrying its finish reason), then one
+ * usage event. Stopping early is the engine's job (stop tokens, stop strings, limits); the
+ * server only cancels, through the request's `AbortSignal`.
+ */
+export type GenerationStream = AsyncIterable<GenerationEvent>;
 
 /** Counters and gauges for `/metrics`. Counters are monotonic totals since start. */
 export interface EngineStats {
@@ -243,12 +264,19 @@ export interface EngineHealth {
 }
 
 /**
- * What the server needs from an inference engine.
+ * What the server needs from an inference engine. Write one with {@link defineInferenceEngine}
+ * (a class declares `readonly specificationVersion = 'v1'`); `createServer` checks it with
+ * {@link validateInferenceEngine}.
  *
- * Admission errors (queue full, prompt too long) are reported by rejecting `generate` with an
+ * Contract (`v1`): admission errors (queue full, prompt too long) reject `generate` with an
  * {@link EngineError}; errors after admission end the stream by throwing from the iterator.
+ * The engine applies stop tokens, stop strings and limits, and places each token's
+ * log-probability in the text it sends; aborting the request's signal must end its stream and
+ * free its resources.
  */
 export interface InferenceEngine {
+  /** The contract version the engine was written against; `'v1'`. */
+  readonly specificationVersion: typeof INFERENCE_ENGINE_SPECIFICATION_VERSION;
   /** The served models; the first is the default. */
   listModels(): readonly ModelCard[];
   /**
@@ -275,4 +303,71 @@ export interface InferenceEngine {
   stats(): EngineStats;
   /** Current health, read on `/health` and before admitting each request. */
   health(): EngineHealth;
+}
+
+/** The methods of an {@link InferenceEngine}, as {@link defineInferenceEngine} takes them. */
+export type InferenceEngineMethods = Omit<InferenceEngine, 'specificationVersion'>;
+
+const ENGINE_METHODS = [
+  'listModels',
+  'tokenize',
+  'applyChatTemplate',
+  'generate',
+  'stats',
+  'health',
+] as const satisfies readonly (keyof InferenceEngineMethods)[];
+
+/**
+ * Makes an {@link InferenceEngine} from its methods (a plain object), stamped with the contract
+ * version. A class implements the interface instead and declares the version as a field.
+ *
+ * @example
+ * ```ts
+ * const engine = defineInferenceEngine({
+ *   listModels: () => [{ id: 'echo', created: 0, ownedBy: 'me', maxModelLen: 256 }],
+ *   tokenize: (_model, text) => [...text].map((c) => c.charCodeAt(0)),
+ *   applyChatTemplate: (_model, messages) => [...messages.map((m) => m.content).join('\n')].map((c) => c.charCodeAt(0)),
+ *   async generate(request) { ... },
+ *   stats: () => myStats(),
+ *   health: () => ({ status: 'ok' }),
+ * });
+ * ```
+ * @throws {EngineError} INVALID_ENGINE naming a missing method.
+ */
+export function defineInferenceEngine(methods: InferenceEngineMethods): InferenceEngine {
+  return validateInferenceEngine({
+    ...methods,
+    specificationVersion: INFERENCE_ENGINE_SPECIFICATION_VERSION,
+  });
+}
+
+/**
+ * Checks that `value` is an {@link InferenceEngine} of a version this package implements and
+ * returns it typed. Methods may live on a prototype (a class instance).
+ * @throws {EngineError} INVALID_ENGINE naming what is missing or the unsupported version.
+ */
+export function validateInferenceEngine(value: unknown): InferenceEngine {
+  if (typeof value !== 'object' || value === null) {
+    throw new EngineError('INVALID_ENGINE', 'an inference engine must be an object');
+  }
+  const v = value as Record<string, unknown>;
+  if (v.specificationVersion !== INFERENCE_ENGINE_SPECIFICATION_VERSION) {
+    throw new EngineError(
+      'INVALID_ENGINE',
+      v.specificationVersion === undefined
+        ? `inference engine has no specificationVersion: make it with defineInferenceEngine() (or declare specificationVersion: '${INFERENCE_ENGINE_SPECIFICATION_VERSION}')`
+        : `inference engine specificationVersion ${JSON.stringify(v.specificationVersion)} is not supported (this version implements '${INFERENCE_ENGINE_SPECIFICATION_VERSION}')`,
+      { details: { specificationVersion: v.specificationVersion } },
+    );
+  }
+  for (const method of ENGINE_METHODS) {
+    if (typeof v[method] !== 'function') {
+      throw new EngineError(
+        'INVALID_ENGINE',
+        `inference engine is missing the method "${method}" (needs ${ENGINE_METHODS.join(', ')})`,
+        { details: { method } },
+      );
+    }
+  }
+  return value as InferenceEngine;
 }

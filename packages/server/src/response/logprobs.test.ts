@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import type { TokenLogprob } from '../inference-engine.js';
+import { chatLogprobs, completionLogprobs } from './logprobs.js';
+
+const lp = (token: string, textOffset: number, top: string[] = []): TokenLogprob => ({
+  tokenId: 1,
+  token,
+  logprob: -1,
+  textOffset,
+  top: top.map((t, i) => ({ tokenId: i, token: t, logprob: -2 - i })),
+});
+
+describe('completionLogprobs', () => {
+  it('lists tokens with the offsets the engine placed them at', () => {
+    expect(completionLogprobs([lp('ab', 0, ['x']), lp('c', 2, ['y'])], true)).toEqual({
+      tokens: ['ab', 'c'],
+      token_logprobs: [-1, -1],
+      top_logprobs: [{ x: -2 }, { y: -2 }],
+      text_offset: [0, 2],
+    });
+    expect(completionLogprobs([lp('ab', 0)], false).top_logprobs).toBeNull();
+  });
+
+  it('puts an echoed prompt first and shifts the generated offsets past its text', () => {
+    const prompt = {
+      kind: 'prompt' as const,
+      text: 'Hey',
+      logprobs: [
+        { tokenId: 1, token: 'He', logprob: null, top: null },
+        { tokenId: 2, token: 'y', logprob: -0.5, top: [{ tokenId: 2, token: 'y', logprob: -0.5 }] },
+      ],
+    };
+    const out = completionLogprobs([lp('!', 0)], true, { prompt, textLength: 3 });
+    expect(out).toEqual({
+      tokens: ['He', 'y', '!'],
+      token_logprobs: [null, -0.5, -1],
+      top_logprobs: [null, { y: -0.5 }, {}],
+      text_offset: [0, 2, 3],
+    });
+  });
+});
+
+describe('chatLogprobs', () => {
+  it('gives each token and alternative its UTF-8 bytes', () => {
+    expect(chatLogprobs([lp('é', 0, ['a'])])).toEqual({
+      content: [
+        {
+          token: 'é',
+          logprob: -1,
+          bytes: [0xc3, 0xa9],
+          top_logprobs: [{ token: 'a', logprob: -2, bytes: [0x61] }],
+        },
+      ],
+      refusal: null,
+    });
+  });
+});

@@ -1,0 +1,127 @@
+import { createServer, type Server } from 'node:http';
+import { afterEach, describe, expect, it } from 'vitest';
+import { EngineError } from '../errors.js';
+import type { GenerationEvent, GenerationRequest } from '../inference-engine.js';
+import { ServerMetrics } from '../metrics.js';
+import type { PreparedRequest } from '../request/prepare.js';
+import { streamResponse } from './sse.js';
+
+const stats = () => ({
+  kvCacheUsage: 0,
+  blocks: { total: 0, used: 0, cached: 0, free: 0 },
+  prefixCache: { queries: 0, hits: 0 },
+  requests: { running: 0, waiting: 0, preempted: 0 },
+  preemptions: {},
+  offloadHits: {},
+});
+
+const request: GenerationRequest = {
+  id: 'chatcmpl-1',
+  model: 'm',
+  promptTokens: [1],
+  n: 1,
+  maxTokens: 4,
+  sampling: {
+    temperature: 1,
+    topP: 1,
+    topK: 0,
+    minP: 0,
+    presencePenalty: 0,
+    frequencyPenalty: 0,
+    repetitionPenalty: 1,
+  },
+  logprobs: 0,
+  stopTokenIds: [],
+  ignoreEos: false,
+};
+
+let server: Server | undefined;
+afterEach(() => server?.close());
+
+/** Serves one SSE response over a real socket and returns the events the client read. */
+async function stream(kind: 'chat' | 'completion', list: GenerationEvent[], error?: unknown) {
+  const prepared: PreparedRequest = {
+    kind,
+    requests: [request],
+    echo: false,
+    promptTexts: [undefined],
+    stream: true,
+    includeUsage: true,
+    created: 9,
+  };
+  async function* events() {
+    for (const e of list) yield e;
+    if (error) throw error;
+  }
+  server = createServer((_req, res) => {
+    void streamResponse(
+      prepared,
+      events(),
+      res,
+      new AbortController().signal,
+      0,
+      new ServerMetrics(stats),
+    );
+  });
+  await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  const res = await fetch(`http://127.0.0.1:${port}/`);
+  expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+  return (await res.text())
+    .split('\n\n')
+    .filter((chunk) => chunk !== '')
+    .map((chunk) => chunk.replace(/^data: /, ''))
+    .map((data) => (data === '[DONE]' ? data : JSON.parse(data)));
+}
+
+const lp = { tokenId: 5, token: 'hi', logprob: -1, top: [], textOffset: 0 };
+
+describe('streamResponse', () => {
+  it('streams chat: a role chunk, content chunks, an empty delta with the finish, usage, [DONE]', async () => {
+    const out = await stream('chat', [
+      { kind: 'delta', index: 0, tokenIds: [5], text: 'hi', logprobs: [lp] },
+      { kind: 'delta', index: 0, tokenIds: [6], text: '', finishReason: 'stop' },
+      { kind: 'usage', promptTokens: 1, cachedPromptTokens: 0, completionTokens: 2 },
+    ]);
+    expect(
+      out.map((c) => (c === '[DONE]' ? c : [c.choices[0]?.delta, c.choices[0]?.finish_reason])),
+    ).toEqual([
+      [{ role: 'assistant', content: '' }, null],
+      [{ content: 'hi' }, null],
+      [{}, 'stop'],
+      [undefined, undefined],
+      '[DONE]',
+    ]);
+    expect(out[1].choices[0].logprobs.content[0]).toMatchObject({ token: 'hi', bytes: [104, 105] });
+    expect(out[3]).toMatchObject({
+      object: 'chat.completion.chunk',
+      id: 'chatcmpl-1',
+      created: 9,
+      usage: { total_tokens: 3 },
+    });
+  });
+
+  it('streams completions with text offsets, and ends an engine failure with an error event', async () => {
+    const out = await stream(
+      'completion',
+      [{ kind: 'delta', index: 0, tokenIds: [5], text: 'hi', logprobs: [lp] }],
+      new EngineError('INTERNAL', 'step failed'),
+    );
+    expect(out[0]).toMatchObject({
+      object: 'text_completion',
+      choices: [{ text: 'hi', logprobs: { text_offset: [0] } }],
+    });
+    expect(out.slice(1)).toEqual([
+      {
+        error: {
+          message: 'internal server error',
+          type: 'internal_error',
+          param: null,
+          code: 'internal_error',
+        },
+      },
+      '[DONE]',
+    ]);
+  });
+});

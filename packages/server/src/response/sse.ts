@@ -1,0 +1,122 @@
+import type { ServerResponse } from 'node:http';
+import { errorAnswer } from '../errors.js';
+import type { GenerationStream } from '../inference-engine.js';
+import type { ServerMetrics } from '../metrics.js';
+import type { PreparedRequest } from '../request/prepare.js';
+import { readGeneration, usageJson } from './choices.js';
+import { chatLogprobs, completionLogprobs } from './logprobs.js';
+
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+};
+
+/**
+ * Writes server-sent events to `raw`, waiting for the socket to drain when it is full, so a
+ * slow client slows its writer instead of growing a buffer without bound.
+ */
+export function sseWriter(raw: ServerResponse): (payload: unknown) => Promise<void> {
+  return async (payload) => {
+    if (raw.destroyed || raw.writableEnded) return;
+    const ok = raw.write(
+      `data: ${typeof payload === 'string' ? payload : JSON.stringify(payload)}\n\n`,
+    );
+    if (!ok && !raw.destroyed) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          raw.off('drain', done);
+          raw.off('close', done);
+          resolve();
+        };
+        raw.on('drain', done);
+        raw.on('close', done);
+      });
+    }
+  };
+}
+
+/**
+ * Streams one request's generation as OpenAI's SSE chunks (`text_completion` or
+ * `chat.completion.chunk`): the headers at once (the client knows it was admitted), a role
+ * chunk per chat choice, a chunk per visible change, the usage chunk when asked, then
+ * `[DONE]`. An error after the headers is sent as an error event before `[DONE]`.
+ */
+export async function streamResponse(
+  prepared: PreparedRequest,
+  stream: GenerationStream,
+  raw: ServerResponse,
+  signal: AbortSignal,
+  arrived: number,
+  metrics: ServerMetrics,
+): Promise<void> {
+  raw.on('error', () => {
+    // A reset connection surfaces through 'close', which aborts the request.
+  });
+  raw.writeHead(200, SSE_HEADERS);
+  raw.flushHeaders();
+  const write = sseWriter(raw);
+  const request = prepared.requests[0]!;
+  const isChat = prepared.kind === 'chat';
+  const base = {
+    id: request.id,
+    object: isChat ? 'chat.completion.chunk' : 'text_completion',
+    created: prepared.created,
+    model: request.model,
+  };
+  const usageField = prepared.includeUsage ? { usage: null } : {};
+  const wantLogprobs = request.logprobs !== undefined;
+  if (isChat) {
+    for (let i = 0; i < request.n; i++) {
+      await write({
+        ...base,
+        choices: [
+          {
+            index: i,
+            delta: { role: 'assistant', content: '' },
+            logprobs: null,
+            finish_reason: null,
+          },
+        ],
+        ...usageField,
+      });
+    }
+  }
+  try {
+    const tally = await readGeneration(
+      request,
+      stream,
+      signal,
+      arrived,
+      metrics,
+      async (index, e) => {
+        const logprobs =
+          wantLogprobs && e.logprobs.length > 0
+            ? isChat
+              ? chatLogprobs(e.logprobs)
+              : completionLogprobs(e.logprobs, (request.logprobs ?? 0) > 0)
+            : null;
+        const choice = isChat
+          ? {
+              index,
+              delta: e.text === '' && e.finishReason !== undefined ? {} : { content: e.text },
+              logprobs,
+              finish_reason: e.finishReason ?? null,
+            }
+          : { index, text: e.text, logprobs, finish_reason: e.finishReason ?? null };
+        await write({ ...base, choices: [choice], ...usageField });
+      },
+    );
+    if (prepared.includeUsage) {
+      await write({ ...base, choices: [], usage: usageJson(tally.usage) });
+    }
+  } catch (error) {
+    if (raw.destroyed) return;
+    const answer = errorAnswer(error);
+    metrics.observeError(answer.body.error.code);
+    await write(answer.body);
+  }
+  await write('[DONE]');
+  if (!raw.writableEnded) raw.end();
+}
