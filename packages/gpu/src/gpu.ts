@@ -1,6 +1,6 @@
 import { BufferUsage, MapMode } from './constants.js';
 import { GpuError } from './errors.js';
-import { asBytes, formatCompileMessages, normalizeWorkgroups } from './gpu-helpers.js';
+import { asBytes, normalizeWorkgroups } from './gpu-helpers.js';
 import type {
   BufferKind,
   BufferOptions,
@@ -13,6 +13,7 @@ import type {
   PipelineDescriptor,
   Workgroups,
 } from './gpu-types.js';
+import { PipelineCache } from './pipeline-cache.js';
 import { UniformArena } from './uniform-arena.js';
 
 /** `GPU` instances that made a device, never released: see the `Gpu` constructor. */
@@ -49,10 +50,7 @@ export class Gpu implements GpuDeviceReport {
 
   readonly #buffers = new Set<GPUBuffer>();
   readonly #staging: GPUBuffer[] = [];
-  readonly #pipelines = new Map<string, Promise<GPUComputePipeline>>();
-  readonly #modules = new Map<string, Promise<GPUShaderModule>>();
-  #pipelineHits = 0;
-  #pipelineMisses = 0;
+  readonly #pipelineCache: PipelineCache;
   #destroyed = false;
   #lostMessage: string | undefined;
   #timestamp: { querySet: GPUQuerySet; resolve: GPUBuffer } | undefined;
@@ -66,6 +64,7 @@ export class Gpu implements GpuDeviceReport {
    */
   constructor(device: GPUDevice, report: GpuDeviceReport, instance?: unknown) {
     this.device = device;
+    this.#pipelineCache = new PipelineCache(device, (fn) => this.withErrorScope(fn));
     if (instance !== undefined) liveInstances.add(instance);
     this.adapterInfo = report.adapterInfo;
     this.backend = report.backend;
@@ -103,7 +102,7 @@ export class Gpu implements GpuDeviceReport {
 
   /** Pipeline cache statistics (a hit returns a pipeline compiled earlier). */
   get pipelineStats(): { hits: number; misses: number; size: number } {
-    return { hits: this.#pipelineHits, misses: this.#pipelineMisses, size: this.#pipelines.size };
+    return this.#pipelineCache.stats;
   }
 
   /** True after {@link Gpu.destroy}. */
@@ -320,83 +319,7 @@ export class Gpu implements GpuDeviceReport {
    */
   pipeline(desc: PipelineDescriptor): Promise<GPUComputePipeline> {
     this.#alive();
-    const entryPoint = desc.entryPoint ?? 'main';
-    const constants = desc.constants ?? {};
-    const constantKey = Object.keys(constants)
-      .sort()
-      .map((k) => `${k}=${constants[k]}`)
-      .join(',');
-    const key = `${entryPoint}\u0000${constantKey}\u0000${desc.code}`;
-    const cached = this.#pipelines.get(key);
-    if (cached !== undefined) {
-      this.#pipelineHits++;
-      return cached;
-    }
-    this.#pipelineMisses++;
-    const created = this.#createPipeline(desc, entryPoint, constants);
-    this.#pipelines.set(key, created);
-    // A failed compile is not cached: the caller may fix its environment and retry.
-    created.catch(() => this.#pipelines.delete(key));
-    return created;
-  }
-
-  #module(code: string, label: string): Promise<GPUShaderModule> {
-    let m = this.#modules.get(code);
-    if (m === undefined) {
-      m = (async () => {
-        this.device.pushErrorScope('validation');
-        const module = this.device.createShaderModule({ code, label });
-        const info = await module.getCompilationInfo();
-        const scopeError = await this.device.popErrorScope();
-        const errors = info.messages.filter((msg) => msg.type === 'error');
-        if (errors.length > 0 || scopeError !== null) {
-          const text =
-            errors.length > 0 ? formatCompileMessages(code, errors) : `  ${scopeError?.message}`;
-          throw new GpuError(
-            'SHADER_COMPILE',
-            `WGSL shader '${label}' failed to compile:\n${text}`,
-            {
-              details: {
-                messages: errors.map((e) => ({
-                  line: e.lineNum,
-                  column: e.linePos,
-                  message: e.message,
-                })),
-              },
-            },
-          );
-        }
-        return module;
-      })();
-      this.#modules.set(code, m);
-      m.catch(() => this.#modules.delete(code));
-    }
-    return m;
-  }
-
-  async #createPipeline(
-    desc: PipelineDescriptor,
-    entryPoint: string,
-    constants: Readonly<Record<string, number>>,
-  ): Promise<GPUComputePipeline> {
-    const label = desc.label ?? entryPoint;
-    const module = await this.#module(desc.code, label);
-    try {
-      return await this.withErrorScope(() =>
-        this.device.createComputePipelineAsync({
-          label,
-          layout: 'auto',
-          compute: { module, entryPoint, constants: { ...constants } },
-        }),
-      );
-    } catch (cause) {
-      if (GpuError.isInstance(cause) && cause.code !== 'VALIDATION') throw cause;
-      throw new GpuError(
-        'PIPELINE',
-        `Compute pipeline '${label}' (entry point '${entryPoint}') could not be created: ${cause instanceof Error ? cause.message : String(cause)}`,
-        { cause },
-      );
-    }
+    return this.#pipelineCache.get(desc);
   }
 
   /**
@@ -608,8 +531,7 @@ export class Gpu implements GpuDeviceReport {
     this.#staging.length = 0;
     this.#timestamp?.querySet.destroy();
     this.#timestamp = undefined;
-    this.#pipelines.clear();
-    this.#modules.clear();
+    this.#pipelineCache.clear();
     this.device.destroy();
   }
 }
