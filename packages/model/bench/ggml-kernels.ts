@@ -1,92 +1,20 @@
-// The GGML matmul kernels alone, on the 110M config's shapes: each format × shape × batch as
-// one program (activations quantized by their own op where the kernels have it, then the
-// matmul), fastest of `reps` runs, on one thread unless told. Fastest-of-N because the machines
-// here are shared: the minimum is the run the others disturbed least. Runs unchanged against an
-// older checkout (without the quantize op it times the matmul alone, which then rounds x itself).
-//   tsx bench/ggml-kernels.ts [threads] [reps] [build]
+// The GGML matmul kernels alone, on the 110M config's shapes (ggml-kernels-core.ts), on one
+// thread unless told: fastest-of-N because the machines here are shared, the minimum is the
+// run the others disturbed least. Runs unchanged against an older checkout (without the quantize
+// op it times the matmul alone, which then rounds x itself).
+//   tsx bench/ggml-kernels.ts [threads] [reps] [plain|relaxed]
 // Prints one JSON object: microseconds per op, and multiply-adds per nanosecond.
-import { GGML_BLOCK_FORMATS, type GgmlBlockType } from '@kvasir/quantizer/ggml';
-import { randomFloats, seededRandom } from '@kvasir/test-utils';
-import * as program from '../src/backends/wasm/wasm-program.js';
 import { createWasmRuntime } from '../src/backends/wasm/wasm-runtime.js';
-import { uploadWeight, weightArgs } from '../src/backends/wasm/wasm-weights.js';
-import { type GgmlWeight, weightWords } from '../src/kernels/weight-format.js';
+import { benchGgmlKernels } from './ggml-kernels-core.js';
 
 const [threadsArg = '1', repsArg = '7', build] = process.argv.slice(2);
 const threads = Number(threadsArg);
 const reps = Number(repsArg);
-const FORMATS: GgmlBlockType[] = ['Q8_0', 'Q4_0', 'Q4_K', 'Q6_K'];
-// gate_up (interleaved gate and up rows: 2 · 2048 × 768), down (768 × 2048).
-const SHAPES = [
-  { name: 'gate_up', n: 4096, k: 768 },
-  { name: 'down', n: 768, k: 2048 },
-];
-const BATCHES = [1, 8, 64];
-
-const Op = program.Op as Record<string, number>;
-const rowBytes = (program as unknown as { quantizedRowBytes?: (k: number) => number })
-  .quantizedRowBytes;
 const rt = await createWasmRuntime({
   threads,
-  reserveBytes: 256 << 20,
+  reserveBytes: 96 << 20,
   ...(build ? { build: build as 'plain' } : {}),
 });
-const { arena } = rt;
-const results: Record<string, number>[] = [];
-for (const format of FORMATS) {
-  for (const shape of SHAPES) {
-    const { n, k } = shape;
-    const values = randomFloats(seededRandom(n + k), n * k, 0.5);
-    const data = new Uint32Array(weightWords(format, n, k));
-    GGML_BLOCK_FORMATS[format].quantize(values, 0, new Uint8Array(data.buffer), 0, n * k);
-    const w: GgmlWeight = { format, rows: n, cols: k, data, scales: undefined, groupSize: 0 };
-    const ww = uploadWeight(arena, w);
-    const a = weightArgs(ww);
-    for (const m of BATCHES) {
-      const x = randomFloats(seededRandom(m), m * k, 1);
-      const xp = arena.alloc(x.length * 4);
-      arena.f32(xp, x.length).set(x);
-      const yp = arena.alloc(m * n * 4);
-      const stride = 11 * k * 4;
-      const scratch = arena.alloc(stride * threads);
-      const p = rt.program(2);
-      let xq = 0;
-      if (Op.quantize !== undefined && rowBytes) {
-        xq = arena.alloc(m * rowBytes(k));
-        p.push(Op.quantize, [xp, m, k, xq]).barrier();
-      }
-      p.push(Op.matmul as number, [
-        xp,
-        m,
-        k,
-        ww.data,
-        n,
-        a.code,
-        a.scales,
-        a.gs,
-        0,
-        yp,
-        0,
-        scratch,
-        stride,
-        xq,
-      ]);
-      rt.run(p);
-      let best = Number.POSITIVE_INFINITY;
-      for (let r = 0; r < reps; r++) {
-        const t0 = performance.now();
-        rt.run(p);
-        best = Math.min(best, performance.now() - t0);
-      }
-      results.push({
-        format: format as unknown as number,
-        shape: shape.name as unknown as number,
-        m,
-        us: Number((best * 1000).toFixed(1)),
-        mac_per_ns: Number(((m * n * k) / (best * 1e6)).toFixed(3)),
-      });
-    }
-  }
-}
+const results = benchGgmlKernels(rt, reps, () => performance.now());
 await rt.close();
 console.log(JSON.stringify({ threads, reps, build: rt.build ?? 'single', results }));

@@ -97,6 +97,8 @@ export interface GgufBenchOptions {
   readonly stream: () => number | Promise<number>;
   /** Decode steps timed per model and round at batch 1 and at batch 8. */
   readonly steps: { readonly 1: number; readonly 8: number };
+  /** Tokens of one prompt prefilled per model and round (`prefill_tok_s_pp<n>`); none if unset. */
+  readonly prefill?: number;
   readonly rounds: number;
   /**
    * Untimed warm-up: a 16-token prompt and a decode step at batch 1 and 8 (WebGPU compiles its
@@ -108,7 +110,8 @@ export interface GgufBenchOptions {
 }
 
 /**
- * Decode tok/s at batch 1 and 8 for each type on one backend, `*_vs_roofline` = (stored weight
+ * Decode tok/s at batch 1 and 8 (and their ratio, `decode_b8_over_b1`), one `prefill`-token prompt
+ * when asked (`prefill_tok_s_pp<n>`), for each type on one backend, `*_vs_roofline` = (stored weight
  * bytes + KV bytes read per step) × steps/s ÷ the backend's streaming read (`stream`, taken just
  * before and after each model's batch-1 steps), and Q4_K_M's batch-1 speed-up over F16. All four
  * models stay loaded and take turns, `rounds` rounds (the starting model rotating): on a shared
@@ -127,9 +130,12 @@ export async function benchGguf110m(o: GgufBenchOptions): Promise<Record<string,
     bytes: number;
     b1: number[];
     b8: number[];
+    pp: number[];
     roofline: number[];
     bw: number[];
   }[] = [];
+  const pp = o.prefill ?? 0;
+  const ppBlocks = Math.ceil(pp / BLOCK);
   const plans = (batch: 1 | 8) =>
     Array.from({ length: o.steps[batch] }, (_, s) => decodePlan(batch, 1 + s));
   try {
@@ -141,7 +147,8 @@ export async function benchGguf110m(o: GgufBenchOptions): Promise<Record<string,
         backend: o.backend,
         threads: o.threads,
         gpu: o.gpu,
-        numBlocks: 16,
+        // The decode plans' blocks, then the prompt's.
+        numBlocks: 16 + ppBlocks,
         blockSize: BLOCK,
         kvFormat: 'f16',
       });
@@ -162,6 +169,7 @@ export async function benchGguf110m(o: GgufBenchOptions): Promise<Record<string,
         bytes: bytes + (BLOCK + 2) * kvRow,
         b1: [],
         b8: [],
+        pp: [],
         roofline: [],
         bw: [],
       });
@@ -177,6 +185,7 @@ export async function benchGguf110m(o: GgufBenchOptions): Promise<Record<string,
         r.bw.push(bw);
         r.roofline.push(r.bytes / secs / 1e9 / bw);
         r.b8.push(8 / (await timeSteps(r.model, plans(8))));
+        if (pp > 0) r.pp.push(pp / (await timeSteps(r.model, [prefillPlan(pp, 16)])));
       }
       o.log(
         `  110M GGUF on ${o.backend}, round ${round + 1}/${o.rounds}: ${runs.map((r) => `${r.type} ${(r.b1.at(-1) as number).toFixed(2)}`).join(', ')} tok/s at batch 1`,
@@ -198,6 +207,14 @@ export async function benchGguf110m(o: GgufBenchOptions): Promise<Record<string,
       decode_tok_s_b1_best: Math.max(...r.b1),
       decode_tok_s_b8: median(r.b8),
       decode_tok_s_b8_best: Math.max(...r.b8),
+      // Aggregate tok/s of 8 sequences over one's: what batching pays.
+      decode_b8_over_b1: median(r.b8.map((v, i) => v / (r.b1[i] as number))),
+      ...(pp > 0
+        ? {
+            [`prefill_tok_s_pp${pp}`]: median(r.pp),
+            [`prefill_tok_s_pp${pp}_best`]: Math.max(...r.pp),
+          }
+        : {}),
       decode_vs_roofline: median(r.roofline),
       stream_gbps_around_b1: median(r.bw),
       decode_tok_s_b1_rounds: r.b1,

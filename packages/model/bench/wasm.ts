@@ -143,6 +143,7 @@ export async function benchWasm(log: (s: string) => void): Promise<Record<string
       threads,
       stream: meter.measure,
       steps: { 1: 4, 8: 2 },
+      prefill: 512,
       rounds: 7,
       warmup: 'full',
       log,
