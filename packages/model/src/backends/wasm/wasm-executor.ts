@@ -64,6 +64,9 @@ export interface WasmExecutor extends Executor {
 // blocks a token block of x in int16 and one unpacked weight row (GGML_SCRATCH_FLOATS_PER_COL
 // of c/ggml-matmul.h).
 const MATMUL_SCRATCH_PER_COL = 11;
+// Token rows from which a step quantizes the GGML matmuls' activations in an op of its own,
+// shared by every thread (fewer: each thread's matmul quantizes them, no barrier).
+const SHARED_QUANTIZE_TOKENS = 4;
 // Tokens the step buffers hold before they are reallocated larger.
 const INITIAL_TOKENS = 64;
 // Positions of the first RoPE tables (they grow with the longest position seen).
@@ -485,10 +488,11 @@ class WasmForward {
       );
     };
     // x[m][k] quantized once for the GGML matmuls that follow (when one of `ws` is GGML);
-    // returns where, or 0.
+    // returns where, or 0. Below SHARED_QUANTIZE_TOKENS rows each thread's matmul quantizes x
+    // itself instead (the same bits): a few hundred values cost less than a barrier.
     const quantize = (x: number, m: number, ws: readonly WasmWeight[]) => {
       const g = ws.find((wt) => isGgmlFormat(wt.format));
-      if (!g) return 0;
+      if (!g || m < SHARED_QUANTIZE_TOKENS) return 0;
       p.push(Op.quantize, [x, m, g.cols, s.xq], 'quantize').barrier();
       return s.xq;
     };
