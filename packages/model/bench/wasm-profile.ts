@@ -20,7 +20,7 @@ const config = reader.config;
 // Blocks: the decode plans' shared prefix and 8 sequences, then a 512-token prompt.
 const numBlocks = 1 + 8 + 512 / BLOCK + 1;
 const kv = kvCacheSpec(config, { kvFormat: 'f16', blockSize: BLOCK, numBlocks });
-const profile: WasmOpProfile = { ms: new Map(), ops: 0, empty: 0 };
+const profile: WasmOpProfile = { ms: new Map(), calls: new Map(), ops: 0, empty: 0 };
 const exec = await createWasmExecutor({ reader, kv, weights: {} }, { threads, profile });
 const limits = {
   vocabSize: config.vocabSize,
@@ -33,21 +33,15 @@ const run = (p: ForwardPlan) => exec.forward(normalizePlan(p, limits));
 /** Per-kind milliseconds per step of `plans`, wake-ups subtracted, and the step's total. */
 async function profileOf(plans: ForwardPlan[]): Promise<Record<string, number>> {
   profile.ms.clear();
+  profile.calls.clear();
   profile.ops = 0;
   profile.empty = 0;
-  const calls = new Map<string, number>();
   for (const p of plans) await run(p);
-  // Calls per kind: the same program each step, so the op count splits evenly.
   const perOp = profile.empty / Math.max(profile.ops, 1);
-  const kinds = config.numLayers;
-  for (const k of profile.ms.keys()) {
-    const n = k === 'rms_norm' ? 2 * kinds + 1 : k === 'embed' || k === 'lm_head' ? 1 : kinds;
-    calls.set(k, n * plans.length);
-  }
   const out: Record<string, number> = {};
   let total = 0;
   for (const [k, ms] of profile.ms) {
-    const v = (ms - perOp * (calls.get(k) ?? 0)) / plans.length;
+    const v = (ms - perOp * (profile.calls.get(k) ?? 0)) / plans.length;
     out[k] = Number(v.toFixed(3));
     total += v;
   }

@@ -15,6 +15,8 @@ const MODULE_BYTES = 1 << 20;
 /** Milliseconds per op label, summed over the steps profiled (benchmarks). */
 export interface WasmOpProfile {
   readonly ms: Map<string, number>;
+  /** Ops run per label. */
+  readonly calls: Map<string, number>;
   /** Ops run, and milliseconds of as many empty one-op programs (the per-op wake-up cost). */
   ops: number;
   empty: number;
@@ -89,6 +91,7 @@ export async function createWasmRuntime(options: {
         let t0 = performance.now();
         pool.run(program.ptr + i * OP_WORDS * 4, 1);
         profile.ms.set(label, (profile.ms.get(label) ?? 0) + performance.now() - t0);
+        profile.calls.set(label, (profile.calls.get(label) ?? 0) + 1);
         t0 = performance.now();
         pool.run(nop, 1);
         profile.empty += performance.now() - t0;
