@@ -57,12 +57,11 @@ export class KvCacheManager {
     const blockSize = options.blockSize ?? 16;
     assertInteger('blockSize', blockSize, 1);
     this.blockSize = blockSize;
+    const { evictionPolicy, onEvictionPolicyFailure: onPolicyFailure } = options;
     this.pool = new BlockPool({
       numBlocks: options.numBlocks,
-      ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
-      ...(options.onEvictionPolicyFailure
-        ? { onPolicyFailure: options.onEvictionPolicyFailure }
-        : {}),
+      ...(evictionPolicy ? { evictionPolicy } : {}),
+      ...(onPolicyFailure ? { onPolicyFailure } : {}),
     });
     this.numBlocks = this.pool.numBlocks;
     this.blocks = blockPoolView(this.pool);
@@ -127,11 +126,10 @@ export class KvCacheManager {
    * for a prefix for which this is false.
    */
   isPrefixValid(prefix: CachedPrefix): boolean {
-    if (prefix.blocks.length !== prefix.hashes.length) return false;
-    for (let i = 0; i < prefix.blocks.length; i++) {
-      if (!holdsPrefixBlock(this.pool, prefix, i)) return false;
-    }
-    return true;
+    return (
+      prefix.blocks.length === prefix.hashes.length &&
+      prefix.blocks.every((_, i) => holdsPrefixBlock(this.pool, prefix, i))
+    );
   }
 
   /** Blocks that can be handed out now: free plus reclaimable cached ones. */
