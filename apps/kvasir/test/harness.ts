@@ -34,28 +34,34 @@ export interface ServerProcess {
  */
 export async function startServer(
   args: readonly string[],
-  options: { readonly defaultModel?: boolean } = {},
+  options: { readonly defaultModel?: boolean; readonly openFileLimit?: number } = {},
 ): Promise<ServerProcess> {
   const model =
     options.defaultModel || args.includes('--model') || args.includes('-m')
       ? []
       : ['--model', 'random'];
-  const child = spawn(
+  const command = [
     process.execPath,
-    [
-      CLI,
-      'serve',
-      '--port',
-      '0',
-      '--cache-dir',
-      CACHE_DIR,
-      '--api-key',
-      API_KEY,
-      ...model,
-      ...args,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVASIR_API_KEY: '' } },
-  );
+    CLI,
+    'serve',
+    '--port',
+    '0',
+    '--cache-dir',
+    CACHE_DIR,
+    '--api-key',
+    API_KEY,
+    ...model,
+    ...args,
+  ];
+  // `ulimit -n` as a user's shell would set it, for the process alone.
+  const [file, ...rest] =
+    options.openFileLimit === undefined
+      ? command
+      : ['bash', '-c', `ulimit -n ${options.openFileLimit} && exec "$@"`, 'bash', ...command];
+  const child = spawn(file!, rest, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, KVASIR_API_KEY: '' },
+  });
   let out = '';
   let signalled = false;
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));

@@ -2,6 +2,8 @@ import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { EngineError, errorAnswer } from './errors.js';
 import { bearerAuth } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
+import { capConnections, defaultMaxConnections } from './http/connections.js';
+import { parseJsonBody } from './http/json-body.js';
 import { InFlightRequests } from './in-flight.js';
 import { type InferenceEngine, validateInferenceEngine } from './inference-engine.js';
 import { ServerMetrics } from './metrics.js';
@@ -25,6 +27,21 @@ export interface ServerOptions {
   readonly apiKey?: string;
   /** Largest request body in bytes (larger → 413). Default 4 MiB. */
   readonly bodyLimitBytes?: number;
+  /**
+   * Time a connection has to send a request's headers, from its opening or the previous
+   * request (then 408 and closed): silent and half-sent requests cannot hold a socket. Default
+   * 10 s.
+   */
+  readonly headersTimeoutMs?: number;
+  /** How long an idle kept-alive connection stays open. Default 30 s. */
+  readonly idleTimeoutMs?: number;
+  /**
+   * Most connections kept open: past it a new connection replaces the oldest idle one, or gets
+   * 503 when all are busy. Default 4,096, less where the open-file limit (`ulimit -n`) is lower.
+   */
+  readonly maxConnections?: number;
+  /** Connections the kernel queues before they are accepted (capped by `somaxconn`). Default 4,096. */
+  readonly backlog?: number;
   /** Deadline for one generation, in ms (then it is aborted; → 504). Default 10 minutes. */
   readonly requestTimeoutMs?: number;
   /** Largest `n` accepted. Default 16. */
@@ -76,11 +93,14 @@ export function createServer(options: ServerOptions): KvasirServer {
   const inflight = new InFlightRequests(options.requestTimeoutMs ?? 600_000);
   const metrics = new ServerMetrics(() => engine.stats());
 
+  const headersTimeout = options.headersTimeoutMs ?? 10_000;
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: options.bodyLimitBytes ?? 4 * 1024 * 1024,
+    http: { headersTimeout, connectionsCheckingInterval: Math.min(1000, headersTimeout / 2) },
+    keepAliveTimeout: options.idleTimeoutMs ?? 30_000,
     // Receiving the body must not take forever; generation time is bounded separately.
-    requestTimeout: 60_000,
+    requestTimeout: Math.max(60_000, headersTimeout),
     // Draining is answered by the routes themselves (503 in OpenAI's error shape).
     return503OnClosing: false,
     clientErrorHandler: (error, socket) => {
@@ -103,6 +123,17 @@ export function createServer(options: ServerOptions): KvasirServer {
       new EngineError('NOT_FOUND', `no route for ${request.method} ${request.url.split('?')[0]}`),
     ),
   );
+  capConnections(app.server, options.maxConnections ?? defaultMaxConnections(), () =>
+    metrics.observeError('too_many_connections'),
+  );
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+    try {
+      done(null, parseJsonBody(body as string));
+    } catch (error) {
+      done(error as Error, undefined);
+    }
+  });
   if (apiKey) app.addHook('onRequest', bearerAuth(apiKey));
 
   const context: RouteContext = { engine, metrics, inflight, maxN: options.maxN ?? 16 };
@@ -121,7 +152,7 @@ export function createServer(options: ServerOptions): KvasirServer {
       return inflight.draining;
     },
     async listen() {
-      await app.listen({ host, port });
+      await app.listen({ host, port, backlog: options.backlog ?? 4096 });
       const address = app.server.address();
       const bound = typeof address === 'object' && address ? address.port : port;
       const shownHost = host.includes(':') ? `[${host}]` : host;

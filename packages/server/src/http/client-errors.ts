@@ -1,5 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
+import { answerAndClose } from './connections.js';
 
 /** What Node's HTTP parser rejects, in words a client can act on. */
 const PARSER_ERRORS: Readonly<Record<string, string>> = {
@@ -19,7 +20,8 @@ const PARSER_ERRORS: Readonly<Record<string, string>> = {
 
 /**
  * Answers a request Node's HTTP parser refused (it never reaches a route) in OpenAI's error
- * shape, then closes the connection: after a framing error nothing later on it can be trusted.
+ * shape, then closes the connection: after a framing error nothing later on it can be trusted
+ * (and a peer that never closes its side must not keep it open).
  * Returns the status sent, or undefined when the socket was already gone.
  */
 export function answerClientError(
@@ -47,8 +49,6 @@ export function answerClientError(
       code: status === 408 ? 'request_timeout' : 'malformed_request',
     },
   });
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-  );
+  answerAndClose(socket, `${status} ${STATUS_CODES[status]}`, body);
   return status;
 }
