@@ -94,6 +94,16 @@ export const engineConfigSchema = z.strictObject({
    */
   kvCompression: z.string().min(1).optional(),
   /**
+   * Longest prompt a request with KV compression may send: a policy that drops blocks during
+   * prefill streams any prompt through a bounded cache, so only this bounds its prefill time.
+   */
+  kvCompressionMaxPromptTokens: positiveInt.default(32_768),
+  /**
+   * Largest `max_tokens` of a request with KV compression: in cache positions its generation is
+   * not bounded by the context.
+   */
+  kvCompressionMaxTokens: positiveInt.default(32_768),
+  /**
    * Time budget of one call into a plug-in module (eviction or KV compression policy), in ms. A
    * call that takes longer disables the plug-in: eviction falls back to LRU, requests using the
    * compression policy fail. It bounds a slow plug-in's stall to one call (a call that never

@@ -41,6 +41,8 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   queuePolicy: 'queuePolicy',
   evictionPolicy: 'evictionPolicy',
   kvCompression: 'kvCompression',
+  kvCompressionMaxPromptTokens: 'kvCompressionMaxPromptTokens',
+  kvCompressionMaxTokens: 'kvCompressionMaxTokens',
   pluginBudgetMs: 'pluginBudgetMs',
   offloadPrefix: 'offloadPrefix',
   offloadHostBytes: 'offload.hostBytes',
@@ -109,6 +111,16 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     .option(
       '--kv-compression <policy>',
       'token-level KV compression by default: sinks:sinks=4,window=1020, window:window=N, h2o:budget=N, snapkv:budget=N (add positions=original to keep original positions), or a JS module path exporting a policy',
+    )
+    .option(
+      '--kv-compression-max-prompt-tokens <n>',
+      'longest prompt of a request with KV compression (default 32768; 413 beyond)',
+      int(),
+    )
+    .option(
+      '--kv-compression-max-tokens <n>',
+      'largest max_tokens of a request with KV compression (default 32768; 400 beyond)',
+      int(),
     )
     .option(
       '--plugin-budget-ms <ms>',

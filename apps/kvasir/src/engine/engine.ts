@@ -239,6 +239,18 @@ export class KvasirEngine implements InferenceEngine {
       this.runner.facts,
       { waiting: this.scheduler.metrics().numWaiting, maxWaiting: this.config.maxWaiting },
       kvCompression !== undefined && kvCompression.policy.attention !== 'prefill-end',
+      kvCompression
+        ? {
+            maxPromptTokens: this.config.kvCompressionMaxPromptTokens,
+            maxTokens: this.config.kvCompressionMaxTokens,
+            // Past the context only a policy streaming the prompt in cache positions.
+            maxModelLen:
+              kvCompression.positions === 'cache' &&
+              kvCompression.policy.attention !== 'prefill-end'
+                ? Number.POSITIVE_INFINITY
+                : this.scheduler.maxModelLen,
+          }
+        : undefined,
     );
     if (this.#connectors.some((c) => c.onAdmit)) {
       const admitted = { requestId: request.id, promptTokens: request.promptTokens };
