@@ -3,7 +3,7 @@ import { defineConfig } from 'tsup';
 
 export default defineConfig(
   kvasirTsupOptions(
-    { index: 'src/index.ts', formats: 'src/formats/index.ts', kernels: 'src/kernels/index.ts' },
+    { index: 'src/index.ts', formats: 'src/formats.ts', kernels: 'src/kernels.ts' },
     // Shared chunks, so the three entries share one ModelError class (instanceof holds across them).
     // Shims: the XGrammar loader resolves the package from `import.meta.url` (`__filename` in CJS).
     { splitting: true, shims: true },

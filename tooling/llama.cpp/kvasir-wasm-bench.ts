@@ -1,7 +1,7 @@
 // Kvasir's side of compare-wasm.sh: tg (decode, batch 1) and pp (one prompt) on the wasm
 // backend for a GGUF file, as llama-bench measures them. Prints one JSON line.
 //   tsx kvasir-wasm-bench.ts <model.gguf> <threads> <pp tokens> <tg tokens>
-import { loadModel } from '../../packages/model/src/execution/model.js';
+import { loadModel } from '../../packages/model/src/model/model.js';
 
 const [path, threadsArg, ppArg, tgArg] = process.argv.slice(2);
 if (!path) throw new Error('usage: kvasir-wasm-bench.ts <model.gguf> <threads> <pp> <tg>');

@@ -5,12 +5,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeModelConfig } from '../src/config.js';
-import { loadModel } from '../src/execution/model.js';
 import type { TensorDtype } from '../src/formats/dtype.js';
 import { convertToGguf } from '../src/formats/gguf/convert.js';
 import { openGgufCheckpoint } from '../src/formats/gguf/reader.js';
 import { writeRandomCheckpoint } from '../src/formats/random-checkpoint.js';
 import { summarizeWeights } from '../src/formats/weight-summary.js';
+import { loadModel } from '../src/model/model.js';
 
 const json = process.argv.includes('--json');
 const backend = process.argv.includes('--webgpu') ? 'webgpu' : 'cpu';

@@ -11,11 +11,11 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ModelConfig, makeModelConfig } from '../src/config.js';
-import type { BackendName } from '../src/execution/backend-select.js';
-import { loadModel, type Model } from '../src/execution/model.js';
 import { convertToGguf } from '../src/formats/gguf/convert.js';
 import { openGgufCheckpoint } from '../src/formats/gguf/reader.js';
 import { writeRandomCheckpoint } from '../src/formats/random-checkpoint.js';
+import type { BackendName } from '../src/model/backend-select.js';
+import { loadModel, type Model } from '../src/model/model.js';
 import { BLOCK, decodePlan, LLAMA_110M, prefillPlan, timeSteps } from './plans.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '../../..');

@@ -3,7 +3,7 @@
 import { BufferUsage, createGpu, type Gpu } from '@kvasir/gpu';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
 import type { ForwardPlan } from '../src/execution/forward-plan.js';
-import { loadModel, type Model } from '../src/execution/model.js';
+import { loadModel, type Model } from '../src/model/model.js';
 import { benchGguf110m, typedArrayStreamGbps } from './gguf-110m.js';
 import { LLAMA_110M } from './plans.js';
 import { syntheticReader } from './synthetic-reader.js';

@@ -1,6 +1,6 @@
 // Forward plans and step timing shared by the wasm benchmarks (wasm.ts, gguf-110m.ts).
 import type { ForwardPlan } from '../src/execution/forward-plan.js';
-import type { Model } from '../src/execution/model.js';
+import type { Model } from '../src/model/model.js';
 
 /** KV block size of the benchmark models. */
 export const BLOCK = 16;

@@ -10,7 +10,7 @@ import { createWasmRuntime } from '../src/backends/wasm/wasm-runtime.js';
 import { type ModelConfig, ropeConfig } from '../src/config.js';
 import type { ForwardPlan } from '../src/execution/forward-plan.js';
 import { type KvFormatName, kvCacheSpec } from '../src/execution/kv-cache.js';
-import { loadModel, type Model } from '../src/execution/model.js';
+import { loadModel, type Model } from '../src/model/model.js';
 import { syntheticReader } from './synthetic-reader.js';
 
 const BLOCK = 16;

@@ -11,7 +11,7 @@ import { defaultThreadCount } from '../src/backends/wasm/thread-count.js';
 import { Op } from '../src/backends/wasm/wasm-program.js';
 import { createWasmRuntime } from '../src/backends/wasm/wasm-runtime.js';
 import { expectedTensors, type ModelConfig, makeModelConfig } from '../src/config.js';
-import { type LoadModelOptions, loadModel } from '../src/execution/model.js';
+import { type LoadModelOptions, loadModel } from '../src/model/model.js';
 import { benchGguf110m } from './gguf-110m.js';
 import { BLOCK, decodePlan, LLAMA_110M, prefillPlan, timeSteps } from './plans.js';
 import { syntheticReader } from './synthetic-reader.js';

@@ -1,10 +1,6 @@
 // What an application needs: load a checkpoint, run it, sample, tokenize. The checkpoint
 // formats are in `@kvasir/model/formats`, the kernels and backend pieces in `@kvasir/model/kernels`.
 
-export { defaultThreadCount } from './backends/wasm/thread-count.js';
-export { WASM32_MAX_BYTES } from './backends/wasm/wasm-arena.js';
-export type { WasmFeatures } from './backends/wasm/wasm-module.js';
-export { wasmFeatures } from './backends/wasm/wasm-module.js';
 export type { Architecture, ExpectedTensor, ModelConfig, RopeScaling } from './config.js';
 export {
   expectedTensors,
@@ -16,20 +12,15 @@ export {
 } from './config.js';
 export type { ModelErrorCode } from './errors.js';
 export { ModelError } from './errors.js';
-export type { BackendChoice, BackendName } from './execution/backend-select.js';
 export type {
   ForwardBlockCopy,
   ForwardKeyShift,
   ForwardPlan,
   ForwardRow,
 } from './execution/forward-plan.js';
-export type { GenerateOptions } from './execution/generate.js';
-export { generate } from './execution/generate.js';
 export { kvBlockBytes } from './execution/kv-blocks.js';
 export type { KvCacheSpec, KvFormatName } from './execution/kv-cache.js';
 export { kvCacheSpec } from './execution/kv-cache.js';
-export type { LoadModelOptions, Model } from './execution/model.js';
-export { loadModel } from './execution/model.js';
 export type {
   CheckpointReader,
   OpenCheckpointOptions,
@@ -74,6 +65,11 @@ export type { XGrammarCompilerOptions } from './grammar/xgrammar-compiler.js';
 export { XGrammarCompiler } from './grammar/xgrammar-compiler.js';
 export type { XGrammarInstance, XGrammarModule } from './grammar/xgrammar-module.js';
 export { loadXGrammar } from './grammar/xgrammar-module.js';
+export type { BackendChoice, BackendName } from './model/backend-select.js';
+export type { GenerateOptions } from './model/generate.js';
+export { generate } from './model/generate.js';
+export type { LoadModelOptions, Model } from './model/model.js';
+export { loadModel } from './model/model.js';
 export { Rng } from './sampling/rng.js';
 export type { SampleResult, SamplingParams, TokenLogprob } from './sampling/sampler.js';
 export {

@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelError } from '../errors.js';
+import { type LoadModelOptions, loadModel, type Model } from '../model/model.js';
 import { maxRelDiff } from '../testing/compare.js';
 import { releaseTestGpu, seqPlan, tempCheckpoint, testGpu, tinyConfig } from '../testing/model.js';
 import { kvBlockBytes } from './kv-blocks.js';
 import type { KvFormatName } from './kv-cache.js';
-import { type LoadModelOptions, loadModel, type Model } from './model.js';
 
 const config = tinyConfig();
 const vocab = config.vocabSize;

@@ -66,17 +66,6 @@ export function dtypeBitsPerWeight(dtype: TensorDtype): number {
 export { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits };
 
 /**
- * Quantizes float values to Q8_0 blocks exactly as llama.cpp's reference quantizer does (per
- * 32 values, `d = amax / 127` stored as f16, `q = round(x / d)`), through
- * `@kvasir/quantizer/ggml`, the one owner of the GGML block formats.
- *
- * @throws {@link ModelError} `SHAPE_MISMATCH` when `values.length` is not a multiple of 32.
- */
-export function quantizeQ8_0(values: Float32Array): Uint8Array {
-  return encodeFromF32('Q8_0', values);
-}
-
-/**
  * Decodes raw little-endian tensor bytes of any {@link TensorDtype} to float32.
  *
  * @throws {@link ModelError} `SHAPE_MISMATCH` when the byte count is not a whole number of elements.
@@ -109,11 +98,6 @@ export function decodeToF32(dtype: TensorDtype, bytes: Uint8Array): Float32Array
     return out;
   }
   throw new ModelError('INVALID_ARGUMENT', `unknown tensor dtype ${String(dtype)}`);
-}
-
-/** Dequantizes Q8_0 blocks to float32 (`value = d × q`). */
-export function dequantizeQ8_0(bytes: Uint8Array): Float32Array {
-  return decodeToF32('Q8_0', bytes);
 }
 
 /**

@@ -7,7 +7,7 @@ import {
   buildByteLevelTokenizerConfig,
   buildByteLevelTokenizerJson,
   trainByteLevelBpe,
-} from '../tokenizer/byte-level-bpe.js';
+} from './byte-level-bpe.js';
 import { type TensorToWrite, writeSafetensors } from './safetensors.js';
 
 /** Special tokens of the random checkpoint's tokenizer, ids 256–260 (Llama 3 names). */

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { loadModel, type Model } from '../execution/model.js';
+import { loadModel, type Model } from '../model/model.js';
 import { fixtureLoadOptions, seqPlan } from './model.js';
 
 /** The llama.cpp-quantized model fixtures of `tooling/ggml-fixtures/models`. */

@@ -3,9 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseHfConfig } from '../config.js';
-import { loadModel } from '../execution/model.js';
 import golden from '../fixtures/golden-logits.json' with { type: 'json' };
 import { writeRandomCheckpoint } from '../formats/random-checkpoint.js';
+import { loadModel } from '../model/model.js';
 import { maxRelDiff } from './compare.js';
 import { seqPlan, testGpu } from './model.js';
 

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ModelConfig } from '../config.js';
 import type { ForwardPlan } from '../execution/forward-plan.js';
 import type { KvFormatName } from '../execution/kv-cache.js';
-import { type LoadModelOptions, loadModel, type Model } from '../execution/model.js';
+import { type LoadModelOptions, loadModel, type Model } from '../model/model.js';
 import { maxRelDiff } from './compare.js';
 import {
   mergePlans,

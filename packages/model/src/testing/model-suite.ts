@@ -2,10 +2,10 @@
 // model-gpu.test.ts.
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generate } from '../execution/generate.js';
-import { type LoadModelOptions, loadModel, type Model } from '../execution/model.js';
 import { convertToGguf } from '../formats/gguf/convert.js';
 import { openCheckpoint } from '../formats/open-checkpoint.js';
+import { generate } from '../model/generate.js';
+import { type LoadModelOptions, loadModel, type Model } from '../model/model.js';
 import { maxRelDiff } from './compare.js';
 import {
   mergePlans,

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { ModelError } from '../errors.js';
 import { readGgufHeader } from '../formats/gguf/header.js';
+import { tokenizerJsonFromGguf } from '../formats/gguf/tokenizer-metadata.js';
 import {
   checkRegularFile,
   isMissingFileError,
@@ -10,7 +11,6 @@ import {
 } from '../formats/regular-file.js';
 import { type ChatMessage, type ChatTemplateOptions, renderChatTemplate } from './chat-template.js';
 import { type DetokenizerOptions, IncrementalDetokenizer } from './detokenizer.js';
-import { tokenizerJsonFromGguf } from './gguf-tokenizer.js';
 import { type PieceSpelling, pieceBytes, pieceSpelling } from './token-bytes.js';
 
 /** Where a tokenizer came from, and its special tokens. */

@@ -4,12 +4,12 @@ import { ropeInvFrequencies } from '@kvasir/attention-kernels';
 import { GGML_BLOCK_FORMATS } from '@kvasir/quantizer/ggml';
 import { expectedTensors, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
-import { ggufTokenizerMetadata } from '../../tokenizer/gguf-tokenizer.js';
 import type { CheckpointReader } from '../checkpoint-reader.js';
 import { isBlockDtype, type TensorDtype } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
 import { permuteQkRows } from './qk-permute.js';
 import { hfToGgufName } from './tensor-names.js';
+import { ggufTokenizerMetadata } from './tokenizer-metadata.js';
 import type { GgufTypedValue } from './value-types.js';
 import { type GgufTensorToWrite, writeGguf } from './writer.js';
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeModelConfig } from '../../config.js';
-import { loadModel } from '../../execution/model.js';
+import { loadModel } from '../../model/model.js';
 import { expectModelError } from '../../testing/checkpoint.js';
 import { seqPlan } from '../../testing/model.js';
 import { openCheckpoint } from '../open-checkpoint.js';

@@ -8,7 +8,7 @@ import { makeModelConfig, ropeConfig } from '../../config.js';
 import { expectModelError } from '../../testing/checkpoint.js';
 import { llamaCppPermute } from '../../testing/llama-cpp.js';
 import { ModelTokenizer } from '../../tokenizer/tokenizer.js';
-import { dequantizeQ8_0, f16BitsToF32, quantizeQ8_0 } from '../dtype.js';
+import { decodeToF32, encodeFromF32, f16BitsToF32 } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
 import { writeRandomCheckpoint } from '../random-checkpoint.js';
 import { configFromGguf } from './config-from-metadata.js';
@@ -188,7 +188,7 @@ describe('Q8_0', () => {
         fc.array(fc.float({ min: -100, max: 100, noNaN: true }), { minLength: 32, maxLength: 32 }),
         (arr) => {
           const x = Float32Array.from(arr);
-          const q = quantizeQ8_0(x);
+          const q = encodeFromF32('Q8_0', x);
           expect(q.byteLength).toBe(34);
           const view = new DataView(q.buffer);
           let amax = 0;
@@ -198,7 +198,7 @@ describe('Q8_0', () => {
           // f16 keeps 11 significant bits; below 2^-14 its absolute step is 2^-24.
           const dErr = Math.abs(d16 - d);
           expect(dErr).toBeLessThanOrEqual(d * 2 ** -11 + 2 ** -25);
-          const deq = dequantizeQ8_0(q);
+          const deq = decodeToF32('Q8_0', q);
           for (let j = 0; j < 32; j++) {
             expect(Math.abs(view.getInt8(2 + j))).toBeLessThanOrEqual(127);
             expect(Math.abs(deq[j]! - x[j]!)).toBeLessThanOrEqual(d / 2 + 127 * dErr + d * 1e-6);

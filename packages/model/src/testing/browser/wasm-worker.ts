@@ -3,7 +3,8 @@
 // main thread may not do. Fetches the GGUF, runs the steps, and reports what the page checks.
 
 import { createWasmRuntime } from '../../backends/wasm/wasm-runtime.js';
-import { loadModel, ModelError, openGgufBytes, wasmFeatures } from '../../index.js';
+import { wasmFeatures } from '../../backends/wasm/wasm-module.js';
+import { loadModel, ModelError, openGgufBytes } from '../../index.js';
 import { ggmlKernelCaseBits } from '../ggml-harness.js';
 import { runTinySteps } from './tiny-steps.js';
 

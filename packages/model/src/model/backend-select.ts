@@ -1,6 +1,6 @@
 import { createCpuExecutor } from '../backends/cpu/cpu-executor.js';
 import { ModelError } from '../errors.js';
-import type { Executor, ExecutorContext } from './executor.js';
+import type { Executor, ExecutorContext } from '../execution/executor.js';
 
 /**
  * The backends a model can run on. A new backend adds its name here, a factory returning an

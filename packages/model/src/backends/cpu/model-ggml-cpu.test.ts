@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { openGgufCheckpoint } from '../formats/gguf/reader.js';
-import { unpackWeight } from '../kernels/weight-format.js';
+import { hostAllocator, loadBlockWeights } from '../../execution/weights.js';
+import { openGgufCheckpoint } from '../../formats/gguf/reader.js';
+import { unpackWeight } from '../../kernels/weight-format.js';
 import {
   GGML_MODEL_FIXTURES,
   ggmlFixtureSuite,
   ggmlModelFixture,
-} from '../testing/ggml-fixture-suite.js';
-import { hostAllocator, loadBlockWeights } from './weights.js';
+} from '../../testing/ggml-fixture-suite.js';
 
 describe('GGUF k-quant files', () => {
   it.each(GGML_MODEL_FIXTURES.map((f) => [f]))(

@@ -1,15 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { createWasmRuntime } from '../backends/wasm/wasm-runtime.js';
-import { wasmAllocator, weightBytes } from '../backends/wasm/wasm-weights.js';
-import { openGgufCheckpoint } from '../formats/gguf/reader.js';
+import { loadBlockWeights } from '../../execution/weights.js';
+import { openGgufCheckpoint } from '../../formats/gguf/reader.js';
+import { loadModel } from '../../model/model.js';
 import {
   GGML_MODEL_FIXTURES,
   ggmlFixtureSuite,
   ggmlModelFixture,
-} from '../testing/ggml-fixture-suite.js';
-import { seqPlan } from '../testing/model.js';
-import { loadModel } from './model.js';
-import { loadBlockWeights } from './weights.js';
+} from '../../testing/ggml-fixture-suite.js';
+import { seqPlan } from '../../testing/model.js';
+import { createWasmRuntime } from './wasm-runtime.js';
+import { wasmAllocator, weightBytes } from './wasm-weights.js';
 
 // The wasm kernels multiply the file's blocks in place with activations quantized to 8 bits per
 // block of 32, as llama.cpp's CPU kernels do: the distribution of the f32-dequantized weights

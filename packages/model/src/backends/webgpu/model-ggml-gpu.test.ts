@@ -1,6 +1,6 @@
 import { afterAll } from 'vitest';
-import { ggmlFixtureSuite } from '../testing/ggml-fixture-suite.js';
-import { releaseTestGpu } from '../testing/model.js';
+import { ggmlFixtureSuite } from '../../testing/ggml-fixture-suite.js';
+import { releaseTestGpu } from '../../testing/model.js';
 
 // Q4_K_M mixes Q4_K and Q6_K (210-byte blocks, most of them unaligned); Q4_0's 18-byte
 // blocks are unaligned too. Two fixtures: the software adapter is slow.

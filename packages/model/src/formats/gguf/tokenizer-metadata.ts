@@ -1,6 +1,6 @@
-import { ModelError } from '../errors.js';
-import type { GgufTypedValue } from '../formats/gguf/value-types.js';
-import { byteLevelBpeModel, GPT2_SPLIT_PATTERN } from './byte-level-bpe.js';
+import { ModelError } from '../../errors.js';
+import { byteLevelBpeModel, GPT2_SPLIT_PATTERN } from '../byte-level-bpe.js';
+import type { GgufTypedValue } from './value-types.js';
 
 /** Llama 3's pre-tokenization pattern (numbers in groups of up to three). */
 export const LLAMA3_SPLIT_PATTERN =

@@ -1,5 +1,9 @@
 import type { ModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
+import { type ForwardPlan, normalizePlan } from '../execution/forward-plan.js';
+import { checkKvBlockArgs, kvBlockBytes } from '../execution/kv-blocks.js';
+import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from '../execution/kv-cache.js';
+import { checkExecutable } from '../execution/weights.js';
 import type { CheckpointReader } from '../formats/checkpoint-reader.js';
 import { createLoadProgress, type LoadProgress } from '../formats/checkpoint-stream.js';
 import { openCheckpoint } from '../formats/open-checkpoint.js';
@@ -9,10 +13,6 @@ import {
   checkBackendChoice,
   createExecutor,
 } from './backend-select.js';
-import { type ForwardPlan, normalizePlan } from './forward-plan.js';
-import { checkKvBlockArgs, kvBlockBytes } from './kv-blocks.js';
-import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from './kv-cache.js';
-import { checkExecutable } from './weights.js';
 
 /** Options of {@link loadModel}. */
 export interface LoadModelOptions {

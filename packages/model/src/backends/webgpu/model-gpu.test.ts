@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { maxRelDiff } from '../testing/compare.js';
-import { goldenFixtureSuite } from '../testing/golden-suite.js';
+import { loadModel } from '../../model/model.js';
+import { maxRelDiff } from '../../testing/compare.js';
+import { goldenFixtureSuite } from '../../testing/golden-suite.js';
 import {
   mergePlans,
   releaseTestGpu,
@@ -8,9 +9,8 @@ import {
   tempCheckpoint,
   testGpu,
   tinyConfig,
-} from '../testing/model.js';
-import { modelSuite } from '../testing/model-suite.js';
-import { loadModel } from './model.js';
+} from '../../testing/model.js';
+import { modelSuite } from '../../testing/model-suite.js';
 
 modelSuite('webgpu');
 

@@ -1,0 +1,3 @@
+import { archFixtureSuite } from '../../testing/arch-fixture-suite.js';
+
+archFixtureSuite('cpu', 1e-3);

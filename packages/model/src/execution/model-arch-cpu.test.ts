@@ -1,3 +1,0 @@
-import { archFixtureSuite } from '../testing/arch-fixture-suite.js';
-
-archFixtureSuite('cpu', 1e-3);

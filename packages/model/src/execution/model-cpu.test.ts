@@ -1,6 +1,0 @@
-import { goldenFixtureSuite } from '../testing/golden-suite.js';
-import { modelSuite } from '../testing/model-suite.js';
-
-modelSuite('cpu');
-
-goldenFixtureSuite('cpu', 'CPU backend');

@@ -1,4 +1,0 @@
-import { kvCompressionSuite } from '../testing/kv-compression-suite.js';
-
-kvCompressionSuite('cpu');
-kvCompressionSuite('webgpu');
