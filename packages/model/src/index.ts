@@ -65,7 +65,16 @@ export type { XGrammarCompilerOptions } from './grammar/xgrammar-compiler.js';
 export { XGrammarCompiler } from './grammar/xgrammar-compiler.js';
 export type { XGrammarInstance, XGrammarModule } from './grammar/xgrammar-module.js';
 export { loadXGrammar } from './grammar/xgrammar-module.js';
-export type { BackendChoice, BackendName } from './model/backend-select.js';
+export type {
+  BackendChoice,
+  BackendName,
+  BackendProbe,
+  ProbeBackendsOptions,
+  WebGpuAdapterProbe,
+} from './model/backend-select.js';
+export { probeBackends, selectBackend } from './model/backend-select.js';
+export type { DeviceLimits, ModelLimits, ModelLimitsOptions } from './model/device-limits.js';
+export { modelLimits } from './model/device-limits.js';
 export type { GenerateOptions } from './model/generate.js';
 export { generate } from './model/generate.js';
 export type { LoadModelOptions, Model } from './model/model.js';

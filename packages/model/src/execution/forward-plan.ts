@@ -83,6 +83,8 @@ export interface NormalizedPlan {
   readonly massOut: readonly (Float32Array | undefined)[];
   /** Key shifts to apply after `copies` (empty when the plan has none). */
   readonly keyShifts: readonly ForwardKeyShift[];
+  /** Positions the step's RoPE tables must cover: past every position and every key shift's |delta|. */
+  readonly ropePositions: number;
 }
 
 /** What a plan is checked against. */
@@ -199,6 +201,9 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
       seen.add(k.block);
     }
   }
+  let maxRotation = 0;
+  for (const p of positions) maxRotation = Math.max(maxRotation, p);
+  for (const k of keyShifts) maxRotation = Math.max(maxRotation, Math.abs(k.delta));
   return {
     numTokens: t,
     numSeqs: n,
@@ -215,5 +220,6 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     massQueries,
     massOut,
     keyShifts,
+    ropePositions: maxRotation + 1,
   };
 }

@@ -17,13 +17,14 @@ const next = 7;
 
 let ckpt: Awaited<ReturnType<typeof tempCheckpoint>>;
 const models: Model[] = [];
-const load = async (backend: 'cpu' | 'webgpu', opts: Partial<LoadModelOptions> = {}) => {
+const load = async (backend: 'cpu' | 'wasm' | 'webgpu', opts: Partial<LoadModelOptions> = {}) => {
   const m = await loadModel(ckpt.dir, {
     backend,
     numBlocks,
     blockSize,
     kvFormat: 'f32',
     ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
+    ...(backend === 'wasm' ? { threads: 2 } : {}),
     ...opts,
   });
   models.push(m);
@@ -94,6 +95,111 @@ describe.each(['cpu', 'webgpu'] as const)('KV block transfer (%s)', (backend) =>
     await bad(m.writeBlocks([0, 0], zeros));
     await bad(m.writeBlocks([0, 1], zeros.subarray(1)));
     expect(await m.readBlocks([0, 1])).toEqual(before);
+  });
+});
+
+/** Bytes from a xorshift stream (any words: the cache is raw storage to these operations). */
+function noise(length: number, seed: number): Uint8Array {
+  const out = new Uint8Array(length);
+  let x = seed | 1;
+  for (let i = 0; i < length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    out[i] = x & 0xff;
+  }
+  return out;
+}
+
+/** The first byte where `a` and `b` differ (-1 when equal): faster than deep equality on caches. */
+function firstDifference(a: Uint8Array, b: Uint8Array): number {
+  if (a.byteLength !== b.byteLength) return Math.min(a.byteLength, b.byteLength);
+  return a.findIndex((v, i) => v !== b[i]);
+}
+
+const allBlocks = Array.from({ length: numBlocks }, (_, i) => i);
+
+/** Copies as `{ src, dst }`: distinct destinations, any sources (a source may also be written). */
+const copiesArb = fc
+  .uniqueArray(fc.integer({ min: 0, max: numBlocks - 1 }), { minLength: 0, maxLength: 5 })
+  .chain((dsts) =>
+    fc.tuple(
+      ...dsts.map((dst) => fc.integer({ min: 0, max: numBlocks - 1 }).map((src) => ({ src, dst }))),
+    ),
+  );
+
+describe.each([
+  ['cpu', 25],
+  ['wasm', 25],
+  ['webgpu', 12],
+] as const)('KV block copies on the device (%s)', (backend, numRuns) => {
+  it('copyBlocks leaves the cache as reading the sources and writing them back did', async () => {
+    const m = await load(backend);
+    const bpb = m.kvBlockBytes;
+    await fc.assert(
+      fc.asyncProperty(
+        copiesArb,
+        fc.integer({ min: 0, max: 2 ** 31 - 1 }),
+        async (copies, seed) => {
+          const start = noise(numBlocks * bpb, seed);
+          // The host path copy-on-write took before: every source out, then into place.
+          await m.writeBlocks(allBlocks, start);
+          const staged = await m.readBlocks(copies.map((c) => c.src));
+          await m.writeBlocks(
+            copies.map((c) => c.dst),
+            staged,
+          );
+          const viaHost = await m.readBlocks(allBlocks);
+
+          await m.writeBlocks(allBlocks, start);
+          await m.copyBlocks(copies);
+          const onDevice = await m.readBlocks(allBlocks);
+          expect(firstDifference(onDevice, viaHost)).toBe(-1);
+          // And what that is: each destination holds its source's old bytes, the rest is as it was.
+          const want = start.slice();
+          for (const c of copies)
+            want.set(start.subarray(c.src * bpb, (c.src + 1) * bpb), c.dst * bpb);
+          expect(firstDifference(onDevice, want)).toBe(-1);
+        },
+      ),
+      { numRuns },
+    );
+  });
+
+  it('a sequence decodes the same through its copied blocks, after a step that wrote elsewhere', async () => {
+    const m = await load(backend);
+    await m.forward(seqPlan(prompt, 0, [4, 2], blockSize));
+    const want = await decode(m, [4, 2]);
+    await m.copyBlocks([
+      { src: 4, dst: 7 },
+      { src: 2, dst: 9 },
+    ]);
+    await m.forward(seqPlan(other, 0, [4, 2], blockSize));
+    expect(await decode(m, [7, 9])).toEqual(want);
+  });
+
+  it('rejects bad copies before copying anything', async () => {
+    const m = await load(backend);
+    await m.forward(seqPlan(prompt, 0, [0, 1], blockSize));
+    const before = await m.readBlocks(allBlocks);
+    for (const copies of [
+      [{ src: 0, dst: numBlocks }],
+      [{ src: -1, dst: 3 }],
+      [{ src: 0.5, dst: 3 }],
+      [
+        { src: 0, dst: 3 },
+        { src: 1, dst: 3 },
+      ],
+      [null],
+      'copies',
+    ]) {
+      const e = await m.copyBlocks(copies as never).then(
+        () => undefined,
+        (x: unknown) => x,
+      );
+      expect(ModelError.isInstance(e) && e.code).toBe('INVALID_ARGUMENT');
+    }
+    expect(firstDifference(await m.readBlocks(allBlocks), before)).toBe(-1);
   });
 });
 

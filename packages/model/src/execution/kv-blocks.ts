@@ -1,9 +1,10 @@
 import { ModelError } from '../errors.js';
+import type { ForwardBlockCopy } from './forward-plan.js';
 import type { KvCacheSpec } from './kv-cache.js';
 
 /**
  * Whole-block KV transfer (swap preemption, offload): moves the bytes of physical blocks out
- * of and back into the per-layer caches, scales included. The packed form of blocks
+ * of and back into the per-layer caches, scales included, and copies blocks inside them. The packed form of blocks
  * `ids = [b0, b1, ...]` is, for each block in that order, every layer's contiguous block range
  * in layer order, so each block is {@link kvBlockBytes} bytes and block `i` starts at byte
  * `i * kvBlockBytes(spec)`.
@@ -12,6 +13,11 @@ import type { KvCacheSpec } from './kv-cache.js';
 export interface KvBlockIo {
   read(blockIds: readonly number[]): Promise<Uint8Array>;
   write(blockIds: readonly number[], bytes: Uint8Array): Promise<void>;
+  /**
+   * Copies whole blocks inside the cache (copy-on-write), every layer, without the bytes
+   * leaving the device: every source is read before any destination is written.
+   */
+  copy(copies: readonly ForwardBlockCopy[]): Promise<void>;
 }
 
 /** Bytes of one physical block across all layers (scales included). */
@@ -54,6 +60,53 @@ export function checkKvBlockArgs(
   }
 }
 
+/**
+ * Checks block copies before anything moves.
+ * @throws {ModelError} `INVALID_ARGUMENT` for an entry that is not `{ src, dst }` of ids inside
+ *   `[0, numBlocks)`, or a destination named twice (no defined winner).
+ */
+export function checkKvBlockCopies(spec: KvCacheSpec, copies: readonly ForwardBlockCopy[]): void {
+  if (!Array.isArray(copies)) {
+    throw new ModelError('INVALID_ARGUMENT', 'block copies must be an array of { src, dst }');
+  }
+  const dsts = new Set<number>();
+  for (const cp of copies) {
+    if (typeof cp !== 'object' || cp === null) {
+      throw new ModelError('INVALID_ARGUMENT', 'block copies must be an array of { src, dst }');
+    }
+    checkKvBlockArgs(spec, [cp.src, cp.dst]);
+    if (dsts.has(cp.dst)) {
+      throw new ModelError('INVALID_ARGUMENT', `copyBlocks writes block ${cp.dst} more than once`);
+    }
+    dsts.add(cp.dst);
+  }
+}
+
+/**
+ * Copies blocks inside per-layer host caches (the CPU and wasm backends'), every source read
+ * before any destination is written.
+ * @internal
+ */
+export function copyHostBlocks(
+  spec: KvCacheSpec,
+  caches: readonly Uint32Array[],
+  copies: readonly ForwardBlockCopy[],
+): void {
+  if (copies.length === 0) return;
+  const bw = spec.blockWords;
+  const written = new Set(copies.map((cp) => cp.dst));
+  // In place unless a source is also written: then its old words are set aside first.
+  const staged = copies.some((cp) => written.has(cp.src));
+  for (const cache of caches) {
+    if (!staged) {
+      for (const cp of copies) cache.copyWithin(cp.dst * bw, cp.src * bw, (cp.src + 1) * bw);
+      continue;
+    }
+    const sources = copies.map((cp) => cache.slice(cp.src * bw, (cp.src + 1) * bw));
+    for (const [i, cp] of copies.entries()) cache.set(sources[i] as Uint32Array, cp.dst * bw);
+  }
+}
+
 /** Block transfer over the CPU backend's per-layer `Uint32Array` caches. @internal */
 export function cpuKvBlockIo(spec: KvCacheSpec, caches: readonly Uint32Array[]): KvBlockIo {
   const bw = spec.blockWords;
@@ -81,11 +134,40 @@ export function cpuKvBlockIo(spec: KvCacheSpec, caches: readonly Uint32Array[]):
         }
       }
     },
+    async copy(copies) {
+      copyHostBlocks(spec, caches, copies);
+    },
   };
 }
 
 const MAP_READ = 0x1;
+const COPY_SRC = 0x4;
 const COPY_DST = 0x8;
+
+/**
+ * Encodes block copies on every layer's cache buffer through `staging` (at least
+ * `copies.length × blockBytes`, `COPY_SRC | COPY_DST`): a buffer cannot be copied onto itself,
+ * so the sources go out first and then into place, which also reads every source before any
+ * destination is written.
+ * @internal
+ */
+export function encodeBlockCopies(
+  enc: GPUCommandEncoder,
+  caches: readonly GPUBuffer[],
+  blockBytes: number,
+  copies: readonly ForwardBlockCopy[],
+  staging: GPUBuffer,
+): void {
+  const bb = blockBytes;
+  for (const cache of caches) {
+    for (const [i, cp] of copies.entries()) {
+      enc.copyBufferToBuffer(cache, cp.src * bb, staging, i * bb, bb);
+    }
+    for (const [i, cp] of copies.entries()) {
+      enc.copyBufferToBuffer(staging, i * bb, cache, cp.dst * bb, bb);
+    }
+  }
+}
 
 /**
  * Block transfer over the WebGPU backend's per-layer cache buffers (which need `COPY_SRC` and
@@ -162,6 +244,24 @@ export function gpuKvBlockIo(
           }
         }
         await device.queue.onSubmittedWorkDone();
+      });
+    },
+    copy(copies) {
+      return checked('copyBlocks', async () => {
+        if (copies.length === 0) return;
+        const staging = device.createBuffer({
+          label: 'kv-blocks.copy',
+          size: copies.length * bb,
+          usage: COPY_SRC | COPY_DST,
+        });
+        try {
+          const enc = device.createCommandEncoder({ label: 'kv-blocks.copy' });
+          encodeBlockCopies(enc, caches, bb, copies, staging);
+          device.queue.submit([enc.finish()]);
+          await device.queue.onSubmittedWorkDone();
+        } finally {
+          staging.destroy();
+        }
       });
     },
   };

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { seqPlan, tempCheckpoint, tinyConfig } from '../testing/model.js';
+import { probeBackends, selectBackend } from './backend-select.js';
 import { loadModel } from './model.js';
 
 // A machine with no WebGPU adapter at all: device acquisition fails the way @kvasir/gpu does.
@@ -48,5 +49,50 @@ describe('backend selection without an adapter', () => {
     await expect(
       loadModel(ckpt.dir, { numBlocks: 4, backend: 'cpu', kvFormat: 'int3' as never }),
     ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+});
+
+describe('selectBackend: the one rule for auto', () => {
+  const hardware = { isSoftware: false };
+  const software = { isSoftware: true };
+  const wasm = { simd128: true, threads: true, relaxedSimd: false };
+  const noThreads = { simd128: true, threads: false, relaxedSimd: false };
+  it.each([
+    ['auto', hardware, wasm, 'webgpu'],
+    ['auto', software, wasm, 'wasm'],
+    ['auto', null, wasm, 'wasm'],
+    ['auto', software, noThreads, 'cpu'],
+    ['auto', null, noThreads, 'cpu'],
+    ['webgpu', software, wasm, 'webgpu'],
+    ['wasm', hardware, wasm, 'wasm'],
+    ['cpu', hardware, wasm, 'cpu'],
+  ] as const)('%s with adapter %o and wasm %o runs on %s', (choice, webgpu, w, want) => {
+    expect(selectBackend(choice, { webgpu, wasm: w })).toBe(want);
+  });
+
+  it('refuses a named backend the probe did not find, and names that are no backend', () => {
+    expect(() => selectBackend('webgpu', { webgpu: null, wasm })).toThrow(
+      expect.objectContaining({ code: 'BACKEND' }),
+    );
+    expect(() => selectBackend('wasm', { webgpu: null, wasm: noThreads })).toThrow(
+      expect.objectContaining({ code: 'BACKEND' }),
+    );
+    expect(() => selectBackend('tpu' as never, { webgpu: null, wasm })).toThrow(
+      expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+    );
+  });
+});
+
+describe('probeBackends', () => {
+  it("takes the caller's WebGPU finding as is, and reports this runtime's WebAssembly", async () => {
+    const probe = await probeBackends({ webgpu: { isSoftware: true } });
+    expect(probe.webgpu).toEqual({ isSoftware: true });
+    // Node 20 has both; the wasm backend's tests run on them.
+    expect(probe.wasm).toMatchObject({ simd128: true, threads: true });
+    expect(typeof probe.wasm.relaxedSimd).toBe('boolean');
+  });
+
+  it('without a finding, probes WebGPU here: no adapter on this (mocked) machine', async () => {
+    expect((await probeBackends()).webgpu).toBeNull();
   });
 });

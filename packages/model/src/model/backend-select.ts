@@ -1,10 +1,12 @@
+import type { Gpu } from '@kvasir/gpu';
 import { createCpuExecutor } from '../backends/cpu/cpu-executor.js';
 import { ModelError } from '../errors.js';
 import type { Executor, ExecutorContext } from '../execution/executor.js';
 
 /**
  * The backends a model can run on. A new backend adds its name here, a factory returning an
- * {@link Executor} under `src/backends/<name>/`, and a branch in {@link createExecutor}.
+ * {@link Executor} under `src/backends/<name>/`, a branch in {@link createExecutor}, and its
+ * limits in `device-limits.ts`.
  */
 export const BACKENDS = ['webgpu', 'wasm', 'cpu'] as const;
 
@@ -13,6 +15,36 @@ export type BackendName = (typeof BACKENDS)[number];
 
 /** What `loadModel`'s `backend` option accepts: a backend, or `'auto'` to pick one. */
 export type BackendChoice = 'auto' | BackendName;
+
+/** A WebGPU adapter, as a probe found it. */
+export interface WebGpuAdapterProbe {
+  /** A software adapter (llvmpipe, SwiftShader): right answers, a fraction of the bandwidth. */
+  readonly isSoftware: boolean;
+}
+
+/** What this runtime offers the backends. */
+export interface BackendProbe {
+  /** The adapter a WebGPU device would be opened on; `null` when there is none. */
+  readonly webgpu: WebGpuAdapterProbe | null;
+  /** What WebAssembly offers the wasm backend, which needs `simd128` and `threads`. */
+  readonly wasm: {
+    readonly simd128: boolean;
+    /** Shared memory and atomics, so worker threads run kernels over one memory. */
+    readonly threads: boolean;
+    /** Detected and reported; the kernels do not use it yet. */
+    readonly relaxedSimd: boolean;
+  };
+}
+
+/** Options of {@link probeBackends}. */
+export interface ProbeBackendsOptions {
+  /**
+   * What the caller's own WebGPU probe found (`null`: no adapter). Omitted, a device is opened
+   * and closed here. Dawn writes its warnings from native code straight to the process's
+   * stderr, so an application that keeps them off probes in a child process and passes that.
+   */
+  readonly webgpu?: WebGpuAdapterProbe | null;
+}
 
 /**
  * Checks a `backend` option.
@@ -26,11 +58,43 @@ export function checkBackendChoice(choice: unknown): asserts choice is BackendCh
   );
 }
 
+/** Finds what this runtime offers each backend: a WebGPU adapter, and WebAssembly's features. */
+export async function probeBackends(options: ProbeBackendsOptions = {}): Promise<BackendProbe> {
+  // Imported on demand, as the executors are: the module carries the kernels' bytes.
+  const { wasmFeatures } = await import('../backends/wasm/wasm-module.js');
+  const { simd128, threads, relaxedSimd } = wasmFeatures();
+  const webgpu = options.webgpu !== undefined ? options.webgpu : await probeWebGpu();
+  return { webgpu, wasm: { simd128, threads, relaxedSimd } };
+}
+
 /**
- * Builds the executor of the chosen backend. `'auto'` takes WebGPU on a hardware adapter,
- * else the wasm backend (WebAssembly SIMD on worker threads; a software adapter such as
- * llvmpipe reaches a fraction of the memory bandwidth it does), else the CPU reference; a
- * given `gpu` implies WebGPU.
+ * The one rule for `'auto'`: WebGPU on a hardware adapter; else the wasm backend where
+ * WebAssembly has SIMD128 and threads (a software adapter such as llvmpipe reaches a fraction
+ * of the memory bandwidth it does); else the CPU reference. A named backend is itself.
+ * @throws {ModelError} `BACKEND` for `'webgpu'` on a probe without an adapter, or `'wasm'`
+ *   without SIMD128 and threads.
+ */
+export function selectBackend(choice: BackendChoice, probe: BackendProbe): BackendName {
+  checkBackendChoice(choice);
+  const wasmRuns = probe.wasm.simd128 && probe.wasm.threads;
+  if (choice === 'webgpu' && probe.webgpu === null) {
+    throw new ModelError('BACKEND', 'no WebGPU adapter');
+  }
+  if (choice === 'wasm' && !wasmRuns) {
+    throw new ModelError(
+      'BACKEND',
+      'the wasm backend needs WebAssembly SIMD128 and shared memory (threads), which this runtime lacks',
+    );
+  }
+  if (choice !== 'auto') return choice;
+  if (probe.webgpu !== null && !probe.webgpu.isSoftware) return 'webgpu';
+  return wasmRuns ? 'wasm' : 'cpu';
+}
+
+/**
+ * Builds the executor of a choice. `'auto'` probes and takes {@link selectBackend}'s answer,
+ * or, when the hardware adapter it found then fails to open, the answer without WebGPU; a given
+ * `gpu` implies WebGPU unless `'wasm'` is chosen.
  *
  * @throws {ModelError} `BACKEND` when WebGPU is required (chosen, or a `gpu` given) and
  *   unavailable, or `'wasm'` is chosen on a runtime without SIMD128 and shared memory;
@@ -39,43 +103,47 @@ export function checkBackendChoice(choice: unknown): asserts choice is BackendCh
 export async function createExecutor(
   ctx: ExecutorContext,
   choice: BackendChoice,
-  gpu: unknown,
+  gpu: Gpu | undefined,
   options: { threads?: number } = {},
 ): Promise<{ backend: BackendName; executor: Executor }> {
-  if (choice === 'wasm') {
-    const { createWasmExecutor } = await import('../backends/wasm/wasm-executor.js');
-    return { backend: 'wasm', executor: await createWasmExecutor(ctx, options) };
-  }
-  if (choice === 'auto' && gpu === undefined && !(await hardwareAdapter())) {
-    const { createWasmExecutor } = await import('../backends/wasm/wasm-executor.js');
-    const { wasmFeatures } = await import('../backends/wasm/wasm-module.js');
-    const f = wasmFeatures();
-    if (f.simd128 && f.threads) {
-      return { backend: 'wasm', executor: await createWasmExecutor(ctx, options) };
+  // Undefined only for WebGPU when it is not required and no device opens.
+  const build = async (backend: BackendName, required: boolean) => {
+    if (backend === 'wasm') {
+      const { createWasmExecutor } = await import('../backends/wasm/wasm-executor.js');
+      return createWasmExecutor(ctx, options);
     }
-    return { backend: 'cpu', executor: await createCpuExecutor(ctx) };
+    if (backend === 'webgpu') {
+      // Imported on demand: a CPU-only run never loads @kvasir/gpu's native WebGPU binding.
+      const { createGpuExecutor } = await import('../backends/webgpu/gpu-executor.js');
+      return createGpuExecutor(ctx, { gpu, required });
+    }
+    return createCpuExecutor(ctx);
+  };
+  let backend: BackendName;
+  let fallback: BackendName | undefined;
+  if (choice === 'wasm') backend = 'wasm';
+  else if (gpu !== undefined || choice === 'webgpu') backend = 'webgpu';
+  else if (choice === 'cpu') backend = 'cpu';
+  else {
+    const probe = await probeBackends();
+    backend = selectBackend('auto', probe);
+    fallback = selectBackend('auto', { ...probe, webgpu: null });
   }
-  if (choice !== 'cpu' || gpu !== undefined) {
-    // Imported on demand: a CPU-only run never loads @kvasir/gpu's native WebGPU binding.
-    const { createGpuExecutor } = await import('../backends/webgpu/gpu-executor.js');
-    const executor = await createGpuExecutor(ctx, {
-      gpu,
-      required: choice === 'webgpu' || gpu !== undefined,
-    });
-    if (executor) return { backend: 'webgpu', executor };
-  }
-  return { backend: 'cpu', executor: await createCpuExecutor(ctx) };
+  const executor = await build(backend, fallback === undefined);
+  if (executor) return { backend, executor };
+  const other = fallback as BackendName;
+  return { backend: other, executor: (await build(other, true)) as Executor };
 }
 
-/** Whether a hardware WebGPU adapter exists (a software one, such as llvmpipe, is not). */
-async function hardwareAdapter(): Promise<boolean> {
+/** The adapter `createGpu` would take, opened and closed in this process, or null. */
+async function probeWebGpu(): Promise<WebGpuAdapterProbe | null> {
   try {
     const { createGpu } = await import('@kvasir/gpu');
     const gpu = await createGpu({ label: 'kvasir-model-probe' });
-    const hardware = !gpu.isSoftware;
+    const isSoftware = gpu.isSoftware;
     gpu.destroy();
-    return hardware;
+    return { isSoftware };
   } catch {
-    return false;
+    return null;
   }
 }

@@ -1,7 +1,12 @@
+import type { Gpu } from '@kvasir/gpu';
 import type { ModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
-import { type ForwardPlan, normalizePlan } from '../execution/forward-plan.js';
-import { checkKvBlockArgs, kvBlockBytes } from '../execution/kv-blocks.js';
+import {
+  type ForwardBlockCopy,
+  type ForwardPlan,
+  normalizePlan,
+} from '../execution/forward-plan.js';
+import { checkKvBlockArgs, checkKvBlockCopies, kvBlockBytes } from '../execution/kv-blocks.js';
 import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from '../execution/kv-cache.js';
 import { checkExecutable } from '../execution/weights.js';
 import type { CheckpointReader } from '../formats/checkpoint-reader.js';
@@ -82,6 +87,14 @@ export interface Model {
    *   device failure.
    */
   writeBlocks(blockIds: readonly number[], bytes: Uint8Array): Promise<void>;
+  /**
+   * Copies whole blocks on the device (copy-on-write): every layer's range of `src` into
+   * `dst`, ordered after every earlier call and before every later one; every source is read
+   * before any destination is written. The bytes never leave the backend's memory.
+   * @throws {ModelError} `INVALID_ARGUMENT` (before anything is copied) for an id outside the
+   *   cache or a destination named twice; `BACKEND` on a device failure.
+   */
+  copyBlocks(copies: readonly ForwardBlockCopy[]): Promise<void>;
   /** Frees the weights and the cache (and the device when the model created it). */
   destroy(): Promise<void>;
 }
@@ -141,7 +154,7 @@ export async function loadModel(
     const { backend, executor: exec } = await createExecutor(
       { reader, kv, weights: weightOpts },
       choice,
-      options.gpu,
+      options.gpu as Gpu | undefined,
       { threads: options.threads },
     );
     const limits = {
@@ -187,6 +200,15 @@ export async function loadModel(
           checkKvBlockArgs(kv, blockIds, bytes);
           const ids = [...blockIds];
           return serial(() => exec.blocks.write(ids, bytes));
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      },
+      copyBlocks(copies) {
+        try {
+          checkKvBlockCopies(kv, copies);
+          const list = copies.map(({ src, dst }) => ({ src, dst }));
+          return serial(() => exec.blocks.copy(list));
         } catch (e) {
           return Promise.reject(e);
         }

@@ -8,6 +8,7 @@ import {
 import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
 import { type ModelConfig, ropeConfig } from '../../config.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
+import { copyHostBlocks } from '../../execution/kv-blocks.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
 import type { ModelWeights } from '../../execution/weights.js';
 import { embeddingRef, matmulRef, rmsNormRef } from '../../kernels/reference.js';
@@ -172,18 +173,8 @@ export class CpuForward {
     const t = plan.numTokens;
     const h = c.hiddenSize;
     const d = c.headDim;
-    for (const cache of this.caches) {
-      for (const cp of plan.copies) {
-        cache.copyWithin(
-          cp.dst * spec.blockWords,
-          cp.src * spec.blockWords,
-          (cp.src + 1) * spec.blockWords,
-        );
-      }
-    }
-    let maxShift = 0;
-    for (const ks of plan.keyShifts) maxShift = Math.max(maxShift, Math.abs(ks.delta));
-    const rope = this.#ropeFor(Math.max(Math.max(...Array.from(plan.positions)), maxShift) + 1);
+    copyHostBlocks(spec, this.caches, plan.copies);
+    const rope = this.#ropeFor(plan.ropePositions);
     if (plan.keyShifts.length > 0) {
       const shift = { ...spec, format: spec.kvFormat, rope: rope.config };
       for (const cache of this.caches) {

@@ -8,7 +8,7 @@ import { type ModelConfig, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import type { Executor, ExecutorContext } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
-import { cpuKvBlockIo } from '../../execution/kv-blocks.js';
+import { copyHostBlocks, cpuKvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
 import {
   type LoadWeightsOptions,
@@ -419,18 +419,8 @@ class WasmForward {
     const kv = this.#kv;
     const arena = this.#arena;
     const t = plan.numTokens;
-    for (const cache of this.caches) {
-      for (const cp of plan.copies) {
-        cache.copyWithin(
-          cp.dst * kv.blockWords,
-          cp.src * kv.blockWords,
-          (cp.src + 1) * kv.blockWords,
-        );
-      }
-    }
-    let maxShift = 0;
-    for (const ks of plan.keyShifts) maxShift = Math.max(maxShift, Math.abs(ks.delta));
-    const rope = this.#ropeFor(Math.max(Math.max(...Array.from(plan.positions)), maxShift) + 1);
+    copyHostBlocks(kv, this.caches, plan.copies);
+    const rope = this.#ropeFor(plan.ropePositions);
     if (t > this.#step.tokens) this.#step = this.#stepBuffers(Math.max(t, 2 * this.#step.tokens));
     const s = this.#step;
     const pb = this.#planBuffers(plan);

@@ -15,7 +15,7 @@ import { type ModelConfig, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import type { Executor, ExecutorContext } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
-import { gpuKvBlockIo, type KvBlockIo } from '../../execution/kv-blocks.js';
+import { encodeBlockCopies, gpuKvBlockIo, type KvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
 import {
   loadBlockWeights,
@@ -272,12 +272,10 @@ class GpuForward implements Executor {
 
   #ensure(plan: NormalizedPlan): Scratch {
     const c = this.config;
-    let maxShift = 0;
-    for (const k of plan.keyShifts) maxShift = Math.max(maxShift, Math.abs(k.delta));
     const need = {
       tokens: plan.numTokens,
       logits: Math.max(1, plan.logitsIndices.length),
-      ropePositions: Math.max(maxShift, ...Array.from(plan.positions)) + 1,
+      ropePositions: plan.ropePositions,
       copies: Math.max(1, plan.copies.length),
     };
     const s = this.#scratch;
@@ -514,18 +512,7 @@ class GpuForward implements Executor {
     dev.pushErrorScope('validation');
     dev.pushErrorScope('out-of-memory');
     const enc = dev.createCommandEncoder({ label: 'kvasir-forward' });
-    if (plan.copies.length > 0) {
-      // A buffer cannot be copied onto itself: stage the source blocks, then place them.
-      const bw = this.kv.blockWords * 4;
-      for (const cache of this.#caches) {
-        for (const [i, cp] of plan.copies.entries()) {
-          enc.copyBufferToBuffer(cache, cp.src * bw, s.blockTmp, i * bw, bw);
-        }
-        for (const [i, cp] of plan.copies.entries()) {
-          enc.copyBufferToBuffer(s.blockTmp, i * bw, cache, cp.dst * bw, bw);
-        }
-      }
-    }
+    encodeBlockCopies(enc, this.#caches, this.kv.blockWords * 4, plan.copies, s.blockTmp);
     const attnStep = this.#attentionStep(plan);
     let extra: StepExtras | undefined;
     try {

@@ -1,0 +1,110 @@
+import type { Gpu } from '@kvasir/gpu';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ModelError } from '../errors.js';
+import type { CheckpointReader } from '../formats/checkpoint-reader.js';
+import { openCheckpoint } from '../formats/open-checkpoint.js';
+import { tempCheckpoint, tinyConfig } from '../testing/model.js';
+import { modelLimits } from './device-limits.js';
+
+const GIB = 2 ** 30;
+
+/** The header facts the limits read, for sizes no test file should have to hold. */
+const headerOnly = (numLayers: number, totalBytes: number) =>
+  ({ config: tinyConfig({ numLayers }), totalBytes }) as unknown as CheckpointReader;
+
+describe('modelLimits', () => {
+  let ckpt: Awaited<ReturnType<typeof tempCheckpoint>>;
+  let reader: CheckpointReader;
+  beforeAll(async () => {
+    ckpt = await tempCheckpoint(tinyConfig({ numLayers: 3 }), 4);
+    reader = await openCheckpoint(ckpt.dir);
+  });
+  afterAll(async () => {
+    await reader?.close();
+    await ckpt?.cleanup();
+  });
+
+  it('cpu: one host-memory device over every layer, a typed array per layer', async () => {
+    expect(await modelLimits(reader, { backend: 'cpu' })).toEqual({
+      backend: 'cpu',
+      devices: [
+        {
+          backend: 'cpu',
+          description: 'cpu (@kvasir/model reference kernels)',
+          hostMemory: true,
+          firstLayer: 0,
+          numLayers: 3,
+          maxKvBytes: 3 * (2 ** 31 - 1),
+          maxLayerKvBytes: 2 ** 31 - 1,
+        },
+      ],
+    });
+  });
+
+  it('wasm: what wasm32 leaves after the weights at file size and 256 MiB of activations', async () => {
+    const { devices } = await modelLimits(reader, { backend: 'wasm', threads: 3 });
+    const kv = 4 * GIB - reader.totalBytes - 256 * 2 ** 20;
+    expect(devices).toHaveLength(1);
+    expect(devices[0]).toMatchObject({
+      backend: 'wasm',
+      hostMemory: true,
+      firstLayer: 0,
+      numLayers: 3,
+      maxKvBytes: kv,
+      maxLayerKvBytes: Math.floor(kv / 3),
+    });
+    expect(devices[0]?.description).toMatch(
+      /^wasm \(3 threads, simd128(, relaxed simd available)?\)$/,
+    );
+  });
+
+  it('wasm: each layer gets its share, never below zero, whatever the weights weigh', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 128 }),
+        fc.integer({ min: 0, max: 8 * GIB }),
+        async (layers, weights) => {
+          const probe = {
+            webgpu: null,
+            wasm: { simd128: true, threads: true, relaxedSimd: false },
+          };
+          const [d] = (
+            await modelLimits(headerOnly(layers, weights), { backend: 'wasm', threads: 2, probe })
+          ).devices;
+          // What the app computed itself before the model reported it.
+          const app = Math.max(0, Math.floor((4 * GIB - weights - 256 * 2 ** 20) / layers));
+          expect(d?.maxLayerKvBytes).toBe(app);
+          expect(d?.maxKvBytes).toBeGreaterThanOrEqual(0);
+          expect((d?.maxLayerKvBytes ?? 0) * layers).toBeLessThanOrEqual(d?.maxKvBytes ?? 0);
+        },
+      ),
+    );
+  });
+
+  it("webgpu: the device's storage binding bounds each layer; its memory is not the host's", async () => {
+    const gpu = {
+      adapterInfo: { vendor: 'mesa', device: '', description: 'llvmpipe (LLVM 15.0.6, 256 bits)' },
+      backend: 'opengles',
+      isSoftware: true,
+      limits: { maxStorageBufferBindingSize: 128 * 2 ** 20 },
+    } as unknown as Gpu;
+    expect((await modelLimits(reader, { backend: 'webgpu', gpu })).devices).toEqual([
+      {
+        backend: 'webgpu',
+        description: 'webgpu (mesa llvmpipe (LLVM 15.0.6, 256 bits), opengles, software adapter)',
+        hostMemory: false,
+        firstLayer: 0,
+        numLayers: 3,
+        maxKvBytes: 3 * 128 * 2 ** 20,
+        maxLayerKvBytes: 128 * 2 ** 20,
+      },
+    ]);
+  });
+
+  it('webgpu without the device it will run on is refused by name', async () => {
+    const e = await modelLimits(reader, { backend: 'webgpu' }).catch((x: unknown) => x);
+    expect(ModelError.isInstance(e) && e.code).toBe('INVALID_ARGUMENT');
+    expect((e as Error).message).toMatch(/gpu/);
+  });
+});
