@@ -16,7 +16,7 @@ import type { ModelRunner } from './model-runner.js';
 // case on both backends; here they check the app's path: BatchPlan in, logits rows out.
 const here = dirname(fileURLToPath(import.meta.url));
 const golden = JSON.parse(
-  readFileSync(join(here, '../../../packages/model/src/fixtures/golden-logits.json'), 'utf8'),
+  readFileSync(join(here, '../../../../packages/model/src/fixtures/golden-logits.json'), 'utf8'),
 ) as {
   cases: {
     name: string;

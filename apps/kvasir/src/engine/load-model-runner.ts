@@ -4,18 +4,21 @@ import { basename } from 'node:path';
 import { createGpu, type Gpu, type GpuBackendOption } from '@kvasir/gpu';
 import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
 import {
+  type BackendName,
+  type BackendProbe,
   type CheckpointReader,
-  defaultThreadCount,
   type KvFormatName,
   kvBlockBytes,
   kvCacheSpec,
   loadModel,
   type ModelConfig,
   ModelError,
+  type ModelLimits,
   ModelTokenizer,
+  modelLimits,
   openCheckpoint,
-  WASM32_MAX_BYTES,
-  wasmFeatures,
+  probeBackends,
+  selectBackend,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { ChatMessage } from '@kvasir/server';
@@ -31,7 +34,7 @@ export interface LoadedModel {
   readonly weightBytes: number;
   readonly maxModelLen: number;
   readonly kvLayout: KvLayout;
-  /** Largest storage binding one layer's cache may use. */
+  /** Largest storage binding one layer's cache may use (the model's report, on every device). */
   readonly maxBindingBytes: number;
   /** Backend and adapter, in words. */
   readonly backend: string;
@@ -136,29 +139,54 @@ function asAppError(error: unknown, what: string): KvasirAppError {
 }
 
 /**
+ * The backend @kvasir/model chooses for `--backend` from a probe, with the WebGPU device opened
+ * when it is WebGPU. The WebGPU part of the probe runs in a child process: Dawn is loaded into
+ * this one only when there is an adapter to use, as its native warnings cannot be kept off
+ * stderr here. When `auto`'s hardware adapter then fails to open, the choice is made again
+ * without it.
+ * @throws KvasirAppError `MODEL_LOAD` when the backend asked for is not there.
+ */
+async function chooseBackend(
+  choice: EngineConfig['backend'],
+): Promise<{ backend: BackendName; gpu?: Gpu; probe: BackendProbe }> {
+  let adapter: string | undefined;
+  let webgpu: { isSoftware: boolean } | null = null;
+  if (choice === 'auto' || choice === 'webgpu') {
+    const found = await probeGpu();
+    if (process.env.KVASIR_DEBUG && found.log) process.stderr.write(found.log);
+    if (choice === 'webgpu' && !found.ok) {
+      throw new KvasirAppError('MODEL_LOAD', `no WebGPU device: ${found.message}`);
+    }
+    if (found.ok) {
+      adapter = found.probe.backend;
+      webgpu = { isSoftware: found.probe.isSoftware };
+    }
+  }
+  const probe = await probeBackends({ webgpu });
+  try {
+    const backend = selectBackend(choice, probe);
+    if (backend !== 'webgpu') return { backend, probe };
+    if (choice === 'webgpu') return { backend, gpu: await openGpu(adapter), probe };
+    const gpu = await openGpu(adapter).catch(() => undefined);
+    if (gpu) return { backend, gpu, probe };
+    return { backend: selectBackend(choice, { ...probe, webgpu: null }), probe };
+  } catch (error) {
+    throw asAppError(error, `--backend ${choice}`);
+  }
+}
+
+/**
  * Loads a checkpoint (HF directory or `.gguf`) for @kvasir/model's forward pass on the
- * configured backend. `auto` takes a hardware GPU when there is one and the wasm backend
- * otherwise (on a software adapter it is faster), or the CPU reference where WebAssembly has
- * no SIMD or shared memory.
+ * backend the model chooses for `--backend` (for `auto`: a hardware GPU when there is one, else
+ * the wasm backend, which is faster than a software adapter, else the CPU reference), planned
+ * with the limits the model reports for it.
  * @throws KvasirAppError `MODEL_LOAD` when the checkpoint or backend cannot be used;
  *   `INVALID_CONFIG` for a KV dtype the model cannot store.
  */
 export async function loadModelRunner(path: string, config: EngineConfig): Promise<LoadedModel> {
-  let gpu: Gpu | undefined;
-  if (config.backend === 'auto' || config.backend === 'webgpu') {
-    // Dawn is loaded into this process only when there is an adapter to use: its native
-    // warnings cannot be kept off stderr here, only in the probe's child process.
-    const found = await probeGpu();
-    if (process.env.KVASIR_DEBUG && found.log) process.stderr.write(found.log);
-    if (config.backend === 'webgpu') {
-      if (!found.ok) {
-        throw new KvasirAppError('MODEL_LOAD', `no WebGPU device: ${found.message}`);
-      }
-      gpu = await openGpu(found.probe.backend);
-    } else if (found.ok && !found.probe.isSoftware) {
-      gpu = await openGpu(found.probe.backend).catch(() => undefined);
-    }
-  }
+  const chosen = await chooseBackend(config.backend);
+  const backend = chosen.backend;
+  let gpu = chosen.gpu;
   const releaseGpu = () => {
     gpu?.destroy();
     gpu = undefined;
@@ -208,8 +236,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     c.slidingWindow ?? Number.POSITIVE_INFINITY,
   );
   const modelId = basename(path).replace(/\.gguf$/i, '');
-  const onGpu = gpu;
-  if (onGpu && config.blockSize < 8) {
+  if (backend === 'webgpu' && config.blockSize < 8) {
     releaseGpu();
     await closeReader();
     throw new KvasirAppError(
@@ -217,58 +244,52 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
       `--block-size: ${config.blockSize} runs on the cpu and wasm backends only; WebGPU's kernels take 8, 16 or 32`,
     );
   }
-  const wasm = wasmFeatures();
-  const onWasm =
-    !onGpu &&
-    (config.backend === 'wasm' || (config.backend === 'auto' && wasm.simd128 && wasm.threads));
   // More threads than CPUs only costs memory (a wasm stack each) and start-up time.
   const cpus = availableParallelism();
-  const threads = Math.min(config.threads ?? defaultThreadCount(), cpus);
-  const capped =
-    config.threads !== undefined && config.threads > cpus
-      ? ` (--threads ${config.threads} capped to this machine's ${cpus} CPUs)`
-      : '';
-  const backendText = onGpu
-    ? `webgpu (${[onGpu.adapterInfo.vendor, onGpu.adapterInfo.device || onGpu.adapterInfo.description].filter(Boolean).join(' ')}, ${onGpu.backend}${onGpu.isSoftware ? ', software adapter' : ''})`
-    : onWasm
-      ? `wasm (${threads} threads${capped}, simd128${wasm.relaxedSimd ? ', relaxed simd available' : ''})`
-      : 'cpu (@kvasir/model reference kernels)';
+  const threads = config.threads === undefined ? undefined : Math.min(config.threads, cpus);
+  let limits: ModelLimits;
+  try {
+    limits = await modelLimits(reader, { backend, gpu, threads, probe: chosen.probe });
+  } catch (error) {
+    releaseGpu();
+    await closeReader();
+    throw asAppError(error, `cannot run model ${modelId}`);
+  }
+  let backendText = limits.devices.map((d) => d.description).join(' + ');
+  if (backend === 'wasm' && config.threads !== undefined && config.threads > cpus) {
+    backendText = backendText.replace(
+      `${threads} threads`,
+      `${threads} threads (--threads ${config.threads} capped to this machine's ${cpus} CPUs)`,
+    );
+  }
   const qDim = c.numHeads * c.headDim;
   const kvDim = c.numKvHeads * c.headDim;
   return {
     modelId,
     weightDigest: digest,
     // Every backend keeps a tensor at its file size: f32 stays f32, f16/bf16 become f16, and
-    // GGUF block tensors (Q4_K, Q8_0, ...) stay blocks, on wasm too (before, wasm widened them
-    // to f16 and this undercounted a Q4_K_M model 3.5×). The one exception: gate and up of
-    // different block types are stored f16.
+    // GGUF block tensors (Q4_K, Q8_0, ...) stay blocks, on wasm too. The one exception: gate
+    // and up of different block types are stored f16.
     weightBytes: reader.totalBytes,
     maxModelLen,
     kvLayout,
-    // The CPU keeps one typed array per layer; the wasm backend keeps weights and every
-    // layer's cache in one wasm32 memory of at most 4 GiB, so each layer gets its share of
-    // what the weights (and 256 MiB of activations) leave.
-    maxBindingBytes: onGpu
-      ? onGpu.limits.maxStorageBufferBindingSize
-      : onWasm
-        ? Math.max(
-            0,
-            Math.floor((WASM32_MAX_BYTES - reader.totalBytes - 256 * 2 ** 20) / c.numLayers),
-          )
-        : 2 ** 31 - 1,
+    // One block id is the same logical block on every device, so the tightest device bounds all.
+    maxBindingBytes: Math.min(
+      ...limits.devices.map((d) =>
+        Math.min(d.maxLayerKvBytes, Math.floor(d.maxKvBytes / d.numLayers)),
+      ),
+    ),
     backend: backendText,
-    device: onGpu ? 'webgpu' : 'cpu',
+    device: limits.devices.every((d) => d.hostMemory) ? 'cpu' : 'webgpu',
     activationBytes(maxTokens, maxSeqs) {
       const perToken = 4 * (4 * c.hiddenSize + 2 * qDim + 2 * kvDim + 2 * c.intermediateSize);
       return maxTokens * perToken + maxSeqs * c.vocabSize * 4;
     },
     async allocate(numBlocks) {
       const model = await loadModel(reader, {
-        ...(onGpu
-          ? { gpu: onGpu }
-          : onWasm
-            ? { backend: 'wasm' as const, threads }
-            : { backend: 'cpu' as const }),
+        backend,
+        ...(gpu ? { gpu } : {}),
+        ...(threads === undefined ? {} : { threads }),
         numBlocks,
         blockSize: config.blockSize,
         kvFormat,
@@ -299,14 +320,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
         codec: codecFor(tokenizer),
         // Copy-on-write runs in copyBlocks (also for a plan with no tokens), not again here.
         forward: (plan: BatchPlan) => model.forward({ ...plan, copies: [] }),
-        async copyBlocks(copies: readonly BlockCopy[]) {
-          if (copies.length === 0) return;
-          const data = await model.readBlocks(copies.map((cp) => cp.src));
-          await model.writeBlocks(
-            copies.map((cp) => cp.dst),
-            data,
-          );
-        },
+        copyBlocks: (copies: readonly BlockCopy[]) => model.copyBlocks(copies),
         async readBlocks(blocks) {
           const all = await model.readBlocks(blocks);
           // One copy per block: a store may keep a block long after the others are gone.
