@@ -79,7 +79,7 @@ export type { GenerateOptions } from './model/generate.js';
 export { generate } from './model/generate.js';
 export type { LoadModelOptions, Model } from './model/model.js';
 export { loadModel } from './model/model.js';
-export { Rng } from './sampling/rng.js';
+export { Rng } from './rng.js';
 export type { SampleResult, SamplingParams, TokenLogprob } from './sampling/sampler.js';
 export {
   applyLogitBias,

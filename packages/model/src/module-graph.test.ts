@@ -8,15 +8,17 @@ const here = dirname(fileURLToPath(import.meta.url));
 /**
  * The package's layers, lowest first, as paths below `src/`. A file may import files of a lower
  * layer and of its own folder, never of a higher layer, nor of a sibling at the same rank (one
- * backend does not reach into another; the tokenizer and the kernels do not know each other).
+ * backend does not reach into another; the tokenizer, the kernels and the grammar do not know each
+ * other).
  */
 const LAYERS: readonly (readonly string[])[] = [
   ['errors.ts'],
-  ['config.ts'],
-  ['sampling'],
+  // The model config, and the seeded generator that random weights and sampling draw from.
+  ['config.ts', 'rng.ts'],
   // Checkpoint files and the tokenizer files inside them (tokenizer.json, GGUF metadata).
   ['formats'],
-  ['tokenizer', 'kernels'],
+  ['tokenizer', 'kernels', 'grammar'],
+  ['sampling'],
   // The backend seam: plans, the KV cache layout, weights, block transfers.
   ['execution'],
   ['backends/cpu', 'backends/wasm', 'backends/webgpu'],

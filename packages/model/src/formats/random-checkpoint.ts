@@ -2,7 +2,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { expectedTensors, type ModelConfig, toHfConfig, validateModelConfig } from '../config.js';
 import { fileIoError, ModelError } from '../errors.js';
-import { Rng } from '../sampling/rng.js';
+import { Rng } from '../rng.js';
 import {
   buildByteLevelTokenizerConfig,
   buildByteLevelTokenizerJson,

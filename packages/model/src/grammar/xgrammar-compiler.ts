@@ -5,7 +5,7 @@ import type {
   TokenizerInfo,
 } from '@mlc-ai/web-xgrammar';
 import { ModelError } from '../errors.js';
-import { byteLevelAlphabet } from '../tokenizer/byte-level-bpe.js';
+import { byteLevelAlphabet } from '../formats/byte-level-bpe.js';
 import {
   type CompiledConstraint,
   type ConstraintCompiler,

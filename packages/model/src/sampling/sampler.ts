@@ -1,6 +1,6 @@
 import { ModelError } from '../errors.js';
 import { bitmaskWords, type TokenBitmask } from '../grammar/output-constraint.js';
-import { Rng } from './rng.js';
+import { Rng } from '../rng.js';
 
 /**
  * How one request picks its next token. Every field is optional; the defaults sample from the

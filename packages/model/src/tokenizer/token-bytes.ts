@@ -1,4 +1,4 @@
-import { byteLevelAlphabet } from './byte-level-bpe.js';
+import { byteLevelAlphabet } from '../formats/byte-level-bpe.js';
 
 /**
  * How a tokenizer's vocabulary spells bytes in its token strings, read from `tokenizer.json`'s

@@ -2,8 +2,8 @@
 // module Web Worker: the wasm backend's thread 0 blocks in `memory.atomic.wait`, which a page's
 // main thread may not do. Fetches the GGUF, runs the steps, and reports what the page checks.
 
-import { createWasmRuntime } from '../../backends/wasm/wasm-runtime.js';
 import { wasmFeatures } from '../../backends/wasm/wasm-module.js';
+import { createWasmRuntime } from '../../backends/wasm/wasm-runtime.js';
 import { loadModel, ModelError, openGgufBytes } from '../../index.js';
 import { ggmlKernelCaseBits } from '../ggml-harness.js';
 import { runTinySteps } from './tiny-steps.js';

@@ -1,4 +1,4 @@
-import { ModelError } from '../errors.js';
+import { ModelError } from './errors.js';
 
 function splitmix32(state: number): [number, number] {
   state = (state + 0x9e3779b9) | 0;
