@@ -5,8 +5,8 @@
 // in alternation for `rounds` rounds; medians, and each option's weight bytes.
 //   tsx bench/f16-options.ts <model-F16.gguf> [threads] [rounds] [pp] [tg]
 // Prints one JSON object.
-import type { LoadModelOptions } from '../src/execution/model.js';
-import { loadModel } from '../src/execution/model.js';
+import type { LoadModelOptions } from '../src/model/model.js';
+import { loadModel } from '../src/model/model.js';
 import { BLOCK, prefillPlan } from './plans.js';
 
 const [path, threadsArg = '2', roundsArg = '3', ppArg = '128', tgArg = '32'] =
