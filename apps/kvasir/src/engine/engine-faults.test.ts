@@ -172,3 +172,33 @@ describe('KvasirEngine after a lost device', () => {
     }
   });
 });
+
+describe('KvasirEngine refuses a prompt no compression policy can hold', () => {
+  it('a SnapKV prompt past the context is PROMPT_TOO_LONG naming prompt, not the scheduler field', async () => {
+    const own = await buildEngine(
+      parseEngineConfig({
+        backend: 'cpu',
+        cacheDir,
+        numGpuBlocks: 32,
+        blockSize: 8,
+        maxModelLen: 64,
+      }),
+    );
+    try {
+      const error = await own.engine
+        .generate(
+          { ...greedy('snap', prompt(3, 100), 4), kvCompression: { policy: 'snapkv', budget: 32 } },
+          new AbortController().signal,
+        )
+        .catch((e: unknown) => e as EngineError);
+      expect(error).toMatchObject({ code: 'PROMPT_TOO_LONG', details: { param: 'prompt' } });
+      expect((error as Error).message).not.toMatch(/promptTokenIds/);
+      expect((error as Error).message).toMatch(
+        /^prompt: 100 tokens, over the model's context of 64/,
+      );
+      expect(own.engine.health().status).toBe('ok');
+    } finally {
+      await own.close();
+    }
+  });
+});

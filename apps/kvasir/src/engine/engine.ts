@@ -283,6 +283,18 @@ export class KvasirEngine implements InferenceEngine {
       if (SchedulerError.isInstance(error)) {
         // The scheduler names its own field (`details.field`); the client sent `kv_compression`.
         const field = error.details?.field;
+        if (
+          field === 'promptTokenIds' &&
+          request.promptTokens.length > this.scheduler.maxModelLen
+        ) {
+          // A policy that keeps every prompt token until prefill ends (SnapKV) cannot run a
+          // prompt past the context, whatever positions it uses.
+          throw new EngineError(
+            'PROMPT_TOO_LONG',
+            `prompt: ${request.promptTokens.length} tokens, over the model's context of ${this.scheduler.maxModelLen}; this kv_compression policy needs the whole prompt in the cache`,
+            { cause: error, details: { param: 'prompt' } },
+          );
+        }
         throw typeof field === 'string' && field.startsWith('kvCompression')
           ? new EngineError(
               'INVALID_REQUEST',
