@@ -210,6 +210,11 @@ export interface EngineStats {
     readonly cached: number;
     readonly free: number;
   };
+  /**
+   * Tokens per KV block. With `blocks.total` it makes `vllm:cache_config_info{block_size,
+   * num_gpu_blocks}`, which an inference gateway's endpoint picker reads; omitted, that series is.
+   */
+  readonly blockSize?: number;
   /** Prefix-cache lookups and hits, counted in tokens. */
   readonly prefixCache: { readonly queries: number; readonly hits: number };
   readonly requests: {

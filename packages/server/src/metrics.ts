@@ -83,6 +83,46 @@ export class ServerMetrics {
         this.set({ state: 'preempted' }, r.preempted);
       },
     });
+    // The Model Server Protocol of the Gateway API Inference Extension: an endpoint picker
+    // scrapes queue depth, running requests and KV-cache use under vLLM's names (its default
+    // configuration), plus block size and block count as labels of an info series. Same types
+    // and meanings as vLLM's: gauges, usage a fraction in 0..1 despite the `_perc` suffix.
+    new Gauge({
+      name: 'vllm:num_requests_waiting',
+      help: 'Requests waiting to be scheduled (Model Server Protocol: TotalQueuedRequests).',
+      registers,
+      collect() {
+        this.set(current().requests.waiting);
+      },
+    });
+    new Gauge({
+      name: 'vllm:num_requests_running',
+      help: 'Requests being served in engine steps (Model Server Protocol: TotalRunningRequests).',
+      registers,
+      collect() {
+        this.set(current().requests.running);
+      },
+    });
+    new Gauge({
+      name: 'vllm:kv_cache_usage_perc',
+      help: 'KV-cache usage, 1 meaning 100 percent (Model Server Protocol: KVCacheUtilization).',
+      registers,
+      collect() {
+        this.set(current().kvCacheUsage);
+      },
+    });
+    new Gauge<'block_size' | 'num_gpu_blocks'>({
+      name: 'vllm:cache_config_info',
+      help: 'KV-cache configuration as labels, value 1 (Model Server Protocol: BlockSize, NumBlocks).',
+      labelNames: ['block_size', 'num_gpu_blocks'],
+      registers,
+      collect() {
+        this.reset();
+        const s = current();
+        if (s.blockSize === undefined) return;
+        this.set({ block_size: String(s.blockSize), num_gpu_blocks: String(s.blocks.total) }, 1);
+      },
+    });
     mirror(
       'kvasir_prefix_cache_queries_total',
       'Prompt tokens looked up in the prefix cache.',

@@ -48,6 +48,7 @@ export function engineStats(
   }
   return {
     kvCacheUsage: kv.usage,
+    blockSize: kvCache.blockSize,
     blocks: {
       total: kv.numBlocks,
       used: kv.usedBlocks,
