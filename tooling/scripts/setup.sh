@@ -11,7 +11,9 @@ PNPM_VERSION=$(node -p "require('./package.json').packageManager.split('@')[1]")
 # kernel tests) links that the OpenGL packages do not already bring.
 # clang + lld: @kvasir/model's wasm backend is compiled from C for wasm32 (wasm-ld comes with lld).
 # chromium: @kvasir/model's browser test drives it headless through playwright-core.
-APT_PACKAGES=(libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri libxcb-shm0 redis-server clang lld chromium)
+# redis-tools: redis-cli, which forms the tests' Redis Cluster (redis-server depends on it; named
+# so a machine with only redis-server from elsewhere gets it too).
+APT_PACKAGES=(libegl1 libegl-dev libgles2 libegl-mesa0 libgl1-mesa-dri libxcb-shm0 redis-server redis-tools clang lld chromium)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

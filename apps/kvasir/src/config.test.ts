@@ -65,6 +65,15 @@ describe('configuration errors name the fix', () => {
     ).not.toThrow();
   });
 
+  it('takes a Redis Cluster as redis+cluster://host:port,... and names a malformed node', () => {
+    expect(() =>
+      parseEngineConfig({ offload: { redisUrl: 'redis+cluster://10.0.0.1:7000,10.0.0.2:7001' } }),
+    ).not.toThrow();
+    expect(failure({ offload: { redisUrl: 'redis+cluster://a:7000,b:99999' } })).toContain(
+      'port out of range in "b:99999"',
+    );
+  });
+
   it('names a setting the way the caller says (a flag, a file)', () => {
     expect(failure({ blockSize: 7 }, (p) => (p === 'blockSize' ? '--block-size' : p))).toContain(
       'at --block-size:',

@@ -18,6 +18,8 @@ export { HostMemoryStore, type HostMemoryStoreOptions } from './host-memory-stor
 export { isBlockHash, KV_FORMAT_VERSION, type KvNamespaceSpec, kvNamespace } from './keys.js';
 export {
   checkRedisUrl,
+  parseRedisClusterUrl,
+  type RedisClusterUrl,
   RedisStore,
   type RedisStoreOptions,
   type RedisStoreStats,

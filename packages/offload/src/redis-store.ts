@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { BlockHash } from '@kvasir/kv-allocator';
-import { type Cluster, Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { OffloadError } from './errors.js';
 import { decodeFrame, encodeFrame } from './frame.js';
 import { checkNamespace } from './keys.js';
@@ -27,6 +27,10 @@ const REDIS_MAX_VALUE = 512 * 1024 * 1024 - 4096;
  * @throws {OffloadError} INVALID_OPTIONS naming what is wrong.
  */
 export function checkRedisUrl(url: string): void {
+  if (CLUSTER_SCHEME.test(url)) {
+    parseRedisClusterUrl(url);
+    return;
+  }
   let parsed: URL | undefined;
   try {
     parsed = new URL(url);
@@ -47,11 +51,68 @@ export function checkRedisUrl(url: string): void {
   }
 }
 
+const CLUSTER_SCHEME = /^rediss?\+cluster:\/\//i;
+
+/** A Redis Cluster to connect to, parsed from a `redis+cluster://` URL. */
+export interface RedisClusterUrl {
+  /** Seed nodes: the client learns the others (and the slot map) from any one of them. */
+  readonly nodes: readonly { readonly host: string; readonly port: number }[];
+  readonly username?: string;
+  readonly password?: string;
+  /** `rediss+cluster://`: TLS to every node. */
+  readonly tls: boolean;
+}
+
+/**
+ * Parses `redis+cluster://[user:password@]host:port[,host:port...]` (or `rediss+cluster://` for
+ * TLS): a Redis Cluster given by one or more seed nodes. A port defaults to 6379.
+ * @throws {OffloadError} INVALID_OPTIONS naming what is wrong.
+ */
+export function parseRedisClusterUrl(url: string): RedisClusterUrl {
+  const bad = (why: string): OffloadError =>
+    new OffloadError('INVALID_OPTIONS', `Redis Cluster URL ${JSON.stringify(url)} ${why}`, {
+      details: { url },
+    });
+  const m = /^(rediss?)\+cluster:\/\/(?:([^@/]*)@)?([^/?#]*)\/?$/i.exec(url);
+  if (m === null) throw bad('is not redis+cluster://host:port[,host:port...]');
+  const [, scheme, auth, hosts] = m as unknown as [string, string, string | undefined, string];
+  const nodes = hosts.split(',').map((h) => {
+    const hp = /^(\[[0-9a-fA-F:.]+\]|[^:[\]]+)(?::(\d+))?$/.exec(h.trim());
+    if (hp === null) throw bad(`has a malformed node ${JSON.stringify(h)} (want host:port)`);
+    const port = hp[2] === undefined ? 6379 : Number(hp[2]);
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      throw bad(`has a port out of range in ${JSON.stringify(h)}`);
+    }
+    return { host: (hp[1] as string).replace(/^\[|\]$/g, ''), port };
+  });
+  let username: string | undefined;
+  let password: string | undefined;
+  if (auth !== undefined && auth !== '') {
+    const cut = auth.indexOf(':');
+    username = decodeURIComponent(cut < 0 ? auth : auth.slice(0, cut)) || undefined;
+    password = cut < 0 ? undefined : decodeURIComponent(auth.slice(cut + 1));
+    if (cut < 0) {
+      password = username;
+      username = undefined;
+    }
+  }
+  return {
+    nodes,
+    ...(username !== undefined ? { username } : {}),
+    ...(password !== undefined ? { password } : {}),
+    tls: scheme.toLowerCase() === 'rediss',
+  };
+}
+
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions {
   /** Namespace fingerprint from `kvNamespace()`. */
   readonly namespace: string;
-  /** `redis://[:password@]host:port[/db]`; ignored when `client` is given. Default `redis://127.0.0.1:6379`. */
+  /**
+   * `redis://[:password@]host:port[/db]`, or `redis+cluster://host:port[,host:port...]` for a
+   * Redis Cluster (ioredis' `Cluster` client over those seed nodes); ignored when `client` is
+   * given. Default `redis://127.0.0.1:6379`.
+   */
   readonly url?: string;
   /** Extra ioredis options for the connection this store opens (its timeouts win over the defaults below). */
   readonly redisOptions?: RedisOptions;
@@ -145,7 +206,33 @@ export class RedisStore implements KvBlockStore {
         retryStrategy: (times: number) => Math.min(50 * times, maxDelay),
         ...options.redisOptions,
       };
-      this.client = new Redis(options.url ?? 'redis://127.0.0.1:6379', base);
+      const url = options.url ?? 'redis://127.0.0.1:6379';
+      if (CLUSTER_SCHEME.test(url)) {
+        const c = parseRedisClusterUrl(url);
+        const { maxRetriesPerRequest: _, enableOfflineQueue: __, ...nodeOptions } = base;
+        // Bounded like a single node: no offline queue, one redirection retry, a quick slot
+        // refresh. While a master fails over its slots' commands fail at once (misses, skipped
+        // writes); the client re-reads the slot map and finds the promoted replica.
+        this.client = new Cluster([...c.nodes], {
+          enableOfflineQueue: false,
+          enableReadyCheck: true,
+          maxRedirections: 4,
+          retryDelayOnFailover: 50,
+          retryDelayOnClusterDown: 50,
+          retryDelayOnTryAgain: 50,
+          slotsRefreshTimeout: base.connectTimeout ?? 1000,
+          clusterRetryStrategy: (times: number) => Math.min(50 * times, maxDelay),
+          redisOptions: {
+            ...nodeOptions,
+            maxRetriesPerRequest: 1,
+            ...(c.username !== undefined ? { username: c.username } : {}),
+            ...(c.password !== undefined ? { password: c.password } : {}),
+            ...(c.tls ? { tls: {} } : {}),
+          },
+        });
+      } else {
+        this.client = new Redis(url, base);
+      }
       this.ownsClient = true;
     }
     // Without a listener ioredis prints every connection error; the count is what we want.

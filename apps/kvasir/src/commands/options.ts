@@ -134,7 +134,10 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     )
     .option('--offload-disk-dir <dir>', 'disk offload tier directory')
     .option('--offload-disk-bytes <bytes>', 'disk offload tier budget', bytes)
-    .option('--offload-redis-url <url>', 'Redis offload tier, e.g. redis://127.0.0.1:6379')
+    .option(
+      '--offload-redis-url <url>',
+      'Redis offload tier: redis://127.0.0.1:6379, or a Redis Cluster by seed nodes, redis+cluster://127.0.0.1:7000,127.0.0.1:7001',
+    )
     .option('--swap-blocks <n>', 'host slots for swap preemption', int())
     .option(
       '--offload-prefix',

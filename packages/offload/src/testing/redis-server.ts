@@ -190,7 +190,7 @@ export async function startRedisServer(
   };
 }
 
-/** A Redis Cluster of private `redis-server` nodes (masters only). */
+/** A Redis Cluster of private `redis-server` nodes (masters, and replicas if asked). */
 export interface RedisClusterHandle {
   /** The nodes, in the order given to `redis-cli --cluster create`. */
   readonly nodes: readonly RedisServerHandle[];
@@ -232,9 +232,17 @@ function run(binary: string, args: readonly string[]): Promise<string> {
  * @throws Error naming how to install Redis when a binary is missing.
  */
 export async function startRedisCluster(
-  options: StartRedisServerOptions & { readonly nodes?: number; readonly cli?: string } = {},
+  options: StartRedisServerOptions & {
+    readonly nodes?: number;
+    readonly cli?: string;
+    /** Replicas per master (`--cluster-replicas`, default 0); `nodes` counts masters and replicas. */
+    readonly replicas?: number;
+    /** `cluster-node-timeout` in ms (default 5,000): how long before a silent master fails over. */
+    readonly nodeTimeoutMs?: number;
+  } = {},
 ): Promise<RedisClusterHandle> {
   const count = options.nodes ?? 3;
+  const replicas = options.replicas ?? 0;
   const cli = options.cli ?? process.env.REDIS_CLI ?? 'redis-cli';
   const nodes: RedisServerHandle[] = [];
   const stop = async (): Promise<void> => {
@@ -251,7 +259,7 @@ export async function startRedisCluster(
             '--cluster-config-file',
             'nodes.conf',
             '--cluster-node-timeout',
-            '5000',
+            String(options.nodeTimeoutMs ?? 5000),
             ...(options.args ?? []),
           ],
         }),
@@ -262,14 +270,16 @@ export async function startRedisCluster(
       'create',
       ...nodes.map((n) => `127.0.0.1:${n.port}`),
       '--cluster-replicas',
-      '0',
+      String(replicas),
       '--cluster-yes',
     ]);
     const deadline = Date.now() + (options.startTimeoutMs ?? 20_000);
     for (const n of nodes) {
       for (;;) {
         const info = await run(cli, ['-p', String(n.port), 'cluster', 'info']);
-        if (info.includes('cluster_state:ok')) break;
+        if (info.includes('cluster_state:ok') && info.includes(`cluster_known_nodes:${count}`)) {
+          break;
+        }
         if (Date.now() > deadline)
           throw new Error(`cluster node ${n.port} not ok: ${info.slice(0, 200)}`);
         await new Promise((r) => setTimeout(r, 100));
