@@ -65,7 +65,29 @@ export interface SamplingParams {
   readonly repetitionPenalty: number;
   /** Per-request seed: same seed, same prompt, same parameters → same output. */
   readonly seed?: number;
+  /**
+   * Added to the logits of these token ids before sampling (OpenAI's `logit_bias`, -100 to 100).
+   * An engine refuses ids outside its vocabulary with `INVALID_REQUEST` (`param: logit_bias`).
+   */
+  readonly logitBias?: Readonly<Record<number, number>>;
 }
+
+/**
+ * What every choice's output must match (structured outputs), enforced token by token:
+ * `json_object` any JSON object, `json_schema` JSON valid against `schema`, `grammar` a GBNF /
+ * EBNF grammar (rule `root` first), `regex` text matching `pattern` in full. An engine compiles
+ * it before any decoding and refuses one it cannot compile with `INVALID_REQUEST` naming
+ * {@link param}; a constrained choice that reaches `maxTokens` ends with `length`.
+ */
+export type OutputConstraint = (
+  | { readonly kind: 'json_object' }
+  | { readonly kind: 'json_schema'; readonly schema: unknown }
+  | { readonly kind: 'grammar'; readonly grammar: string }
+  | { readonly kind: 'regex'; readonly pattern: string }
+) & {
+  /** The request field it came from, named in errors; default `response_format`. */
+  readonly param?: string;
+};
 
 /** What the server asks the engine to generate. */
 export interface GenerationRequest {
@@ -109,6 +131,8 @@ export interface GenerationRequest {
   readonly echo?: boolean;
   /** Token-level KV compression for this request (Kvasir's extension); the engine's default when absent. */
   readonly kvCompression?: KvCompressionRequest;
+  /** Structured output: what every choice must match (see {@link OutputConstraint}). */
+  readonly constraint?: OutputConstraint;
 }
 
 /** One alternative token with its log-probability. */

@@ -30,6 +30,7 @@ export type {
   KvCompressionRequest,
   ModelCard,
   OffloadTierStats,
+  OutputConstraint,
   PromptEvent,
   PromptTokenLogprob,
   SamplingParams,

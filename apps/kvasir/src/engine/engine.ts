@@ -33,6 +33,7 @@ import { type KvCompressionSetup, kvCompressionSetup } from '../plugins/kv-compr
 import { admit } from './admission.js';
 import { LiveRequest } from './live-request.js';
 import type { ModelRunner } from './model-runner.js';
+import { OutputConstraints, prepareMasks } from './output-constraints.js';
 import { promptLogitRows, recordPromptLogits } from './prompt-logits.js';
 import { createScheduler, engineStats } from './scheduler-setup.js';
 
@@ -79,6 +80,7 @@ export class KvasirEngine implements InferenceEngine {
   readonly scheduler: Scheduler;
   readonly modelCard: ModelCard;
   readonly #sampler = new Sampler();
+  readonly #constraints: OutputConstraints;
   readonly #live = new Map<string, LiveRequest>();
   readonly #offload: KvasirEngineOptions['offload'];
   readonly #swap: SwapConnector | undefined;
@@ -115,6 +117,7 @@ export class KvasirEngine implements InferenceEngine {
         this.#pluginFailed(`eviction:${String(error.details?.policy)}`, error.message),
     });
     this.scheduler = createScheduler(config, this.kvCache, facts, this.#offload);
+    this.#constraints = new OutputConstraints(runner);
     this.#kvCompression = options.kvCompression ?? kvCompressionSetup(facts.kvLayout.blockSize);
     this.modelCard = {
       id: options.servedModelName ?? config.servedModelName ?? facts.modelId,
@@ -260,6 +263,17 @@ export class KvasirEngine implements InferenceEngine {
       }
       if (signal.aborted) throw new EngineError('INVALID_REQUEST', 'request was aborted');
     }
+    // Compiled before any decoding: a constraint that cannot compile is the client's 400.
+    const constraints = await this.#constraints.admit(request);
+    const release = () => {
+      for (const m of constraints.matchers) m.dispose();
+    };
+    if (this.#stopping || this.#failure !== undefined || signal.aborted) {
+      release();
+      throw signal.aborted
+        ? new EngineError('INVALID_REQUEST', 'request was aborted')
+        : new EngineError('DRAINING', 'engine is shutting down');
+    }
     try {
       this.scheduler.add({
         id: request.id,
@@ -275,6 +289,7 @@ export class KvasirEngine implements InferenceEngine {
         ...(kvCompression ? { kvCompression } : {}),
       });
     } catch (error) {
+      release();
       if (SchedulerError.isInstance(error) && error.code === 'INVALID_POLICY') {
         // The server's compression plug-in failed (its maxBlocks), not the client's request.
         this.#pluginFailed(`kv-compression:${String(error.details?.policy)}`, error.message);
@@ -305,7 +320,7 @@ export class KvasirEngine implements InferenceEngine {
       }
       throw error;
     }
-    const live = new LiveRequest(request, this.runner.codec, stopTokens);
+    const live = new LiveRequest(request, this.runner.codec, stopTokens, constraints);
     this.#live.set(request.id, live);
     const onAbort = () => {
       // A listener that throws would take the whole process down: end this request whatever
@@ -334,7 +349,7 @@ export class KvasirEngine implements InferenceEngine {
     }
     this.#wake?.();
     await this.#loop;
-    await Promise.all(this.#connectors.map((c) => c.close()));
+    await Promise.all([...this.#connectors.map((c) => c.close()), this.#constraints.close()]);
   }
 
   #ensureLoop(): void {
@@ -484,9 +499,11 @@ export class KvasirEngine implements InferenceEngine {
     const numSamples = plan.logitsIndices.length;
     if (plan.numTokens > 0) {
       const prompt = promptLogitRows(plan, this.#live);
+      const pendingMasks = prepareMasks(plan, this.#live);
       const logits = await this.runner.forward(
         prompt ? { ...plan, logitsIndices: prompt.logitsIndices } : plan,
       );
+      const masks = pendingMasks && (await pendingMasks);
       for (const c of this.#connectors) c.afterForward?.(plan);
       const vocab = this.runner.facts.vocabSize;
       if (prompt) recordPromptLogits(prompt, logits, numSamples, vocab);
@@ -503,7 +520,9 @@ export class KvasirEngine implements InferenceEngine {
         }
         const index = plan.sampleIndices[i]!;
         try {
-          const result = live.sample(this.#sampler, index, row);
+          const mask = masks?.[i];
+          if (mask instanceof Error) throw mask;
+          const result = live.sample(this.#sampler, index, row, mask);
           tokenIds[i] = result.token;
           logprobs[i] = result.logprob ?? 0;
           if (live.emitToken(index, result.token, result.logprob ?? 0, result.topLogprobs)) {

@@ -1,4 +1,10 @@
-import { logprobs as rowLogprobs, type Sampler, SamplingState } from '@kvasir/model';
+import {
+  logprobs as rowLogprobs,
+  type Sampler,
+  SamplingState,
+  type TokenBitmask,
+  type TokenMatcher,
+} from '@kvasir/model';
 import type { RequestOutput } from '@kvasir/scheduler';
 import {
   EngineError,
@@ -10,12 +16,19 @@ import {
 import { AsyncQueue } from './async-queue.js';
 import { ChoiceOutput, type DecodedPiece, type RawLogprob } from './choice-output.js';
 import type { IncrementalDecoder, TextCodec } from './model-runner.js';
+import type { AdmittedConstraints } from './output-constraints.js';
 
 interface Choice {
   readonly state: SamplingState;
   readonly decoder: IncrementalDecoder;
   /** Stop strings and the release of text and log-probabilities to the client. */
   readonly output: ChoiceOutput;
+  /**
+   * Where the choice stands in the request's output constraint. Preemption needs nothing of
+   * it: recompute replays the KV of the tokens already sampled (all of them accepted here), and
+   * swap keeps everything.
+   */
+  readonly matcher: TokenMatcher | undefined;
   generated: number;
   finished: boolean;
 }
@@ -38,6 +51,7 @@ export class LiveRequest {
   readonly #choices: Choice[];
   readonly #stopTokens: ReadonlySet<number>;
   readonly #codec: TextCodec;
+  readonly #logitBias: ReadonlyMap<number, number> | undefined;
   #ended = false;
   /**
    * Echo with log-probabilities: entry i scores prompt token i (entry 0 stays, nothing predicts
@@ -47,14 +61,21 @@ export class LiveRequest {
   #promptMissing = 0;
   #promptSent = false;
 
-  constructor(request: GenerationRequest, codec: TextCodec, stopTokens: ReadonlySet<number>) {
+  constructor(
+    request: GenerationRequest,
+    codec: TextCodec,
+    stopTokens: ReadonlySet<number>,
+    constraints?: AdmittedConstraints,
+  ) {
     this.request = request;
     this.#codec = codec;
     this.#stopTokens = stopTokens;
+    this.#logitBias = constraints?.logitBias;
     this.#choices = Array.from({ length: request.n }, (_, i) => ({
       state: new SamplingState(choiceSeed(request.sampling.seed, i), request.promptTokens),
       decoder: codec.decoder(),
       output: new ChoiceOutput(request.stopStrings ?? []),
+      matcher: constraints?.matchers[i],
       generated: 0,
       finished: false,
     }));
@@ -153,8 +174,18 @@ export class LiveRequest {
     return shown.stoppedByString;
   }
 
-  /** Samples choice `index`'s next token from its logits row. */
-  sample(sampler: Sampler, index: number, row: Float32Array) {
+  /**
+   * The tokens choice `index`'s constraint allows next; undefined for an unconstrained or
+   * finished choice.
+   */
+  nextTokenMask(index: number): Promise<TokenBitmask> | undefined {
+    const choice = this.#choices[index];
+    if (!choice?.matcher || choice.finished || this.#ended) return undefined;
+    return choice.matcher.nextTokenBitmask();
+  }
+
+  /** Samples choice `index`'s next token from its logits row, within `mask` when constrained. */
+  sample(sampler: Sampler, index: number, row: Float32Array, mask?: TokenBitmask) {
     const s = this.request.sampling;
     return sampler.sample(
       row,
@@ -168,8 +199,10 @@ export class LiveRequest {
         repetitionPenalty: s.repetitionPenalty,
         logprobs: this.request.logprobs !== undefined,
         topLogprobs: this.request.logprobs ?? 0,
+        ...(this.#logitBias ? { logitBias: this.#logitBias } : {}),
       },
       this.#choices[index]!.state,
+      mask,
     );
   }
 
@@ -191,6 +224,10 @@ export class LiveRequest {
       // Scoring only: the scheduler generates one token (it needs at least one), never shown.
       choice.finished = true;
       return this.#emit(index, [], { text: '', finishReason: 'length' });
+    }
+    if (choice.matcher && !choice.matcher.accept(token)) {
+      // The mask allowed it, so the matcher must: anything else is a bug, and the request fails.
+      throw new Error(`the output constraint refused token ${token} its own mask allowed`);
     }
     choice.generated++;
     let finishReason: FinishReason | undefined;
@@ -259,6 +296,7 @@ export class LiveRequest {
 
   /** Ends every choice still open with `reason` and closes the stream. */
   end(reason: FinishReason): void {
+    this.#disposeMatchers();
     if (!this.#ended) {
       this.#choices.forEach((choice, i) => {
         if (choice.finished) return;
@@ -272,8 +310,13 @@ export class LiveRequest {
 
   /** Ends the stream with an error its iterator throws. */
   fail(error: unknown): void {
+    this.#disposeMatchers();
     if (this.#ended) return;
     this.#ended = true;
     this.queue.fail(error);
+  }
+
+  #disposeMatchers(): void {
+    for (const choice of this.#choices) choice.matcher?.dispose();
   }
 }

@@ -19,6 +19,9 @@ import {
   openCheckpoint,
   probeBackends,
   selectBackend,
+  tokenVocabulary,
+  WASM32_MAX_BYTES,
+  wasmFeatures,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { ChatMessage } from '@kvasir/server';
@@ -90,6 +93,7 @@ export function codecFor(tokenizer: ModelTokenizer): TextCodec {
       tokenizer.encodeChat(messages.map((m) => ({ role: m.role, content: m.content }))),
     decoder: () => tokenizer.createDetokenizer({ skipSpecialTokens: true }),
     tokenText: (id) => tokenizer.decode([id]),
+    vocabulary: (options) => tokenVocabulary(tokenizer, options),
   };
 }
 

@@ -1,4 +1,5 @@
 import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
+import type { TokenVocabulary } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { ChatMessage } from '@kvasir/server/spec';
 
@@ -20,6 +21,11 @@ export interface TextCodec {
   decoder(): IncrementalDecoder;
   /** The text of a single token, for log-probabilities. */
   tokenText(tokenId: number): string;
+  /**
+   * The bytes each token id stands for, over a logits row of `size` ids, for grammar-constrained
+   * decoding; absent when the tokenizer cannot tell (constrained requests are then refused).
+   */
+  vocabulary?(options: { size: number; stopTokenIds: readonly number[] }): TokenVocabulary;
 }
 
 /** Facts about the loaded model the engine needs. */

@@ -1,0 +1,162 @@
+// Structured outputs in the engine: a request's constraint is compiled at admission (once per
+// distinct constraint, against the model's vocabulary), each choice gets its own matcher, and the
+// masks of a step's constrained rows are computed while its forward pass runs.
+import {
+  type ConstraintCompiler,
+  ModelError,
+  type TokenBitmask,
+  type TokenMatcher,
+  XGrammarCompiler,
+} from '@kvasir/model';
+import type { BatchPlan } from '@kvasir/scheduler';
+import { EngineError, type GenerationRequest } from '@kvasir/server/spec';
+import type { LiveRequest } from './live-request.js';
+import type { ModelRunner } from './model-runner.js';
+
+/** What a request's constraint and logit bias become at admission. */
+export interface AdmittedConstraints {
+  /** One matcher per choice, at the start of the output; empty without a constraint. */
+  readonly matchers: readonly TokenMatcher[];
+  /** The logit bias by token id; undefined without one. */
+  readonly logitBias: ReadonlyMap<number, number> | undefined;
+}
+
+const NONE: AdmittedConstraints = { matchers: [], logitBias: undefined };
+
+function invalid(param: string, message: string, cause?: unknown): EngineError {
+  return new EngineError('INVALID_REQUEST', `${param}: ${message}`, {
+    ...(cause === undefined ? {} : { cause }),
+    details: { param },
+  });
+}
+
+/**
+ * Compiles requests' output constraints against the runner's vocabulary (the compiler is made on
+ * the first constrained request, so unconstrained serving never loads XGrammar) and checks their
+ * logit bias.
+ */
+export class OutputConstraints {
+  readonly #runner: ModelRunner;
+  #compiler: Promise<ConstraintCompiler> | undefined;
+
+  constructor(runner: ModelRunner) {
+    this.#runner = runner;
+  }
+
+  /**
+   * The matchers and logit bias of a request, before it is queued.
+   *
+   * @throws EngineError `INVALID_REQUEST` naming the field: a constraint that does not compile,
+   *   with `ignoreEos` (a finished grammar allows only a stop token), or on a model whose
+   *   tokenizer cannot spell its tokens; a logit bias for an id outside the vocabulary.
+   */
+  async admit(request: GenerationRequest): Promise<AdmittedConstraints> {
+    const logitBias = this.#logitBias(request);
+    const constraint = request.constraint;
+    if (!constraint) return logitBias ? { matchers: [], logitBias } : NONE;
+    const param = constraint.param ?? 'response_format';
+    if (request.ignoreEos) {
+      throw invalid(
+        'ignore_eos',
+        `not supported with ${param}: a complete output ends with a stop token`,
+      );
+    }
+    let compiled: Awaited<ReturnType<ConstraintCompiler['compile']>>;
+    try {
+      compiled = await (await this.#compilerFor(param)).compile(constraint);
+    } catch (error) {
+      if (ModelError.isInstance(error) && error.code === 'INVALID_CONSTRAINT') {
+        throw invalid(param, error.message, error);
+      }
+      throw error;
+    }
+    const matchers: TokenMatcher[] = [];
+    try {
+      for (let i = 0; i < request.n; i++) matchers.push(await compiled.createMatcher());
+    } catch (error) {
+      for (const m of matchers) m.dispose();
+      throw error;
+    }
+    return { matchers, logitBias };
+  }
+
+  /** Releases the compiler (matchers already made stay usable). */
+  async close(): Promise<void> {
+    const compiler = this.#compiler;
+    this.#compiler = undefined;
+    (await compiler?.catch(() => undefined))?.dispose();
+  }
+
+  #compilerFor(param: string): Promise<ConstraintCompiler> {
+    if (!this.#compiler) {
+      const { codec, facts } = this.#runner;
+      if (!codec.vocabulary) {
+        return Promise.reject(invalid(param, "this model's tokenizer cannot constrain output"));
+      }
+      let vocabulary: ReturnType<NonNullable<typeof codec.vocabulary>>;
+      try {
+        vocabulary = codec.vocabulary({ size: facts.vocabSize, stopTokenIds: facts.eosTokenIds });
+      } catch (error) {
+        return Promise.reject(
+          invalid(
+            param,
+            `this model's tokenizer cannot constrain output (${(error as Error).message})`,
+            error,
+          ),
+        );
+      }
+      const compiler: Promise<ConstraintCompiler> = XGrammarCompiler.create(vocabulary);
+      this.#compiler = compiler;
+      compiler.catch(() => {
+        if (this.#compiler === compiler) this.#compiler = undefined;
+      });
+    }
+    return this.#compiler;
+  }
+
+  #logitBias(request: GenerationRequest): ReadonlyMap<number, number> | undefined {
+    const bias = request.sampling.logitBias;
+    if (!bias) return undefined;
+    const vocabSize = this.#runner.facts.vocabSize;
+    const map = new Map<number, number>();
+    for (const [key, value] of Object.entries(bias)) {
+      const id = Number(key);
+      if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
+        throw invalid(
+          'logit_bias',
+          `token id ${key} is outside the vocabulary (0 to ${vocabSize - 1})`,
+        );
+      }
+      if (!Number.isFinite(value))
+        throw invalid('logit_bias', `the bias of token ${key} is not a finite number`);
+      map.set(id, value);
+    }
+    return map.size > 0 ? map : undefined;
+  }
+}
+
+/**
+ * Starts computing the token masks of a plan's constrained sample rows; undefined when it has
+ * none (unconstrained steps pay nothing). Called before the forward pass and awaited after it:
+ * the matchers already hold every token sampled before this step, so the masks are those of
+ * this step's rows, and on backends whose forward pass runs off the main thread (wasm workers,
+ * the GPU) they cost no time. A row whose mask failed (its request ended meanwhile) gets the
+ * error.
+ */
+export function prepareMasks(
+  plan: BatchPlan,
+  live: ReadonlyMap<string, LiveRequest>,
+): Promise<(TokenBitmask | Error | undefined)[]> | undefined {
+  let pending: Promise<TokenBitmask | Error | undefined>[] | undefined;
+  const n = plan.logitsIndices.length;
+  for (let i = 0; i < n; i++) {
+    const request = live.get(plan.rows[plan.sampleRows[i]!]!.requestId);
+    const mask = request?.nextTokenMask(plan.sampleIndices[i]!);
+    if (!mask) continue;
+    pending ??= Array.from({ length: n }, () => Promise.resolve(undefined));
+    pending[i] = mask.catch((error: unknown) =>
+      error instanceof Error ? error : new Error(String(error)),
+    );
+  }
+  return pending && Promise.all(pending);
+}
