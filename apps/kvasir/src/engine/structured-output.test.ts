@@ -104,6 +104,7 @@ describe.each(MATRIX)('structured outputs on the %s model, %s backend', (model, 
           ? Array.from({ length }, () => Math.floor(random() * vocab))
           : engine.tokenize(engine.modelCard.id, 'The answer, as JSON: ');
       const ajv = new Ajv({ strict: false });
+      const runs = model === 'kvasir-mini' && backend === 'cpu' ? 2 : 4;
       let stopped = 0;
       let constrained = 0;
       let neighbours = 0;
@@ -147,12 +148,13 @@ describe.each(MATRIX)('structured outputs on the %s model, %s backend', (model, 
             }
           },
         ),
-        { numRuns: 4 },
+        // kvasir-mini on the TypeScript reference backend is the slow corner: fewer runs there.
+        { numRuns: runs },
       );
       // Not vacuous: choices finished inside their grammar, neighbours decoded, requests were
       // preempted (and recomputed) on the way.
       expect(stopped).toBeGreaterThan(0);
-      expect(constrained).toBe(12);
+      expect(constrained).toBe(3 * runs);
       expect(neighbours).toBeGreaterThan(0);
       expect(engine.scheduler.metrics().preemptionsRecompute).toBeGreaterThan(0);
       expect(engine.kvCache.blocks.numUsed).toBe(0);
