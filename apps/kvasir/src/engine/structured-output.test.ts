@@ -13,7 +13,7 @@ import { type BuiltEngine, buildEngine } from './bootstrap.js';
 
 // Structured outputs through the real engine (scheduler, allocator, runner, sampler): the random
 // model and kvasir-mini on the cpu and wasm backends, on a cache of 12 blocks of 8 tokens that
-// three requests of up to 60 tokens overflow, so recompute preemption happens while choices are
+// an unconstrained request of 84 tokens all but fills, so recompute preemption happens while choices are
 // half way through their grammar, beside unconstrained requests in the same batches.
 const cacheDir = mkdtempSync(join(tmpdir(), 'kvasir-structured-'));
 afterAll(async () => {
@@ -125,7 +125,15 @@ describe.each(MATRIX)('structured outputs on the %s model, %s backend', (model, 
                 built,
                 request(built, prompt(random, 12), { seed, n: 2, maxTokens: 48, constraint }),
               ),
-              run(built, request(built, prompt(random, 20), { seed: seed + 1, maxTokens: 32 })),
+              // The neighbour alone takes 11 of the 12 blocks: someone is preempted.
+              run(
+                built,
+                request(built, prompt(random, 20), {
+                  seed: seed + 1,
+                  maxTokens: 64,
+                  ignoreEos: true,
+                }),
+              ),
               run(
                 built,
                 request(built, prompt(random, 7), { seed: seed + 2, maxTokens: 48, constraint }),
