@@ -20,8 +20,6 @@ import {
   probeBackends,
   selectBackend,
   tokenVocabulary,
-  WASM32_MAX_BYTES,
-  wasmFeatures,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { ChatMessage } from '@kvasir/server';
