@@ -44,6 +44,17 @@ const offloadConfigSchema = z.strictObject({
   swapBlocks: z.number().int().min(0).optional(),
 });
 
+/** KV block events for routers and gateways (`kvEvents` in a config file; `serve` only). */
+const kvEventsConfigSchema = z.strictObject({
+  /** ZeroMQ PUB endpoint; no events without it. */
+  endpoint: z.string().min(1).optional(),
+  /** ZeroMQ ROUTER endpoint for replay and snapshot requests. */
+  replayEndpoint: z.string().min(1).optional(),
+  topic: z.string().default(''),
+  /** `array`: vLLM's positional structs; `map`: its tagged maps. */
+  encoding: z.enum(['array', 'map']).default('array'),
+});
+
 /**
  * Everything `kvasir serve` (and `generate`, `info`, `bench` in-process) can be told. Strict: an
  * unknown key (a typo such as `prot`) is refused, not ignored.
@@ -117,6 +128,7 @@ export const engineConfigSchema = z.strictObject({
    */
   offloadPrefix: z.boolean().optional(),
   offload: offloadConfigSchema.prefault({}),
+  kvEvents: kvEventsConfigSchema.prefault({}),
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8000),
   apiKey: z.string().optional(),
@@ -135,6 +147,7 @@ export type EngineConfigInput = z.input<typeof engineConfigSchema>;
 export const CONFIG_KEYS: Readonly<Record<string, readonly string[]>> = {
   '': Object.keys(engineConfigSchema.shape),
   offload: Object.keys(offloadConfigSchema.shape),
+  kvEvents: Object.keys(kvEventsConfigSchema.shape),
 };
 
 /** Edit distance with adjacent transpositions (`prot` → `port` is 1). */

@@ -15,7 +15,28 @@ export interface BlockPoolOptions {
    * by then (see {@link BlockPool.policyFailure}).
    */
   readonly onPolicyFailure?: (error: KvAllocatorError) => void;
+  /**
+   * Told, synchronously, each time a block's content hash enters or leaves the hash index (the
+   * set a prefix lookup can hit): for KV event streams. Unset, the pool does no work for it.
+   * It must not throw nor call back into the pool; buffer the event and act on it later.
+   */
+  readonly onBlockEvent?: (event: BlockPoolEvent) => void;
 }
+
+/**
+ * A change to the pool's hash index. `stored`: `block` now holds full content `hash`, chained
+ * on `parent` (undefined for a sequence's first block), of `tokens` when the caller knew them.
+ * `removed`: no block holds `hash` any more (evicted, reset, unpublished, or a failed write).
+ */
+export type BlockPoolEvent =
+  | {
+      readonly type: 'stored';
+      readonly block: BlockId;
+      readonly hash: BlockHash;
+      readonly parent: BlockHash | undefined;
+      readonly tokens: readonly number[] | undefined;
+    }
+  | { readonly type: 'removed'; readonly block: BlockId; readonly hash: BlockHash };
 
 /**
  * A fixed set of physical KV blocks with reference counts and a content-hash index.
@@ -38,6 +59,7 @@ export class BlockPool {
   #policy: EvictionPolicy<BlockId>;
   #policyFailure: KvAllocatorError | undefined;
   readonly #onPolicyFailure: ((error: KvAllocatorError) => void) | undefined;
+  readonly #onBlockEvent: ((event: BlockPoolEvent) => void) | undefined;
   private readonly refCounts: Int32Array;
   private readonly hashes: (BlockHash | undefined)[];
   private readonly byHash = new Map<BlockHash, BlockId>();
@@ -52,6 +74,7 @@ export class BlockPool {
     this.numBlocks = options.numBlocks;
     this.#policy = options.evictionPolicy ?? new LruPolicy<BlockId>();
     this.#onPolicyFailure = options.onPolicyFailure;
+    this.#onBlockEvent = options.onBlockEvent;
     this.refCounts = new Int32Array(options.numBlocks);
     this.hashes = new Array(options.numBlocks).fill(undefined);
     this.freeStack = new Int32Array(options.numBlocks);
@@ -239,10 +262,24 @@ export class BlockPool {
    * Records that `block` (in use) now holds full content `hash`. If another block already holds
    * the same content, `block` stays unhashed (it is freed, not cached, later): one block per hash.
    */
-  setHash(block: BlockId, hash: BlockHash): void {
+  setHash(block: BlockId, hash: BlockHash, parent?: BlockHash, tokens?: readonly number[]): void {
     if (this.hashes[block] !== undefined || this.byHash.has(hash)) return;
     this.hashes[block] = hash;
     this.byHash.set(hash, block);
+    if (this.#onBlockEvent !== undefined) {
+      this.#onBlockEvent({
+        type: 'stored',
+        block,
+        hash,
+        parent,
+        tokens: tokens === undefined ? undefined : [...tokens],
+      });
+    }
+  }
+
+  /** Every block in the hash index with its hash (used or cached): what a prefix lookup can hit. */
+  *hashedBlocks(): IterableIterator<[BlockId, BlockHash]> {
+    for (const [hash, block] of this.byHash) yield [block, hash];
   }
 
   /**
@@ -285,7 +322,10 @@ export class BlockPool {
 
   private dropHash(block: BlockId): void {
     const hash = this.hashes[block];
-    if (hash !== undefined && this.byHash.get(hash) === block) this.byHash.delete(hash);
+    if (hash !== undefined && this.byHash.get(hash) === block) {
+      this.byHash.delete(hash);
+      this.#onBlockEvent?.({ type: 'removed', block, hash });
+    }
     this.hashes[block] = undefined;
   }
 }

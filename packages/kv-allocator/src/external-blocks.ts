@@ -13,6 +13,10 @@ export interface ExternalBlocks {
   readonly blocks: readonly BlockId[];
   /** The hash each block will be published under. */
   readonly hashes: readonly BlockHash[];
+  /** The hash of the block before the first reserved one (undefined when that is the first). */
+  readonly parent?: BlockHash;
+  /** The reserved blocks' tokens, block after block, when known (for block events). */
+  readonly tokens?: readonly number[];
 }
 
 /**
@@ -25,6 +29,8 @@ export function reserveExternal(
   local: CachedPrefix,
   chain: readonly BlockHash[],
   maxBlocks: number,
+  tokens?: ArrayLike<number>,
+  blockSize = 0,
 ): ExternalBlocks | undefined {
   const first = local.blocks.length;
   const hashes: BlockHash[] = [];
@@ -39,7 +45,17 @@ export function reserveExternal(
   const blocks = pool.allocate(hashes.length);
   for (const b of local.blocks) pool.release(b);
   if (!blocks) return undefined;
-  return { firstBlock: first, blocks, hashes };
+  return {
+    firstBlock: first,
+    blocks,
+    hashes,
+    ...(first > 0 ? { parent: chain[first - 1]! } : {}),
+    ...(tokens === undefined
+      ? {}
+      : {
+          tokens: Array.from(tokens).slice(first * blockSize, (first + blocks.length) * blockSize),
+        }),
+  };
 }
 
 /**
@@ -51,7 +67,15 @@ export function commitExternal(pool: BlockPool, reserved: ExternalBlocks): void 
     if (pool.refCount(block) !== 1 || pool.hashOf(block) !== undefined) {
       throw new KvAllocatorError('INVALID_ARGUMENT', `block ${block} is not a reserved block`);
     }
-    pool.setHash(block, reserved.hashes[i]!);
+    const index = reserved.firstBlock + i;
+    const parent = i > 0 ? reserved.hashes[i - 1] : reserved.parent;
+    const per = reserved.tokens === undefined ? 0 : reserved.tokens.length / reserved.blocks.length;
+    pool.setHash(
+      block,
+      reserved.hashes[i]!,
+      index === 0 ? undefined : parent,
+      reserved.tokens?.slice(i * per, (i + 1) * per),
+    );
     pool.release(block);
   });
 }

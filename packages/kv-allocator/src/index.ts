@@ -1,4 +1,4 @@
-export { BlockPool, type BlockPoolOptions } from './block-pool.js';
+export { BlockPool, type BlockPoolEvent, type BlockPoolOptions } from './block-pool.js';
 export type { BlockPoolView } from './block-pool-view.js';
 export { KvAllocatorError, type KvAllocatorErrorCode } from './errors.js';
 export type { ExternalBlocks } from './external-blocks.js';

@@ -62,6 +62,7 @@ export class KvCacheManager {
       numBlocks: options.numBlocks,
       ...(evictionPolicy ? { evictionPolicy } : {}),
       ...(onPolicyFailure ? { onPolicyFailure } : {}),
+      ...(options.onBlockEvent ? { onBlockEvent: options.onBlockEvent } : {}),
     });
     this.numBlocks = this.pool.numBlocks;
     this.blocks = blockPoolView(this.pool);
@@ -340,7 +341,7 @@ export class KvCacheManager {
     if (!this.enablePrefixCaching) return undefined;
     const local = this.findCachedPrefix(tokens, options.extraKeys, { record: false });
     const chain = this.blockHashes(tokens, options.extraKeys);
-    return reserveExternal(this.pool, local, chain, options.maxBlocks);
+    return reserveExternal(this.pool, local, chain, options.maxBlocks, tokens, this.blockSize);
   }
 
   /**
@@ -355,6 +356,11 @@ export class KvCacheManager {
   /** Frees reserved blocks whose content could not be written. */
   abortExternal(reserved: ExternalBlocks): void {
     abortExternal(this.pool, reserved);
+  }
+
+  /** Every block a prefix lookup can hit now, with its hash (what KV event snapshots list). */
+  publishedBlocks(): [BlockId, BlockHash][] {
+    return [...this.pool.hashedBlocks()];
   }
 
   /** Drops every cached (unreferenced) block, e.g. after the weights changed. Returns how many. */

@@ -107,7 +107,10 @@ export function appendTokens(
     s.tail.push(tokens[i]!);
     if (s.tail.length === bs) {
       const hash = hashBlock(s.lastHash, s.tail, 0, bs);
-      if (publishHashes) pool.setHash(block, hash);
+      if (publishHashes) {
+        // The first block of a chain has no parent (its hash chains on the seed's root).
+        pool.setHash(block, hash, pos < bs ? undefined : s.lastHash, s.tail);
+      }
       s.lastHash = hash;
       s.tail.length = 0;
     }

@@ -1,6 +1,7 @@
 // The public contract of @kvasir/kv-allocator. @kvasir/scheduler, @kvasir/offload and the app
 // code against these types; change them only together with their users.
 
+import type { BlockPoolEvent } from './block-pool.js';
 import type { KvAllocatorError } from './errors.js';
 import type { EvictionPolicy } from './policies/eviction-policy.js';
 
@@ -120,6 +121,11 @@ export interface KvCacheManagerOptions {
    * pool goes on with the built-in LRU policy (see `BlockPool`).
    */
   readonly onEvictionPolicyFailure?: (error: KvAllocatorError) => void;
+  /**
+   * Told each time a block's hash enters or leaves the prefix-cache index (see
+   * `BlockPoolOptions.onBlockEvent`): the source of KV event streams. Unset costs nothing.
+   */
+  readonly onBlockEvent?: (event: BlockPoolEvent) => void;
   /**
    * Seed of every hash chain. Engines sharing blocks (through a shared offload tier) must use
    * the same seed; anything else may use the default.

@@ -50,6 +50,10 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   offloadDiskBytes: 'offload.diskBytes',
   offloadRedisUrl: 'offload.redisUrl',
   swapBlocks: 'offload.swapBlocks',
+  kvEvents: 'kvEvents.endpoint',
+  kvEventsReplay: 'kvEvents.replayEndpoint',
+  kvEventsTopic: 'kvEvents.topic',
+  kvEventsEncoding: 'kvEvents.encoding',
   host: 'host',
   port: 'port',
   apiKey: 'apiKey',
@@ -149,7 +153,22 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     cmd
       .option('--host <host>', 'interface to bind (default 127.0.0.1)')
       .option('-p, --port <port>', 'port (default 8000; 0 = any free port)', int())
-      .option('--api-key <key>', 'require this bearer key (default: $KVASIR_API_KEY)');
+      .option('--api-key <key>', 'require this bearer key (default: $KVASIR_API_KEY)')
+      .option(
+        '--kv-events <endpoint>',
+        "publish KV block events in vLLM's format on this ZeroMQ PUB endpoint (tcp://*:5557 binds, tcp://host:port connects)",
+      )
+      .option(
+        '--kv-events-replay <endpoint>',
+        'ZeroMQ ROUTER endpoint answering replay (from a sequence number) and snapshot requests, e.g. tcp://*:5558',
+      )
+      .option('--kv-events-topic <topic>', 'topic frame of each KV event message (default empty)')
+      .addOption(
+        new Option(
+          '--kv-events-encoding <encoding>',
+          "KV event encoding: array (vLLM's positional structs, default) or map (vLLM's tagged maps)",
+        ).choices(['array', 'map']),
+      );
   }
   return cmd;
 }

@@ -1,5 +1,6 @@
 import { basename, resolve } from 'node:path';
 import { defaultCacheDir, type EngineConfig } from '../config.js';
+import { KvEventPublisher } from '../connectors/kv-events.js';
 import {
   checkPreemptionSetup,
   openOffloadTiers,
@@ -12,6 +13,7 @@ import {
   RANDOM_MODEL,
   RANDOM_MODEL_NAME,
 } from '../default-model.js';
+import { KvasirAppError } from '../errors.js';
 import { loadEvictionPolicy } from '../plugins/eviction.js';
 import {
   checkDefaultCompression,
@@ -36,6 +38,8 @@ export interface BuiltEngine {
   readonly offloadTiers: readonly string[];
   /** What preemption does: recompute, or swap and where to. */
   readonly preemption: PreemptionSetup;
+  /** Where KV events are published (`--kv-events`), with ports resolved; undefined without. */
+  readonly kvEvents: { readonly pub: string; readonly replay: string | undefined } | undefined;
   /** Stops the loop, closes offload stores and releases the device. */
   close(): Promise<void>;
 }
@@ -112,6 +116,32 @@ export async function buildEngine(
     await model.dispose();
     throw error;
   }
+  let kvEvents: KvEventPublisher | undefined;
+  let engine: KvasirEngine | undefined;
+  if (config.kvEvents.endpoint !== undefined) {
+    try {
+      kvEvents = await KvEventPublisher.open({
+        endpoint: config.kvEvents.endpoint,
+        ...(config.kvEvents.replayEndpoint
+          ? { replayEndpoint: config.kvEvents.replayEndpoint }
+          : {}),
+        topic: config.kvEvents.topic,
+        encoding: config.kvEvents.encoding,
+        blockSize: model.kvLayout.blockSize,
+        publishedBlocks: () => engine?.kvCache.publishedBlocks() ?? [],
+        ...(options.log ? { log: options.log } : {}),
+      });
+    } catch (error) {
+      await offload?.store.close();
+      await model.dispose();
+      const where = [config.kvEvents.endpoint, config.kvEvents.replayEndpoint].filter(Boolean);
+      throw new KvasirAppError(
+        'INVALID_CONFIG',
+        `--kv-events: cannot open ${where.join(' / ')}: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+  }
   const runner = await model.allocate(plan.numBlocks);
   const servedModelName =
     config.servedModelName ??
@@ -120,7 +150,7 @@ export async function buildEngine(
       : isRandom
         ? RANDOM_MODEL_NAME
         : basename(path).replace(/\.gguf$/i, ''));
-  const engine = new KvasirEngine({
+  engine = new KvasirEngine({
     runner,
     config,
     evictionPolicy,
@@ -128,9 +158,11 @@ export async function buildEngine(
     servedModelName,
     ...(offload ? { offload } : {}),
     ...(options.log ? { log: options.log } : {}),
+    ...(kvEvents ? { kvEvents } : {}),
   });
+  const built = engine;
   return {
-    engine,
+    engine: built,
     model,
     plan,
     modelPath: path,
@@ -138,8 +170,10 @@ export async function buildEngine(
     isRandomModel: isRandom,
     offloadTiers: offload ? offload.tiers.map((t) => t.tier) : [],
     preemption,
+    kvEvents: kvEvents?.endpoints,
     async close() {
-      await engine.stop();
+      await built.stop();
+      await kvEvents?.close();
       await offload?.store.close();
       await runner.dispose();
     },

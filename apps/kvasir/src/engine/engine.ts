@@ -1,4 +1,4 @@
-import type { EvictionPolicy, ExtraKeys } from '@kvasir/kv-allocator';
+import type { BlockPoolEvent, EvictionPolicy, ExtraKeys } from '@kvasir/kv-allocator';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { Sampler } from '@kvasir/model';
 import {
@@ -58,6 +58,14 @@ export interface KvasirEngineOptions {
    * and called after the built-in swap and prefix-offload connectors, in this order.
    */
   readonly connectors?: readonly KvConnectorFactory[];
+  /**
+   * Where the block pool's events go (a {@link KvEventPublisher}): `onBlockEvent` is the
+   * allocator's hook, `flush` is called after each step to publish that step's batch.
+   */
+  readonly kvEvents?: {
+    readonly onBlockEvent: (event: BlockPoolEvent) => void;
+    flush(): void;
+  };
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -98,6 +106,7 @@ export class KvasirEngine implements InferenceEngine {
   /** Failures of users' plug-ins, by `kind:name` (`eviction:mru`). */
   readonly #pluginFailures = new Map<string, number>();
   readonly #log: (line: string) => void;
+  readonly #kvEvents: KvasirEngineOptions['kvEvents'];
   /** Steps run so far (for tests and benchmarks). */
   steps = 0;
 
@@ -115,7 +124,9 @@ export class KvasirEngine implements InferenceEngine {
       ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
       onEvictionPolicyFailure: (error) =>
         this.#pluginFailed(`eviction:${String(error.details?.policy)}`, error.message),
+      ...(options.kvEvents ? { onBlockEvent: options.kvEvents.onBlockEvent } : {}),
     });
+    this.#kvEvents = options.kvEvents;
     this.scheduler = createScheduler(config, this.kvCache, facts, this.#offload);
     this.#constraints = new OutputConstraints(runner);
     this.#kvCompression = options.kvCompression ?? kvCompressionSetup(facts.kvLayout.blockSize);
@@ -373,6 +384,8 @@ export class KvasirEngine implements InferenceEngine {
         continue;
       }
       const worked = await this.step();
+      // One KV event batch per step (encoding and sending happen off the step's path).
+      this.#kvEvents?.flush();
       // Let HTTP handlers, aborts and new requests in between steps.
       if (worked) {
         retryMs = 1;

@@ -1,0 +1,322 @@
+import type { BlockHash, BlockId, BlockPoolEvent } from '@kvasir/kv-allocator';
+import { Packr } from 'msgpackr';
+import { Publisher, Router } from 'zeromq';
+
+/**
+ * How event batches are encoded. `array`: vLLM's positional structs (`[ts, events, rank]`, each
+ * event `["BlockStored", ...fields]`), the format before vLLM's tagged-map change and still
+ * SGLang's; `map`: tagged maps (`{ts, events, data_parallel_rank}`, each event
+ * `{type: "BlockStored", ...}`), vLLM's current one. Consumers (llm-d, Dynamo) read both.
+ */
+export type KvEventsEncoding = 'array' | 'map';
+
+/** Options of {@link KvEventPublisher}. */
+export interface KvEventPublisherOptions {
+  /**
+   * ZeroMQ PUB endpoint. As in vLLM: bound when it has `*` or `::` or is `ipc://`/`inproc://`
+   * (`tcp://*:5557`), connected otherwise (`tcp://router-host:5557`, a subscriber that binds).
+   */
+  readonly endpoint: string;
+  /** ZeroMQ ROUTER endpoint for replay and snapshot requests (always bound); none when absent. */
+  readonly replayEndpoint?: string;
+  /** Topic frame of every message (default empty). */
+  readonly topic?: string;
+  readonly encoding?: KvEventsEncoding;
+  /** Tokens per block (`block_size` of `BlockStored`). */
+  readonly blockSize: number;
+  /** `medium` of the events: the tier the blocks live in (default `GPU`, the engine's pool). */
+  readonly medium?: string;
+  /** `data_parallel_rank` of every batch (default 0). */
+  readonly dataParallelRank?: number;
+  /** Batches kept for replay (default 10,000, as vLLM). */
+  readonly bufferSteps?: number;
+  /** PUB high-water mark (default 100,000, as vLLM): past it a slow subscriber loses batches. */
+  readonly hwm?: number;
+  /** The blocks the pool really holds now, for snapshots (`KvCacheManager.publishedBlocks`). */
+  readonly publishedBlocks: () => readonly (readonly [BlockId, BlockHash])[];
+  /** Where failures to send are reported once (default stderr). */
+  readonly log?: (line: string) => void;
+}
+
+/** The body of a ROUTER request that asks for a full-state snapshot instead of a replay. */
+export const SNAPSHOT_REQUEST = 'snapshot';
+/** Sequence number that ends a replay or snapshot answer (−1, 8 bytes big-endian). */
+const END_SEQ = seqBytes(-1n);
+/** Fallback flush for events that happen outside a step (an abort between steps). */
+const IDLE_FLUSH_MS = 50;
+
+function seqBytes(seq: bigint): Buffer {
+  const b = Buffer.alloc(8);
+  b.writeBigInt64BE(seq);
+  return b;
+}
+
+/**
+ * Kvasir's block hashes on the wire: the 128-bit chain hash (SHA-256 of the parent hash, the
+ * block's token ids and extra keys, truncated) as 16 raw bytes, most significant first, a
+ * msgpack `bin` like vLLM's bytes hashes.
+ */
+export function wireHash(hash: BlockHash): Buffer {
+  return Buffer.from(hash, 'hex');
+}
+
+/** True when vLLM's rule binds this endpoint rather than connecting to it. */
+export function bindsEndpoint(endpoint: string): boolean {
+  return (
+    endpoint.includes('*') ||
+    endpoint.includes('::') ||
+    endpoint.startsWith('ipc://') ||
+    endpoint.startsWith('inproc://')
+  );
+}
+
+type Stored = { hashes: BlockHash[]; parent: BlockHash | undefined; tokens: number[] };
+type Event =
+  | { kind: 'stored'; s: Stored }
+  | { kind: 'removed'; hashes: BlockHash[] }
+  | { kind: 'cleared' };
+
+/**
+ * Publishes the engine's KV block events in vLLM's KV event format over ZeroMQ, so an
+ * inference gateway's prefix scorer (llm-d), Dynamo's KV router or a `kvasir router` can
+ * track which blocks this replica holds.
+ *
+ * Wire format (vLLM `kv_events.py`): PUB multipart `[topic, seq as 8-byte big-endian,
+ * msgpack(batch)]`, a batch `[ts, events, data_parallel_rank]` of `BlockStored(block_hashes,
+ * parent_block_hash, token_ids, block_size, lora_id, medium, lora_name)`,
+ * `BlockRemoved(block_hashes, medium)` and `AllBlocksCleared`. The ROUTER socket answers a
+ * start sequence (8 bytes big-endian) with every buffered `[seq, payload]` from there, and the
+ * body `snapshot` with one `[seq, payload]` whose batch is `AllBlocksCleared` then every block
+ * the pool holds now (parents first), `seq` being the last published batch (replay from
+ * `seq + 1` to follow on); both end with `[-1, ""]`.
+ *
+ * The allocator's hook only appends to an array; batches are encoded and handed to ZeroMQ when
+ * a step ends ({@link flush}), and sends run behind the step, so publishing never blocks one.
+ */
+export class KvEventPublisher {
+  readonly #pub: Publisher;
+  readonly #router: Router | undefined;
+  readonly #packr = new Packr({ useRecords: false, variableMapSize: true });
+  readonly #topic: Buffer;
+  readonly #encoding: KvEventsEncoding;
+  readonly #blockSize: number;
+  readonly #medium: string;
+  readonly #rank: number;
+  readonly #bufferSteps: number;
+  readonly #publishedBlocks: KvEventPublisherOptions['publishedBlocks'];
+  readonly #log: (line: string) => void;
+  /** Parent and tokens of each hashed block, for snapshots; bounded by the pool's size. */
+  readonly #meta = new Map<BlockHash, { parent: BlockHash | undefined; tokens: number[] }>();
+  #pending: Event[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  readonly #buffer: [bigint, Buffer][] = [];
+  #seq = -1n;
+  #sending: Promise<void> = Promise.resolve();
+  #failures = 0;
+  #closed = false;
+  /** The address the PUB socket bound or connected to, and the ROUTER's (ports resolved). */
+  readonly endpoints: { readonly pub: string; readonly replay: string | undefined };
+
+  private constructor(
+    options: KvEventPublisherOptions,
+    pub: Publisher,
+    router: Router | undefined,
+    endpoints: KvEventPublisher['endpoints'],
+  ) {
+    this.#pub = pub;
+    this.#router = router;
+    this.endpoints = endpoints;
+    this.#topic = Buffer.from(options.topic ?? '', 'utf8');
+    this.#encoding = options.encoding ?? 'array';
+    this.#blockSize = options.blockSize;
+    this.#medium = options.medium ?? 'GPU';
+    this.#rank = options.dataParallelRank ?? 0;
+    this.#bufferSteps = options.bufferSteps ?? 10_000;
+    this.#publishedBlocks = options.publishedBlocks;
+    this.#log = options.log ?? ((line) => process.stderr.write(`[kvasir] ${line}\n`));
+    if (router !== undefined) void this.#serveReplay(router);
+  }
+
+  /**
+   * Opens the sockets.
+   * @throws Error when an endpoint cannot be bound or is malformed (ZeroMQ's message).
+   */
+  static async open(options: KvEventPublisherOptions): Promise<KvEventPublisher> {
+    const pub = new Publisher({ sendHighWaterMark: options.hwm ?? 100_000, linger: 0 });
+    let router: Router | undefined;
+    try {
+      let pubAddress = options.endpoint;
+      if (bindsEndpoint(options.endpoint)) {
+        await pub.bind(options.endpoint);
+        pubAddress = pub.lastEndpoint ?? options.endpoint;
+      } else {
+        pub.connect(options.endpoint);
+      }
+      let replay: string | undefined;
+      if (options.replayEndpoint !== undefined) {
+        router = new Router({ linger: 0 });
+        await router.bind(options.replayEndpoint);
+        replay = router.lastEndpoint ?? options.replayEndpoint;
+      }
+      return new KvEventPublisher(options, pub, router, { pub: pubAddress, replay });
+    } catch (error) {
+      pub.close();
+      router?.close();
+      throw error;
+    }
+  }
+
+  /** The allocator's hook: records the change, nothing more (see `onBlockEvent`). */
+  readonly onBlockEvent = (e: BlockPoolEvent): void => {
+    if (this.#closed) return;
+    if (e.type === 'stored') {
+      const tokens = e.tokens === undefined ? [] : [...e.tokens];
+      this.#meta.set(e.hash, { parent: e.parent, tokens });
+      const last = this.#pending.at(-1);
+      // A chain stored in one go is one BlockStored, as vLLM sends a request's new blocks.
+      if (
+        last?.kind === 'stored' &&
+        last.s.hashes.at(-1) === e.parent &&
+        last.s.tokens.length === last.s.hashes.length * this.#blockSize &&
+        tokens.length === this.#blockSize
+      ) {
+        last.s.hashes.push(e.hash);
+        last.s.tokens.push(...tokens);
+      } else {
+        // Its own copy: merging extends it, and the snapshot's record must stay one block.
+        this.#pending.push({
+          kind: 'stored',
+          s: { hashes: [e.hash], parent: e.parent, tokens: [...tokens] },
+        });
+      }
+    } else {
+      this.#meta.delete(e.hash);
+      const last = this.#pending.at(-1);
+      if (last?.kind === 'removed') last.hashes.push(e.hash);
+      else this.#pending.push({ kind: 'removed', hashes: [e.hash] });
+    }
+    this.#timer ??= setTimeout(() => this.flush(), IDLE_FLUSH_MS).unref();
+  };
+
+  /** Publishes the events since the last flush as one batch; the engine calls it after each step. */
+  flush(): void {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    if (this.#pending.length === 0 || this.#closed) return;
+    const events = this.#pending;
+    this.#pending = [];
+    this.#publish(events);
+  }
+
+  /** Last sequence number published (−1 before the first batch). */
+  get sequence(): bigint {
+    return this.#seq;
+  }
+
+  #publish(events: readonly Event[]): void {
+    const payload = this.#encode(events);
+    const seq = ++this.#seq;
+    this.#buffer.push([seq, payload]);
+    if (this.#buffer.length > this.#bufferSteps) this.#buffer.shift();
+    const frames = [this.#topic, seqBytes(seq), payload];
+    // One send at a time (ZeroMQ's rule), each after the last, none awaited by the step.
+    this.#sending = this.#sending
+      .then(() => this.#pub.send(frames))
+      .catch((error: unknown) => {
+        if (this.#failures++ === 0 && !this.#closed) {
+          this.#log(
+            `KV events: a batch could not be sent (${String(error)}); later ones are tried`,
+          );
+        }
+      });
+  }
+
+  #encode(events: readonly Event[]): Buffer {
+    const ts = Date.now() / 1000;
+    const encoded = events.map((e) => this.#encodeEvent(e));
+    const batch =
+      this.#encoding === 'array'
+        ? [ts, encoded, this.#rank]
+        : { ts, events: encoded, data_parallel_rank: this.#rank };
+    return this.#packr.pack(batch);
+  }
+
+  #encodeEvent(e: Event): unknown {
+    const map = this.#encoding === 'map';
+    if (e.kind === 'cleared') return map ? { type: 'AllBlocksCleared' } : ['AllBlocksCleared'];
+    if (e.kind === 'removed') {
+      const hashes = e.hashes.map(wireHash);
+      return map
+        ? { type: 'BlockRemoved', block_hashes: hashes, medium: this.#medium }
+        : ['BlockRemoved', hashes, this.#medium];
+    }
+    const hashes = e.s.hashes.map(wireHash);
+    const parent = e.s.parent === undefined ? null : wireHash(e.s.parent);
+    return map
+      ? {
+          type: 'BlockStored',
+          block_hashes: hashes,
+          parent_block_hash: parent,
+          token_ids: e.s.tokens,
+          block_size: this.#blockSize,
+          lora_id: null,
+          medium: this.#medium,
+          lora_name: null,
+        }
+      : ['BlockStored', hashes, parent, e.s.tokens, this.#blockSize, null, this.#medium, null];
+  }
+
+  /** `AllBlocksCleared`, then every block the pool holds now, each after its parent. */
+  #snapshot(): Buffer {
+    const held = new Set(this.#publishedBlocks().map(([, hash]) => hash));
+    const events: Event[] = [{ kind: 'cleared' }];
+    const done = new Set<BlockHash>();
+    const visit = (hash: BlockHash): void => {
+      if (done.has(hash)) return;
+      done.add(hash);
+      const m = this.#meta.get(hash);
+      if (m?.parent !== undefined && held.has(m.parent)) visit(m.parent);
+      events.push({
+        kind: 'stored',
+        s: { hashes: [hash], parent: m?.parent, tokens: m?.tokens ?? [] },
+      });
+    };
+    for (const hash of held) visit(hash);
+    return this.#encode(events);
+  }
+
+  async #serveReplay(router: Router): Promise<void> {
+    try {
+      for await (const frames of router) {
+        // [identity, "", body] from REQ and vLLM's DEALER clients; [identity, body] without it.
+        const id = frames[0]!;
+        const delimited = frames.length === 3 && frames[1]!.length === 0;
+        const body = frames[frames.length - 1]!;
+        const head = delimited ? [id, Buffer.alloc(0)] : [id];
+        if (body.toString('latin1') === SNAPSHOT_REQUEST) {
+          // Events still pending belong in the snapshot's seq: publish them first.
+          this.flush();
+          await router.send([...head, seqBytes(this.#seq), this.#snapshot()]);
+        } else if (body.length === 8) {
+          const from = body.readBigInt64BE();
+          for (const [seq, payload] of [...this.#buffer]) {
+            if (seq >= from) await router.send([...head, seqBytes(seq), payload]);
+          }
+        }
+        await router.send([...head, END_SEQ, Buffer.alloc(0)]);
+      }
+    } catch (error) {
+      if (!this.#closed) this.#log(`KV events: the replay socket failed (${String(error)})`);
+    }
+  }
+
+  /** Publishes what is pending, waits for queued sends (bounded), and closes the sockets. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.flush();
+    this.#closed = true;
+    await Promise.race([this.#sending, new Promise((r) => setTimeout(r, 1000).unref())]);
+    this.#pub.close();
+    this.#router?.close();
+  }
+}
