@@ -206,6 +206,45 @@ describe('wasm matmul from GGML blocks', () => {
     }
   });
 
+  // The 8-bit codes of a NaN or an infinity are finite: without the scale carrying it, a broken
+  // activation row would give finite logits and escape the sampler's non-finite check.
+  for (const format of FORMATS) {
+    it(`${format}: a row holding a NaN or an infinity gives non-finite outputs in that row only, the other rows the same bits`, async () => {
+      const n = 6;
+      const k = 2 * GGML_BLOCK_FORMATS[format].blockSize;
+      const w = ggmlWeight(format, n, k, 11);
+      for (const m of [1, 2, 5, 9]) {
+        const clean = randomFloats(seededRandom(m), m * k, 1);
+        // Row 0 a NaN, row 1 +Inf, row 3 -Inf, each away from a vector's first lane and in the
+        // second block (so neither the first lane nor the first block alone decides).
+        const bad = new Map<number, number>([
+          [0, Number.NaN],
+          [1, Number.POSITIVE_INFINITY],
+          [3, Number.NEGATIVE_INFINITY],
+        ]);
+        const x = clean.slice();
+        for (const [row, v] of bad) if (row < m) x[row * k + k - 3] = v;
+        for (const build of BUILDS) {
+          for (const threads of [1, 2]) {
+            const rt = await runtime(threads, build);
+            for (const shared of [false, true]) {
+              const want = wasmMatmul(rt, clean, m, w, { shared });
+              const got = wasmMatmul(rt, x, m, w, { shared });
+              for (let i = 0; i < m; i++) {
+                const row = got.subarray(i * n, (i + 1) * n);
+                if (bad.has(i)) {
+                  for (const v of row) expect(Number.isFinite(v)).toBe(false);
+                } else {
+                  expect(row).toEqual(want.subarray(i * n, (i + 1) * n));
+                }
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+
   it('reads Q8_0 codes of -128 as -127 (the relaxed dot takes |code| as its 7-bit operand)', async () => {
     const k = 64;
     const w = ggmlWeight('Q8_0', 4, k, 3);

@@ -106,7 +106,14 @@ static inline void quantize_blocks(const float* x, i32 k, i32 lo, i32 hi, uint8_
     if (m1 > amax) amax = m1;
     if (m2 > amax) amax = m2;
     if (m3 > amax) amax = m3;
-    float d = amax / 127.0f;
+    // A NaN or infinity in the block makes its scale NaN, so the row's outputs are NaN as the
+    // f32 dot's would be (the codes alone would turn them into finite numbers): f32x4.max keeps
+    // NaNs and mx - mx is NaN in a lane holding a NaN or an infinity, +0 otherwise, so d is
+    // unchanged, bit for bit, for a finite block.
+    v128_t nf = wasm_f32x4_sub(mx, mx);
+    nf = wasm_f32x4_add(nf, wasm_i32x4_shuffle(nf, nf, 2, 3, 0, 1));
+    nf = wasm_f32x4_add(nf, wasm_i32x4_shuffle(nf, nf, 1, 0, 3, 2));
+    float d = amax / 127.0f + wasm_f32x4_extract_lane(nf, 0);
     v128_t inv = wasm_f32x4_splat(amax > 0.0f ? 127.0f / amax : 0.0f);
     *s = d;
     for (i32 g = 0; g < 2; g++) {
