@@ -1,9 +1,15 @@
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdtemp, readFile, rm, truncate, writeFile } from 'node:fs/promises';
+import { mkdtemp, open, readFile, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ggufPath } from '@kvasir/mini-model';
 import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
+import {
+  convertToGguf,
+  type GgufTensorToWrite,
+  readGgufHeader,
+  writeGguf,
+} from '@kvasir/model/formats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLI, startServer } from './harness.js';
 
@@ -148,23 +154,69 @@ describe('kvasir info refuses a hostile model file with one line, at once (built
   });
 });
 
+/** A GGUF file's metadata and tensors (stored bytes), as `writeGguf` takes them. */
+async function ggufTensors(path: string): Promise<{
+  metadata: Map<string, unknown>;
+  tensors: GgufTensorToWrite[];
+  byName(name: string): GgufTensorToWrite;
+}> {
+  const fh = await open(path, 'r');
+  try {
+    const h = await readGgufHeader(fh, path);
+    const tensors: GgufTensorToWrite[] = [];
+    for (const t of h.tensors) {
+      const data = new Uint8Array(t.byteLength);
+      await fh.read(data, 0, t.byteLength, t.offset);
+      tensors.push({ name: t.name, dtype: t.dtype, shape: [...t.dims].reverse(), data });
+    }
+    const metadata = new Map(h.metadata);
+    metadata.delete('general.alignment');
+    return { metadata, tensors, byName: (name) => tensors.find((t) => t.name === name)! };
+  } finally {
+    await fh.close();
+  }
+}
+
 describe('a model whose output is not finite fails its own requests only (built CLI, serve)', () => {
-  it.each(['cpu', 'wasm'])(
-    '%s: a 500 for a prompt that reaches NaN weights; other requests, during and after, complete',
-    async (backend) => {
+  // f32 safetensors on both backends, and a Q8_0 GGUF on wasm, whose matmuls multiply 8-bit
+  // activations: their codes of a NaN are finite, so only the scale can carry it to the logits.
+  it.each([
+    ['cpu', 'F32'],
+    ['wasm', 'F32'],
+    ['wasm', 'Q8_0'],
+  ] as const)(
+    '%s, %s weights: a 500 for a prompt that reaches NaN weights; other requests, during and after, complete',
+    async (backend, dtype) => {
       // <|end_header_id|>: a special token, never in the tokens of plain text.
       const poisoned = 259;
-      const dir = await checkpoint(`nan-${backend}`, (file) => {
+      const dir = await checkpoint(`nan-${backend}-${dtype}`, (file) => {
         const { json, dataStart } = header(file);
         const [begin] = json['model.embed_tokens.weight']!.data_offsets;
         const row = dataStart + begin + poisoned * config.hiddenSize * 4;
         for (let i = 0; i < config.hiddenSize; i++) file.writeFloatLE(Number.NaN, row + 4 * i);
         return file;
       });
+      let model = dir;
+      if (dtype === 'Q8_0') {
+        // Q8_0 matrices with the embedding kept F32: a block's f16 scale cannot hold the NaN
+        // (the wasm kernels read scales as finite halves), an f32 row can.
+        const q8 = join(dir, 'q8.gguf');
+        const f32 = join(dir, 'f32.gguf');
+        await convertToGguf(dir, q8, { dtype });
+        await convertToGguf(dir, f32);
+        const [q, f] = await Promise.all([ggufTensors(q8), ggufTensors(f32)]);
+        model = join(dir, 'model.gguf');
+        await writeGguf(
+          model,
+          q.metadata,
+          q.tensors.map((t) => (t.name === 'token_embd.weight' ? f.byName(t.name) : t)),
+        );
+        expect(q.tensors.find((t) => t.name === 'blk.0.ffn_down.weight')?.dtype).toBe('Q8_0');
+      }
       // Few blocks, so that later requests reuse the blocks the failed one wrote NaN into.
       const server = await startServer([
         '--model',
-        dir,
+        model,
         '--backend',
         backend,
         '--num-gpu-blocks',
@@ -173,7 +225,7 @@ describe('a model whose output is not finite fails its own requests only (built 
         '8',
       ]);
       try {
-        const model = (await server.client.models.list()).data[0]!.id;
+        const id = (await server.client.models.list()).data[0]!.id;
         // One token each: a token the model generates is never fed back, so none of these can
         // reach the poisoned embedding row by drawing it.
         const complete = (prompt: number[] | string) =>
@@ -184,7 +236,7 @@ describe('a model whose output is not finite fails its own requests only (built 
               authorization: 'Bearer sk-kvasir-e2e',
             },
             body: JSON.stringify({
-              model,
+              model: id,
               prompt,
               max_tokens: 1,
               temperature: 0,
