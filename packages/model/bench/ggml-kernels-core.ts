@@ -25,15 +25,26 @@ export interface KernelTiming {
   readonly mac_per_ns: number;
 }
 
-/** Every case on `rt`, fastest of `reps` runs each (`rt` needs about 64 MiB). */
-export function benchGgmlKernels(rt: WasmRuntime, reps: number, now: () => number): KernelTiming[] {
+/** Which cases to time: every format and batch unless told. */
+export interface KernelCases {
+  readonly formats?: readonly GgmlBlockType[];
+  readonly batches?: readonly number[];
+}
+
+/** The cases on `rt`, fastest of `reps` runs each (`rt` needs about 64 MiB). */
+export function benchGgmlKernels(
+  rt: WasmRuntime,
+  reps: number,
+  now: () => number,
+  cases: KernelCases = {},
+): KernelTiming[] {
   const Op = program.Op as Record<string, number>;
   const rowBytes = (program as unknown as { quantizedRowBytes?: (k: number) => number })
     .quantizedRowBytes;
   const { arena } = rt;
   const threads = rt.pool.threads;
   const results: KernelTiming[] = [];
-  for (const format of FORMATS) {
+  for (const format of cases.formats ?? FORMATS) {
     for (const shape of SHAPES) {
       const { n, k } = shape;
       const values = randomFloats(seededRandom(n + k), n * k, 0.5);
@@ -42,7 +53,7 @@ export function benchGgmlKernels(rt: WasmRuntime, reps: number, now: () => numbe
       const w: GgmlWeight = { format, rows: n, cols: k, data, scales: undefined, groupSize: 0 };
       const ww = uploadWeight(arena, w);
       const a = weightArgs(ww);
-      for (const m of BATCHES) {
+      for (const m of cases.batches ?? BATCHES) {
         const x = randomFloats(seededRandom(m), m * k, 1);
         const xp = arena.alloc(x.length * 4);
         arena.f32(xp, x.length).set(x);
