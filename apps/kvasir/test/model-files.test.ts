@@ -185,7 +185,7 @@ describe('a model whose output is not finite fails its own requests only (built 
     ['wasm', 'F32'],
     ['wasm', 'Q8_0'],
   ] as const)(
-    '%s, %s weights: a 500 for a prompt that reaches NaN weights; other requests, during and after, complete',
+    '%s, %s weights: a 500 for a prompt that reaches non-finite weights; other requests, during and after, complete',
     async (backend, dtype) => {
       // <|end_header_id|>: a special token, never in the tokens of plain text.
       const poisoned = 259;
@@ -193,12 +193,18 @@ describe('a model whose output is not finite fails its own requests only (built 
         const { json, dataStart } = header(file);
         const [begin] = json['model.embed_tokens.weight']!.data_offsets;
         const row = dataStart + begin + poisoned * config.hiddenSize * 4;
-        for (let i = 0; i < config.hiddenSize; i++) file.writeFloatLE(Number.NaN, row + 4 * i);
+        if (dtype === 'Q8_0') {
+          // One infinity: every RMSNorm of the row then gives NaN at its place and zeros
+          // elsewhere, a block the 8-bit codes alone would have made finite.
+          file.writeFloatLE(Number.POSITIVE_INFINITY, row + 4 * 5);
+        } else {
+          for (let i = 0; i < config.hiddenSize; i++) file.writeFloatLE(Number.NaN, row + 4 * i);
+        }
         return file;
       });
       let model = dir;
       if (dtype === 'Q8_0') {
-        // Q8_0 matrices with the embedding kept F32: a block's f16 scale cannot hold the NaN
+        // Q8_0 matrices with the embedding kept F32: a block's f16 scale cannot hold the infinity
         // (the wasm kernels read scales as finite halves), an f32 row can.
         const q8 = join(dir, 'q8.gguf');
         const f32 = join(dir, 'f32.gguf');
