@@ -6,6 +6,7 @@ import type { BatchPlan } from '@kvasir/scheduler';
 import { EngineError, type GenerationRequest } from '@kvasir/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseEngineConfig } from '../config.js';
+import { greedyRequest } from '../testing/greedy-request.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
 
 // The real engine (scheduler, allocator, CPU runner, embedded default model) with a fault
@@ -29,26 +30,8 @@ function engineFor(): Promise<BuiltEngine> {
   );
 }
 
-function greedy(id: string, prompt: readonly number[], maxTokens: number): GenerationRequest {
-  return {
-    id,
-    model: 'm',
-    promptTokens: prompt,
-    n: 1,
-    maxTokens,
-    sampling: {
-      temperature: 0,
-      topP: 1,
-      topK: 0,
-      minP: 0,
-      presencePenalty: 0,
-      frequencyPenalty: 0,
-      repetitionPenalty: 1,
-    },
-    stopTokenIds: [],
-    ignoreEos: true,
-  };
-}
+const greedy = (id: string, prompt: readonly number[], maxTokens: number): GenerationRequest =>
+  greedyRequest(id, prompt, maxTokens);
 
 interface Outcome {
   readonly tokens: number[];

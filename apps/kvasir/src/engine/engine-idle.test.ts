@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { GenerationRequest } from '@kvasir/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseEngineConfig } from '../config.js';
+import { greedyRequest } from '../testing/greedy-request.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
 
 // An idle engine must sleep: its loop waits for a request, its wasm workers park. Measured in
@@ -29,26 +30,8 @@ afterAll(async () => {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-function greedy(id: string, prompt: number[], maxTokens: number): GenerationRequest {
-  return {
-    id,
-    model: built.engine.modelCard.id,
-    promptTokens: prompt,
-    n: 1,
-    maxTokens,
-    sampling: {
-      temperature: 0,
-      topP: 1,
-      topK: 0,
-      minP: 0,
-      presencePenalty: 0,
-      frequencyPenalty: 0,
-      repetitionPenalty: 1,
-    },
-    stopTokenIds: [],
-    ignoreEos: true,
-  };
-}
+const greedy = (id: string, prompt: number[], maxTokens: number): GenerationRequest =>
+  greedyRequest(id, prompt, maxTokens, built.engine.modelCard.id);
 
 async function tokensOf(id: string, prompt: number[], maxTokens: number) {
   const tokens: number[] = [];

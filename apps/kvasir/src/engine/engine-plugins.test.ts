@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { EngineError, GenerationRequest } from '@kvasir/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseEngineConfig } from '../config.js';
+import { greedyRequest } from '../testing/greedy-request.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
 
 // The real engine (scheduler, allocator, CPU runner, embedded default model) with faults put
@@ -22,26 +23,12 @@ afterAll(async () => {
   await built.close();
 });
 
-function greedy(id: string, maxTokens: number): GenerationRequest {
-  return {
+const greedy = (id: string, maxTokens: number): GenerationRequest =>
+  greedyRequest(
     id,
-    model: 'm',
-    promptTokens: Array.from({ length: 20 }, (_, j) => (j * 11 + id.length) % 250),
-    n: 1,
+    Array.from({ length: 20 }, (_, j) => (j * 11 + id.length) % 250),
     maxTokens,
-    sampling: {
-      temperature: 0,
-      topP: 1,
-      topK: 0,
-      minP: 0,
-      presencePenalty: 0,
-      frequencyPenalty: 0,
-      repetitionPenalty: 1,
-    },
-    stopTokenIds: [],
-    ignoreEos: true,
-  };
-}
+  );
 
 async function drain(stream: AsyncIterable<{ kind: string }>): Promise<unknown> {
   try {
