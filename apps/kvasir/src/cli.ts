@@ -6,6 +6,7 @@ import { generateCommand } from './commands/generate.js';
 import { infoCommand } from './commands/info.js';
 import { addEngineOptions, resolveEngineConfig } from './commands/options.js';
 import { collect, int, num } from './commands/parsers.js';
+import { routerCommand } from './commands/router.js';
 import { serveCommand } from './commands/serve.js';
 import { simulateCommand } from './commands/simulate.js';
 import { KV_DTYPES } from './config.js';
@@ -197,6 +198,61 @@ addEngineOptions(
     progress: opts.progress && process.stderr.isTTY === true,
   });
 });
+
+program
+  .command('router')
+  .description(
+    'an OpenAI-compatible front for several kvasir serve replicas, routing by cached prefix (their KV events) and load',
+  )
+  .option(
+    '--replica <spec>',
+    'a replica: http://host:port[,events=tcp://host:port[,replay=tcp://host:port]] (its --kv-events and --kv-events-replay endpoints; repeatable)',
+    collect,
+    [] as string[],
+  )
+  .option(
+    '--routing <policy>',
+    'kv-aware (prefix overlap and load), round-robin, least-loaded, or a JS module exporting a routing policy',
+    'kv-aware',
+  )
+  .option(
+    '--overlap-weight <w>',
+    'kv-aware: cost of a block to prefill against a block decoding (default 1)',
+    num({ positive: true }),
+  )
+  .option(
+    '-m, --model <path>',
+    "the replicas' model, for its tokenizer only (as serve --model; default kvasir-mini)",
+  )
+  .option('--cache-dir <dir>', 'where --model random is written')
+  .option(
+    '--block-size <tokens>',
+    "the replicas' KV block size (default: from their events, else 16)",
+    int(1),
+  )
+  .option(
+    '--shared-medium <medium>',
+    'a tier every replica reads, such as REDIS when they share one Redis: its blocks count for all (repeatable)',
+    collect,
+    [] as string[],
+  )
+  .option('--host <host>', 'interface to bind', '127.0.0.1')
+  .option('-p, --port <port>', 'port (0 = any free port)', int(0), 8080)
+  .option('--health-interval-ms <ms>', "how often each replica's /health is checked", int(50), 1000)
+  .action(async (opts) => {
+    await routerCommand({
+      replicas: opts.replica,
+      routing: opts.routing,
+      ...(opts.overlapWeight === undefined ? {} : { overlapWeight: opts.overlapWeight }),
+      ...(opts.model === undefined ? {} : { model: opts.model }),
+      ...(opts.cacheDir === undefined ? {} : { cacheDir: opts.cacheDir }),
+      ...(opts.blockSize === undefined ? {} : { blockSize: opts.blockSize }),
+      sharedMedia: opts.sharedMedium,
+      host: opts.host,
+      port: opts.port,
+      healthIntervalMs: opts.healthIntervalMs,
+    });
+  });
 
 program.parseAsync(process.argv).catch((error: unknown) => {
   process.stderr.write(`kvasir: ${userMessage(error)}\n`);

@@ -120,3 +120,77 @@ export async function eventually(probe: () => Promise<boolean>, tries = 200): Pr
   }
   return false;
 }
+
+/** A `kvasir serve` replica publishing KV events, with its resolved endpoints. */
+export interface EventReplica extends ServerProcess {
+  /** `http://…,events=tcp://…,replay=tcp://…`, as `kvasir router --replica` takes it. */
+  readonly spec: string;
+  readonly events: string;
+  readonly replay: string;
+}
+
+/** Starts `kvasir serve` with `--kv-events` and `--kv-events-replay` on free loopback ports. */
+export async function startEventReplica(args: readonly string[]): Promise<EventReplica> {
+  const server = await startServer([
+    ...args,
+    '--kv-events',
+    'tcp://127.0.0.1:*',
+    '--kv-events-replay',
+    'tcp://127.0.0.1:*',
+  ]);
+  const m = /KV events +(tcp:\/\/\S+) .*replay (tcp:\/\/\S+)/.exec(server.output());
+  if (!m) throw new Error(`no KV events endpoints in the banner:\n${server.output()}`);
+  return Object.assign(server, {
+    events: m[1]!,
+    replay: m[2]!,
+    spec: `${server.url},events=${m[1]!},replay=${m[2]!}`,
+  });
+}
+
+/** A `kvasir router` process on a free loopback port. */
+export interface RouterProcess {
+  readonly url: string;
+  readonly client: OpenAI;
+  readonly child: ChildProcess;
+  output(): string;
+  /** SIGTERM, then the exit code. */
+  stop(): Promise<number | null>;
+}
+
+/** Starts `node dist/cli.js router --port 0 --model random ...args` and waits for its banner. */
+export async function startRouterProcess(args: readonly string[]): Promise<RouterProcess> {
+  const child = spawn(
+    process.execPath,
+    [CLI, 'router', '--port', '0', '--cache-dir', CACHE_DIR, '--model', 'random', ...args],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const m = /Kvasir router is listening on (http:\/\/\S+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    child.stderr!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    void exited.then((code) => reject(new Error(`kvasir router exited (${code}):\n${out}`)));
+  });
+  const client = new OpenAI({
+    baseURL: `${url}/v1`,
+    apiKey: API_KEY,
+    maxRetries: 0,
+    timeout: 120_000,
+  });
+  return {
+    url,
+    client,
+    child,
+    output: () => out,
+    async stop() {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      return exited;
+    },
+  };
+}

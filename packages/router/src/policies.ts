@@ -1,0 +1,123 @@
+import {
+  defineRoutingPolicy,
+  type ReplicaCandidate,
+  type RoutingPolicy,
+  type RoutingRequest,
+} from './routing-policy.js';
+
+/** The built-in policies, by the name `--routing` takes. */
+export type BuiltinRoutingName = 'kv-aware' | 'round-robin' | 'least-loaded';
+
+/** Options of {@link kvAwarePolicy}. */
+export interface KvAwareOptions {
+  /**
+   * What a block to prefill costs against a block being decoded (Dynamo's `overlap_weight`,
+   * default 1): higher favours cache hits, lower favours spreading load.
+   */
+  readonly overlapWeight?: number;
+}
+
+/** Rotates ties so equal replicas share the work instead of the first one taking it all. */
+function tieBreaker(): (best: ReplicaCandidate[]) => ReplicaCandidate {
+  let turn = 0;
+  return (best) => {
+    const chosen = best[turn % best.length]!;
+    turn++;
+    return chosen;
+  };
+}
+
+/**
+ * KV-aware routing, after NVIDIA Dynamo's KV router: the replica of lowest
+ * `cost = overlapWeight × prefill blocks + decode blocks`, where prefill blocks are the
+ * prompt's blocks the replica lacks (a block in a lower tier counts as its missing fraction:
+ * a host block weighs 0.8, so it costs 0.2 of a recompute) plus the prefill it already has
+ * queued, and decode blocks the blocks its running requests hold.
+ *
+ * Why this over llm-d's weighted sum of scorers (prefix, queue, KV use): both terms are in one
+ * unit, blocks of work, so cache affinity and load trade off without scaling scores of different
+ * kinds against each other, and a hot shared prompt cannot pile every request on one replica
+ * (the vLLM production-stack hot-spot): once its queue costs more than the prefill it saves,
+ * the next replica wins. llm-d's tier weights are kept, inside the prefill term.
+ */
+export function kvAwarePolicy(options: KvAwareOptions = {}): RoutingPolicy {
+  const w = options.overlapWeight ?? 1;
+  const cost = (r: RoutingRequest, c: ReplicaCandidate) =>
+    w * (Math.max(0, r.promptBlocks - c.cachedWeighted) + c.pendingPrefillBlocks) + c.activeBlocks;
+  const tie = tieBreaker();
+  return defineRoutingPolicy({
+    name: 'kv-aware',
+    choose(request, candidates) {
+      let best: ReplicaCandidate[] = [];
+      let bestCost = Number.POSITIVE_INFINITY;
+      for (const c of candidates) {
+        const k = cost(request, c);
+        // Equal cost: fewer requests in flight first, then take turns.
+        if (
+          k < bestCost - 1e-9 ||
+          (Math.abs(k - bestCost) <= 1e-9 && c.inFlight < best[0]!.inFlight)
+        ) {
+          best = [c];
+          bestCost = k;
+        } else if (Math.abs(k - bestCost) <= 1e-9 && c.inFlight === best[0]!.inFlight) {
+          best.push(c);
+        }
+      }
+      return tie(best);
+    },
+    explain(request, c) {
+      return `kv-aware: ${c.cachedBlocks}/${request.promptBlocks} prompt blocks cached (weighted ${c.cachedWeighted.toFixed(1)}), cost ${cost(request, c).toFixed(1)} = ${w} x (${Math.max(0, request.promptBlocks - c.cachedWeighted).toFixed(1)} + ${c.pendingPrefillBlocks} queued) + ${c.activeBlocks} active`;
+    },
+  });
+}
+
+/** Each healthy replica in turn, blind to caches and load: the baseline to compare with. */
+export function roundRobinPolicy(): RoutingPolicy {
+  let last = -1;
+  return defineRoutingPolicy({
+    name: 'round-robin',
+    choose(_request, candidates) {
+      const sorted = [...candidates].sort((a, b) => a.index - b.index);
+      const next = sorted.find((c) => c.index > last) ?? sorted[0]!;
+      last = next.index;
+      return next;
+    },
+    explain: (_request, c) => `round-robin: replica ${c.index}`,
+  });
+}
+
+/** The replica with the fewest requests in flight (then the fewest active blocks). */
+export function leastLoadedPolicy(): RoutingPolicy {
+  const tie = tieBreaker();
+  return defineRoutingPolicy({
+    name: 'least-loaded',
+    choose(_request, candidates) {
+      let best: ReplicaCandidate[] = [];
+      for (const c of candidates) {
+        const b = best[0];
+        if (
+          b === undefined ||
+          c.inFlight < b.inFlight ||
+          (c.inFlight === b.inFlight && c.activeBlocks < b.activeBlocks)
+        ) {
+          best = [c];
+        } else if (c.inFlight === b.inFlight && c.activeBlocks === b.activeBlocks) {
+          best.push(c);
+        }
+      }
+      return tie(best);
+    },
+    explain: (_request, c) =>
+      `least-loaded: ${c.inFlight} in flight, ${c.activeBlocks} active blocks`,
+  });
+}
+
+/** A built-in policy by name. */
+export function builtinRoutingPolicy(
+  name: BuiltinRoutingName,
+  options: KvAwareOptions = {},
+): RoutingPolicy {
+  if (name === 'round-robin') return roundRobinPolicy();
+  if (name === 'least-loaded') return leastLoadedPolicy();
+  return kvAwarePolicy(options);
+}
