@@ -1,7 +1,13 @@
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type RedisServerHandle, startRedisServer } from '@kvasir/offload/testing';
+import {
+  type RedisClusterHandle,
+  type RedisServerHandle,
+  startRedisCluster,
+  startRedisServer,
+} from '@kvasir/offload/testing';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RANDOM_MODEL_NAME } from '../src/default-model.js';
@@ -91,6 +97,49 @@ describe('prefix sharing across replicas through Redis (built CLI)', () => {
     expect(second.text).toBe(first.text);
     // A computed it itself and imported nothing.
     expect(await metric(a, 'kvasir_offload_prefix_imported_tokens_total')).toBe(0);
+  });
+});
+
+describe('prefix sharing across replicas through a Redis Cluster (built CLI)', () => {
+  let cluster: RedisClusterHandle;
+  let a: ServerProcess;
+  let b: ServerProcess;
+  beforeAll(async () => {
+    // Three masters: enough for blocks to land on several nodes, few processes for CI.
+    cluster = await startRedisCluster({ nodes: 3 });
+    const url = `redis+cluster://${cluster.startupNodes.map((n) => `${n.host}:${n.port}`).join(',')}`;
+    const args = [...cpu, '--offload-host-bytes', '0', '--offload-redis-url', url];
+    [a, b] = await Promise.all([startServer(args), startServer(args)]);
+    expect(a.output()).toContain('(prefix blocks shared through it)');
+  });
+  afterAll(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    await cluster?.stop();
+  });
+
+  it('B reuses the prefix A computed, read from blocks spread over the masters', async () => {
+    const prompt = SHARED.repeat(2);
+    const first = await ask(a, prompt);
+    expect(first.cachedTokens).toBe(0);
+    const fullBlocks = Math.floor(first.promptTokens / BLOCK);
+    expect(await storedAtLeast(a, fullBlocks)).toBe(true);
+    // One key per block, hash-tagged into one slot each: the blocks sit on more than one master.
+    const perNode = cluster.nodes.map((n) =>
+      Number(
+        execFileSync('redis-cli', ['-p', String(n.port), 'dbsize'])
+          .toString()
+          .trim(),
+      ),
+    );
+    expect(perNode.reduce((x, y) => x + y, 0)).toBeGreaterThanOrEqual(fullBlocks);
+    expect(perNode.filter((n) => n > 0).length).toBeGreaterThan(1);
+
+    const second = await ask(b, prompt);
+    const imported = await metric(b, 'kvasir_offload_prefix_imported_tokens_total');
+    expect(imported).toBe(Math.floor((second.promptTokens - 1) / BLOCK) * BLOCK);
+    expect(second.cachedTokens).toBe(imported);
+    expect(await metric(b, 'kvasir_offload_hits_total{tier="redis"}')).toBeGreaterThan(0);
+    expect(second.text).toBe(first.text);
   });
 });
 
