@@ -3,6 +3,8 @@ import {
   type KvConnector,
   type KvConnectorContext,
   type KvConnectorFactory,
+  type KvConnectorRequest,
+  type KvConnectorStep,
   PrefixOffloadConnector,
   SwapConnector,
   validateKvConnector,
@@ -11,14 +13,66 @@ import type { EngineConfig } from '../config.js';
 import type { ModelRunner } from '../engine/model-runner.js';
 import { isHostOnly, type OffloadTiers } from './offload-tiers.js';
 
-/** The connectors of one engine, in the order the engine calls them. */
-export interface EngineConnectors {
+/**
+ * The connectors of one engine, called in order at the contract's call points: the built-ins
+ * that are on (swap, then prefix offload), then the user's.
+ */
+export class EngineConnectors {
   /** Swap preemption through the offload tiers (with `--preemption-mode swap`). */
   readonly swap: SwapConnector | undefined;
   /** Prefix blocks written to and imported from the offload tiers. */
   readonly prefixOffload: PrefixOffloadConnector | undefined;
   /** The built-ins that are on, then the user's. */
   readonly all: readonly KvConnector[];
+  /** True when a connector looks requests up at admission (`onAdmit`). */
+  readonly admits: boolean;
+
+  constructor(
+    swap: SwapConnector | undefined,
+    prefixOffload: PrefixOffloadConnector | undefined,
+    user: readonly KvConnector[],
+  ) {
+    this.swap = swap;
+    this.prefixOffload = prefixOffload;
+    this.all = [swap, prefixOffload, ...user].filter(
+      (c): c is NonNullable<typeof c> => c !== undefined,
+    );
+    this.admits = this.all.some((c) => c.onAdmit);
+  }
+
+  /** True while a connector has work for {@link betweenSteps}: the engine loop stays awake. */
+  get hasPendingWork(): boolean {
+    return this.all.some((c) => c.hasPendingWork);
+  }
+
+  /** Scheduler side: each connector looks the prompt up and brings in what it finds. */
+  async onAdmit(request: KvConnectorRequest): Promise<void> {
+    for (const c of this.all) await c.onAdmit?.(request);
+  }
+
+  /** Scheduler side, with no plan in flight: the pending work that changes the allocator. */
+  async betweenSteps(): Promise<void> {
+    for (const c of this.all) if (c.hasPendingWork) await c.betweenSteps?.();
+  }
+
+  /** Worker side: the step's block moves; resolves to the requests whose KV was lost. */
+  async beforeForward(step: KvConnectorStep): Promise<Set<string>> {
+    const lost = new Set<string>();
+    for (const c of this.all) {
+      for (const id of (await c.beforeForward?.(step)) ?? []) lost.add(id);
+    }
+    return lost;
+  }
+
+  /** Worker side: the step's forward pass is queued. */
+  afterForward(step: KvConnectorStep): void {
+    for (const c of this.all) c.afterForward?.(step);
+  }
+
+  /** Closes every connector (each drops pending work and waits for its writes). */
+  async close(): Promise<void> {
+    await Promise.all(this.all.map((c) => c.close()));
+  }
 }
 
 /** The runner's cache as connectors move blocks through it. */
@@ -53,9 +107,9 @@ export function createEngineConnectors(
     (config.offloadPrefix ?? !(config.preemptionMode === 'swap' && isHostOnly(offload)))
       ? new PrefixOffloadConnector({ ...context, store: offload.store })
       : undefined;
-  const own = user.map((create) => validateKvConnector(create(context)));
-  const all = [swap, prefixOffload, ...own].filter(
-    (c): c is NonNullable<typeof c> => c !== undefined,
+  return new EngineConnectors(
+    swap,
+    prefixOffload,
+    user.map((create) => validateKvConnector(create(context))),
   );
-  return { swap, prefixOffload, all };
 }

@@ -1,5 +1,121 @@
+import type { ExtraKeys } from '@kvasir/kv-allocator';
+import { type KvCompressionSpec, SchedulerError, type SchedulerRequest } from '@kvasir/scheduler';
 import { EngineError, type GenerationRequest } from '@kvasir/server/spec';
 import type { ModelFacts } from './model-runner.js';
+
+/** What a request is checked against before it is queued. */
+export interface AdmissionLimits {
+  readonly facts: ModelFacts;
+  /** Requests waiting now. */
+  readonly waiting: number;
+  /** Most requests that may wait (`--max-waiting`). */
+  readonly maxWaiting: number;
+  /** The scheduler's context length. */
+  readonly maxModelLen: number;
+  /** Longest prompt of a request with KV compression (`--kv-compression-max-prompt-tokens`). */
+  readonly kvCompressionMaxPromptTokens: number;
+  /** Largest `max_tokens` of a request with KV compression (`--kv-compression-max-tokens`). */
+  readonly kvCompressionMaxTokens: number;
+}
+
+/**
+ * Checks a request, with the KV compression it resolved to, before it is queued, and returns the
+ * token ids that end its choices (its own stop tokens, plus EOS unless ignored).
+ * @throws EngineError `INVALID_REQUEST` for KV compression with echo and logprobs, and what
+ *   {@link admit} throws: a policy that drops blocks between prefill chunks streams any prompt,
+ *   and only one in 'cache' positions may take a prompt past the context.
+ */
+export function admitRequest(
+  request: GenerationRequest,
+  kvCompression: KvCompressionSpec | undefined,
+  limits: AdmissionLimits,
+): Set<number> {
+  if (kvCompression && request.echo && request.logprobs !== undefined) {
+    // Prompt log-probabilities are placed by position, which a compressed cache renumbers;
+    // `kvasir eval --kv-compression` scores a compressed context instead.
+    throw new EngineError(
+      'INVALID_REQUEST',
+      'kv_compression: not supported with echo and logprobs (use kvasir eval --kv-compression to score a compressed context)',
+      { details: { param: 'kv_compression' } },
+    );
+  }
+  const streams = kvCompression !== undefined && kvCompression.policy.attention !== 'prefill-end';
+  return admit(
+    request,
+    limits.facts,
+    limits,
+    streams,
+    kvCompression
+      ? {
+          maxPromptTokens: limits.kvCompressionMaxPromptTokens,
+          maxTokens: limits.kvCompressionMaxTokens,
+          maxModelLen:
+            streams && kvCompression.positions === 'cache'
+              ? Number.POSITIVE_INFINITY
+              : limits.maxModelLen,
+        }
+      : undefined,
+  );
+}
+
+/** The scheduler's request for an admitted one. */
+export function schedulerRequest(
+  request: GenerationRequest,
+  stopTokens: ReadonlySet<number>,
+  extraKeys: ExtraKeys,
+  kvCompression: KvCompressionSpec | undefined,
+): SchedulerRequest {
+  return {
+    id: request.id,
+    promptTokenIds: request.promptTokens,
+    // Scoring only (echo, max_tokens 0): one token is generated and never shown.
+    maxTokens: Math.max(1, request.maxTokens),
+    n: request.n,
+    stopTokenIds: [...stopTokens],
+    ignoreEos: request.ignoreEos,
+    extraKeys,
+    // Cached prefix tokens would have no logits: prompt log-probabilities need them all.
+    ...(request.echo && request.logprobs !== undefined ? { skipPrefixCache: true } : {}),
+    ...(kvCompression ? { kvCompression } : {}),
+  };
+}
+
+/**
+ * The error a client gets for a request `Scheduler.add` refused, in the client's words: the
+ * scheduler names its own fields (`details.field`), the client sent `prompt` and
+ * `kv_compression`. A server's compression plug-in that failed (its `maxBlocks`) is reported
+ * to `onPolicyFailure` and is an `INTERNAL` error, not the client's. Any other error is returned
+ * as it is.
+ */
+export function schedulerRefusal(
+  error: unknown,
+  request: GenerationRequest,
+  maxModelLen: number,
+  onPolicyFailure: (plugin: string, message: string) => void,
+): unknown {
+  if (!SchedulerError.isInstance(error)) return error;
+  if (error.code === 'INVALID_POLICY') {
+    onPolicyFailure(`kv-compression:${String(error.details?.policy)}`, error.message);
+    return new EngineError('INTERNAL', `kv_compression: ${error.message}`, { cause: error });
+  }
+  const field = error.details?.field;
+  if (field === 'promptTokenIds' && request.promptTokens.length > maxModelLen) {
+    // A policy that keeps every prompt token until prefill ends (SnapKV) cannot run a prompt
+    // past the context, whatever positions it uses.
+    return new EngineError(
+      'PROMPT_TOO_LONG',
+      `prompt: ${request.promptTokens.length} tokens, over the model's context of ${maxModelLen}; this kv_compression policy needs the whole prompt in the cache`,
+      { cause: error, details: { param: 'prompt' } },
+    );
+  }
+  return typeof field === 'string' && field.startsWith('kvCompression')
+    ? new EngineError(
+        'INVALID_REQUEST',
+        `kv_compression${field.slice('kvCompression'.length)}: ${error.message.slice(field.length + 2)}`,
+        { cause: error, details: { param: 'kv_compression' } },
+      )
+    : new EngineError('INVALID_REQUEST', error.message, { cause: error });
+}
 
 /**
  * Bounds of a request with KV compression, whose cache no longer bounds its prompt (a policy

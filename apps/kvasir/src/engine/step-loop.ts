@@ -1,0 +1,93 @@
+/** What a {@link StepLoop} drives: the engine's steps and what runs between them. */
+export interface StepLoopBody {
+  /** Whether work waits for {@link betweenSteps} (connectors' imports). */
+  hasPendingWork(): boolean;
+  /** Work that changes the allocator, awaited before a step while there is some. */
+  betweenSteps(): Promise<void>;
+  /** Whether the scheduler has unfinished requests. */
+  hasRequests(): boolean;
+  /** Runs one step; false when it had nothing to run. */
+  step(): Promise<boolean>;
+  /** Called after each step (one KV event batch per step). */
+  afterStep(): void;
+}
+
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+/** Longest sleep of the loop between retries of a step that had nothing to run. */
+const MAX_RETRY_MS = 1000;
+
+/**
+ * When the engine's steps run: back to back while they work, yielding to the event loop between
+ * them (`setImmediate`) so that HTTP traffic, aborts and new requests are handled while a long
+ * generation runs; asleep when there is nothing to do, until {@link wake}, so an idle engine
+ * costs no CPU.
+ */
+export class StepLoop {
+  readonly #body: StepLoopBody;
+  readonly #onFailure: (error: unknown) => void;
+  #wake: (() => void) | undefined;
+  #running: Promise<void> | undefined;
+  #stopping = false;
+
+  /** `onFailure` gets what a step threw that ends the loop (a lost device). */
+  constructor(body: StepLoopBody, onFailure: (error: unknown) => void) {
+    this.#body = body;
+    this.#onFailure = onFailure;
+  }
+
+  /** Starts the loop unless it runs already. */
+  start(): void {
+    if (this.#running) return;
+    this.#running = this.#run().catch(this.#onFailure);
+  }
+
+  /** Wakes the loop if it sleeps: something changed that a step may act on. */
+  wake(): void {
+    this.#wake?.();
+  }
+
+  /** Ends the loop after the step in flight, if any. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#wake?.();
+    await this.#running;
+  }
+
+  async #run(): Promise<void> {
+    const body = this.#body;
+    let retryMs = 1;
+    while (!this.#stopping) {
+      // Connector work that changes the allocator runs here, never while a plan is in flight.
+      if (body.hasPendingWork()) await body.betweenSteps();
+      if (!body.hasRequests() && !body.hasPendingWork()) {
+        await this.#sleep();
+        continue;
+      }
+      const worked = await body.step();
+      body.afterStep();
+      // Let HTTP handlers, aborts and new requests in between steps.
+      if (worked) {
+        retryMs = 1;
+        await yieldToEventLoop();
+        continue;
+      }
+      // Nothing could run: everything waits on blocks held elsewhere. A new request, an abort
+      // or a connector wakes the loop; the retry, backing off to once a second, covers what
+      // changes without telling it, at no cost to an engine that waits for long.
+      await this.#sleep(retryMs);
+      retryMs = Math.min(2 * retryMs, MAX_RETRY_MS);
+    }
+  }
+
+  /** Sleeps until {@link wake} is called, or `ms` milliseconds have passed when given. */
+  #sleep(ms?: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = ms === undefined ? undefined : setTimeout(() => this.#wake?.(), ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        this.#wake = undefined;
+        resolve();
+      };
+    });
+  }
+}
