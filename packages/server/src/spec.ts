@@ -14,13 +14,13 @@
  * }
  * ```
  */
+
+export type { EngineHealth, EngineStats, OffloadTierStats } from './engine-stats.js';
 export type { ServerErrorCode } from './errors.js';
 export { EngineError } from './errors.js';
 export type {
   ChatMessage,
   ChoiceDelta,
-  EngineHealth,
-  EngineStats,
   FinishReason,
   GenerationEvent,
   GenerationRequest,
@@ -29,7 +29,6 @@ export type {
   InferenceEngineMethods,
   KvCompressionRequest,
   ModelCard,
-  OffloadTierStats,
   OutputConstraint,
   PromptEvent,
   PromptTokenLogprob,

@@ -1,8 +1,7 @@
+import type { EngineHealth, EngineStats } from '../src/engine-stats.js';
 import { EngineError } from '../src/errors.js';
 import type {
   ChatMessage,
-  EngineHealth,
-  EngineStats,
   GenerationEvent,
   GenerationRequest,
   GenerationStream,
