@@ -9,7 +9,8 @@ import {
   reserveExternal,
 } from './external-blocks.js';
 import { hashBlock, rootHash } from './hash.js';
-import { appendTokens, growthOf, newSequence, occupancy, type Sequence } from './sequence.js';
+import { appendTokens, growthOf, newSequence, occupancy } from './sequence.js';
+import { SequenceTable } from './sequence-table.js';
 import type {
   AllocateOptions,
   AllocateResult,
@@ -26,7 +27,6 @@ import type {
 import { checkPrefix, holdsPrefixBlock, validateTokens } from './validate.js';
 
 const EMPTY_PREFIX: CachedPrefix = Object.freeze({ numTokens: 0, blocks: [], hashes: [] });
-const RECENTLY_FREED_CAPACITY = 4096;
 
 /**
  * Per-sequence block tables over a `BlockPool`, with prefix caching, fork and copy-on-write.
@@ -44,8 +44,7 @@ export class KvCacheManager {
   /** What the pool holds, read-only: reference counts, hashes, counts. */
   readonly blocks: BlockPoolView;
   private readonly seed: string;
-  private readonly seqs = new Map<SeqId, Sequence>();
-  private readonly recentlyFreed = new Set<SeqId>();
+  private readonly seqs = new SequenceTable();
   private queries = 0;
   private queryTokens = 0;
   private hitTokens = 0;
@@ -146,7 +145,7 @@ export class KvCacheManager {
    */
   numBlocksToAllocate(seqId: SeqId, numNewTokens: number, prefix?: CachedPrefix): number {
     assertInteger('numNewTokens', numNewTokens);
-    const seq = this.seqs.get(seqId);
+    const seq = this.seqs.find(seqId);
     if (!seq) {
       const p = prefix ?? EMPTY_PREFIX;
       let adopted = 0;
@@ -174,7 +173,7 @@ export class KvCacheManager {
     options: AllocateOptions = {},
   ): AllocateResult {
     validateTokens(newTokenIds);
-    let seq = this.seqs.get(seqId);
+    let seq = this.seqs.find(seqId);
     const isNew = seq === undefined;
     const prefix = options.prefix ?? EMPTY_PREFIX;
     if (!isNew && options.prefix && options.prefix.blocks.length > 0) {
@@ -203,8 +202,7 @@ export class KvCacheManager {
       for (const b of prefix.blocks) this.pool.retain(b);
       const lastHash = prefix.hashes.at(-1) ?? rootHash(this.seed, options.extraKeys);
       seq = newSequence([...prefix.blocks], prefix.numTokens, lastHash);
-      this.seqs.set(seqId, seq);
-      this.recentlyFreed.delete(seqId);
+      this.seqs.add(seqId, seq);
     }
     const { slotMapping, copies } = appendTokens(
       this.pool,
@@ -223,15 +221,14 @@ export class KvCacheManager {
    *   child id is taken.
    */
   fork(parent: SeqId, child: SeqId): void {
-    const p = this.get(parent);
+    const p = this.seqs.get(parent);
     if (this.seqs.has(child)) {
       throw new KvAllocatorError('SEQUENCE_EXISTS', `sequence ${String(child)} already exists`, {
         details: { seqId: child },
       });
     }
     for (const b of p.blocks) this.pool.retain(b);
-    this.seqs.set(child, { ...p, blocks: [...p.blocks], tail: [...p.tail] });
-    this.recentlyFreed.delete(child);
+    this.seqs.add(child, { ...p, blocks: [...p.blocks], tail: [...p.tail] });
   }
 
   /**
@@ -245,17 +242,12 @@ export class KvCacheManager {
    *   one never seen.
    */
   free(seqId: SeqId, options: FreeOptions = {}): void {
-    const s = this.get(seqId);
+    const s = this.seqs.get(seqId);
     const keep = options.keepCached ?? true;
     for (let i = s.blocks.length - 1; i >= 0; i--) {
       this.pool.release(s.blocks[i]!, keep && i < s.compressedFrom);
     }
-    this.seqs.delete(seqId);
-    this.recentlyFreed.add(seqId);
-    const oldest = this.recentlyFreed.values().next();
-    if (this.recentlyFreed.size > RECENTLY_FREED_CAPACITY && !oldest.done) {
-      this.recentlyFreed.delete(oldest.value);
-    }
+    this.seqs.remove(seqId);
   }
 
   /**
@@ -277,7 +269,7 @@ export class KvCacheManager {
       this.pool,
       this.blockSize,
       seqId,
-      this.get(seqId),
+      this.seqs.get(seqId),
       logicalBlocks,
     );
   }
@@ -295,7 +287,7 @@ export class KvCacheManager {
    *   changes when it throws.
    */
   prepareRewrite(seqId: SeqId, logicalBlocks: readonly number[]): BlockCopy[] {
-    const copies = prepareRewrite(this.pool, seqId, this.get(seqId), logicalBlocks);
+    const copies = prepareRewrite(this.pool, seqId, this.seqs.get(seqId), logicalBlocks);
     this.rewriteCopies += copies.length;
     return copies;
   }
@@ -305,7 +297,7 @@ export class KvCacheManager {
    * @throws {KvAllocatorError} UNKNOWN_SEQUENCE.
    */
   blockTable(seqId: SeqId): readonly BlockId[] {
-    return this.get(seqId).blocks;
+    return this.seqs.get(seqId).blocks;
   }
 
   /**
@@ -313,7 +305,7 @@ export class KvCacheManager {
    * @throws {KvAllocatorError} UNKNOWN_SEQUENCE.
    */
   numTokens(seqId: SeqId): number {
-    return this.get(seqId).numTokens;
+    return this.seqs.get(seqId).numTokens;
   }
 
   has(seqId: SeqId): boolean {
@@ -388,18 +380,5 @@ export class KvCacheManager {
       droppedBlocks: this.droppedBlocks,
       rewriteCopies: this.rewriteCopies,
     };
-  }
-
-  private get(seqId: SeqId): Sequence {
-    const s = this.seqs.get(seqId);
-    if (s) return s;
-    if (this.recentlyFreed.has(seqId)) {
-      throw new KvAllocatorError('DOUBLE_FREE', `sequence ${String(seqId)} was already freed`, {
-        details: { seqId },
-      });
-    }
-    throw new KvAllocatorError('UNKNOWN_SEQUENCE', `unknown sequence ${String(seqId)}`, {
-      details: { seqId },
-    });
   }
 }
