@@ -1,11 +1,36 @@
-// Small pure helpers of `Gpu`: byte views, workgroup counts, shader compile messages.
-import type { Workgroups } from './gpu-types.js';
+// Small pure helpers of `Gpu`: byte views, bind group entries, workgroup counts, shader compile
+// messages.
+import type { GpuBinding, Workgroups } from './gpu-types.js';
 
 /** The bytes of a view or buffer, without a copy. */
 export function asBytes(data: ArrayBufferView | ArrayBuffer): Uint8Array {
   return data instanceof ArrayBuffer
     ? new Uint8Array(data)
     : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
+
+/**
+ * Bind group entries binding `bindings[i]` at `@binding(i)`, or at the keys of an object (for a
+ * shader that skips binding numbers).
+ */
+export function bindGroupEntries(
+  bindings: readonly GpuBinding[] | Readonly<Record<number, GpuBinding>>,
+): GPUBindGroupEntry[] {
+  const pairs: [number, GpuBinding][] = Array.isArray(bindings)
+    ? (bindings as readonly GpuBinding[]).map((b, i) => [i, b])
+    : Object.entries(bindings).map(([k, b]) => [Number(k), b as GpuBinding]);
+  return pairs.map(([binding, b]) => ({ binding, resource: 'buffer' in b ? b : { buffer: b } }));
+}
+
+/** True for a `GPUBindGroup` rather than a buffer or a buffer binding. */
+export function isBindGroup(b: unknown): b is GPUBindGroup {
+  return (
+    typeof b === 'object' &&
+    b !== null &&
+    !('buffer' in b) &&
+    !('size' in b && 'usage' in b) &&
+    !('mapState' in b)
+  );
 }
 
 /** A workgroup count as `[x, y, z]`. */

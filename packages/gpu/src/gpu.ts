@@ -1,8 +1,8 @@
-import { BufferUsage, MapMode } from './constants.js';
+import { planBuffer, uploadBytes } from './buffers.js';
+import { withErrorScope } from './error-scope.js';
 import { GpuError } from './errors.js';
-import { asBytes, normalizeWorkgroups } from './gpu-helpers.js';
+import { asBytes, bindGroupEntries, isBindGroup, normalizeWorkgroups } from './gpu-helpers.js';
 import type {
-  BufferKind,
   BufferOptions,
   GpuAdapterReport,
   GpuBackend,
@@ -14,17 +14,12 @@ import type {
   Workgroups,
 } from './gpu-types.js';
 import { PipelineCache } from './pipeline-cache.js';
+import { Readback } from './readback.js';
+import { GpuTimer } from './timing.js';
 import { UniformArena } from './uniform-arena.js';
 
 /** `GPU` instances that made a device, never released: see the `Gpu` constructor. */
 const liveInstances = new Set<unknown>();
-
-const KIND_USAGE: Record<BufferKind, number> = {
-  storage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
-  uniform: BufferUsage.UNIFORM | BufferUsage.COPY_DST,
-  readback: BufferUsage.MAP_READ | BufferUsage.COPY_DST,
-  upload: BufferUsage.MAP_WRITE | BufferUsage.COPY_SRC,
-};
 
 /**
  * A WebGPU device and the helpers kernel packages share. Obtain one with `createGpu()`.
@@ -49,11 +44,11 @@ export class Gpu implements GpuDeviceReport {
   lastUncapturedError: string | undefined;
 
   readonly #buffers = new Set<GPUBuffer>();
-  readonly #staging: GPUBuffer[] = [];
+  readonly #readback: Readback;
   readonly #pipelineCache: PipelineCache;
   #destroyed = false;
   #lostMessage: string | undefined;
-  #timestamp: { querySet: GPUQuerySet; resolve: GPUBuffer } | undefined;
+  readonly #timer = new GpuTimer(this);
 
   /**
    * Wrap an existing device. `createGpu()` is the usual way to get one.
@@ -65,6 +60,9 @@ export class Gpu implements GpuDeviceReport {
   constructor(device: GPUDevice, report: GpuDeviceReport, instance?: unknown) {
     this.device = device;
     this.#pipelineCache = new PipelineCache(device, (fn) => this.withErrorScope(fn));
+    this.#readback = new Readback(device, report.limits.maxBufferSize, (fn) =>
+      this.withErrorScope(fn),
+    );
     if (instance !== undefined) liveInstances.add(instance);
     this.adapterInfo = report.adapterInfo;
     this.backend = report.backend;
@@ -133,35 +131,7 @@ export class Gpu implements GpuDeviceReport {
    */
   createBuffer(options: BufferOptions): GPUBuffer {
     this.#alive();
-    const data = options.data === undefined ? undefined : asBytes(options.data);
-    const requested = options.size ?? data?.byteLength;
-    if (requested === undefined || !Number.isFinite(requested) || requested < 0) {
-      throw new GpuError('INVALID_ARGUMENT', 'createBuffer needs a non-negative size or data.');
-    }
-    if (data !== undefined && data.byteLength > requested) {
-      throw new GpuError(
-        'INVALID_ARGUMENT',
-        `createBuffer: data of ${data.byteLength} bytes does not fit size ${requested}.`,
-      );
-    }
-    const size = Math.max(4, Math.ceil(requested / 4) * 4);
-    if (size > this.limits.maxBufferSize) {
-      throw new GpuError(
-        'INVALID_ARGUMENT',
-        `Buffer '${options.label ?? ''}' of ${size} bytes exceeds maxBufferSize ${this.limits.maxBufferSize}.`,
-        { details: { size, maxBufferSize: this.limits.maxBufferSize } },
-      );
-    }
-    const kind = options.usage ?? 'storage';
-    const usage = typeof kind === 'number' ? kind : KIND_USAGE[kind];
-    const mappable = (usage & (BufferUsage.MAP_READ | BufferUsage.MAP_WRITE)) !== 0;
-    const desc: GPUBufferDescriptor = {
-      size,
-      usage,
-      // Mapped creation avoids a queue write, but a MAP_READ buffer cannot be written that way.
-      mappedAtCreation: data !== undefined && (usage & BufferUsage.MAP_READ) === 0,
-    };
-    if (options.label !== undefined) desc.label = options.label;
+    const { desc, data, mappable } = planBuffer(options, this.limits.maxBufferSize);
     const buffer = this.device.createBuffer(desc);
     if (data !== undefined && desc.mappedAtCreation) {
       new Uint8Array(buffer.getMappedRange()).set(data);
@@ -212,21 +182,7 @@ export class Gpu implements GpuDeviceReport {
    */
   upload(buffer: GPUBuffer, data: ArrayBufferView | ArrayBuffer, byteOffset = 0): void {
     this.#alive();
-    if (byteOffset % 4 !== 0) {
-      throw new GpuError('INVALID_ARGUMENT', `upload offset ${byteOffset} is not a multiple of 4.`);
-    }
-    let bytes = asBytes(data);
-    if (bytes.byteLength % 4 !== 0) {
-      const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
-      padded.set(bytes);
-      bytes = padded;
-    }
-    if (byteOffset + bytes.byteLength > buffer.size) {
-      throw new GpuError(
-        'INVALID_ARGUMENT',
-        `upload of ${bytes.byteLength} bytes at ${byteOffset} overruns buffer '${buffer.label}' of ${buffer.size} bytes.`,
-      );
-    }
+    const bytes = uploadBytes(buffer, data, byteOffset);
     if (bytes.byteLength === 0) return;
     this.device.queue.writeBuffer(buffer, byteOffset, bytes, 0, bytes.byteLength);
   }
@@ -240,68 +196,7 @@ export class Gpu implements GpuDeviceReport {
    */
   async readBuffer(buffer: GPUBuffer, offset = 0, size?: number): Promise<ArrayBuffer> {
     this.#alive();
-    const length = size ?? buffer.size - offset;
-    if (offset < 0 || length < 0 || offset + length > buffer.size) {
-      throw new GpuError(
-        'INVALID_ARGUMENT',
-        `readBuffer range [${offset}, ${offset + length}) is outside buffer '${buffer.label}' of ${buffer.size} bytes.`,
-      );
-    }
-    if ((buffer.usage & BufferUsage.COPY_SRC) === 0) {
-      throw new GpuError(
-        'INVALID_ARGUMENT',
-        `readBuffer: buffer '${buffer.label}' lacks COPY_SRC usage.`,
-      );
-    }
-    if (length === 0) return new ArrayBuffer(0);
-    // Copies must start and end on 4-byte boundaries; widen, then slice.
-    const start = Math.floor(offset / 4) * 4;
-    const end = Math.min(buffer.size, Math.ceil((offset + length) / 4) * 4);
-    const span = end - start;
-    const staging = this.#takeStaging(span);
-    let reusable = false;
-    try {
-      await this.withErrorScope(() => {
-        const encoder = this.device.createCommandEncoder({ label: 'kvasir-readback' });
-        encoder.copyBufferToBuffer(buffer, start, staging, 0, span);
-        this.device.queue.submit([encoder.finish()]);
-      });
-      try {
-        await staging.mapAsync(MapMode.READ, 0, span);
-      } catch (cause) {
-        throw new GpuError('MAP_FAILED', `Mapping the read-back buffer failed: ${String(cause)}`, {
-          cause,
-        });
-      }
-      const out = staging.getMappedRange(0, span).slice(offset - start, offset - start + length);
-      staging.unmap();
-      reusable = true;
-      return out;
-    } finally {
-      if (reusable && !this.#destroyed && this.#staging.length < 4) this.#staging.push(staging);
-      else staging.destroy();
-    }
-  }
-
-  /**
-   * A MAP_READ buffer of at least `size` bytes: a pooled one when free (read-backs happen every
-   * decode step), else a new one rounded up to a power of two. Taken out of the pool while in
-   * use, so concurrent read-backs never share one.
-   */
-  #takeStaging(size: number): GPUBuffer {
-    let best = -1;
-    this.#staging.forEach((b, i) => {
-      if (b.size >= size && (best < 0 || b.size < this.#staging[best]!.size)) best = i;
-    });
-    if (best >= 0) return this.#staging.splice(best, 1)[0]!;
-    return this.device.createBuffer({
-      label: 'kvasir-readback',
-      size: Math.max(
-        size,
-        Math.min(this.limits.maxBufferSize, Math.max(4096, 2 ** Math.ceil(Math.log2(size)))),
-      ),
-      usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST,
-    });
+    return this.#readback.read(buffer, offset, size);
   }
 
   /** Destroy a buffer made by this `Gpu` now instead of at {@link Gpu.destroy}. */
@@ -332,13 +227,7 @@ export class Gpu implements GpuDeviceReport {
     group = 0,
   ): GPUBindGroup {
     this.#alive();
-    const entries: GPUBindGroupEntry[] = [];
-    const pairs: [number, GpuBinding][] = Array.isArray(bindings)
-      ? (bindings as readonly GpuBinding[]).map((b, i) => [i, b])
-      : Object.entries(bindings).map(([k, b]) => [Number(k), b as GpuBinding]);
-    for (const [binding, b] of pairs) {
-      entries.push({ binding, resource: 'buffer' in b ? b : { buffer: b } });
-    }
+    const entries = bindGroupEntries(bindings);
     return this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(group), entries });
   }
 
@@ -450,29 +339,7 @@ export class Gpu implements GpuDeviceReport {
    */
   async withErrorScope<T>(fn: () => T | Promise<T>): Promise<T> {
     this.#alive();
-    const device = this.device;
-    device.pushErrorScope('internal');
-    device.pushErrorScope('out-of-memory');
-    device.pushErrorScope('validation');
-    let result: T | undefined;
-    let thrown: { error: unknown } | undefined;
-    try {
-      result = await fn();
-    } catch (error) {
-      thrown = { error };
-    }
-    const validation = await device.popErrorScope();
-    const oom = await device.popErrorScope();
-    const internal = await device.popErrorScope();
-    if (thrown !== undefined) throw thrown.error;
-    if (validation !== null) {
-      throw new GpuError('VALIDATION', `WebGPU validation error: ${validation.message}`);
-    }
-    if (oom !== null) throw new GpuError('OUT_OF_MEMORY', `WebGPU out of memory: ${oom.message}`);
-    if (internal !== null) {
-      throw new GpuError('INTERNAL', `WebGPU internal error: ${internal.message}`);
-    }
-    return result as T;
+    return withErrorScope(this.device, fn);
   }
 
   /**
@@ -483,38 +350,7 @@ export class Gpu implements GpuDeviceReport {
    */
   async time(fn: (encoder: GPUCommandEncoder) => void): Promise<GpuTiming> {
     this.#alive();
-    if (!this.hasTimestamps) {
-      const encoder = this.device.createCommandEncoder({ label: 'kvasir-time' });
-      fn(encoder);
-      const commands = encoder.finish();
-      await this.idle();
-      const t0 = performance.now();
-      await this.withErrorScope(() => this.submit(commands));
-      await this.device.queue.onSubmittedWorkDone();
-      return { ms: performance.now() - t0, source: 'wall-clock' };
-    }
-    if (this.#timestamp === undefined) {
-      this.#timestamp = {
-        querySet: this.device.createQuerySet({ type: 'timestamp', count: 2 }),
-        resolve: this.createBuffer({
-          size: 16,
-          usage: BufferUsage.QUERY_RESOLVE | BufferUsage.COPY_SRC,
-          label: 'kvasir-timestamps',
-        }),
-      };
-    }
-    const { querySet, resolve } = this.#timestamp;
-    await this.run((encoder) => {
-      encoder
-        .beginComputePass({ timestampWrites: { querySet, beginningOfPassWriteIndex: 0 } })
-        .end();
-      fn(encoder);
-      encoder.beginComputePass({ timestampWrites: { querySet, endOfPassWriteIndex: 1 } }).end();
-      encoder.resolveQuerySet(querySet, 0, 2, resolve, 0);
-    });
-    const stamps = new BigUint64Array(await this.readBuffer(resolve));
-    const ns = Number((stamps[1] ?? 0n) - (stamps[0] ?? 0n));
-    return { ms: Math.max(0, ns) / 1e6, source: 'timestamp' };
+    return this.#timer.time(fn);
   }
 
   /**
@@ -527,21 +363,9 @@ export class Gpu implements GpuDeviceReport {
     this.uniforms.destroy();
     for (const b of this.#buffers) b.destroy();
     this.#buffers.clear();
-    for (const b of this.#staging) b.destroy();
-    this.#staging.length = 0;
-    this.#timestamp?.querySet.destroy();
-    this.#timestamp = undefined;
+    this.#readback.destroy();
+    this.#timer.destroy();
     this.#pipelineCache.clear();
     this.device.destroy();
   }
-}
-
-function isBindGroup(b: unknown): b is GPUBindGroup {
-  return (
-    typeof b === 'object' &&
-    b !== null &&
-    !('buffer' in b) &&
-    !('size' in b && 'usage' in b) &&
-    !('mapState' in b)
-  );
 }
