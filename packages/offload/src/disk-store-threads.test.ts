@@ -10,7 +10,8 @@ import {
   ChecksumPool,
   GIVE_UP_AFTER,
 } from './checksum-pool.js';
-import { DiskStore, type DiskStoreOptions } from './disk-store.js';
+import { DiskStore } from './disk-store.js';
+import type { DiskStoreOptions } from './disk-store-options.js';
 import { decodeFrameHeader, FRAME_HEADER_BYTES } from './frame.js';
 import { block, key, NS, sameBytes } from './testing/fixtures.js';
 import { xxh64 } from './xxh64.js';

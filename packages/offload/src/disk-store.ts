@@ -1,33 +1,20 @@
-import { randomBytes } from 'node:crypto';
-import type { FileHandle } from 'node:fs/promises';
-import { access, constants, open, readdir, rename, stat, unlink } from 'node:fs/promises';
+import { access, constants, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type BlockHash, type EvictionPolicy, LruPolicy } from '@kvasir/kv-allocator';
+import type { BlockHash } from '@kvasir/kv-allocator';
+import {
+  blockFileDir,
+  blockFilePath,
+  readBlockFile,
+  scanBlockFiles,
+  unlinkIfSame,
+  writeBlockFile,
+} from './block-file.js';
 import { BudgetedIndex } from './budgeted-index.js';
-import {
-  Checksummer,
-  type ChecksumThreads,
-  DEFAULT_CHECKSUM_MIN_BYTES,
-  resolveChecksumThreads,
-} from './checksum-pool.js';
-import {
-  describeFsError,
-  errno,
-  makeDirectory,
-  readFully,
-  writeFully,
-  writeHeader,
-} from './disk-files.js';
+import { Checksummer } from './checksum-pool.js';
+import { describeFsError, errno, makeDirectory } from './disk-files.js';
+import { type DiskStoreOptions, resolveDiskStoreOptions } from './disk-store-options.js';
 import { OffloadError } from './errors.js';
-import {
-  checkFrameHeader,
-  encodeFrameHeader,
-  FRAME_HEADER_BYTES,
-  type FrameFault,
-  payloadLengthFault,
-  payloadMatches,
-} from './frame.js';
-import { checkNamespace } from './keys.js';
+import { FRAME_HEADER_BYTES } from './frame.js';
 import { Counters } from './stats.js';
 import type {
   EvictionListener,
@@ -36,50 +23,7 @@ import type {
   KvBlockStore,
   OffloadStats,
 } from './types.js';
-import {
-  checkBudget,
-  checkEntries,
-  checkKeys,
-  checkOpen,
-  checkPolicy,
-  mapLimit,
-} from './validate.js';
-
-/** Options of {@link DiskStore}. */
-export interface DiskStoreOptions {
-  /** Namespace fingerprint from `kvNamespace()`; blocks live under `<dir>/<namespace>/`. */
-  readonly namespace: string;
-  /** Cache directory; created if missing. Several processes may share it. */
-  readonly dir: string;
-  /** Byte budget for this namespace's files (headers included), as known to this process. */
-  readonly maxBytes: number;
-  /** Which block goes first when the budget is full; `LruPolicy` by default. */
-  readonly policy?: EvictionPolicy<BlockHash>;
-  /** fsync each file before it is renamed into place (default false: a crash may lose recent blocks, never serve a torn one). */
-  readonly fsync?: boolean;
-  /** Largest accepted value (default: `maxBytes`). */
-  readonly maxValueBytes?: number;
-  /** File operations in flight at once per call (default 8). */
-  readonly concurrency?: number;
-  /** Temporary files older than this are left-overs of a crashed writer and removed on open (default 10 minutes). */
-  readonly staleTempMs?: number;
-  /**
-   * Worker threads that compute payload checksums (XXH64) beside the I/O: a count, 0 to hash
-   * on the calling thread, or `'auto'` (default): `min(8, cores - 1)` on a machine of more than
-   * two cores (`os.availableParallelism()`), none otherwise. Workers start on first use and end
-   * on `close()`; they never keep the process alive.
-   */
-  readonly checksumThreads?: ChecksumThreads;
-  /** Smallest payload hashed on a worker thread (default 256 KiB); smaller ones are hashed inline. */
-  readonly checksumMinBytes?: number;
-}
-
-const BLOCK_FILE = /^([0-9a-f]{32})\.kvb$/;
-const TEMP_FILE = /\.tmp$/;
-
-// Stands in for the header while a worker hashes the payload from the file (never renamed into
-// place like this: the real header is written over it first).
-const BLANK_HEADER = new Uint8Array(FRAME_HEADER_BYTES);
+import { checkEntries, checkKeys, checkOpen, mapLimit } from './validate.js';
 
 /**
  * KV blocks as files: `<dir>/<namespace>/<first two hex>/<hash>.kvb`, each a framed value
@@ -107,25 +51,16 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   private closed = false;
 
   private constructor(options: DiskStoreOptions) {
-    checkNamespace(options.namespace);
-    this.namespace = options.namespace;
-    this.dir = options.dir;
-    this.nsDir = join(options.dir, options.namespace);
-    this.maxBytes = checkBudget('maxBytes', options.maxBytes);
-    this.index = new BudgetedIndex(
-      this.maxBytes,
-      checkPolicy(options.policy ?? new LruPolicy<BlockHash>()),
-    );
-    this.fsync = options.fsync ?? false;
-    this.maxValueBytes = checkBudget('maxValueBytes', options.maxValueBytes ?? options.maxBytes);
-    const c = options.concurrency ?? 8;
-    this.concurrency = Number.isInteger(c) && c >= 1 ? c : 8;
-    const minBytes = checkBudget(
-      'checksumMinBytes',
-      options.checksumMinBytes ?? DEFAULT_CHECKSUM_MIN_BYTES,
-      true,
-    );
-    this.checksum = new Checksummer(resolveChecksumThreads(options.checksumThreads), minBytes);
+    const o = resolveDiskStoreOptions(options);
+    this.namespace = o.namespace;
+    this.dir = o.dir;
+    this.nsDir = join(o.dir, o.namespace);
+    this.maxBytes = o.maxBytes;
+    this.index = new BudgetedIndex(o.maxBytes, o.policy);
+    this.fsync = o.fsync;
+    this.maxValueBytes = o.maxValueBytes;
+    this.concurrency = o.concurrency;
+    this.checksum = new Checksummer(o.checksumThreads, o.checksumMinBytes);
   }
 
   /** Worker threads this store hashes payloads on (at most; 0: all on the calling thread). */
@@ -159,44 +94,15 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     await makeDirectory(this.nsDir);
     // Checked now: a directory that cannot be written would only show up as misses later.
     await access(this.nsDir, constants.W_OK | constants.X_OK);
-    const found: { key: BlockHash; size: number; mtime: number }[] = [];
-    const now = Date.now();
-    for (const sub of await readdir(this.nsDir, { withFileTypes: true })) {
-      if (!sub.isDirectory() || !/^[0-9a-f]{2}$/.test(sub.name)) continue;
-      const subDir = join(this.nsDir, sub.name);
-      this.madeDirs.add(subDir);
-      let names: string[];
-      try {
-        names = await readdir(subDir);
-      } catch {
-        continue; // removed by another process meanwhile
-      }
-      for (const name of names) {
-        const path = join(subDir, name);
-        const m = BLOCK_FILE.exec(name);
-        if (m === null && !TEMP_FILE.test(name)) continue;
-        let st: Awaited<ReturnType<typeof stat>>;
-        try {
-          st = await stat(path);
-        } catch {
-          continue;
-        }
-        if (m === null) {
-          if (now - st.mtimeMs > staleTempMs) await unlink(path).catch(() => undefined);
-          continue;
-        }
-        const key = m[1] as BlockHash;
-        if (key.slice(0, 2) === sub.name) found.push({ key, size: st.size, mtime: st.mtimeMs });
-      }
-    }
-    found.sort((a, b) => a.mtime - b.mtime);
-    for (const f of found) this.index.insert(f.key, f.size);
+    const { files, dirs } = await scanBlockFiles(this.nsDir, staleTempMs);
+    for (const dir of dirs) this.madeDirs.add(dir);
+    for (const f of files) this.index.insert(f.key, f.size);
     const victims = this.index.reserve(0);
     await this.discard(victims ?? []);
   }
 
   private pathOf(key: BlockHash): string {
-    return join(this.nsDir, key.slice(0, 2), `${key}.kvb`);
+    return blockFilePath(this.nsDir, key);
   }
 
   /** {@inheritDoc EvictionSource.onEvict} */
@@ -230,7 +136,7 @@ export class DiskStore implements KvBlockStore, EvictionSource {
   }
 
   private async ensureDir(key: BlockHash): Promise<void> {
-    const sub = join(this.nsDir, key.slice(0, 2));
+    const sub = blockFileDir(this.nsDir, key);
     if (this.madeDirs.has(sub)) return;
     await makeDirectory(sub);
     this.madeDirs.add(sub);
@@ -243,44 +149,25 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     this.forget(key);
     const victims = this.index.reserve(size);
     if (victims === undefined) return false;
-    const path = this.pathOf(key);
-    const tmp = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
     let ok = false;
     try {
       await this.discard(victims);
       await this.ensureDir(key);
-      let fh: FileHandle;
-      try {
-        fh = await open(tmp, 'wx+'); // readable too: a checksum worker reads it back
-      } catch (e) {
-        if (errno(e) !== 'ENOENT') throw e;
-        // Our cached directory was removed by someone else: recreate it once.
-        this.madeDirs.delete(join(this.nsDir, key.slice(0, 2)));
-        await this.ensureDir(key);
-        fh = await open(tmp, 'wx+');
-      }
-      try {
-        if (this.checksum.offloads(value.byteLength)) {
-          // The payload goes first, behind a blank header; a worker hashes it from the file (the
-          // page cache) and the real header is written over the blank one before the rename.
-          // This thread copies nothing and hashes nothing.
-          await writeFully(fh, BLANK_HEADER, value);
-          const sum = await this.checksum.ofFile(fh.fd, FRAME_HEADER_BYTES, value);
-          if (sum === undefined) throw new Error('the temporary file is shorter than was written');
-          await writeHeader(fh, encodeFrameHeader(this.namespace, key, value, sum));
-        } else {
-          // Inline, checksummed right before it is written, so the kernel copies bytes still in cache.
-          await writeFully(fh, encodeFrameHeader(this.namespace, key, value), value);
-        }
-        if (this.fsync) await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, path);
+      await writeBlockFile(this.pathOf(key), {
+        namespace: this.namespace,
+        key,
+        value,
+        checksum: this.checksum,
+        fsync: this.fsync,
+        recreateDir: () => {
+          // Our cached directory was removed by someone else: recreate it once.
+          this.madeDirs.delete(blockFileDir(this.nsDir, key));
+          return this.ensureDir(key);
+        },
+      });
       ok = true;
     } catch {
       this.counters.errors++;
-      await unlink(tmp).catch(() => undefined);
     } finally {
       this.index.release(size);
     }
@@ -315,91 +202,31 @@ export class DiskStore implements KvBlockStore, EvictionSource {
     track: boolean,
     into?: Uint8Array,
   ): Promise<Uint8Array | undefined> {
-    let fh: FileHandle;
-    try {
-      fh = await open(path, 'r');
-    } catch (e) {
-      if (errno(e) !== 'ENOENT') this.counters.errors++;
-      if (track) this.forget(key);
-      return undefined;
-    }
-    let payload: Buffer;
-    let ino: number;
-    let size: number;
-    let fault: FrameFault | undefined;
-    // The digest (undefined: the file turned out shorter than its header said) and the bytes.
-    let hashing: Promise<{ sum: bigint | undefined; data: Buffer }> | undefined;
-    let promised: { readonly len: number; readonly sum: bigint } | undefined;
-    let keepOpen = false;
-    try {
-      const st = await fh.stat();
-      ino = st.ino;
-      // A block of another length than the caller's target: a miss, the file left alone.
-      if (into !== undefined && st.size - FRAME_HEADER_BYTES !== into.byteLength) return undefined;
-      // Header and payload in one readv, the payload into a buffer of exactly its own size (or
-      // the caller's target): no copy, and the caller's array is the block and nothing else.
-      const header = Buffer.allocUnsafe(Math.min(st.size, FRAME_HEADER_BYTES));
-      payload =
-        into === undefined
-          ? Buffer.allocUnsafeSlow(Math.max(0, st.size - FRAME_HEADER_BYTES))
-          : Buffer.from(into.buffer, into.byteOffset, into.byteLength);
-      size = await readFully(fh, header, payload);
-      // Verified at once, while the bytes just read are still in cache.
-      const checked = checkFrameHeader(header.subarray(0, size), this.namespace, key);
-      if (!checked.ok) fault = checked.fault;
-      else {
-        if (size < st.size) payload = payload.subarray(0, size - header.byteLength);
-        fault = payloadLengthFault(payload, checked);
-        if (fault === undefined) {
-          promised = checked;
-          const read = payload;
-          // The payload buffer is this store's alone: on a worker it is moved there and back
-          // (while the file is closed). The caller's target cannot move: a worker hashes the
-          // same bytes from the file, which stays open (and, renamed into place whole, never
-          // changes) until the digest is back. Inline both are hashed here and now.
-          hashing =
-            into === undefined
-              ? this.checksum.ofOwned(payload)
-              : this.checksum
-                  .ofFile(fh.fd, FRAME_HEADER_BYTES, payload)
-                  .then((sum) => ({ sum, data: read }));
-          hashing.catch(() => undefined); // awaited below
-          keepOpen = into !== undefined;
-        }
-      }
-    } catch {
-      this.counters.errors++;
-      return undefined;
-    } finally {
-      // Closed now unless a worker still reads it (into a target): then after the digest.
-      if (!keepOpen) await fh.close().catch(() => undefined);
-    }
-    if (hashing !== undefined && promised !== undefined) {
-      try {
-        const hashed = await hashing;
-        payload = hashed.data;
-        fault =
-          hashed.sum === undefined ? 'truncated' : payloadMatches(payload, promised, hashed.sum);
-      } catch {
-        this.counters.errors++; // a checksum worker failed: a miss, the file kept
+    const read = await readBlockFile(path, this.namespace, key, this.checksum, into);
+    switch (read.kind) {
+      case 'missing':
+        if (read.error) this.counters.errors++;
+        if (track) this.forget(key);
         return undefined;
-      } finally {
-        if (keepOpen) await fh.close().catch(() => undefined);
-      }
+      case 'other-length':
+        return undefined;
+      case 'error':
+        this.counters.errors++;
+        return undefined;
+      case 'fault':
+        if (read.fault === 'foreign') this.counters.foreign++;
+        else this.counters.corrupt++;
+        await unlinkIfSame(path, read.ino);
+        if (track) this.forget(key);
+        return undefined;
+      case 'ok':
+        if (track) {
+          if (this.index.has(key)) this.index.touch(key);
+          else this.adopt(key, read.size);
+          this.counters.bytesRead += read.size;
+        }
+        return read.payload;
     }
-    if (fault !== undefined) {
-      if (fault === 'foreign') this.counters.foreign++;
-      else this.counters.corrupt++;
-      await this.unlinkIfSame(path, ino);
-      if (track) this.forget(key);
-      return undefined;
-    }
-    if (track) {
-      if (this.index.has(key)) this.index.touch(key);
-      else this.adopt(key, size);
-      this.counters.bytesRead += size;
-    }
-    return payload;
   }
 
   // A file another process wrote: index it so the budget and policy know about it.
@@ -413,16 +240,6 @@ export class DiskStore implements KvBlockStore, EvictionSource {
 
   private forget(key: BlockHash): void {
     this.index.remove(key);
-  }
-
-  private async unlinkIfSame(path: string, ino: number): Promise<void> {
-    try {
-      const st = await stat(path);
-      // Another process may have renamed a good file over the bad one since we read it.
-      if (st.ino === ino) await unlink(path);
-    } catch {
-      // already gone
-    }
   }
 
   /**

@@ -1,5 +1,6 @@
 export type { ChecksumThreads } from './checksum-pool.js';
-export { DiskStore, type DiskStoreOptions } from './disk-store.js';
+export { DiskStore } from './disk-store.js';
+export type { DiskStoreOptions } from './disk-store-options.js';
 export { OffloadError, type OffloadErrorCode } from './errors.js';
 export {
   type DecodedFrame,
