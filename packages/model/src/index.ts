@@ -12,6 +12,7 @@ export {
 } from './config.js';
 export type { ModelErrorCode } from './errors.js';
 export { ModelError } from './errors.js';
+export type { LayerSlice } from './execution/executor.js';
 export type {
   ForwardBlockCopy,
   ForwardKeyShift,
@@ -77,8 +78,16 @@ export type { DeviceLimits, ModelLimits, ModelLimitsOptions } from './model/devi
 export { modelLimits } from './model/device-limits.js';
 export type { GenerateOptions } from './model/generate.js';
 export { generate } from './model/generate.js';
-export type { LoadModelOptions, Model } from './model/model.js';
+export type { LoadModelOptions, Model, ModelDevice } from './model/model.js';
 export { loadModel } from './model/model.js';
+export type { DevicePlacement, WasmPlacementOptions } from './model/placement.js';
+export {
+  gpuLayersPlacement,
+  openWebGpuAdapter,
+  parseDevices,
+  resolvePlacement,
+  wasmPlacement,
+} from './model/placement.js';
 export { Rng } from './rng.js';
 export type { SampleResult, SamplingParams, TokenLogprob } from './sampling/sampler.js';
 export {

@@ -64,6 +64,19 @@ export interface ModelWeights<W> {
   readonly lmHead: W;
 }
 
+/**
+ * The weights one shard of a model split by layer holds: its layers, the embedding on the
+ * first shard (and on the last when the head is tied to it), the final norm and head on the
+ * last. A whole model is the shard holding every layer.
+ */
+export interface ShardWeights<W> {
+  readonly embed: W | undefined;
+  /** The shard's layers, its first layer at index 0. */
+  readonly layers: readonly LayerWeights<W>[];
+  readonly finalNorm: Float32Array | undefined;
+  readonly lmHead: W | undefined;
+}
+
 /** Options of {@link loadWeights}. */
 export interface LoadWeightsOptions {
   /** Quantize matrices to int8 with group scales at load. */
@@ -83,6 +96,12 @@ export interface LoadWeightsOptions {
   readonly maxBatchElements?: number;
 }
 
+/** Layers `[firstLayer, firstLayer + numLayers)` of a model, for {@link loadShardWeights}. */
+export interface WeightSlice {
+  readonly firstLayer: number;
+  readonly numLayers: number;
+}
+
 // Rows decoded per pack-and-write batch: bounded host memory whatever the matrix size.
 const TARGET_BATCH_ELEMENTS = 1 << 20;
 
@@ -100,7 +119,7 @@ export function loadWeights<W>(
   allocate: WeightAllocator<W>,
   options: LoadWeightsOptions = {},
 ): Promise<ModelWeights<W>> {
-  return load(reader, allocate as WeightAllocator<W, StoredFormat>, options, false);
+  return load(reader, allocate as WeightAllocator<W, StoredFormat>, options, false).then(whole);
 }
 
 /**
@@ -116,7 +135,52 @@ export function loadBlockWeights<W>(
   allocate: WeightAllocator<W, StoredFormat>,
   options: LoadWeightsOptions = {},
 ): Promise<ModelWeights<W>> {
-  return load(reader, allocate, options, true);
+  return load(reader, allocate, options, true).then(whole);
+}
+
+/**
+ * {@link loadBlockWeights} for one shard of a model split by layer: only the tensors the slice
+ * runs are read (see {@link ShardWeights}).
+ * @throws {ModelError} as {@link loadWeights}.
+ */
+export function loadShardWeights<W>(
+  reader: CheckpointReader,
+  allocate: WeightAllocator<W, StoredFormat>,
+  options: LoadWeightsOptions,
+  slice: WeightSlice | undefined,
+): Promise<ShardWeights<W>> {
+  return load(reader, allocate, options, true, slice);
+}
+
+function whole<W>(w: ShardWeights<W>): ModelWeights<W> {
+  const { embed, finalNorm, lmHead, layers } = w;
+  if (embed === undefined || finalNorm === undefined || lmHead === undefined) {
+    throw new ModelError('INVALID_ARGUMENT', 'a whole model needs its embedding and head');
+  }
+  return { embed, layers, finalNorm, lmHead };
+}
+
+/**
+ * Whether a tensor belongs to the shard: its layers' tensors, the embedding on the first (and
+ * on the last when the head is tied to it), the final norm and head on the last.
+ */
+export function shardHoldsTensor(
+  c: ModelConfig,
+  slice: WeightSlice | undefined,
+  name: string,
+): boolean {
+  const first = slice?.firstLayer ?? 0;
+  const count = slice?.numLayers ?? c.numLayers;
+  const head = first + count === c.numLayers;
+  const layer = /^model\.layers\.(\d+)\./.exec(name);
+  if (layer) {
+    const l = Number(layer[1]);
+    return l >= first && l < first + count;
+  }
+  if (name === 'model.embed_tokens.weight') return first === 0 || (head && c.tieWordEmbeddings);
+  if (name === 'lm_head.weight') return head && !c.tieWordEmbeddings;
+  if (name === 'model.norm.weight') return head;
+  return first === 0;
 }
 
 async function load<W>(
@@ -124,12 +188,17 @@ async function load<W>(
   allocate: WeightAllocator<W, StoredFormat>,
   options: LoadWeightsOptions,
   keepBlocks: boolean,
-): Promise<ModelWeights<W>> {
+  slice?: WeightSlice,
+): Promise<ShardWeights<W>> {
   const c = reader.config;
+  const first = slice?.firstLayer ?? 0;
+  const count = slice?.numLayers ?? c.numLayers;
+  const embeds = first === 0;
+  const heads = first + count === c.numLayers;
   const groupSize = options.groupSize ?? DEFAULT_INT8_GROUP_SIZE;
   const progress = options.progress;
   const names = [...reader.tensors.keys()].filter(
-    (n) => n !== 'lm_head.weight' || !c.tieWordEmbeddings,
+    (n) => (n !== 'lm_head.weight' || !c.tieWordEmbeddings) && shardHoldsTensor(c, slice, n),
   );
   progress?.start(
     names.reduce((a, n) => a + reader.tensor(n).byteLength, 0),
@@ -274,9 +343,12 @@ async function load<W>(
     reader.tensors.has(name) ? vector(name) : Promise.resolve(undefined);
 
   try {
-    const embed = await matrix('model.embed_tokens.weight');
+    const embed =
+      embeds || (heads && c.tieWordEmbeddings)
+        ? await matrix('model.embed_tokens.weight')
+        : undefined;
     const layers: LayerWeights<W>[] = [];
-    for (let l = 0; l < c.numLayers; l++) {
+    for (let l = first; l < first + count; l++) {
       const p = `model.layers.${l}.`;
       layers.push({
         inputNorm: await vector(`${p}input_layernorm.weight`),
@@ -293,12 +365,39 @@ async function load<W>(
         down: await matrix(`${p}mlp.down_proj.weight`),
       });
     }
+    if (!heads) return { embed, layers, finalNorm: undefined, lmHead: undefined };
     const finalNorm = await vector('model.norm.weight');
     const lmHead = c.tieWordEmbeddings ? embed : await matrix('lm_head.weight');
-    return { embed, layers, finalNorm, lmHead };
+    return { embed: embeds ? embed : undefined, layers, finalNorm, lmHead };
   } finally {
     progress?.stop();
   }
+}
+
+/**
+ * Bytes the weights of a slice of layers (default: the whole model) take in the storage
+ * {@link loadBlockWeights} picks for them.
+ */
+export function sliceWeightBytes(
+  reader: CheckpointReader,
+  o: LoadWeightsOptions,
+  slice?: WeightSlice,
+): number {
+  const c = reader.config;
+  let bytes = 0;
+  for (const [name, t] of reader.tensors) {
+    if (name === 'lm_head.weight' && c.tieWordEmbeddings) continue;
+    if (!shardHoldsTensor(c, slice, name)) continue;
+    const n = t.shape.reduce((a, b) => a * b, 1);
+    if (t.shape.length !== 2) bytes += n * 4;
+    else if (o.weightQuant === 'int8') bytes += n + (n / (o.groupSize ?? 32)) * 4;
+    else if ((o.weightDtype ?? 'auto') === 'auto' && isBlockDtype(t.dtype))
+      bytes += (t.shape[0] as number) * weightRowBytes(t.dtype, t.shape[1] as number);
+    else if (o.weightDtype === 'f32' || (o.weightDtype !== 'f16' && t.dtype === 'F32'))
+      bytes += n * 4;
+    else bytes += n * 2;
+  }
+  return bytes;
 }
 
 /** Decoded rows of one tensor in bounded batches. */

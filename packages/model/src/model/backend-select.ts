@@ -106,19 +106,8 @@ export async function createExecutor(
   gpu: Gpu | undefined,
   options: { threads?: number } = {},
 ): Promise<{ backend: BackendName; executor: Executor }> {
-  // Undefined only for WebGPU when it is not required and no device opens.
-  const build = async (backend: BackendName, required: boolean) => {
-    if (backend === 'wasm') {
-      const { createWasmExecutor } = await import('../backends/wasm/wasm-executor.js');
-      return createWasmExecutor(ctx, options);
-    }
-    if (backend === 'webgpu') {
-      // Imported on demand: a CPU-only run never loads @kvasir/gpu's native WebGPU binding.
-      const { createGpuExecutor } = await import('../backends/webgpu/gpu-executor.js');
-      return createGpuExecutor(ctx, { gpu, required });
-    }
-    return createCpuExecutor(ctx);
-  };
+  const build = (backend: BackendName, required: boolean) =>
+    buildExecutor(ctx, backend, { gpu, required, threads: options.threads });
   let backend: BackendName;
   let fallback: BackendName | undefined;
   if (choice === 'wasm') backend = 'wasm';
@@ -133,6 +122,32 @@ export async function createExecutor(
   if (executor) return { backend, executor };
   const other = fallback as BackendName;
   return { backend: other, executor: (await build(other, true)) as Executor };
+}
+
+/**
+ * The executor of one backend. Undefined only for WebGPU when it is not `required` and no
+ * device opens.
+ * @internal
+ */
+export async function buildExecutor(
+  ctx: ExecutorContext,
+  backend: BackendName,
+  options: { gpu?: Gpu; required: boolean; threads?: number; adapter?: number },
+): Promise<Executor | undefined> {
+  if (backend === 'wasm') {
+    const { createWasmExecutor } = await import('../backends/wasm/wasm-executor.js');
+    return createWasmExecutor(ctx, { threads: options.threads });
+  }
+  if (backend === 'webgpu') {
+    // Imported on demand: a CPU-only run never loads @kvasir/gpu's native WebGPU binding.
+    const { createGpuExecutor } = await import('../backends/webgpu/gpu-executor.js');
+    return createGpuExecutor(ctx, {
+      gpu: options.gpu,
+      required: options.required,
+      adapter: options.adapter,
+    });
+  }
+  return createCpuExecutor(ctx);
 }
 
 /** The adapter `createGpu` would take, opened and closed in this process, or null. */

@@ -37,6 +37,7 @@ describe('modelLimits', () => {
           numLayers: 3,
           maxKvBytes: 3 * (2 ** 31 - 1),
           maxLayerKvBytes: 2 ** 31 - 1,
+          weightBytes: reader.totalBytes,
         },
       ],
     });
@@ -98,8 +99,32 @@ describe('modelLimits', () => {
         numLayers: 3,
         maxKvBytes: 3 * 128 * 2 ** 20,
         maxLayerKvBytes: 128 * 2 ** 20,
+        weightBytes: reader.totalBytes,
       },
     ]);
+  });
+
+  it('split by layer: one device each over its layers, holding its own tensors', async () => {
+    const { backend, devices } = await modelLimits(reader, {
+      backend: 'cpu',
+      threads: 2,
+      devices: [{ backend: 'wasm', layers: { firstLayer: 0, numLayers: 1 } }, { backend: 'wasm' }],
+    });
+    expect(backend).toBe('wasm');
+    expect(devices.map((d) => [d.firstLayer, d.numLayers])).toEqual([
+      [0, 1],
+      [1, 2],
+    ]);
+    const bytes = (f: (name: string) => boolean) =>
+      [...reader.tensors].filter(([n]) => f(n)).reduce((a, [, t]) => a + t.byteLength, 0);
+    const layer0 = bytes((n) => n.startsWith('model.layers.0.'));
+    // The embedding on the first device; the final norm and the (untied) head on the last.
+    const embed = reader.tensor('model.embed_tokens.weight').byteLength;
+    expect(devices[0]?.weightBytes).toBe(layer0 + embed);
+    expect(devices[1]?.weightBytes).toBe(reader.totalBytes - layer0 - embed);
+    for (const d of devices) {
+      expect(d.maxKvBytes).toBe(4 * GIB - d.weightBytes - 256 * 2 ** 20);
+    }
   });
 
   it('webgpu without the device it will run on is refused by name', async () => {

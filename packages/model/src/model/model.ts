@@ -1,6 +1,7 @@
 import type { Gpu } from '@kvasir/gpu';
 import type { ModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
+import type { Executor, ExecutorContext } from '../execution/executor.js';
 import {
   type ForwardBlockCopy,
   type ForwardPlan,
@@ -8,6 +9,7 @@ import {
 } from '../execution/forward-plan.js';
 import { checkKvBlockArgs, checkKvBlockCopies, kvBlockBytes } from '../execution/kv-blocks.js';
 import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from '../execution/kv-cache.js';
+import { type ExecutorShard, shardedExecutor } from '../execution/sharded-executor.js';
 import { checkExecutable } from '../execution/weights.js';
 import type { CheckpointReader } from '../formats/checkpoint-reader.js';
 import { createLoadProgress, type LoadProgress } from '../formats/checkpoint-stream.js';
@@ -15,9 +17,11 @@ import { openCheckpoint } from '../formats/open-checkpoint.js';
 import {
   type BackendChoice,
   type BackendName,
+  buildExecutor,
   checkBackendChoice,
   createExecutor,
 } from './backend-select.js';
+import { type DevicePlacement, resolvePlacement } from './placement.js';
 
 /** Options of {@link loadModel}. */
 export interface LoadModelOptions {
@@ -53,13 +57,28 @@ export interface LoadModelOptions {
   readonly gpu?: unknown;
   /** Close the reader after loading when the model opened it (default true for paths). */
   readonly closeReader?: boolean;
+  /**
+   * Split the model by layer over several devices, in layer order (see {@link DevicePlacement}
+   * and `parseDevices`): each runs its layers and holds their KV cache; `backend`, `gpu` and
+   * `threads` then apply to no device but through each placement's own fields.
+   */
+  readonly devices?: readonly DevicePlacement[];
+}
+
+/** A device a loaded model runs on, and its layers. */
+export interface ModelDevice {
+  readonly backend: BackendName;
+  readonly firstLayer: number;
+  readonly numLayers: number;
 }
 
 /** A loaded model ready to run batch plans over its paged KV cache. */
 export interface Model {
   readonly config: ModelConfig;
-  /** Which backend runs it. */
+  /** Which backend runs it (the first device's, when it is split over several). */
   readonly backend: BackendName;
+  /** The devices it runs on in layer order (one unless it was loaded with `devices`). */
+  readonly devices: readonly ModelDevice[];
   /** The KV cache layout (one buffer per layer). */
   readonly kvCache: KvCacheSpec;
   /**
@@ -151,12 +170,19 @@ export async function loadModel(
       weightDtype: options.weightDtype,
       progress,
     };
-    const { backend, executor: exec } = await createExecutor(
-      { reader, kv, weights: weightOpts },
-      choice,
-      options.gpu as Gpu | undefined,
-      { threads: options.threads },
-    );
+    const ctx = { reader, kv, weights: weightOpts };
+    const {
+      backend,
+      executor: exec,
+      devices,
+    } = options.devices === undefined
+      ? {
+          ...(await createExecutor(ctx, choice, options.gpu as Gpu | undefined, {
+            threads: options.threads,
+          })),
+          devices: undefined,
+        }
+      : await createShards(ctx, options.devices);
     const limits = {
       vocabSize: config.vocabSize,
       numBlocks: kv.numBlocks,
@@ -175,6 +201,7 @@ export async function loadModel(
     return {
       config,
       backend,
+      devices: devices ?? [{ backend, firstLayer: 0, numLayers: config.numLayers }],
       kvCache: kv,
       forward(plan) {
         if (destroyed) return Promise.reject(new ModelError('BACKEND', 'model was destroyed'));
@@ -223,4 +250,44 @@ export async function loadModel(
   } finally {
     if (ownsReader && options.closeReader !== false) await reader.close();
   }
+}
+
+/**
+ * One executor per device, each over its slice of the layers, joined into one.
+ * @throws {ModelError} `INVALID_ARGUMENT` for a bad placement; what each backend throws.
+ */
+async function createShards(
+  ctx: ExecutorContext,
+  placement: readonly DevicePlacement[],
+): Promise<{ backend: BackendName; executor: Executor; devices: ModelDevice[] }> {
+  const slices = resolvePlacement(placement, ctx.reader.config.numLayers);
+  const shards: ExecutorShard[] = [];
+  try {
+    for (const [i, d] of placement.entries()) {
+      const slice = slices[i] as (typeof slices)[number];
+      const kv = { ...ctx.kv, numLayers: slice.numLayers };
+      const executor = (await buildExecutor({ ...ctx, kv, layers: slice }, d.backend, {
+        gpu: d.gpu as Gpu | undefined,
+        required: true,
+        threads: d.threads,
+        adapter: d.adapter,
+      })) as Executor;
+      shards.push({ executor, slice, kv });
+    }
+  } catch (e) {
+    await Promise.allSettled(shards.map((s) => s.executor.destroy()));
+    throw e;
+  }
+  const devices = placement.map((d, i) => ({
+    backend: d.backend,
+    firstLayer: (slices[i] as (typeof slices)[number]).firstLayer,
+    numLayers: (slices[i] as (typeof slices)[number]).numLayers,
+  }));
+  const only = shards[0] as ExecutorShard;
+  return {
+    backend: placement[0]?.backend as BackendName,
+    // One device needs no joining.
+    executor: shards.length === 1 ? only.executor : shardedExecutor(shards),
+    devices,
+  };
 }

@@ -7,10 +7,11 @@ import {
 } from '@kvasir/attention-kernels';
 import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
 import { type ModelConfig, ropeConfig } from '../../config.js';
+import { checkHidden, type LayerSlice, sliceRole } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { copyHostBlocks } from '../../execution/kv-blocks.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
-import type { ModelWeights } from '../../execution/weights.js';
+import type { LayerWeights, ModelWeights, ShardWeights } from '../../execution/weights.js';
 import { embeddingRef, matmulRef, rmsNormRef } from '../../kernels/reference.js';
 import type { StoredWeight } from '../../kernels/weight-format.js';
 
@@ -142,18 +143,23 @@ export function pagedAttentionCpu(
 
 /**
  * The forward pass on the CPU with the reference kernels, over a host-side paged cache in
- * the same layout as the GPU's (one `Uint32Array` per layer).
+ * the same layout as the GPU's (one `Uint32Array` per layer). Given a `layers` slice, it runs
+ * those layers only (one shard of a model split by layer), with `weights` and `spec` of the
+ * slice.
  */
 export class CpuForward {
   readonly caches: Uint32Array[];
+  readonly #role: ReturnType<typeof sliceRole>;
   #rope: { config: RopeConfig; tables: RopeTables } | undefined;
 
   constructor(
     readonly config: ModelConfig,
-    readonly weights: ModelWeights<StoredWeight>,
+    readonly weights: ModelWeights<StoredWeight> | ShardWeights<StoredWeight>,
     readonly spec: KvCacheSpec,
+    layers?: LayerSlice,
   ) {
-    this.caches = Array.from({ length: config.numLayers }, () => new Uint32Array(spec.layerWords));
+    this.#role = sliceRole(layers, config.numLayers);
+    this.caches = Array.from({ length: this.#role.count }, () => new Uint32Array(spec.layerWords));
   }
 
   #ropeFor(maxPos: number): { config: RopeConfig; tables: RopeTables } {
@@ -165,8 +171,12 @@ export class CpuForward {
     return this.#rope;
   }
 
-  /** Runs one step; returns logits `[logitsIndices.length][vocab]`. */
-  forward(plan: NormalizedPlan): Float32Array {
+  /**
+   * Runs one step; returns logits `[logitsIndices.length][vocab]`, or on a shard before the
+   * last, the hidden states `[numTokens][hiddenSize]`. A shard after the first starts from
+   * `hidden` (the previous shard's output) instead of the embedding.
+   */
+  forward(plan: NormalizedPlan, hidden?: Float32Array): Float32Array {
     const c = this.config;
     const spec = this.spec;
     const w = this.weights;
@@ -188,10 +198,13 @@ export class CpuForward {
         : new Float64Array(Math.ceil((plan.contextLens[r] as number) / spec.blockSize)),
     );
     const positions = Uint32Array.from(plan.positions);
-    const x = embeddingRef(plan.tokenIds, w.embed);
+    const role = this.#role;
+    const x = role.embed
+      ? embeddingRef(plan.tokenIds, w.embed as StoredWeight)
+      : checkHidden(hidden, t, h).slice();
     const attn = new Float32Array(t * c.numHeads * d);
-    for (let l = 0; l < c.numLayers; l++) {
-      const lw = w.layers[l] as ModelWeights<StoredWeight>['layers'][number];
+    for (let l = 0; l < role.count; l++) {
+      const lw = w.layers[l] as LayerWeights<StoredWeight>;
       const cache = this.caches[l] as Uint32Array;
       const xn = rmsNormRef(x, t, h, lw.inputNorm, c.rmsNormEps);
       const q = matmulRef(xn, t, lw.q, { bias: lw.qBias });
@@ -214,9 +227,10 @@ export class CpuForward {
       matmulRef(act, t, lw.down, { epilogue: 'residual', out: x });
     }
     for (const [r, m] of mass.entries()) if (m !== undefined) plan.massOut[r]?.set(m);
+    if (!role.head) return x;
     const rows = plan.logitsIndices;
     if (rows.length === 0) return new Float32Array(0);
-    const fin = rmsNormRef(x, rows.length, h, w.finalNorm, c.rmsNormEps, rows);
-    return matmulRef(fin, rows.length, w.lmHead);
+    const fin = rmsNormRef(x, rows.length, h, w.finalNorm as Float32Array, c.rmsNormEps, rows);
+    return matmulRef(fin, rows.length, w.lmHead as StoredWeight);
   }
 }

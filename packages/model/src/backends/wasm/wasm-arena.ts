@@ -5,6 +5,12 @@ const PAGE = 65536;
 /** The wasm32 address space: one memory holds at most 2^32 bytes. */
 export const WASM32_MAX_BYTES = 2 ** 32;
 
+/**
+ * What a memory plan keeps out of a wasm memory's KV budget for the step's activations, RoPE
+ * tables and thread scratch.
+ */
+export const WASM_ACTIVATION_RESERVE = 256 * 2 ** 20;
+
 const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
 
 /**

@@ -6,18 +6,22 @@ import {
 } from '@kvasir/attention-kernels';
 import { type ModelConfig, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
-import type { Executor, ExecutorContext } from '../../execution/executor.js';
+import {
+  checkHidden,
+  type Executor,
+  type ExecutorContext,
+  sliceRole,
+} from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { copyHostBlocks, cpuKvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
 import {
-  type LoadWeightsOptions,
-  loadBlockWeights,
-  type ModelWeights,
+  type LayerWeights,
+  loadShardWeights,
+  type ShardWeights,
+  sliceWeightBytes,
 } from '../../execution/weights.js';
-import type { CheckpointReader } from '../../formats/checkpoint-reader.js';
-import { isBlockDtype } from '../../formats/dtype.js';
-import { isGgmlFormat, weightRowBytes } from '../../kernels/weight-format.js';
+import { isGgmlFormat } from '../../kernels/weight-format.js';
 import { defaultThreadCount } from './thread-count.js';
 import type { WasmArena } from './wasm-arena.js';
 import { AttentionMass } from './wasm-attention-mass.js';
@@ -100,9 +104,10 @@ export async function createWasmExecutor(
   const threads = options.threads ?? defaultThreadCount();
   const half = c.headDim / 2;
   const ropePositions = Math.min(c.maxPositionEmbeddings, INITIAL_ROPE_POSITIONS);
+  const role = sliceRole(ctx.layers, c.numLayers);
   const reserve =
-    estimateWeightBytes(reader, ctx.weights) +
-    c.numLayers * kv.layerWords * 4 +
+    sliceWeightBytes(reader, ctx.weights, ctx.layers) +
+    role.count * kv.layerWords * 4 +
     2 * ropePositions * half * 4 +
     stepBytes(c, INITIAL_TOKENS) +
     threads * 128 * 1024;
@@ -110,13 +115,21 @@ export async function createWasmExecutor(
     build: options.kernels,
     threads,
     reserveBytes: reserve,
-    what: `this model (${c.numLayers} layers, hidden ${c.hiddenSize}, ${kv.numBlocks} KV blocks of ${kv.format})`,
+    what:
+      role.count === c.numLayers
+        ? `this model (${c.numLayers} layers, hidden ${c.hiddenSize}, ${kv.numBlocks} KV blocks of ${kv.format})`
+        : `layers ${role.first}-${role.first + role.count - 1} of this model (hidden ${c.hiddenSize}, ${kv.numBlocks} KV blocks of ${kv.format})`,
   });
   try {
-    const weights = await loadBlockWeights(reader, wasmAllocator(rt.arena), ctx.weights);
-    const forward = new WasmForward(rt, c, kv, weights, options.profile);
+    const weights = await loadShardWeights(
+      reader,
+      wasmAllocator(rt.arena),
+      ctx.weights,
+      ctx.layers,
+    );
+    const forward = new WasmForward(rt, c, kv, weights, role, options.profile);
     return {
-      forward: async (plan) => forward.forward(plan),
+      forward: async (plan, hidden) => forward.forward(plan, hidden),
       blocks: cpuKvBlockIo(kv, forward.caches),
       destroy: () => rt.close(),
       get info() {
@@ -131,24 +144,6 @@ export async function createWasmExecutor(
     await rt.close();
     throw e;
   }
-}
-
-/** Bytes the weights will take in the storage `loadWeights` picks for them. */
-function estimateWeightBytes(reader: CheckpointReader, o: LoadWeightsOptions): number {
-  const c = reader.config;
-  let bytes = 0;
-  for (const [name, t] of reader.tensors) {
-    if (name === 'lm_head.weight' && c.tieWordEmbeddings) continue;
-    const n = t.shape.reduce((a, b) => a * b, 1);
-    if (t.shape.length !== 2) bytes += n * 4;
-    else if (o.weightQuant === 'int8') bytes += n + (n / (o.groupSize ?? 32)) * 4;
-    else if ((o.weightDtype ?? 'auto') === 'auto' && isBlockDtype(t.dtype))
-      bytes += (t.shape[0] as number) * weightRowBytes(t.dtype, t.shape[1] as number);
-    else if (o.weightDtype === 'f32' || (o.weightDtype !== 'f16' && t.dtype === 'F32'))
-      bytes += n * 4;
-    else bytes += n * 2;
-  }
-  return bytes;
 }
 
 /** Bytes of the per-step buffers for `t` tokens. */
@@ -214,7 +209,8 @@ class WasmForward {
   readonly #arena: WasmArena;
   readonly #c: ModelConfig;
   readonly #kv: KvCacheSpec;
-  readonly #w: ModelWeights<WasmWeight>;
+  readonly #w: ShardWeights<WasmWeight>;
+  readonly #role: ReturnType<typeof sliceRole>;
   readonly #vectors: LayerVectors[];
   readonly #finalNorm: number;
   readonly #cachePtrs: number[];
@@ -234,9 +230,11 @@ class WasmForward {
     rt: WasmRuntime,
     c: ModelConfig,
     kv: KvCacheSpec,
-    w: ModelWeights<WasmWeight>,
+    w: ShardWeights<WasmWeight>,
+    role: ReturnType<typeof sliceRole>,
     profile?: WasmOpProfile,
   ) {
+    this.#role = role;
     this.#rt = rt;
     this.#profile = profile;
     this.#arena = rt.arena;
@@ -260,15 +258,16 @@ class WasmForward {
     this.#finalNorm = vec(w.finalNorm, 'final norm');
     this.#cachePtrs = [];
     this.caches = [];
-    for (let l = 0; l < c.numLayers; l++) {
-      const p = this.#arena.alloc(kv.layerWords * 4, `layer ${l} KV cache`);
+    const layers = role.count;
+    for (let l = 0; l < layers; l++) {
+      const p = this.#arena.alloc(kv.layerWords * 4, `layer ${role.first + l} KV cache`);
       this.#cachePtrs.push(p);
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
-    this.#program = rt.program(c.numLayers * 14 + 10);
+    this.#program = rt.program(layers * 14 + 10);
     this.#mass = new AttentionMass(rt.arena, c.numHeads, kv.blockSize);
-    this.#cacheTable = this.#arena.alloc(c.numLayers * 4, 'KV cache table');
-    this.#arena.i32(this.#cacheTable, c.numLayers).set(this.#cachePtrs);
+    this.#cacheTable = this.#arena.alloc(layers * 4, 'KV cache table');
+    this.#arena.i32(this.#cacheTable, layers).set(this.#cachePtrs);
     this.#step = this.#stepBuffers(INITIAL_TOKENS);
   }
 
@@ -322,7 +321,7 @@ class WasmForward {
       Op.keyShift,
       [
         this.#cacheTable,
-        this.#c.numLayers,
+        this.#role.count,
         this.#shifts.ptr,
         n,
         kv.numKvHeads,
@@ -366,7 +365,8 @@ class WasmForward {
     const need = {
       seqs: plan.numSeqs,
       blocks: plan.numSeqs * plan.maxBlocksPerSeq,
-      rows: plan.logitsIndices.length,
+      // Only the shard with the head computes logits.
+      rows: this.#role.head ? plan.logitsIndices.length : 0,
       context: Math.max(...Array.from(plan.contextLens)),
     };
     const have = this.#plan;
@@ -414,8 +414,9 @@ class WasmForward {
     return this.#plan;
   }
 
-  forward(plan: NormalizedPlan): Float32Array {
+  forward(plan: NormalizedPlan, hidden?: Float32Array): Float32Array {
     const c = this.#c;
+    const role = this.#role;
     const kv = this.#kv;
     const arena = this.#arena;
     const t = plan.numTokens;
@@ -437,8 +438,8 @@ class WasmForward {
     arena.u32(pb.queryLens, plan.numSeqs).set(plan.queryLens);
     arena.u32(pb.contextLens, plan.numSeqs).set(plan.contextLens);
     arena.u32(pb.tables, plan.blockTables.length).set(plan.blockTables);
-    const rows = plan.logitsIndices.length;
-    arena.i32(pb.logitRows, rows).set(plan.logitsIndices);
+    const rows = role.head ? plan.logitsIndices.length : 0;
+    arena.i32(pb.logitRows, rows).set(plan.logitsIndices.subarray(0, rows));
 
     const p = this.#program.reset();
     if (plan.keyShifts.length > 0) this.#shiftKeys(plan, p);
@@ -486,13 +487,18 @@ class WasmForward {
       p.push(Op.quantize, [x, m, g.cols, s.xq], 'quantize').barrier();
       return s.xq;
     };
-    const embed = weightArgs(w.embed);
-    p.push(Op.embed, [s.ids, t, w.embed.data, embed.code, h, embed.scales, embed.gs, s.x], 'embed');
-    p.barrier();
+    if (role.embed) {
+      const table = w.embed as WasmWeight;
+      const embed = weightArgs(table);
+      p.push(Op.embed, [s.ids, t, table.data, embed.code, h, embed.scales, embed.gs, s.x], 'embed');
+      p.barrier();
+    } else {
+      arena.f32(s.x, t * h).set(checkHidden(hidden, t, h));
+    }
     const eps = f32Word(c.rmsNormEps);
     const kvCode = KvCode[kv.format];
-    for (let l = 0; l < c.numLayers; l++) {
-      const lw = w.layers[l] as ModelWeights<WasmWeight>['layers'][number];
+    for (let l = 0; l < role.count; l++) {
+      const lw = w.layers[l] as LayerWeights<WasmWeight>;
       const vec = this.#vectors[l] as LayerVectors;
       p.push(Op.rmsNorm, [s.x, t, h, vec.inputNorm, eps, s.xn, 0], 'rms_norm').barrier();
       // q, k and v read only xn: no barrier between them.
@@ -560,6 +566,7 @@ class WasmForward {
       matmul(s.act, t, lw.down, s.x, 'residual', 'down', 0, quantize(s.act, t, [lw.down]));
       p.barrier();
     }
+    const lmHead = w.lmHead as WasmWeight;
     if (rows > 0) {
       p.push(
         Op.rmsNorm,
@@ -567,12 +574,13 @@ class WasmForward {
         'rms_norm',
       );
       p.barrier();
-      const xql = quantize(pb.finalNorm, rows, [w.lmHead]);
-      matmul(pb.finalNorm, rows, w.lmHead, pb.logits, 'store', 'lm_head', 0, xql);
+      const xql = quantize(pb.finalNorm, rows, [lmHead]);
+      matmul(pb.finalNorm, rows, lmHead, pb.logits, 'store', 'lm_head', 0, xql);
     }
     if (this.#profile) this.#rt.runProfiled(p, this.#profile);
     else this.#rt.run(p);
     if (mass[0] !== 0) this.#mass.collect(plan);
+    if (!role.head) return arena.f32(s.x, t * h).slice();
     if (rows === 0) return new Float32Array(0);
     return arena.f32(pb.logits, rows * c.vocabSize).slice();
   }

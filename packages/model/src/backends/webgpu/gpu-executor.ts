@@ -10,16 +10,21 @@ import {
   ShiftKeys,
   WriteKvCache,
 } from '@kvasir/attention-kernels';
-import { createGpu, type Gpu } from '@kvasir/gpu';
+import { createGpu, type Gpu, type GpuBackendOption } from '@kvasir/gpu';
 import { type ModelConfig, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
-import type { Executor, ExecutorContext } from '../../execution/executor.js';
+import {
+  checkHidden,
+  type Executor,
+  type ExecutorContext,
+  sliceRole,
+} from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { encodeBlockCopies, gpuKvBlockIo, type KvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
 import {
-  loadBlockWeights,
-  type ModelWeights,
+  loadShardWeights,
+  type ShardWeights,
   type WeightAllocator,
 } from '../../execution/weights.js';
 import { DenseKernels, type GpuWeight } from '../../kernels/dense-kernels.js';
@@ -38,7 +43,7 @@ const UNIFORM = 0x40 | 0x8; // UNIFORM | COPY_DST
  */
 export async function createGpuExecutor(
   ctx: ExecutorContext,
-  options: { gpu: unknown; required: boolean },
+  options: { gpu: unknown; required: boolean; adapter?: number },
 ): Promise<Executor | undefined> {
   const { reader, kv } = ctx;
   let gpu: Gpu;
@@ -46,8 +51,9 @@ export async function createGpuExecutor(
   if (options.gpu !== undefined) gpu = options.gpu as Gpu;
   else {
     try {
-      gpu = await createGpu({ label: 'kvasir-model' });
+      gpu = await openWebGpu(options.adapter);
     } catch (cause) {
+      if (ModelError.isInstance(cause)) throw cause;
       if (options.required) {
         throw new ModelError(
           'BACKEND',
@@ -95,12 +101,59 @@ export async function createGpuExecutor(
           ? undefined
           : await WriteKvCache.create(gpu, config),
     };
-    const weights = await loadBlockWeights(reader, gpuAllocator(device, maxBinding), ctx.weights);
-    return new GpuForward(gpu, owned, c, weights, kv, attention);
+    const weights = await loadShardWeights(
+      reader,
+      gpuAllocator(device, maxBinding),
+      ctx.weights,
+      ctx.layers,
+    );
+    return new GpuForward(
+      gpu,
+      owned,
+      c,
+      weights,
+      kv,
+      attention,
+      sliceRole(ctx.layers, c.numLayers),
+    );
   } catch (e) {
     if (owned) gpu.destroy();
     throw e;
   }
+}
+
+/** The platform's native WebGPU backend, then OpenGL ES: the numbering of `webgpu:N`. */
+function adapterOrder(): readonly GpuBackendOption[] {
+  const platform = (globalThis as { process?: { platform?: string } }).process?.platform;
+  const native = platform === 'darwin' ? 'metal' : platform === 'win32' ? 'd3d12' : 'vulkan';
+  return [native, 'opengles'];
+}
+
+/**
+ * A device on adapter `index` (see `WEBGPU_ADAPTER_ORDER`: the backends that offer one,
+ * native first), or on the adapter `createGpu` picks.
+ * @throws {ModelError} `INVALID_ARGUMENT` naming how many adapters there are when `index` is
+ *   past them; `createGpu`'s errors otherwise.
+ */
+export async function openWebGpu(index: number | undefined): Promise<Gpu> {
+  if (index === undefined) return createGpu({ label: 'kvasir-model' });
+  const found: string[] = [];
+  for (const backend of adapterOrder()) {
+    let gpu: Gpu;
+    try {
+      gpu = await createGpu({ label: `kvasir-model.${index}`, backend });
+    } catch {
+      continue;
+    }
+    if (found.length === index) return gpu;
+    found.push(`${found.length}: ${gpu.describe()}`);
+    gpu.destroy();
+  }
+  throw new ModelError(
+    'INVALID_ARGUMENT',
+    `webgpu:${index}: this machine has ${found.length} WebGPU adapter${found.length === 1 ? '' : 's'}${found.length > 0 ? ` (${found.join('; ')})` : ''}`,
+    { details: { adapter: index, adapters: found.length } },
+  );
 }
 
 function gpuAllocator(
@@ -211,6 +264,8 @@ interface Scratch {
   fin: GPUBuffer;
   logitsBuf: GPUBuffer;
   readback: GPUBuffer;
+  /** The hidden states a shard before the last hands on (16 bytes on the last). */
+  hiddenReadback: GPUBuffer;
   cos: GPUBuffer;
   sin: GPUBuffer;
   blockTmp: GPUBuffer;
@@ -241,15 +296,16 @@ class GpuForward implements Executor {
     readonly gpu: Gpu,
     readonly ownsGpu: boolean,
     readonly config: ModelConfig,
-    readonly weights: ModelWeights<GpuWeight>,
+    readonly weights: ShardWeights<GpuWeight>,
     readonly kv: KvCacheSpec,
     readonly attention: AttentionKernels,
+    readonly role: ReturnType<typeof sliceRole>,
   ) {
     this.#device = gpu.device;
     this.#kernels = new DenseKernels(this.#device);
-    this.#caches = Array.from({ length: config.numLayers }, (_, l) =>
+    this.#caches = Array.from({ length: role.count }, (_, l) =>
       this.#device.createBuffer({
-        label: `kv-cache.${l}`,
+        label: `kv-cache.${role.first + l}`,
         size: kv.layerWords * 4,
         usage: STORAGE,
       }),
@@ -300,10 +356,7 @@ class GpuForward implements Executor {
             grow(s?.ropePositions, Math.max(256, need.ropePositions)),
           );
     const copies = s && s.copies >= need.copies ? s.copies : grow(s?.copies, need.copies);
-    if (s)
-      for (const [k, b] of Object.entries(s))
-        if (typeof b === 'object' && k !== 'readback') (b as GPUBuffer).destroy();
-    s?.readback.destroy();
+    if (s) for (const b of Object.values(s)) if (typeof b === 'object') (b as GPUBuffer).destroy();
     const dev = this.#device;
     const buf = (label: string, bytes: number) =>
       dev.createBuffer({ label, size: Math.max(16, bytes), usage: STORAGE });
@@ -326,10 +379,15 @@ class GpuForward implements Executor {
       attn: buf('attn', tokens * c.numHeads * d * 4),
       act: buf('act', tokens * c.intermediateSize * 4),
       fin: buf('fin', logits * c.hiddenSize * 4),
-      logitsBuf: buf('logits', logits * c.vocabSize * 4),
+      logitsBuf: buf('logits', this.role.head ? logits * c.vocabSize * 4 : 16),
       readback: dev.createBuffer({
         label: 'readback',
-        size: logits * c.vocabSize * 4,
+        size: this.role.head ? logits * c.vocabSize * 4 : 16,
+        usage: 0x1 | 0x8,
+      }),
+      hiddenReadback: dev.createBuffer({
+        label: 'hidden-readback',
+        size: this.role.head ? 16 : tokens * c.hiddenSize * 4,
         usage: 0x1 | 0x8,
       }),
       cos: buf('cos', rope.cos.byteLength),
@@ -365,7 +423,10 @@ class GpuForward implements Executor {
         entries: bufs.map((buffer, binding) => ({ binding, resource: { buffer } })),
       });
     const tp = this.#tokParams;
-    const embed = k.embedding({ ids: s.ids, table: w.embed, y: s.x });
+    const role = this.role;
+    const embed = role.embed
+      ? k.embedding({ ids: s.ids, table: w.embed as GpuWeight, y: s.x })
+      : undefined;
     const layers = w.layers.map((lw, l) => {
       const cache = this.#caches[l] as GPUBuffer;
       const opt = (v: Float32Array | undefined) => (v ? this.#vec(v) : undefined);
@@ -413,19 +474,23 @@ class GpuForward implements Executor {
         down: k.matmul({ x: s.act, w: lw.down, y: s.x, params: tp, epilogue: 'residual' }),
       };
     });
-    const finalNorm = k.rmsNorm({
-      x: s.x,
-      weight: this.#vec(w.finalNorm),
-      y: s.fin,
-      h: c.hiddenSize,
-      eps: c.rmsNormEps,
-      rowIndex: s.logitRows,
-    });
-    const head = k.matmul({ x: s.fin, w: w.lmHead, y: s.logitsBuf, params: this.#logitParams });
+    const finalNorm = role.head
+      ? k.rmsNorm({
+          x: s.x,
+          weight: this.#vec(w.finalNorm as Float32Array),
+          y: s.fin,
+          h: c.hiddenSize,
+          eps: c.rmsNormEps,
+          rowIndex: s.logitRows,
+        })
+      : undefined;
+    const head = role.head
+      ? k.matmul({ x: s.fin, w: w.lmHead as GpuWeight, y: s.logitsBuf, params: this.#logitParams })
+      : undefined;
     return (enc, plan, attnStep, after) => {
       const t = plan.numTokens;
       let pass = enc.beginComputePass({ label: 'kvasir-forward' });
-      embed.encode(pass, t);
+      embed?.encode(pass, t);
       for (const [l, L] of layers.entries()) {
         L.norm1.encode(pass, t);
         L.q.encode(pass, t);
@@ -458,8 +523,8 @@ class GpuForward implements Executor {
         L.down.encode(pass, t);
       }
       const n = plan.logitsIndices.length;
-      finalNorm.encode(pass, n);
-      head.encode(pass, n);
+      finalNorm?.encode(pass, n);
+      head?.encode(pass, n);
       pass.end();
     };
   }
@@ -489,20 +554,24 @@ class GpuForward implements Executor {
     };
   }
 
-  forward(plan: NormalizedPlan): Promise<Float32Array> {
+  forward(plan: NormalizedPlan, hidden?: Float32Array): Promise<Float32Array> {
     // Steps share scratch and read-back buffers: run them one at a time.
-    const run = this.#queue.then(() => this.#step(plan));
+    const run = this.#queue.then(() => this.#step(plan, hidden));
     this.#queue = run.catch(() => undefined);
     return run;
   }
 
-  async #step(plan: NormalizedPlan): Promise<Float32Array> {
+  async #step(plan: NormalizedPlan, hidden?: Float32Array): Promise<Float32Array> {
+    const role = this.role;
+    const h = this.config.hiddenSize;
+    const input = role.embed ? undefined : checkHidden(hidden, plan.numTokens, h);
     const s = this.#ensure(plan);
     const ops = this.#ops as StepOps;
     const dev = this.#device;
     const qw = dev.queue;
     const t = plan.numTokens;
-    const n = plan.logitsIndices.length;
+    const n = role.head ? plan.logitsIndices.length : 0;
+    if (input) qw.writeBuffer(s.x, 0, input);
     qw.writeBuffer(s.ids, 0, plan.tokenIds);
     qw.writeBuffer(s.positions, 0, plan.positions);
     qw.writeBuffer(s.slots, 0, plan.slotMapping);
@@ -532,6 +601,8 @@ class GpuForward implements Executor {
     }
     const bytes = n * this.config.vocabSize * 4;
     if (n > 0) enc.copyBufferToBuffer(s.logitsBuf, 0, s.readback, 0, bytes);
+    const hiddenBytes = role.head ? 0 : t * h * 4;
+    if (hiddenBytes > 0) enc.copyBufferToBuffer(s.x, 0, s.hiddenReadback, 0, hiddenBytes);
     this.gpu.submit(enc);
     const oom = await dev.popErrorScope();
     const invalid = await dev.popErrorScope();
@@ -539,6 +610,12 @@ class GpuForward implements Executor {
     try {
       if (err) throw new ModelError('BACKEND', `WebGPU error in forward: ${err.message}`);
       await extra?.readMass();
+      if (hiddenBytes > 0) {
+        await s.hiddenReadback.mapAsync(0x1, 0, hiddenBytes);
+        const out = new Float32Array(s.hiddenReadback.getMappedRange(0, hiddenBytes).slice(0));
+        s.hiddenReadback.unmap();
+        return out;
+      }
       if (n === 0) {
         await qw.onSubmittedWorkDone();
         return new Float32Array(0);
@@ -649,6 +726,7 @@ class GpuForward implements Executor {
       ...ws.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gateUp, l.down]),
     ];
     for (const m of new Set(mats)) {
+      if (m === undefined) continue;
       m.data.destroy();
       m.scales?.destroy();
     }
