@@ -68,6 +68,15 @@ export const engineConfigSchema = z.strictObject({
   /** Name clients pass as `model`; default: the directory's name. */
   servedModelName: z.string().min(1).optional(),
   backend: z.enum(['auto', 'webgpu', 'wasm', 'cpu']).default('auto'),
+  /**
+   * Split the model by layer over several devices, in layer order: `wasm,wasm` (two
+   * WebAssembly memories, past wasm32's 4 GiB), `webgpu:0:layers=0-19,wasm`, `webgpu:0,webgpu:1`.
+   * Each device is `backend[:adapter][:layers=A-B]`; devices without a range share the other
+   * layers evenly. Replaces `backend`.
+   */
+  devices: z.string().min(1).optional(),
+  /** llama.cpp's `-ngl`: the first N layers on WebGPU, the rest on wasm. Replaces `backend`. */
+  gpuLayers: z.number().int().min(0).optional(),
   /** Threads of the wasm backend (default: the machine's physical cores). */
   threads: positiveInt.max(256).optional(),
   kvDtype: z.enum(KV_DTYPES).default('f32'),

@@ -60,8 +60,18 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
     const facts = await checkpointFacts(path);
     const weights = facts.weights;
     const bpw = (bytes: number, params: number) => Number(((8 * bytes) / params).toFixed(4));
+    const perLayerBlock = plan.kvBytesPerBlock / layout.numLayers;
     const report = {
       backend: model.backend,
+      // Where each layer runs: one device, or several when the model is split by layer.
+      devices: model.devices.map((d) => ({
+        description: d.description,
+        first_layer: d.firstLayer,
+        num_layers: d.numLayers,
+        weight_bytes: d.weightBytes,
+        kv_blocks: plan.numBlocks,
+        kv_cache_bytes: plan.numBlocks * perLayerBlock * d.numLayers,
+      })),
       model: {
         path,
         embedded_default: isDefault,
@@ -122,7 +132,12 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       return;
     }
     const lines = [
-      `backend          ${report.backend}`,
+      ...(report.devices.length === 1
+        ? [`backend          ${report.backend}`]
+        : report.devices.map(
+            (d, i) =>
+              `${i === 0 ? 'devices          ' : '                 '}${i}: ${d.description}, layers ${d.first_layer}-${d.first_layer + d.num_layers - 1}, weights ${formatBytes(d.weight_bytes)}, KV ${d.kv_blocks} blocks (${formatBytes(d.kv_cache_bytes)})`,
+          )),
       `model            ${report.model.id}${isRandom ? '  (random weights: output is noise)' : ''}`,
       `                 ${path}`,
       ...(isDefault ? describeDefaultModel().map((line) => `                 ${line}`) : []),

@@ -25,6 +25,8 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   model: 'model',
   servedModelName: 'servedModelName',
   backend: 'backend',
+  devices: 'devices',
+  gpuLayers: 'gpuLayers',
   threads: 'threads',
   kvDtype: 'kvDtype',
   blockSize: 'blockSize',
@@ -77,6 +79,15 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
         '--backend <backend>',
         'execution backend (auto: WebGPU on a hardware GPU, else wasm)',
       ).choices(['auto', 'webgpu', 'wasm', 'cpu']),
+    )
+    .option(
+      '--devices <list>',
+      'split the model by layer over devices, in layer order: wasm,wasm | webgpu:0:layers=0-19,wasm | webgpu:0,webgpu:1',
+    )
+    .option(
+      '--gpu-layers <n>',
+      'the first N layers on WebGPU, the rest on the wasm backend (llama.cpp -ngl)',
+      int(),
     )
     .option('--threads <n>', 'wasm backend threads (default: physical cores)', int())
     .addOption(new Option('--kv-dtype <dtype>', 'KV cache element type').choices(KV_DTYPES))

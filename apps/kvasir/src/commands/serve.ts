@@ -3,7 +3,8 @@ import type { EngineConfig } from '../config.js';
 import { describeDefaultModel } from '../default-model.js';
 import { buildEngine } from '../engine/bootstrap.js';
 import type { PrefixOffloadStats } from '../engine/engine.js';
-import { formatBytes } from '../engine/memory-plan.js';
+import type { LoadedModel } from '../engine/load-model-runner.js';
+import { formatBytes, type MemoryPlan } from '../engine/memory-plan.js';
 import { listenError } from '../listen-error.js';
 
 type Registry = ReturnType<typeof createServer>['metrics']['registry'];
@@ -96,6 +97,22 @@ export function registerPluginMetrics(
   registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
 }
 
+/**
+ * The banner's backend: one line for one device; for a model split by layer, one per device
+ * with its layers, weights and KV cache (every device holds every block, for its own layers).
+ */
+export function backendLines(model: LoadedModel, plan: MemoryPlan): string[] {
+  if (model.devices.length === 1) return [`  backend    ${model.backend}`];
+  const perLayerBlock = plan.kvBytesPerBlock / model.kvLayout.numLayers;
+  return [
+    `  backend    split by layer over ${model.devices.length} devices`,
+    ...model.devices.map(
+      (d, i) =>
+        `  device ${i}   ${d.description}: layers ${d.firstLayer}-${d.firstLayer + d.numLayers - 1}, weights ${formatBytes(d.weightBytes)}, KV ${plan.numBlocks} blocks (${formatBytes(plan.numBlocks * perLayerBlock * d.numLayers)})`,
+    ),
+  ];
+}
+
 /** `kvasir serve`: builds the engine, serves it over HTTP, drains on SIGTERM/SIGINT. */
 export async function serveCommand(config: EngineConfig): Promise<void> {
   const built = await buildEngine(config);
@@ -120,7 +137,7 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     '',
     `Kvasir is listening on ${url}`,
     `  model      ${card.id}  (${built.modelPath})`,
-    `  backend    ${built.model.backend}`,
+    ...backendLines(built.model, plan),
     `  KV cache   ${plan.numBlocks} blocks × ${built.model.kvLayout.blockSize} tokens = ${plan.numTokens} tokens (${formatBytes(plan.kvCacheBytes)}, ${config.kvDtype}); weights ${formatBytes(plan.weightBytes)}`,
     `  scheduler  max ${config.maxNumSeqs} seqs, ${config.maxNumBatchedTokens} tokens/step, prefix caching ${config.enablePrefixCaching ? 'on' : 'off'}, preemption ${built.preemption.description}, eviction ${config.evictionPolicy}, KV compression ${config.kvCompression ?? 'off (per request: kv_compression)'}`,
     `  offload    ${built.offloadTiers.length > 0 ? built.offloadTiers.join(' → ') : 'none'}${built.engine.prefixOffloadEnabled ? ' (prefix blocks shared through it)' : ''}`,

@@ -2,11 +2,13 @@ import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { basename } from 'node:path';
 import { createGpu, type Gpu, type GpuBackendOption } from '@kvasir/gpu';
-import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
+import { type BlockCopy, type KvLayout, kvBytesPerBlock } from '@kvasir/kv-allocator';
 import {
   type BackendName,
   type BackendProbe,
   type CheckpointReader,
+  type DevicePlacement,
+  gpuLayersPlacement,
   type KvFormatName,
   kvBlockBytes,
   kvCacheSpec,
@@ -17,9 +19,13 @@ import {
   ModelTokenizer,
   modelLimits,
   openCheckpoint,
+  openWebGpuAdapter,
+  parseDevices,
   probeBackends,
+  resolvePlacement,
   selectBackend,
   tokenVocabulary,
+  wasmPlacement,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { ChatMessage } from '@kvasir/server';
@@ -41,12 +47,24 @@ export interface LoadedModel {
   readonly backend: string;
   /** Where weights and KV cache live: a WebGPU device, or host memory (the CPU backend). */
   readonly device: 'webgpu' | 'cpu';
+  /** The devices it runs on in layer order: one, or several when split by layer. */
+  readonly devices: readonly PlacedDevice[];
   /** Scratch memory one step needs at this batch size. */
   activationBytes(maxTokens: number, maxSeqs: number): number;
   /** Allocates the paged KV cache and returns the runner the engine drives. */
   allocate(numBlocks: number): Promise<ModelRunner>;
   /** Releases the weights and the device when no runner was allocated. */
   dispose(): Promise<void>;
+}
+
+/** One device of a model, for banners and `kvasir info`. */
+export interface PlacedDevice {
+  /** The backend and device in words. */
+  readonly description: string;
+  readonly firstLayer: number;
+  readonly numLayers: number;
+  /** Bytes of the weights it holds. */
+  readonly weightBytes: number;
 }
 
 /** @kvasir/model's name of each `--kv-dtype`. */
@@ -186,12 +204,29 @@ async function chooseBackend(
  *   `INVALID_CONFIG` for a KV dtype the model cannot store.
  */
 export async function loadModelRunner(path: string, config: EngineConfig): Promise<LoadedModel> {
-  const chosen = await chooseBackend(config.backend);
-  const backend = chosen.backend;
+  if (config.devices !== undefined && config.gpuLayers !== undefined) {
+    throw new KvasirAppError(
+      'INVALID_CONFIG',
+      `--devices and --gpu-layers both place the layers: give one (--gpu-layers ${config.gpuLayers} is --devices webgpu:layers=0-${config.gpuLayers - 1},wasm)`,
+    );
+  }
+  const placed = config.devices !== undefined || config.gpuLayers !== undefined;
+  const chosen = placed
+    ? {
+        backend: 'wasm' as BackendName,
+        gpu: undefined,
+        probe: await probeBackends({ webgpu: null }),
+      }
+    : await chooseBackend(config.backend);
+  let backend = chosen.backend;
   let gpu = chosen.gpu;
+  // The WebGPU devices of a placement, one per `webgpu` entry.
+  let gpus: Gpu[] = [];
   const releaseGpu = () => {
     gpu?.destroy();
     gpu = undefined;
+    for (const g of gpus) g.destroy();
+    gpus = [];
   };
   const kvFormat = KV_FORMATS[config.kvDtype];
   let reader: CheckpointReader;
@@ -238,7 +273,27 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     c.slidingWindow ?? Number.POSITIVE_INFINITY,
   );
   const modelId = basename(path).replace(/\.gguf$/i, '');
-  if (backend === 'webgpu' && config.blockSize < 8) {
+  // More threads than CPUs only costs memory (a wasm stack each) and start-up time.
+  const cpus = availableParallelism();
+  const threads = config.threads === undefined ? undefined : Math.min(config.threads, cpus);
+  let placement: DevicePlacement[] | undefined;
+  try {
+    placement = await placeDevices(config, reader, threads, kvLayout, maxModelLen, backend);
+    if (placement !== undefined) {
+      gpus = await openPlacementGpus(placement);
+      let g = 0;
+      placement = placement.map((d) => (d.backend === 'webgpu' ? { ...d, gpu: gpus[g++] } : d));
+      backend = placement[0]?.backend ?? backend;
+    }
+  } catch (error) {
+    releaseGpu();
+    await closeReader();
+    throw error;
+  }
+  const usesWebGpu = placement
+    ? placement.some((d) => d.backend === 'webgpu')
+    : backend === 'webgpu';
+  if (usesWebGpu && config.blockSize < 8) {
     releaseGpu();
     await closeReader();
     throw new KvasirAppError(
@@ -246,24 +301,39 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
       `--block-size: ${config.blockSize} runs on the cpu and wasm backends only; WebGPU's kernels take 8, 16 or 32`,
     );
   }
-  // More threads than CPUs only costs memory (a wasm stack each) and start-up time.
-  const cpus = availableParallelism();
-  const threads = config.threads === undefined ? undefined : Math.min(config.threads, cpus);
   let limits: ModelLimits;
   try {
-    limits = await modelLimits(reader, { backend, gpu, threads, probe: chosen.probe });
+    limits = await modelLimits(reader, {
+      backend,
+      gpu,
+      threads,
+      probe: chosen.probe,
+      ...(placement ? { devices: placement } : {}),
+    });
   } catch (error) {
     releaseGpu();
     await closeReader();
     throw asAppError(error, `cannot run model ${modelId}`);
   }
-  let backendText = limits.devices.map((d) => d.description).join(' + ');
-  if (backend === 'wasm' && config.threads !== undefined && config.threads > cpus) {
-    backendText = backendText.replace(
-      `${threads} threads`,
-      `${threads} threads (--threads ${config.threads} capped to this machine's ${cpus} CPUs)`,
-    );
-  }
+  const capped = (text: string) =>
+    config.threads !== undefined && config.threads > cpus
+      ? text.replace(
+          `${threads} threads`,
+          `${threads} threads (--threads ${config.threads} capped to this machine's ${cpus} CPUs)`,
+        )
+      : text;
+  const devices: PlacedDevice[] = limits.devices.map((d) => ({
+    description: capped(d.description),
+    firstLayer: d.firstLayer,
+    numLayers: d.numLayers,
+    weightBytes: d.weightBytes,
+  }));
+  const backendText =
+    devices.length === 1
+      ? (devices[0] as PlacedDevice).description
+      : devices
+          .map((d) => `${d.description} layers ${d.firstLayer}-${d.firstLayer + d.numLayers - 1}`)
+          .join(' + ');
   const qDim = c.numHeads * c.headDim;
   const kvDim = c.numKvHeads * c.headDim;
   return {
@@ -272,7 +342,12 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     // Every backend keeps a tensor at its file size: f32 stays f32, f16/bf16 become f16, and
     // GGUF block tensors (Q4_K, Q8_0, ...) stay blocks, on wasm too. The one exception: gate
     // and up of different block types are stored f16.
-    weightBytes: reader.totalBytes,
+    // Split between WebGPU and host devices, the plan's memory is the GPU's, which holds only
+    // the WebGPU devices' weights (a wasm device's cache is bounded by its own memory).
+    weightBytes:
+      limits.devices.some((d) => d.hostMemory) && limits.devices.some((d) => !d.hostMemory)
+        ? limits.devices.filter((d) => !d.hostMemory).reduce((a, d) => a + d.weightBytes, 0)
+        : reader.totalBytes,
     maxModelLen,
     kvLayout,
     // One block id is the same logical block on every device, so the tightest device bounds all.
@@ -283,6 +358,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     ),
     backend: backendText,
     device: limits.devices.every((d) => d.hostMemory) ? 'cpu' : 'webgpu',
+    devices,
     activationBytes(maxTokens, maxSeqs) {
       const perToken = 4 * (4 * c.hiddenSize + 2 * qDim + 2 * kvDim + 2 * c.intermediateSize);
       return maxTokens * perToken + maxSeqs * c.vocabSize * 4;
@@ -291,6 +367,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
       const model = await loadModel(reader, {
         backend,
         ...(gpu ? { gpu } : {}),
+        ...(placement ? { devices: placement } : {}),
         ...(threads === undefined ? {} : { threads }),
         numBlocks,
         blockSize: config.blockSize,
@@ -354,4 +431,80 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
       releaseGpu();
     },
   };
+}
+
+/**
+ * The layer placement `--devices` or `--gpu-layers` ask for; without them, several wasm
+ * memories when the model runs on the wasm backend and its weights plus a cache for one
+ * full context do not fit one (wasm32's 4 GiB); else none (one device).
+ * @throws KvasirAppError `INVALID_CONFIG` naming the flag for a placement that does not parse
+ *   or does not cover the model's layers once.
+ */
+async function placeDevices(
+  config: EngineConfig,
+  reader: CheckpointReader,
+  threads: number | undefined,
+  layout: KvLayout,
+  maxModelLen: number,
+  backend: BackendName,
+): Promise<DevicePlacement[] | undefined> {
+  const layers = reader.config.numLayers;
+  const flag =
+    config.devices !== undefined
+      ? `--devices ${config.devices}`
+      : config.gpuLayers !== undefined
+        ? `--gpu-layers ${config.gpuLayers}`
+        : undefined;
+  let placement: DevicePlacement[] | undefined;
+  try {
+    if (config.devices !== undefined) placement = parseDevices(config.devices);
+    else if (config.gpuLayers !== undefined) {
+      placement = gpuLayersPlacement(config.gpuLayers, layers);
+    } else if (backend === 'wasm') {
+      const perLayerBlock = kvBytesPerBlock(layout) / layout.numLayers;
+      const blocks = Math.ceil(maxModelLen / layout.blockSize);
+      const split = wasmPlacement(reader, { kvBytesPerLayer: blocks * perLayerBlock });
+      if (split.length > 1) placement = split;
+    }
+    if (placement === undefined) return undefined;
+    placement = placement.map((d) =>
+      d.backend === 'wasm' && threads !== undefined ? { ...d, threads } : d,
+    );
+    resolvePlacement(placement, layers);
+    return placement;
+  } catch (error) {
+    if (ModelError.isInstance(error)) {
+      throw new KvasirAppError('INVALID_CONFIG', `${flag ?? '--backend wasm'}: ${error.message}`, {
+        cause: error,
+        details: { layers },
+      });
+    }
+    throw error;
+  }
+}
+
+/**
+ * Opens one WebGPU device per `webgpu` entry of a placement, in order.
+ * @throws KvasirAppError `INVALID_CONFIG` naming the entry whose adapter does not exist.
+ */
+async function openPlacementGpus(placement: readonly DevicePlacement[]): Promise<Gpu[]> {
+  const gpus: Gpu[] = [];
+  try {
+    for (const [i, d] of placement.entries()) {
+      if (d.backend !== 'webgpu') continue;
+      try {
+        gpus.push(await openWebGpuAdapter(d.adapter));
+      } catch (error) {
+        throw new KvasirAppError(
+          ModelError.isInstance(error) ? 'INVALID_CONFIG' : 'MODEL_LOAD',
+          `--devices: device ${i} (webgpu${d.adapter === undefined ? '' : `:${d.adapter}`}): ${(error as Error).message}`,
+          { cause: error },
+        );
+      }
+    }
+    return gpus;
+  } catch (error) {
+    for (const g of gpus) g.destroy();
+    throw error;
+  }
 }
