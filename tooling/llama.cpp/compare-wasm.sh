@@ -5,8 +5,8 @@
 #
 #   tooling/llama.cpp/compare-wasm.sh                       # F16, MHA, 2 threads, 3 rounds
 #   DTYPE=Q8_0 KV_HEADS=4 THREADS=2 ROUNDS=3 tooling/llama.cpp/compare-wasm.sh
-#   DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh        # an existing file of that name, e.g.
-#                                                          # bench/gguf-110m.ts's llama-quantize output
+#   DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh        # llama-quantize of the F16 file (made
+#                                                          # once, LLAMA_TARGETS=llama-quantize)
 #   GGUF=path/to/model.gguf LLAMA_BENCH_ARGS="-fa 1" tooling/llama.cpp/compare-wasm.sh
 #   OMP_WAIT_POLICY=PASSIVE tooling/llama.cpp/compare-wasm.sh   # on a machine other jobs share
 #
@@ -31,7 +31,19 @@ bench="$here/build/bin/llama-bench"
 tsx="$root/packages/model/node_modules/.bin/tsx"
 gguf="${GGUF:-$root/.kvasir-cache/issue18-110m-$dtype-kv$kv.gguf}"
 mkdir -p "$(dirname "$gguf")"
-[[ -f "$gguf" ]] || "$tsx" "$here/make-random-gguf.ts" "$gguf" "$dtype" "$kv"
+if [[ ! -f "$gguf" ]]; then
+  case "$dtype" in
+    F16 | Q8_0) "$tsx" "$here/make-random-gguf.ts" "$gguf" "$dtype" "$kv" ;;
+    *)
+      # Mixtures such as Q4_K_M are llama-quantize's, from the F16 file, as users make them.
+      f16="$root/.kvasir-cache/issue18-110m-F16-kv$kv.gguf"
+      [[ -f "$f16" ]] || "$tsx" "$here/make-random-gguf.ts" "$f16" F16 "$kv"
+      quantize="$here/build/bin/llama-quantize"
+      [[ -x "$quantize" ]] || { echo "no $quantize to make $gguf: $here/build.sh" >&2; exit 1; }
+      "$quantize" "$f16" "$gguf" "$dtype" >/dev/null
+      ;;
+  esac
+fi
 (cd "$root/packages/model" && node scripts/build-wasm.mjs)
 
 llama=()

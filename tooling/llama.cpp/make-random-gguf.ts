@@ -9,13 +9,29 @@ import { makeModelConfig } from '../../packages/model/src/config.js';
 import { convertToGguf } from '../../packages/model/src/formats/gguf/convert.js';
 import { writeRandomCheckpoint } from '../../packages/model/src/formats/random-checkpoint.js';
 
+const USAGE = 'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads]';
 const [out, dtype = 'F16', kvHeads = '12'] = process.argv.slice(2);
-if (!out) throw new Error('usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads]');
+if (!out) fail(USAGE);
+// The comparison's other files are llama-quantize's, made from this F16 file as llama.cpp's
+// users make theirs (build.sh builds it).
+if (dtype !== 'F16' && dtype !== 'Q8_0') {
+  fail(
+    `make-random-gguf: dtype ${JSON.stringify(dtype)} is not written here (F16 or Q8_0). ` +
+      'Q4_K_M and the other llama.cpp presets come from the F16 file: ' +
+      '`llama-quantize model-F16.gguf model-Q4_K_M.gguf Q4_K_M` (tooling/llama.cpp/build.sh builds it).',
+  );
+}
 const config = makeModelConfig({ ...LLAMA_110M, numKvHeads: Number(kvHeads) });
 const dir = await mkdtemp(join(tmpdir(), 'kvasir-110m-'));
 try {
   await writeRandomCheckpoint(dir, config, 18);
-  await convertToGguf(dir, out, { dtype: dtype as 'F16' | 'Q8_0' });
+  await convertToGguf(dir, out, { dtype });
 } finally {
   await rm(dir, { recursive: true, force: true });
+}
+
+/** Prints `message` and exits 1: a usage mistake, not a crash, so no stack trace. */
+function fail(message: string): never {
+  console.error(message);
+  process.exit(1);
 }

@@ -57,7 +57,9 @@ export interface ConvertToGgufOptions {
  * chat template. Reading the result with {@link openGgufCheckpoint} gives back the HF tensors
  * (exactly for F32; within the format's rounding otherwise).
  *
- * @throws {@link ModelError} `INVALID_ARGUMENT` for Q8_0 with rows not a multiple of 32;
+ * @throws {@link ModelError} `INVALID_ARGUMENT` for a `dtype` it does not write (a mixture
+ *   such as `Q4_K_M`: llama.cpp's `llama-quantize` makes those from the F16 file), or a block
+ *   format with rows not a multiple of its block;
  *   `UNSUPPORTED_TOKENIZER` for tokenizers GGUF cannot express; reader and `IO` errors.
  */
 export async function convertToGguf(
@@ -65,10 +67,18 @@ export async function convertToGguf(
   dstPath: string,
   options?: ConvertToGgufOptions,
 ): Promise<void> {
+  const dtype = options?.dtype ?? 'F32';
+  // A JavaScript caller (or a command line) may pass any string: refuse it before opening.
+  if (!Object.hasOwn(LLAMA_FTYPE, dtype)) {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `dtype ${JSON.stringify(dtype)} is not a type convertToGguf writes; it writes ${Object.keys(LLAMA_FTYPE).join(', ')} (mixtures such as Q4_K_M come from llama.cpp's llama-quantize of an F16 file)`,
+      { details: { dtype } },
+    );
+  }
   const reader = typeof src === 'string' ? await openCheckpoint(src) : src;
   try {
     const c = reader.config;
-    const dtype = options?.dtype ?? 'F32';
     const arch = c.architecture === 'qwen2' ? 'qwen2' : 'llama';
     const md: Record<string, unknown | GgufTypedValue> = {
       'general.architecture': arch,

@@ -181,6 +181,26 @@ describe('GGUF', () => {
   });
 });
 
+describe('convertToGguf dtype', () => {
+  it('refuses a dtype it does not write (Q4_K_M, a llama-quantize mixture) with a typed error naming it, and writes no file', async () => {
+    const out = join(root, 'q4km.gguf');
+    for (const dtype of ['Q4_K_M', 'q8_0', '', 'toString']) {
+      await expectModelError(
+        // A JavaScript caller (or a command line) can pass any string.
+        convertToGguf(hfDir, out, { dtype: dtype as 'F16' }),
+        'INVALID_ARGUMENT',
+        `dtype ${JSON.stringify(dtype)}`,
+      );
+    }
+    await expectModelError(
+      convertToGguf(hfDir, out, { dtype: 'Q4_K_M' as 'F16' }),
+      'INVALID_ARGUMENT',
+      'llama-quantize',
+    );
+    await expect(readFile(out)).rejects.toThrow(/ENOENT/);
+  });
+});
+
 describe('Q8_0', () => {
   it('quantizes like llama.cpp: scale amax/127 in f16, codes within ±127, bounded error', () => {
     fc.assert(
