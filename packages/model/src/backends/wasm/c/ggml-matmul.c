@@ -26,7 +26,7 @@ typedef int8_t i8;
 // Token rows per block: weight rows are unpacked once per block of this many tokens.
 #define TB 64
 // Token rows the local quantization (no OP_QUANTIZE rows given) takes at a time.
-#define TB_LOCAL 16
+#define TB_LOCAL 12
 
 // A block's f16 scale at p, without branches: its exponent and mantissa shifted into an f32's
 // place read 2^112 too small (subnormals included), fixed by one multiply (common.h's
@@ -308,13 +308,28 @@ typedef struct {
   i8* sc;
   float* d;
   float* m;
+  int16_t* c16;
 } row_t;
 
-// Bytes of one unpacked row of k weights: codes, sub-scales, scales, offsets.
-#define ROW_BYTES(k) ((k) + (k) / 16 + (k) / 8 + (k) / 4)
+#ifdef KVASIR_RELAXED
+#define C16_BYTES(k) 0
+#else
+// The plain build also keeps a CODES_U_SCALED row's codes times their sub-scales in int16 (at
+// most 63 · 128 in magnitude), in int8-dot.h's order, so its dot is four i16 dot products per
+// 32 weights and no integer multiply: i32x4.mul costs as much as two dots, and took Q6_K's
+// batched matmul (the LM head of Q4_K_M files) to twice Q4_K's time. The lanes hold the same
+// integers as the relaxed build's multiplies, so the bits stay the same.
+#define C16_BYTES(k) (2 * (k))
+#endif
+
+// Bytes of one unpacked row of k weights: (plain) scaled int16 codes, codes, sub-scales,
+// scales, offsets.
+#define ROW_BYTES(k) (C16_BYTES(k) + (k) + (k) / 16 + (k) / 8 + (k) / 4)
 
 INLINE row_t row_at(u8* base, i32 k) {
-  row_t r = {base, (i8*)(base + k), (float*)(base + k + k / 16), (float*)(base + k + k / 16 + k / 8)};
+  u8* c = base + C16_BYTES(k);
+  row_t r = {c, (i8*)(c + k), (float*)(c + k + k / 16), (float*)(c + k + k / 16 + k / 8),
+             (int16_t*)base};
   return r;
 }
 
@@ -324,14 +339,34 @@ static void unpack_row(const format_t* f, const u8* w, i32 k, i32 r, row_t out) 
   for (i32 b = 0; b < nb; b++, p += f->bytes)
     f->unpack(p, out.c + b * f->block, out.sc + b * (f->block / 16), out.d + b * (f->block / 32),
               out.m + b * (f->block / 16));
+#ifndef KVASIR_RELAXED
+  if (f->codes != CODES_U_SCALED) return;
+  for (i32 g = 0; g < k / 16; g++) {
+    v128_t v = ld(out.c + 16 * g);
+    v128_t s = wasm_i16x8_splat(out.sc[g]);
+    wasm_v128_store(out.c16 + 16 * g, wasm_i16x8_mul(wasm_v128_and(v, wasm_i16x8_splat(0xff)), s));
+    wasm_v128_store(out.c16 + 16 * g + 8, wasm_i16x8_mul(wasm_u16x8_shr(v, 8), s));
+  }
+#endif
 }
 
-// The integer dot of 32 codes at c with activations at x (sub-scales applied for CODES_U_SCALED).
-INLINE v128_t dot32(const u8* c, const i8* sc, const xq_t* x, i32 codes) {
+// The integer dot of block b (32 codes) of row w with activations at x (sub-scales applied for
+// CODES_U_SCALED).
+INLINE v128_t dot32(row_t w, i32 b, const xq_t* x, i32 codes) {
+  const u8* c = w.c + 32 * b;
   v128_t z = wasm_i32x4_splat(0);
   if (codes == CODES_S) return dot_s(dot_s(z, ld(c), x), ld(c + 16), x + 16);
   if (codes == CODES_U) return dot_u(dot_u(z, ld(c), x), ld(c + 16), x + 16);
+#ifdef KVASIR_RELAXED
+  const i8* sc = w.sc + 2 * b;
   return wasm_i32x4_add(mul_i(dot_u(z, ld(c), x), sc[0]), mul_i(dot_u(z, ld(c + 16), x + 16), sc[1]));
+#else
+  const int16_t* p = w.c16 + 32 * b;
+  v128_t a = wasm_i32x4_add(wasm_i32x4_dot_i16x8(ld(p), ld(x)), wasm_i32x4_dot_i16x8(ld(p + 8), ld(x + 8)));
+  v128_t e = wasm_i32x4_add(wasm_i32x4_dot_i16x8(ld(p + 16), ld(x + 16)),
+                            wasm_i32x4_dot_i16x8(ld(p + 24), ld(x + 24)));
+  return wasm_i32x4_add(a, e);
+#endif
 }
 
 // Σ offsets · activation sums (the offsets' part of a row's dot product).
@@ -348,7 +383,7 @@ INLINE float offsets_dot(const float* m, const float* xb, i32 k) {
 INLINE float dot_1x1(row_t w, i32 codes, i32 offsets, xrow_t x, i32 k) {
   v128_t acc = wasm_f32x4_splat(0);
   for (i32 b = 0; b < k / 32; b++)
-    acc = fmadd_i(acc, dot32(w.c + 32 * b, w.sc + 2 * b, x.q + 32 * b, codes), w.d[b] * x.s[b]);
+    acc = fmadd_i(acc, dot32(w, b, x.q + 32 * b, codes), w.d[b] * x.s[b]);
   float r = hsum(acc);
   if (offsets) r += offsets_dot(w.m, x.b, k);
   return r;
@@ -361,14 +396,12 @@ INLINE void tile_2x2(row_t w0, row_t w1, i32 codes, i32 offsets, xrow_t x0, xrow
   v128_t z = wasm_f32x4_splat(0);
   v128_t a00 = z, a01 = z, a10 = z, a11 = z;
   for (i32 b = 0; b < k / 32; b++) {
-    const u8* p = w0.c + 32 * b;
-    const u8* q = w1.c + 32 * b;
     const xq_t* u = x0.q + 32 * b;
     const xq_t* v = x1.q + 32 * b;
-    a00 = fmadd_i(a00, dot32(p, w0.sc + 2 * b, u, codes), w0.d[b] * x0.s[b]);
-    a01 = fmadd_i(a01, dot32(p, w0.sc + 2 * b, v, codes), w0.d[b] * x1.s[b]);
-    a10 = fmadd_i(a10, dot32(q, w1.sc + 2 * b, u, codes), w1.d[b] * x0.s[b]);
-    a11 = fmadd_i(a11, dot32(q, w1.sc + 2 * b, v, codes), w1.d[b] * x1.s[b]);
+    a00 = fmadd_i(a00, dot32(w0, b, u, codes), w0.d[b] * x0.s[b]);
+    a01 = fmadd_i(a01, dot32(w0, b, v, codes), w0.d[b] * x1.s[b]);
+    a10 = fmadd_i(a10, dot32(w1, b, u, codes), w1.d[b] * x0.s[b]);
+    a11 = fmadd_i(a11, dot32(w1, b, v, codes), w1.d[b] * x1.s[b]);
   }
   o[0] = hsum(a00);
   o[1] = hsum(a01);
@@ -595,10 +628,11 @@ INLINE v128_t q6_quarter(v128_t acc, v128_t lo0, v128_t lo1, v128_t hb0, v128_t 
   return fmadd_i(acc, wasm_i32x4_add(s0, s1), scale);
 }
 
-// One Q6_K super-block of one row into acc; returns Σ_g scale_g · Σx_g (times -32 d: the
-// codes' bias).
-INLINE float q6_k_block(const u8* blk, const xq_t* x, const float* xs, const float* xb,
-                        v128_t* acc) {
+// One Q6_K super-block of one row into acc, and d · scale_g · Σx_g (the codes' bias, to be
+// taken 32 times) into bias: kept a vector across the row's blocks and summed once per row
+// (a horizontal sum per block cost about as much as the block's dot products).
+INLINE void q6_k_block(const u8* blk, const xq_t* x, const float* xs, const float* xb,
+                       v128_t* acc, v128_t* bias) {
   float d = f16_at(blk + 208);
   v128_t sc = ld(blk + 192);
   v128_t s16lo = wasm_i16x8_extend_low_i8x16(sc), s16hi = wasm_i16x8_extend_high_i8x16(sc);
@@ -622,18 +656,17 @@ INLINE float q6_k_block(const u8* blk, const xq_t* x, const float* xs, const flo
     a = q6_quarter(a, l10, l11, hb0, hb1, 3, s, xh + 96, d * xsh[3]);
     *acc = a;
   }
-  return -32.0f * d * hsum(bsum);
+  *bias = madd(*bias, bsum, wasm_f32x4_splat(d));
 }
 
 static void dot2_q6_k(const u8* r0, const u8* r1, i32 nb, xrow_t x, float* o) {
-  v128_t a0 = wasm_f32x4_splat(0), a1 = a0;
-  float m0 = 0.0f, m1 = 0.0f;
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0, m0 = a0, m1 = a0;
   for (i32 b = 0; b < nb; b++, r0 += 210, r1 += 210) {
-    m0 += q6_k_block(r0, x.q + 256 * b, x.s + 8 * b, x.b + 16 * b, &a0);
-    m1 += q6_k_block(r1, x.q + 256 * b, x.s + 8 * b, x.b + 16 * b, &a1);
+    q6_k_block(r0, x.q + 256 * b, x.s + 8 * b, x.b + 16 * b, &a0, &m0);
+    q6_k_block(r1, x.q + 256 * b, x.s + 8 * b, x.b + 16 * b, &a1, &m1);
   }
-  o[0] = hsum(a0) + m0;
-  o[1] = hsum(a1) + m1;
+  o[0] = hsum(a0) - 32.0f * hsum(m0);
+  o[1] = hsum(a1) - 32.0f * hsum(m1);
 }
 
 static const dot2_fn DOT2[WF_GGML_END - WF_GGML_FIRST] = {
