@@ -55,6 +55,8 @@ export type {
   ConstraintCompiler,
   OutputConstraint,
   OutputConstraintKind,
+  StructuralFormat,
+  StructuralTagFormat,
   TokenBitmask,
   TokenMatcher,
   TokenVocabulary,

@@ -30,6 +30,39 @@ export interface ModelCard {
    * place in the cache). A request that names its own `kvCompression` may do so regardless.
    */
   readonly unboundedContext?: boolean;
+  /**
+   * How this model writes tool calls (from the chat template it ships; see
+   * {@link ToolCallFormatName}); absent when its template has no tool-call format, and then
+   * requests with `tools` are refused (400).
+   */
+  readonly toolCallFormat?: ToolCallFormatName;
+}
+
+/**
+ * A model family's tool-call syntax: `hermes` (Hermes, Qwen 2.5+: `<tool_call>\n{"name": …,
+ * "arguments": …}\n</tool_call>`), `llama3_json` (Llama 3.1+: `{"name": …, "parameters": …}`),
+ * `mistral` (`[TOOL_CALLS][{"name": …, "arguments": …}, …]`).
+ */
+export type ToolCallFormatName = 'hermes' | 'llama3_json' | 'mistral';
+
+/** A tool the model may call (OpenAI's `tools[i]`), as the chat template receives it. */
+export interface FunctionTool {
+  readonly type: 'function';
+  readonly function: {
+    readonly name: string;
+    readonly description?: string;
+    /** A JSON Schema of the arguments object; absent means any object. */
+    readonly parameters?: Readonly<Record<string, unknown>>;
+    readonly strict?: boolean;
+  };
+}
+
+/** One call an assistant message made (OpenAI's `tool_calls[i]`, arguments as JSON text). */
+export interface ChatToolCall {
+  readonly id: string;
+  readonly name: string;
+  /** The arguments as JSON text, as the model wrote them. */
+  readonly arguments: string;
 }
 
 /**
@@ -48,6 +81,16 @@ export interface ChatMessage {
   readonly role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
   readonly content: string;
   readonly name?: string;
+  /** An assistant message's tool calls. */
+  readonly toolCalls?: readonly ChatToolCall[];
+  /** A `tool` message: the id of the call it answers. */
+  readonly toolCallId?: string;
+}
+
+/** What a chat template renders besides the messages. */
+export interface ChatTemplateOptions {
+  /** The tools the model may call, for templates that list them in the prompt. */
+  readonly tools?: readonly FunctionTool[];
 }
 
 /** Sampling parameters as the engine receives them (already validated and defaulted). */
@@ -74,17 +117,54 @@ export interface SamplingParams {
 }
 
 /**
+ * A structural tag (XGrammar's format, as vLLM and SGLang pass it): literal text, JSON of a
+ * schema, any text, a tag (`begin`, content, `end`), tags with a separator, tags triggered in
+ * free text (the tag whose `begin` starts with a trigger is constrained from there), or a
+ * sequence. Tool calls are written with these.
+ */
+export type StructuralFormat =
+  | { readonly type: 'const_string'; readonly value: string }
+  | { readonly type: 'json_schema'; readonly json_schema: unknown }
+  | { readonly type: 'any_text' }
+  | { readonly type: 'sequence'; readonly elements: readonly StructuralFormat[] }
+  | StructuralTagFormat
+  | {
+      readonly type: 'tags_with_separator';
+      readonly tags: readonly StructuralTagFormat[];
+      readonly separator: string;
+      readonly at_least_one?: boolean;
+      readonly stop_after_first?: boolean;
+    }
+  | {
+      readonly type: 'triggered_tags';
+      readonly triggers: readonly string[];
+      readonly tags: readonly StructuralTagFormat[];
+      readonly at_least_one?: boolean;
+      readonly stop_after_first?: boolean;
+    };
+
+/** One tag of a {@link StructuralFormat}: `begin`, then its content, then `end`. */
+export interface StructuralTagFormat {
+  readonly type: 'tag';
+  readonly begin: string;
+  readonly content: StructuralFormat;
+  readonly end: string;
+}
+
+/**
  * What every choice's output must match (structured outputs), enforced token by token:
  * `json_object` any JSON object, `json_schema` JSON valid against `schema`, `grammar` a GBNF /
- * EBNF grammar (rule `root` first), `regex` text matching `pattern` in full. An engine compiles
- * it before any decoding and refuses one it cannot compile with `INVALID_REQUEST` naming
- * {@link param}; a constrained choice that reaches `maxTokens` ends with `length`.
+ * EBNF grammar (rule `root` first), `regex` text matching `pattern` in full, `structural_tag`
+ * text shaped by a {@link StructuralFormat} (tool calls). An engine compiles it before any
+ * decoding and refuses one it cannot compile with `INVALID_REQUEST` naming {@link param}; a
+ * constrained choice that reaches `maxTokens` ends with `length`.
  */
 export type OutputConstraint = (
   | { readonly kind: 'json_object' }
   | { readonly kind: 'json_schema'; readonly schema: unknown }
   | { readonly kind: 'grammar'; readonly grammar: string }
   | { readonly kind: 'regex'; readonly pattern: string }
+  | { readonly kind: 'structural_tag'; readonly format: StructuralFormat }
 ) & {
   /** The request field it came from, named in errors; default `response_format`. */
   readonly param?: string;
@@ -224,6 +304,20 @@ export type GenerationEvent = ChoiceDelta | UsageEvent | PromptEvent;
  */
 export type GenerationStream = AsyncIterable<GenerationEvent>;
 
+/** The kinds of {@link OutputConstraint}. */
+export type OutputConstraintKind = OutputConstraint['kind'];
+
+/**
+ * Optional request fields an engine implements. The server refuses a request that needs one the
+ * engine does not declare (400 naming the field) rather than let it run unconstrained.
+ */
+export interface EngineCapabilities {
+  /** The {@link OutputConstraint} kinds it enforces (`tools` need `structural_tag`). */
+  readonly outputConstraints?: readonly OutputConstraintKind[];
+  /** Whether it applies {@link SamplingParams.logitBias}. */
+  readonly logitBias?: boolean;
+}
+
 /**
  * What the server needs from an inference engine. Write one with {@link defineInferenceEngine}
  * (a class declares `readonly specificationVersion = 'v1'`); `createServer` checks it with
@@ -238,6 +332,11 @@ export type GenerationStream = AsyncIterable<GenerationEvent>;
 export interface InferenceEngine {
   /** The contract version the engine was written against; `'v1'`. */
   readonly specificationVersion: typeof INFERENCE_ENGINE_SPECIFICATION_VERSION;
+  /**
+   * Optional request fields the engine implements (structured outputs, tools, logit bias); none
+   * when absent.
+   */
+  readonly capabilities?: EngineCapabilities;
   /** The served models; the first is the default. */
   listModels(): readonly ModelCard[];
   /**
@@ -246,12 +345,14 @@ export interface InferenceEngine {
    */
   tokenize(model: string, text: string): Promise<readonly number[]> | readonly number[];
   /**
-   * Applies the model's chat template (with the generation prompt) and tokenizes the result.
+   * Applies the model's chat template (with the generation prompt, and the tools when given) and
+   * tokenizes the result.
    * @throws EngineError for a conversation the template rejects.
    */
   applyChatTemplate(
     model: string,
     messages: readonly ChatMessage[],
+    options?: ChatTemplateOptions,
   ): Promise<readonly number[]> | readonly number[];
   /**
    * Admits a request and starts generating. Resolves once admitted; the stream yields deltas
@@ -319,6 +420,20 @@ export function validateInferenceEngine(value: unknown): InferenceEngine {
         ? `inference engine has no specificationVersion: make it with defineInferenceEngine() (or declare specificationVersion: '${INFERENCE_ENGINE_SPECIFICATION_VERSION}')`
         : `inference engine specificationVersion ${JSON.stringify(v.specificationVersion)} is not supported (this version implements '${INFERENCE_ENGINE_SPECIFICATION_VERSION}')`,
       { details: { specificationVersion: v.specificationVersion } },
+    );
+  }
+  const caps = v.capabilities as Record<string, unknown> | undefined;
+  if (
+    caps !== undefined &&
+    (typeof caps !== 'object' ||
+      caps === null ||
+      (caps.outputConstraints !== undefined && !Array.isArray(caps.outputConstraints)) ||
+      (caps.logitBias !== undefined && typeof caps.logitBias !== 'boolean'))
+  ) {
+    throw new EngineError(
+      'INVALID_ENGINE',
+      'inference engine capabilities must be { outputConstraints?: string[]; logitBias?: boolean }',
+      { details: { capabilities: caps } },
     );
   }
   for (const method of ENGINE_METHODS) {

@@ -20,8 +20,12 @@ export type { ServerErrorCode } from './errors.js';
 export { EngineError } from './errors.js';
 export type {
   ChatMessage,
+  ChatTemplateOptions,
+  ChatToolCall,
   ChoiceDelta,
+  EngineCapabilities,
   FinishReason,
+  FunctionTool,
   GenerationEvent,
   GenerationRequest,
   GenerationStream,
@@ -30,10 +34,14 @@ export type {
   KvCompressionRequest,
   ModelCard,
   OutputConstraint,
+  OutputConstraintKind,
   PromptEvent,
   PromptTokenLogprob,
   SamplingParams,
+  StructuralFormat,
+  StructuralTagFormat,
   TokenLogprob,
+  ToolCallFormatName,
   TopLogprob,
   UsageEvent,
 } from './inference-engine.js';
@@ -42,3 +50,4 @@ export {
   INFERENCE_ENGINE_SPECIFICATION_VERSION,
   validateInferenceEngine,
 } from './inference-engine.js';
+export { detectToolCallFormat } from './tools/tool-call-format.js';

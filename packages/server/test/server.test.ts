@@ -526,6 +526,18 @@ describe('OpenAI-compatible server (official client, real socket)', () => {
     );
     expect(tools.status).toBe(400);
     expect(tools.param).toBe('tools');
+
+    // An engine that does not declare structured outputs never gets them, so never ignores them.
+    const format = await expectApiError(
+      h.client.chat.completions.create({
+        model: MODEL_ID,
+        messages: [{ role: 'user', content: 'x' }],
+        response_format: { type: 'json_object' },
+      }),
+    );
+    expect(format.status).toBe(400);
+    expect(format.param).toBe('response_format');
+    expect(format.message).toContain("not supported by this server's engine");
   });
 
   it('answers malformed JSON and unknown routes in the OpenAI error shape', async () => {

@@ -9,6 +9,8 @@ import {
 import type { BatchPlan, RequestOutput, Scheduler } from '@kvasir/scheduler';
 import {
   type ChatMessage,
+  type ChatTemplateOptions,
+  type EngineCapabilities,
   EngineError,
   type EngineHealth,
   type EngineStats,
@@ -30,7 +32,7 @@ import { admitRequest, schedulerRefusal, schedulerRequest } from './admission.js
 import { LiveRequest } from './live-request.js';
 import { LiveRequests } from './live-requests.js';
 import type { ModelRunner } from './model-runner.js';
-import { OutputConstraints } from './output-constraints.js';
+import { ENGINE_CAPABILITIES, OutputConstraints } from './output-constraints.js';
 import { compressionPolicyFailure, PluginFailures } from './plugin-failures.js';
 import { forwardAndSample } from './sample-step.js';
 import { createScheduler, engineStats } from './scheduler-setup.js';
@@ -76,6 +78,7 @@ export interface KvasirEngineOptions {
  */
 export class KvasirEngine implements InferenceEngine {
   readonly specificationVersion = 'v1';
+  readonly capabilities: EngineCapabilities = ENGINE_CAPABILITIES;
   readonly runner: ModelRunner;
   readonly config: EngineConfig;
   readonly kvCache: KvCacheManager;
@@ -124,6 +127,7 @@ export class KvasirEngine implements InferenceEngine {
       maxModelLen: this.scheduler.maxModelLen,
       vocabSize: facts.vocabSize,
       ...(this.#kvCompression.defaultSpec?.positions === 'cache' ? { unboundedContext: true } : {}),
+      ...(runner.codec.toolCallFormat ? { toolCallFormat: runner.codec.toolCallFormat } : {}),
     };
     this.#extraKeys = { modelId: this.modelCard.id };
     this.#loop = new StepLoop(
@@ -173,9 +177,13 @@ export class KvasirEngine implements InferenceEngine {
     }
   }
 
-  applyChatTemplate(_model: string, messages: readonly ChatMessage[]): readonly number[] {
+  applyChatTemplate(
+    _model: string,
+    messages: readonly ChatMessage[],
+    options?: ChatTemplateOptions,
+  ): readonly number[] {
     try {
-      return this.runner.codec.applyChatTemplate(messages);
+      return this.runner.codec.applyChatTemplate(messages, options);
     } catch (error) {
       throw new EngineError('INVALID_REQUEST', `messages: ${(error as Error).message}`, {
         cause: error,

@@ -28,9 +28,14 @@ import {
   wasmPlacement,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
-import type { ChatMessage } from '@kvasir/server';
+import {
+  type ChatMessage,
+  detectToolCallFormat,
+  type ToolCallFormatName,
+} from '@kvasir/server/spec';
 import type { EngineConfig } from '../config.js';
 import { KvasirAppError } from '../errors.js';
+import { templateMessage } from './chat-template-messages.js';
 import { probeGpu } from './gpu-probe.js';
 import type { ModelRunner, TextCodec } from './model-runner.js';
 
@@ -101,12 +106,21 @@ export async function openGpu(backend?: string): Promise<Gpu> {
   }
 }
 
+function toolCallFormatOf(template: string | null): { toolCallFormat?: ToolCallFormatName } {
+  const format = template === null ? undefined : detectToolCallFormat(template);
+  return format === undefined ? {} : { toolCallFormat: format };
+}
+
 /** The engine's text side over a @kvasir/model tokenizer. */
 export function codecFor(tokenizer: ModelTokenizer): TextCodec {
   return {
     encode: (text) => tokenizer.encode(text),
-    applyChatTemplate: (messages: readonly ChatMessage[]) =>
-      tokenizer.encodeChat(messages.map((m) => ({ role: m.role, content: m.content }))),
+    applyChatTemplate: (messages: readonly ChatMessage[], options) =>
+      tokenizer.encodeChat(
+        messages.map(templateMessage),
+        options?.tools ? { tools: options.tools } : undefined,
+      ),
+    ...toolCallFormatOf(tokenizer.chatTemplate),
     decoder: () => tokenizer.createDetokenizer({ skipSpecialTokens: true }),
     tokenText: (id) => tokenizer.decode([id]),
     vocabulary: (options) => tokenVocabulary(tokenizer, options),

@@ -1,7 +1,7 @@
 import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
 import type { TokenVocabulary } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
-import type { ChatMessage } from '@kvasir/server/spec';
+import type { ChatMessage, ChatTemplateOptions, ToolCallFormatName } from '@kvasir/server/spec';
 
 /** Turns token ids back into text while streaming, never splitting a multi-byte character. */
 export interface IncrementalDecoder {
@@ -15,8 +15,10 @@ export interface IncrementalDecoder {
 export interface TextCodec {
   /** Tokenizes a completion prompt (with BOS where the model expects it). */
   encode(text: string): number[];
-  /** Renders the chat template with the generation prompt and tokenizes it. */
-  applyChatTemplate(messages: readonly ChatMessage[]): number[];
+  /** Renders the chat template with the generation prompt (and the tools) and tokenizes it. */
+  applyChatTemplate(messages: readonly ChatMessage[], options?: ChatTemplateOptions): number[];
+  /** How the chat template has the model write tool calls; undefined when it has no tools. */
+  readonly toolCallFormat?: ToolCallFormatName;
   /** A fresh incremental decoder for one output sequence. */
   decoder(): IncrementalDecoder;
   /** The text of a single token, for log-probabilities. */

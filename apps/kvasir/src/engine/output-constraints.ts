@@ -9,7 +9,7 @@ import {
   XGrammarCompiler,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
-import { EngineError, type GenerationRequest } from '@kvasir/server/spec';
+import { type EngineCapabilities, EngineError, type GenerationRequest } from '@kvasir/server/spec';
 import type { LiveRequest } from './live-request.js';
 import type { ModelRunner } from './model-runner.js';
 
@@ -20,6 +20,12 @@ export interface AdmittedConstraints {
   /** The logit bias by token id; undefined without one. */
   readonly logitBias: ReadonlyMap<number, number> | undefined;
 }
+
+/** What the engine enforces: every constraint kind, on every backend, and logit bias. */
+export const ENGINE_CAPABILITIES: EngineCapabilities = {
+  outputConstraints: ['json_object', 'json_schema', 'grammar', 'regex', 'structural_tag'],
+  logitBias: true,
+};
 
 const NONE: AdmittedConstraints = { matchers: [], logitBias: undefined };
 

@@ -10,12 +10,50 @@ import { ModelError } from '../errors.js';
  *   out in the schema's order; properties the schema does not name are not generated.
  * - `grammar`: a GBNF / EBNF grammar (llama.cpp's GBNF is accepted as it is), rule `root` first.
  * - `regex`: text matching `pattern` in full.
+ * - `structural_tag`: text shaped by a {@link StructuralFormat} (XGrammar's structural tags):
+ *   how tool calls are constrained, in free text from their opening tag on or alone.
  */
 export type OutputConstraint =
   | { readonly kind: 'json_object' }
   | { readonly kind: 'json_schema'; readonly schema: unknown }
   | { readonly kind: 'grammar'; readonly grammar: string }
-  | { readonly kind: 'regex'; readonly pattern: string };
+  | { readonly kind: 'regex'; readonly pattern: string }
+  | { readonly kind: 'structural_tag'; readonly format: StructuralFormat };
+
+/**
+ * XGrammar's structural-tag formats: literal text, JSON of a schema (spaced as the compiler's
+ * JSON is), any text, a sequence, a tag (`begin`, content, `end`), tags with a separator, and
+ * tags triggered in free text (once a trigger appears, the tag whose `begin` starts with it is
+ * enforced to its `end`).
+ */
+export type StructuralFormat =
+  | { readonly type: 'const_string'; readonly value: string }
+  | { readonly type: 'json_schema'; readonly json_schema: unknown }
+  | { readonly type: 'any_text' }
+  | { readonly type: 'sequence'; readonly elements: readonly StructuralFormat[] }
+  | StructuralTagFormat
+  | {
+      readonly type: 'tags_with_separator';
+      readonly tags: readonly StructuralTagFormat[];
+      readonly separator: string;
+      readonly at_least_one?: boolean;
+      readonly stop_after_first?: boolean;
+    }
+  | {
+      readonly type: 'triggered_tags';
+      readonly triggers: readonly string[];
+      readonly tags: readonly StructuralTagFormat[];
+      readonly at_least_one?: boolean;
+      readonly stop_after_first?: boolean;
+    };
+
+/** One tag of a {@link StructuralFormat}. */
+export type StructuralTagFormat = {
+  readonly type: 'tag';
+  readonly begin: string;
+  readonly content: StructuralFormat;
+  readonly end: string;
+};
 
 /** The kinds of {@link OutputConstraint}. */
 export type OutputConstraintKind = OutputConstraint['kind'];
@@ -162,10 +200,17 @@ export function constraintKey(constraint: OutputConstraint): string {
         throw constraintError('regex', 'the pattern must be a non-empty string');
       }
       return `regex:${c.pattern}`;
+    case 'structural_tag': {
+      const f = (constraint as { format?: unknown }).format;
+      if (typeof f !== 'object' || f === null || Array.isArray(f)) {
+        throw constraintError('structural_tag', 'the format must be a JSON object');
+      }
+      return `structural_tag:${JSON.stringify(f)}`;
+    }
     default:
       throw constraintError(
         String(c.kind),
-        'unknown constraint kind (expected json_object, json_schema, grammar or regex)',
+        'unknown constraint kind (expected json_object, json_schema, grammar, regex or structural_tag)',
       );
   }
 }

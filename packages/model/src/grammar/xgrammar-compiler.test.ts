@@ -115,6 +115,109 @@ describe('XGrammarCompiler', () => {
     expect(stopped).toBeGreaterThan(walks / 2);
   });
 
+  describe('structural tags (tool calls)', () => {
+    const args = {
+      type: 'object',
+      properties: { city: { type: 'string', maxLength: 6 }, days: { enum: [1, 2, 3] } },
+      required: ['city', 'days'],
+      additionalProperties: false,
+    };
+    const validate = new Ajv({ strict: false }).compile(args);
+    const call = (name: string, open = '<tool_call>\n{"name": "') => ({
+      type: 'tag' as const,
+      begin: `${open}${name}", "arguments": `,
+      content: { type: 'json_schema' as const, json_schema: args },
+      end: open.startsWith('<') ? '}\n</tool_call>' : '}',
+    });
+    const HERMES = /<tool_call>\n\{"name": "(a|b)", "arguments": (\{.*?\})\}\n<\/tool_call>/gs;
+
+    function expectCalls(text: string, pattern: RegExp, min: number) {
+      const found = [...text.matchAll(pattern)];
+      expect(found.length).toBeGreaterThanOrEqual(min);
+      for (const m of found) {
+        const value = JSON.parse(m[2]!) as unknown;
+        expect({ text, valid: validate(value) }).toMatchObject({ valid: true });
+      }
+      return found;
+    }
+
+    it('forced: nothing but calls of the declared tools, arguments valid and compact', async () => {
+      const compiled = await compiler.compile({
+        kind: 'structural_tag',
+        format: {
+          type: 'tags_with_separator',
+          tags: [call('a'), call('b')],
+          separator: '\n',
+          at_least_one: true,
+          stop_after_first: false,
+        },
+      });
+      let complete = 0;
+      for (let seed = 0; seed < 6; seed++) {
+        const matcher = await compiled.createMatcher();
+        const { text, stopped } = await walk(matcher, seededRandom(seed), 200);
+        matcher.dispose();
+        if (!stopped) continue;
+        complete++;
+        const calls = expectCalls(text, HERMES, 1);
+        expect(calls.map((m) => m[0]).join('\n')).toBe(text);
+      }
+      expect(complete).toBeGreaterThan(3);
+    });
+
+    it('auto: free text until the trigger, then the call is enforced to its end', async () => {
+      const compiled = await compiler.compile({
+        kind: 'structural_tag',
+        format: {
+          type: 'triggered_tags',
+          triggers: ['<tool_call>'],
+          tags: [call('a'), call('b')],
+          stop_after_first: true,
+        },
+      });
+      const matcher = await compiled.createMatcher();
+      // Text is free; the model writes the trigger on its own.
+      for (const t of tok.encode('Sure. <tool_call>', { addSpecialTokens: false })) {
+        expect(matcher.accept(t)).toBe(true);
+      }
+      expect(matcher.forcedText()).toBe('\n{"name": "');
+      const rest = await walk(matcher, seededRandom(4), 200);
+      matcher.dispose();
+      expect(rest.stopped).toBe(true);
+      expectCalls(`Sure. <tool_call>${rest.text}`, HERMES, 1);
+    });
+
+    it('a region holding several calls ([TOOL_CALLS][…, …])', async () => {
+      const compiled = await compiler.compile({
+        kind: 'structural_tag',
+        format: {
+          type: 'tag',
+          begin: '[TOOL_CALLS][',
+          content: {
+            type: 'tags_with_separator',
+            tags: [call('a', '{"name": "'), call('b', '{"name": "')],
+            separator: ', ',
+            at_least_one: true,
+          },
+          end: ']',
+        },
+      });
+      const matcher = await compiled.createMatcher();
+      const { text, stopped } = await walk(matcher, seededRandom(2), 300);
+      matcher.dispose();
+      expect(stopped).toBe(true);
+      const list = JSON.parse(text.slice('[TOOL_CALLS]'.length)) as {
+        name: string;
+        arguments: unknown;
+      }[];
+      expect(list.length).toBeGreaterThan(0);
+      for (const c of list) {
+        expect(['a', 'b']).toContain(c.name);
+        expect(validate(c.arguments)).toBe(true);
+      }
+    });
+  });
+
   it('rolling back or resetting and replaying gives the same masks', async () => {
     const compiled = await compiler.compile({
       kind: 'json_schema',

@@ -2,6 +2,7 @@ import type {
   CompiledGrammar,
   GrammarCompiler,
   GrammarMatcher,
+  StructuralTagFormat,
   TokenizerInfo,
 } from '@mlc-ai/web-xgrammar';
 import { ModelError } from '../errors.js';
@@ -12,6 +13,7 @@ import {
   constraintError,
   constraintKey,
   type OutputConstraint,
+  type StructuralFormat,
   type TokenBitmask,
   type TokenMatcher,
   type TokenVocabulary,
@@ -426,20 +428,14 @@ export class XGrammarCompiler implements ConstraintCompiler {
             ws.max,
           );
           break;
-        case 'json_schema': {
+        case 'json_schema':
           // XGrammar's own schema → EBNF conversion (what compileJSONSchema runs first), fixed,
           // then compiled as a grammar.
-          const ebnf = await runtime.instance.xgrammar.Testings._jsonSchemaToEBNF(
-            JSON.stringify(constraint.schema),
-            ws.anyWhitespace,
-            ws.indent,
-            ws.separators,
-            true,
-            ws.max,
+          compiled = await compiler.compileGrammar(
+            await this.#jsonSchemaEbnf(runtime, constraint.schema),
+            'root',
           );
-          compiled = await compiler.compileGrammar(fixBoundedJsonStrings(ebnf), 'root');
           break;
-        }
         case 'grammar':
           compiled = await compiler.compileGrammar(constraint.grammar, 'root');
           break;
@@ -447,6 +443,15 @@ export class XGrammarCompiler implements ConstraintCompiler {
           compiled = await compiler.compileStructuralTag({
             type: 'structural_tag',
             format: { type: 'regex', pattern: constraint.pattern },
+          });
+          break;
+        case 'structural_tag':
+          compiled = await compiler.compileStructuralTag({
+            type: 'structural_tag',
+            format: (await this.#withJsonGrammars(
+              runtime,
+              constraint.format,
+            )) as unknown as StructuralTagFormat,
           });
           break;
       }
@@ -464,7 +469,55 @@ export class XGrammarCompiler implements ConstraintCompiler {
         this.#retire(current, runtime);
         throw constraintError(constraint.kind, reason ?? `XGrammar rejected it (${e.message})`, e);
       }
-      throw constraintError(constraint.kind, (e as Error).message ?? String(e), e);
+      // A C++ exception reaches JavaScript as a number (a pointer), its text printed, if at all.
+      const message =
+        e instanceof Error ? e.message : (runtime.abortReason() ?? 'XGrammar rejected it');
+      throw constraintError(constraint.kind, message, e);
+    }
+  }
+
+  /** The EBNF of a JSON schema, spaced as this compiler's JSON is, with the upstream fix. */
+  async #jsonSchemaEbnf(runtime: Runtime, schema: unknown): Promise<string> {
+    const ws = this.#whitespace;
+    const ebnf = await runtime.instance.xgrammar.Testings._jsonSchemaToEBNF(
+      JSON.stringify(schema),
+      ws.anyWhitespace,
+      ws.indent,
+      ws.separators,
+      true,
+      ws.max,
+    );
+    return fixBoundedJsonStrings(ebnf);
+  }
+
+  /**
+   * A structural format with each `json_schema` part replaced by its grammar: XGrammar would
+   * space structural-tag JSON its own way (any whitespace), not as the compiler's option says.
+   */
+  async #withJsonGrammars(runtime: Runtime, format: StructuralFormat): Promise<unknown> {
+    switch (format.type) {
+      case 'json_schema':
+        return {
+          type: 'grammar',
+          grammar: await this.#jsonSchemaEbnf(runtime, format.json_schema),
+        };
+      case 'sequence':
+        return {
+          ...format,
+          elements: await Promise.all(
+            format.elements.map((e) => this.#withJsonGrammars(runtime, e)),
+          ),
+        };
+      case 'tag':
+        return { ...format, content: await this.#withJsonGrammars(runtime, format.content) };
+      case 'tags_with_separator':
+      case 'triggered_tags':
+        return {
+          ...format,
+          tags: await Promise.all(format.tags.map((t) => this.#withJsonGrammars(runtime, t))),
+        };
+      default:
+        return format;
     }
   }
 

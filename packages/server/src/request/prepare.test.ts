@@ -178,3 +178,158 @@ describe('prepareRequest', () => {
     expect(calls).toEqual(['checkAccepting']);
   });
 });
+
+describe('prepareRequest: structured outputs and tools', () => {
+  const toolModel: ModelCard = { ...model, maxModelLen: 4096, toolCallFormat: 'hermes' };
+  const templates: unknown[] = [];
+  const capable: PrepareContext['engine'] = {
+    capabilities: {
+      outputConstraints: ['json_object', 'json_schema', 'grammar', 'regex', 'structural_tag'],
+      logitBias: true,
+    },
+    listModels: () => [toolModel, { ...toolModel, id: 'plain', toolCallFormat: undefined }],
+    tokenize: (_m, text) => Array.from(text, (c) => c.charCodeAt(0)),
+    applyChatTemplate: (_m, messages, options) => {
+      templates.push({ messages, options });
+      return [1, 2, 3];
+    },
+  };
+  const ctx: PrepareContext = { engine: capable, maxN: 4, id: 'chatcmpl-x', created: 7 };
+  const weather = {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      parameters: { type: 'object', properties: { city: { type: 'string' } } },
+    },
+  };
+  const chat = (fields: Record<string, unknown>, model = 'm') => ({
+    model,
+    messages: [{ role: 'user', content: 'hi' }],
+    ...fields,
+  });
+
+  it('passes response_format and logit_bias to the engine', async () => {
+    const schema = { type: 'object', properties: { a: { type: 'integer' } } };
+    const p = await prepareRequest(
+      'chat',
+      chat({
+        response_format: { type: 'json_schema', json_schema: { name: 'a', schema, strict: true } },
+        logit_bias: { '5': -100 },
+      }),
+      ctx,
+    );
+    expect(p.requests[0]!.constraint).toEqual({
+      kind: 'json_schema',
+      schema,
+      param: 'response_format',
+    });
+    expect(p.requests[0]!.sampling.logitBias).toEqual({ 5: -100 });
+    expect(p.toolCalls).toBeUndefined();
+  });
+
+  it('refuses what the engine does not declare, naming the field, instead of ignoring it', async () => {
+    const c = {
+      ...ctx,
+      engine: { ...capable, capabilities: { outputConstraints: ['regex' as const] } },
+    };
+    expect(
+      await refusal(prepareRequest('chat', chat({ response_format: { type: 'json_object' } }), c)),
+    ).toMatchObject({ code: 'INVALID_REQUEST', param: 'response_format' });
+    expect(
+      await refusal(prepareRequest('completion', { prompt: 'x', logit_bias: { '1': 1 } }, c)),
+    ).toMatchObject({ code: 'INVALID_REQUEST', param: 'logit_bias' });
+    expect(await refusal(prepareRequest('chat', chat({ tools: [weather] }), c))).toMatchObject({
+      param: 'tools',
+    });
+    // Plain requests still run.
+    await prepareRequest('completion', { prompt: 'x', guided_regex: 'a+' }, c);
+  });
+
+  it('renders tools and past calls through the template and constrains a forced call', async () => {
+    templates.length = 0;
+    const p = await prepareRequest(
+      'chat',
+      chat({
+        messages: [
+          { role: 'user', content: 'weather?' },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [
+              {
+                id: 'call_1',
+                type: 'function',
+                function: { name: 'get_weather', arguments: '{"city": "Oslo"}' },
+              },
+            ],
+          },
+          { role: 'tool', tool_call_id: 'call_1', content: 'rain' },
+        ],
+        tools: [weather],
+        tool_choice: { type: 'function', function: { name: 'get_weather' } },
+        parallel_tool_calls: false,
+      }),
+      ctx,
+    );
+    expect(templates[0]).toEqual({
+      messages: [
+        { role: 'user', content: 'weather?' },
+        {
+          role: 'assistant',
+          content: '',
+          toolCalls: [{ id: 'call_1', name: 'get_weather', arguments: '{"city": "Oslo"}' }],
+        },
+        { role: 'tool', content: 'rain', toolCallId: 'call_1' },
+      ],
+      options: { tools: [weather] },
+    });
+    expect(p.toolCalls?.name).toBe('hermes');
+    expect(p.requests[0]!.constraint).toMatchObject({
+      kind: 'structural_tag',
+      param: 'tools',
+      format: { type: 'tag', begin: '<tool_call>\n{"name": "get_weather", "arguments": ' },
+    });
+  });
+
+  it('tool_choice none lists the tools but neither constrains nor parses', async () => {
+    const p = await prepareRequest('chat', chat({ tools: [weather], tool_choice: 'none' }), ctx);
+    expect(p.requests[0]!.constraint).toBeUndefined();
+    expect(p.toolCalls).toBeUndefined();
+  });
+
+  it('refuses unknown and duplicate tools, a choice without tools, a model without a format', async () => {
+    expect(
+      await refusal(
+        prepareRequest(
+          'chat',
+          chat({ tools: [weather], tool_choice: { type: 'function', function: { name: 'nope' } } }),
+          ctx,
+        ),
+      ),
+    ).toMatchObject({
+      param: 'tool_choice',
+      message: "tool_choice: unknown tool 'nope' (declared: get_weather)",
+    });
+    expect(
+      await refusal(prepareRequest('chat', chat({ tools: [weather, weather] }), ctx)),
+    ).toMatchObject({ param: 'tools[1].function.name' });
+    expect(
+      await refusal(prepareRequest('chat', chat({ tool_choice: 'required' }), ctx)),
+    ).toMatchObject({ param: 'tool_choice' });
+    expect(
+      await refusal(prepareRequest('chat', chat({ tools: [weather] }, 'plain'), ctx)),
+    ).toMatchObject({ param: 'tools' });
+    expect(
+      await refusal(
+        prepareRequest(
+          'chat',
+          chat({ tools: [weather], response_format: { type: 'json_object' } }),
+          ctx,
+        ),
+      ),
+    ).toMatchObject({ param: 'response_format' });
+    expect(
+      await refusal(prepareRequest('chat', chat({ functions: [{ name: 'f' }] }), ctx)),
+    ).toMatchObject({ param: 'functions' });
+  });
+});

@@ -5,7 +5,9 @@ import type {
   GenerationRequest,
   InferenceEngine,
   ModelCard,
+  OutputConstraint,
 } from '../inference-engine.js';
+import type { ToolCallSyntax } from '../tools/tool-call-format.js';
 import { checkPrompt } from './prompt-check.js';
 import {
   type ChatBody,
@@ -14,6 +16,8 @@ import {
   completionBodySchema,
   parseBody,
 } from './schemas.js';
+import { logitBias, outputConstraint } from './structured-output.js';
+import { prepareTools } from './tools.js';
 
 /** Which OpenAI endpoint a request came to. */
 export type RequestKind = 'completion' | 'chat';
@@ -31,12 +35,17 @@ export interface PreparedRequest {
   readonly includeUsage: boolean;
   /** Unix seconds, shown as `created`. */
   readonly created: number;
+  /** How to read tool calls out of each choice's text; undefined when none can be made. */
+  readonly toolCalls?: ToolCallSyntax;
 }
 
 /** What {@link prepareRequest} needs besides the body. */
 export interface PrepareContext {
   /** The engine's models and tokenizer. */
-  readonly engine: Pick<InferenceEngine, 'listModels' | 'tokenize' | 'applyChatTemplate'>;
+  readonly engine: Pick<
+    InferenceEngine,
+    'listModels' | 'tokenize' | 'applyChatTemplate' | 'capabilities'
+  >;
   /** Largest `n` accepted. */
   readonly maxN: number;
   /**
@@ -79,6 +88,9 @@ interface Prompts {
   /** The body field the prompts came from (`prompt`, `messages`). */
   readonly param: string;
   readonly echo: boolean;
+  /** The constraint the tool fields add, and how to read calls back. */
+  readonly toolConstraint?: OutputConstraint;
+  readonly toolCalls?: ToolCallSyntax;
 }
 
 function completionPrompts(body: CompletionBody, n: number, stream: boolean): Prompts {
@@ -117,8 +129,23 @@ async function chatPrompts(
         ? m.content
         : (m.content ?? []).map((part) => part.text).join(''),
     ...(m.name === undefined ? {} : { name: m.name }),
+    ...(m.tool_calls
+      ? {
+          toolCalls: m.tool_calls.map((c) => ({
+            id: c.id,
+            name: c.function.name,
+            arguments: c.function.arguments,
+          })),
+        }
+      : {}),
+    ...(m.tool_call_id == null ? {} : { toolCallId: m.tool_call_id }),
   }));
-  const prompts = [await engine.applyChatTemplate(model.id, messages)];
+  const tools = prepareTools(body, model);
+  const prompts = [
+    await (tools.tools
+      ? engine.applyChatTemplate(model.id, messages, { tools: tools.tools })
+      : engine.applyChatTemplate(model.id, messages)),
+  ];
   if (body.top_logprobs != null && !body.logprobs) {
     throw invalid('top_logprobs', 'requires logprobs to be true');
   }
@@ -128,7 +155,37 @@ async function chatPrompts(
     maxTokens: body.max_completion_tokens ?? body.max_tokens,
     param: 'messages',
     echo: false,
+    ...(tools.constraint ? { toolConstraint: tools.constraint } : {}),
+    ...(tools.syntax ? { toolCalls: tools.syntax } : {}),
   };
+}
+
+/**
+ * The request's output constraint: the structured-output fields' or the tools', not both.
+ * @throws EngineError `INVALID_REQUEST` naming the field: two constraints, or one the engine
+ *   does not enforce.
+ */
+function requestConstraint(
+  body: CompletionBody | ChatBody,
+  tools: OutputConstraint | undefined,
+  engine: PrepareContext['engine'],
+): OutputConstraint | undefined {
+  const asked = outputConstraint(body);
+  if (asked && tools) {
+    throw invalid(
+      asked.param ?? 'response_format',
+      'not supported together with tools unless tool_choice is none',
+    );
+  }
+  const constraint = asked ?? tools;
+  if (constraint && !engine.capabilities?.outputConstraints?.includes(constraint.kind)) {
+    const param = constraint.param ?? 'response_format';
+    throw invalid(
+      param,
+      `not supported by this server's engine (it does not enforce ${constraint.kind} output)`,
+    );
+  }
+  return constraint;
 }
 
 /**
@@ -164,9 +221,16 @@ export async function prepareRequest(
     maxTokens,
     param: promptParam,
     echo,
+    toolConstraint,
+    toolCalls,
   } = kind === 'completion'
     ? completionPrompts(body as CompletionBody, n, stream)
     : await chatPrompts(body as ChatBody, model, engine);
+  const constraint = requestConstraint(body, toolConstraint, engine);
+  const bias = logitBias(body);
+  if (bias && !engine.capabilities?.logitBias) {
+    throw invalid('logit_bias', "not supported by this server's engine");
+  }
   const stop = body.stop == null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
   const stopStrings = stop.filter((s) => s.length > 0);
   const id =
@@ -213,6 +277,7 @@ export async function prepareRequest(
         frequencyPenalty: body.frequency_penalty ?? 0,
         repetitionPenalty: body.repetition_penalty ?? 1,
         ...(body.seed == null ? {} : { seed: body.seed }),
+        ...(bias ? { logitBias: bias } : {}),
       },
       ...(logprobs === undefined ? {} : { logprobs }),
       stopTokenIds: body.stop_token_ids ?? [],
@@ -220,6 +285,7 @@ export async function prepareRequest(
       ignoreEos: body.ignore_eos ?? false,
       ...(echo ? { echo: true } : {}),
       ...(kvCompression ? { kvCompression } : {}),
+      ...(constraint ? { constraint } : {}),
     });
   }
   return {
@@ -230,5 +296,6 @@ export async function prepareRequest(
     stream,
     includeUsage: body.stream_options?.include_usage ?? false,
     created: context.created ?? Math.floor(Date.now() / 1000),
+    ...(toolCalls ? { toolCalls } : {}),
   };
 }

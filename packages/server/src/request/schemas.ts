@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
+import { guidedFields, responseFormatSchema } from './structured-output.js';
 
 const MAX_STOP_STRINGS = 16;
 const MAX_TOP_LOGPROBS = 20;
@@ -36,6 +37,7 @@ const common = {
     .catchall(z.union([z.number(), z.string().max(64)]))
     .refine((o) => Object.keys(o).length <= 16, 'at most 16 parameters')
     .nullish(),
+  ...guidedFields,
 };
 
 /** Body of `POST /v1/completions`. */
@@ -57,11 +59,48 @@ export const completionBodySchema = z.object({
 
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
 
+/** A tool's name as OpenAI accepts it. */
+const toolName = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_-]+$/, 'must be letters, digits, _ or -');
+
 const message = z.object({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
   content: z.union([z.string(), z.array(textPart), z.null()]).optional(),
   name: z.string().optional(),
+  tool_calls: z
+    .array(
+      z.object({
+        id: z.string().min(1).max(256),
+        type: z.literal('function').optional(),
+        function: z.object({ name: z.string().min(1).max(64), arguments: z.string() }),
+      }),
+    )
+    .max(128)
+    .nullish(),
+  tool_call_id: z.string().max(256).nullish(),
 });
+
+const MAX_TOOLS = 128;
+
+const tool = z.object({
+  type: z.literal('function'),
+  function: z.object({
+    name: toolName,
+    description: z.string().nullish(),
+    parameters: z.record(z.string(), z.unknown()).nullish(),
+    strict: z.boolean().nullish(),
+  }),
+});
+
+const toolChoice = z
+  .union([
+    z.enum(['none', 'auto', 'required']),
+    z.object({ type: z.literal('function'), function: z.object({ name: z.string() }) }),
+  ])
+  .nullish();
 
 /** Body of `POST /v1/chat/completions`. */
 export const chatBodySchema = z.object({
@@ -70,7 +109,10 @@ export const chatBodySchema = z.object({
   max_completion_tokens: z.number().int().min(1).nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
-  response_format: z.object({ type: z.literal('text') }).nullish(),
+  response_format: responseFormatSchema,
+  tools: z.array(tool).max(MAX_TOOLS).nullish(),
+  tool_choice: toolChoice,
+  parallel_tool_calls: z.boolean().nullish(),
 });
 
 /** A validated completions body. */
@@ -78,8 +120,12 @@ export type CompletionBody = z.infer<typeof completionBodySchema>;
 /** A validated chat completions body. */
 export type ChatBody = z.infer<typeof chatBodySchema>;
 
-/** Parameters that OpenAI defines but this server does not implement. */
-const UNSUPPORTED = ['tools', 'tool_choice', 'functions', 'function_call', 'logit_bias', 'audio'];
+/** Parameters that OpenAI defines but this server does not implement, and why. */
+const UNSUPPORTED: Readonly<Record<string, string>> = {
+  functions: 'deprecated by OpenAI and not supported here; use tools',
+  function_call: 'deprecated by OpenAI and not supported here; use tool_choice',
+  audio: 'not supported by this server',
+};
 
 function formatPath(path: readonly PropertyKey[]): string {
   let out = '';
@@ -98,7 +144,7 @@ export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.infe
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new EngineError('INVALID_REQUEST', 'request body must be a JSON object');
   }
-  for (const key of UNSUPPORTED) {
+  for (const [key, why] of Object.entries(UNSUPPORTED)) {
     const value = (body as Record<string, unknown>)[key];
     const empty =
       value === undefined ||
@@ -106,7 +152,7 @@ export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.infe
       (Array.isArray(value) && value.length === 0) ||
       (typeof value === 'object' && value !== null && Object.keys(value).length === 0);
     if (!empty) {
-      throw new EngineError('INVALID_REQUEST', `${key}: not supported by this server`, {
+      throw new EngineError('INVALID_REQUEST', `${key}: ${why}`, {
         details: { param: key },
       });
     }

@@ -4,6 +4,7 @@ import type { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
 import { readGeneration, type Tally, usageJson } from './choices.js';
 import { chatLogprobs, completionLogprobs, type EchoedPrompt } from './logprobs.js';
+import { toolCallParser, toolCallsJson, toolFinishReason } from './tool-calls.js';
 
 /**
  * Reads every stream of a request (one per prompt of a batch) to its end and builds the
@@ -74,15 +75,37 @@ export async function collectResponse(
     return { ...base, object: 'text_completion', choices, usage: usageJson(usage) };
   }
   const tally = tallies[0]!;
+  const syntax = prepared.toolCalls;
   return {
     ...base,
     object: 'chat.completion',
-    choices: texts[0]!.map((text, i) => ({
-      index: i,
-      message: { role: 'assistant', content: text, refusal: null },
-      logprobs: wantLogprobs ? chatLogprobs(logprobs[0]![i]!) : null,
-      finish_reason: tally.finishReasons[i] ?? 'abort',
-    })),
+    choices: texts[0]!.map((text, i) => {
+      const finishReason = tally.finishReasons[i] ?? 'abort';
+      const logprobsJson = wantLogprobs ? chatLogprobs(logprobs[0]![i]!) : null;
+      if (!syntax) {
+        return {
+          index: i,
+          message: { role: 'assistant', content: text, refusal: null },
+          logprobs: logprobsJson,
+          finish_reason: finishReason,
+        };
+      }
+      const parser = toolCallParser(syntax);
+      const content = parser.push(text).content + parser.finish().content;
+      const calls = parser.calls;
+      return {
+        index: i,
+        message: {
+          role: 'assistant',
+          // OpenAI's: no content beside tool calls is null.
+          content: calls.length > 0 && content === '' ? null : content,
+          refusal: null,
+          ...(calls.length > 0 ? { tool_calls: toolCallsJson(calls) } : {}),
+        },
+        logprobs: logprobsJson,
+        finish_reason: toolFinishReason(finishReason, calls.length),
+      };
+    }),
     usage: usageJson(tally.usage),
   };
 }

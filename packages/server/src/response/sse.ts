@@ -5,6 +5,7 @@ import type { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
 import { readGeneration, usageJson } from './choices.js';
 import { chatLogprobs, completionLogprobs } from './logprobs.js';
+import { toolCallDeltasJson, toolCallParser, toolFinishReason } from './tool-calls.js';
 
 const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -67,6 +68,8 @@ export async function streamResponse(
   };
   const usageField = prepared.includeUsage ? { usage: null } : {};
   const wantLogprobs = request.logprobs !== undefined;
+  const syntax = prepared.toolCalls;
+  const parsers = syntax ? Array.from({ length: request.n }, () => toolCallParser(syntax)) : [];
   if (isChat) {
     for (let i = 0; i < request.n; i++) {
       await write({
@@ -97,6 +100,32 @@ export async function streamResponse(
               ? chatLogprobs(e.logprobs)
               : completionLogprobs(e.logprobs, (request.logprobs ?? 0) > 0)
             : null;
+        const parser = parsers[index];
+        if (parser) {
+          // Tool calls: the text splits into content and call deltas, each its own chunk.
+          const parsed = parser.push(e.text);
+          let content = parsed.content;
+          if (e.finishReason !== undefined) content += parser.finish().content;
+          const deltas: Record<string, unknown>[] = [];
+          if (content !== '' || (logprobs && parsed.toolCalls.length === 0)) {
+            deltas.push({ content });
+          }
+          if (parsed.toolCalls.length > 0) {
+            deltas.push({ tool_calls: toolCallDeltasJson(parsed.toolCalls) });
+          }
+          if (e.finishReason !== undefined) deltas.push({});
+          for (const [k, delta] of deltas.entries()) {
+            const last = e.finishReason !== undefined && k === deltas.length - 1;
+            const choice = {
+              index,
+              delta,
+              logprobs: k === 0 ? logprobs : null,
+              finish_reason: last ? toolFinishReason(e.finishReason!, parser.calls.length) : null,
+            };
+            await write({ ...base, choices: [choice], ...usageField });
+          }
+          return;
+        }
         const choice = isChat
           ? {
               index,
