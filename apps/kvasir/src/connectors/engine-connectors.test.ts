@@ -117,4 +117,39 @@ describe('KvasirEngine connectors option', () => {
     );
     expect(make(undefined)).toThrow(expect.objectContaining({ code: 'INVALID_CONNECTOR' }));
   });
+
+  it("a connector's failures are misses, counted, never a failed request or a stopped engine", async () => {
+    const lines: string[] = [];
+    let admits = 0;
+    const engine = new KvasirEngine({
+      runner: built.engine.runner,
+      config: built.engine.config,
+      log: (line) => lines.push(line),
+      connectors: [
+        () =>
+          defineKvConnector({
+            name: 'flaky',
+            // Throws, rejects, then resolves to what is not a token count, in turn.
+            onAdmit: (() => {
+              admits++;
+              if (admits % 3 === 1) throw new Error('store is down');
+              if (admits % 3 === 2) return Promise.reject(new Error('timed out'));
+              return Promise.resolve(-4);
+            }) as never,
+            afterForward: () => {
+              throw new Error('cannot write');
+            },
+            close: async () => {},
+          }),
+      ],
+    });
+    const prompt = Array.from({ length: 20 }, (_, i) => (i * 41) % 200);
+    const want = await tokensOf(built.engine, 'reference', prompt);
+    for (let i = 0; i < 3; i++) expect(await tokensOf(engine, `r${i}`, prompt)).toEqual(want);
+    await engine.stop();
+    // 3 admissions, and afterForward once per step (5 steps a request).
+    expect(engine.pluginFailures()).toEqual({ 'kv-connector:flaky': 3 + 15 });
+    expect(lines.filter((l) => l.includes('plug-in kv-connector:flaky failed'))).toHaveLength(1);
+    expect(engine.stats().failures?.requests).toBe(0);
+  });
 });

@@ -13,9 +13,18 @@ import type { EngineConfig } from '../config.js';
 import type { ModelRunner } from '../engine/model-runner.js';
 import { isHostOnly, type OffloadTiers } from './offload-tiers.js';
 
+/** Reports a connector's failure: its name and what went wrong. */
+export type ConnectorFailure = (connector: string, message: string) => void;
+
 /**
  * The connectors of one engine, called in order at the contract's call points: the built-ins
  * that are on (swap, then prefix offload), then the user's.
+ *
+ * A connector is storage outside the cache, so its failure is a miss, never a failed request:
+ * an `onAdmit` that throws or resolves to something other than a count of prompt tokens brings
+ * nothing for that request; a `betweenSteps`, `afterForward` or `hasPendingWork` that throws is
+ * skipped. Each failure is reported to `onFailure`. Only `beforeForward` may fail a step (a
+ * block that cannot be moved), as the contract says.
  */
 export class EngineConnectors {
   /** Swap preemption through the offload tiers (with `--preemption-mode swap`). */
@@ -27,11 +36,15 @@ export class EngineConnectors {
   /** True when a connector looks requests up at admission (`onAdmit`). */
   readonly admits: boolean;
 
+  readonly #onFailure: ConnectorFailure;
+
   constructor(
     swap: SwapConnector | undefined,
     prefixOffload: PrefixOffloadConnector | undefined,
     user: readonly KvConnector[],
+    onFailure: ConnectorFailure,
   ) {
+    this.#onFailure = onFailure;
     this.swap = swap;
     this.prefixOffload = prefixOffload;
     this.all = [swap, prefixOffload, ...user].filter(
@@ -42,17 +55,40 @@ export class EngineConnectors {
 
   /** True while a connector has work for {@link betweenSteps}: the engine loop stays awake. */
   get hasPendingWork(): boolean {
-    return this.all.some((c) => c.hasPendingWork);
+    return this.all.some((c) => this.#hasPendingWork(c));
   }
 
   /** Scheduler side: each connector looks the prompt up and brings in what it finds. */
   async onAdmit(request: KvConnectorRequest): Promise<void> {
-    for (const c of this.all) await c.onAdmit?.(request);
+    for (const c of this.all) {
+      if (!c.onAdmit) continue;
+      let tokens: unknown;
+      try {
+        tokens = await c.onAdmit(request);
+      } catch (error) {
+        this.#failed(c, 'onAdmit', error);
+        continue;
+      }
+      const most = request.promptTokens.length;
+      if (typeof tokens !== 'number' || !Number.isInteger(tokens) || tokens < 0 || tokens > most) {
+        this.#onFailure(
+          c.name,
+          `onAdmit resolved to ${typeof tokens === 'number' ? tokens : typeof tokens}, not a count of prompt tokens from 0 to ${most}`,
+        );
+      }
+    }
   }
 
   /** Scheduler side, with no plan in flight: the pending work that changes the allocator. */
   async betweenSteps(): Promise<void> {
-    for (const c of this.all) if (c.hasPendingWork) await c.betweenSteps?.();
+    for (const c of this.all) {
+      if (!this.#hasPendingWork(c)) continue;
+      try {
+        await c.betweenSteps?.();
+      } catch (error) {
+        this.#failed(c, 'betweenSteps', error);
+      }
+    }
   }
 
   /** Worker side: the step's block moves; resolves to the requests whose KV was lost. */
@@ -66,12 +102,34 @@ export class EngineConnectors {
 
   /** Worker side: the step's forward pass is queued. */
   afterForward(step: KvConnectorStep): void {
-    for (const c of this.all) c.afterForward?.(step);
+    for (const c of this.all) {
+      try {
+        c.afterForward?.(step);
+      } catch (error) {
+        this.#failed(c, 'afterForward', error);
+      }
+    }
   }
 
   /** Closes every connector (each drops pending work and waits for its writes). */
   async close(): Promise<void> {
     await Promise.all(this.all.map((c) => c.close()));
+  }
+
+  #hasPendingWork(c: KvConnector): boolean {
+    try {
+      return c.hasPendingWork === true;
+    } catch (error) {
+      this.#failed(c, 'hasPendingWork', error);
+      return false;
+    }
+  }
+
+  #failed(c: KvConnector, hook: string, error: unknown): void {
+    this.#onFailure(
+      c.name,
+      `${hook} threw: ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
 }
 
@@ -86,14 +144,16 @@ export function blockIoOf(runner: ModelRunner): KvBlockIo {
 
 /**
  * Makes the engine's connectors: swap and prefix offload as the configuration asks, then the
- * user's, each checked now (a broken one stops start-up, not a request).
+ * user's, each checked now (a broken one stops start-up, not a request); `onFailure` hears of
+ * each failure a connector has once running.
  * @throws {OffloadError} INVALID_CONNECTOR for a user factory that returns no valid connector.
  */
 export function createEngineConnectors(
   config: EngineConfig,
   offload: OffloadTiers | undefined,
   context: KvConnectorContext,
-  user: readonly KvConnectorFactory[] = [],
+  user: readonly KvConnectorFactory[],
+  onFailure: ConnectorFailure,
 ): EngineConnectors {
   const swap =
     offload && config.preemptionMode === 'swap'
@@ -111,5 +171,6 @@ export function createEngineConnectors(
     swap,
     prefixOffload,
     user.map((create) => validateKvConnector(create(context))),
+    onFailure,
   );
 }

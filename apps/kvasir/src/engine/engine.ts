@@ -158,7 +158,8 @@ export class KvasirEngine implements InferenceEngine {
           this.#loop.wake();
         },
       },
-      options.connectors,
+      options.connectors ?? [],
+      (name, message) => this.#pluginFailures.record(`kv-connector:${name}`, message),
     );
   }
 
