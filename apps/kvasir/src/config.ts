@@ -131,6 +131,12 @@ export const engineConfigSchema = z.strictObject({
    */
   pluginBudgetMs: positiveInt.default(250),
   /**
+   * Paths of JavaScript modules exporting a v1 `KvConnector` of `@kvasir/offload/connectors`
+   * (or a factory of one taking the engine's context), called after the built-in swap and
+   * prefix-offload connectors, in this order. Default: none.
+   */
+  kvConnectors: z.array(z.string().min(1)).default([]),
+  /**
    * Write full KV blocks to the offload tiers and import prompts' prefixes from them (shared
    * across replicas through Redis). Default: on when a tier is configured, except swap
    * preemption with a single tier (prefix blocks would compete with swapped-out ones).

@@ -46,6 +46,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   kvCompressionMaxPromptTokens: 'kvCompressionMaxPromptTokens',
   kvCompressionMaxTokens: 'kvCompressionMaxTokens',
   pluginBudgetMs: 'pluginBudgetMs',
+  kvConnector: 'kvConnectors',
   offloadPrefix: 'offloadPrefix',
   offloadHostBytes: 'offload.hostBytes',
   offloadDiskDir: 'offload.diskDir',
@@ -136,6 +137,11 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
       '--kv-compression-max-tokens <n>',
       'largest max_tokens of a request with KV compression (default 32768; 400 beyond)',
       int(),
+    )
+    .option(
+      '--kv-connector <module>',
+      'a JS module exporting a KV connector (@kvasir/offload/connectors, v1) or a factory of one; repeat for several',
+      (path: string, previous: string[] = []) => [...previous, path],
     )
     .option(
       '--plugin-budget-ms <ms>',

@@ -143,6 +143,9 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     `  offload    ${built.offloadTiers.length > 0 ? built.offloadTiers.join(' → ') : 'none'}${built.engine.prefixOffloadEnabled ? ' (prefix blocks shared through it)' : ''}`,
     `  auth       ${config.apiKey ? 'bearer API key required on /v1' : 'none (set --api-key or KVASIR_API_KEY)'}`,
   ];
+  if (config.kvConnectors.length > 0) {
+    lines.push(`  connectors ${built.engine.connectorNames.join(', ')}`);
+  }
   if (built.kvEvents) {
     lines.push(
       `  KV events  ${built.kvEvents.pub} (vLLM format, ${config.kvEvents.encoding} encoding)${built.kvEvents.replay ? `, replay ${built.kvEvents.replay}` : ''}`,

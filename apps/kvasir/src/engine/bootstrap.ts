@@ -20,6 +20,7 @@ import {
   type KvCompressionSetup,
   loadKvCompression,
 } from '../plugins/kv-compression.js';
+import { loadKvConnectors } from '../plugins/kv-connector.js';
 import { KvasirEngine } from './engine.js';
 import { type LoadedModel, loadModelRunner } from './load-model-runner.js';
 import { deviceMemory, type MemoryPlan, planMemory } from './memory-plan.js';
@@ -100,10 +101,12 @@ export async function buildEngine(
   let offload: Awaited<ReturnType<typeof openOffloadTiers>> | undefined;
   let preemption: PreemptionSetup;
   let kvCompression: KvCompressionSetup;
+  let connectors: Awaited<ReturnType<typeof loadKvConnectors>>;
   try {
     const budget = { budgetMs: config.pluginBudgetMs };
     evictionPolicy = await loadEvictionPolicy(config.evictionPolicy, process.cwd(), budget);
     kvCompression = await loadKvCompression(config.kvCompression, config.blockSize, budget);
+    connectors = await loadKvConnectors(config.kvConnectors, process.cwd(), budget);
     checkDefaultCompression(
       kvCompression,
       config.blockSize,
@@ -150,16 +153,25 @@ export async function buildEngine(
       : isRandom
         ? RANDOM_MODEL_NAME
         : basename(path).replace(/\.gguf$/i, ''));
-  engine = new KvasirEngine({
-    runner,
-    config,
-    evictionPolicy,
-    kvCompression,
-    servedModelName,
-    ...(offload ? { offload } : {}),
-    ...(options.log ? { log: options.log } : {}),
-    ...(kvEvents ? { kvEvents } : {}),
-  });
+  try {
+    engine = new KvasirEngine({
+      runner,
+      config,
+      evictionPolicy,
+      kvCompression,
+      servedModelName,
+      connectors,
+      ...(offload ? { offload } : {}),
+      ...(options.log ? { log: options.log } : {}),
+      ...(kvEvents ? { kvEvents } : {}),
+    });
+  } catch (error) {
+    // A user's connector factory that fails: nothing of what was opened may outlive it.
+    await kvEvents?.close();
+    await offload?.store.close();
+    await runner.dispose();
+    throw error;
+  }
   const built = engine;
   return {
     engine: built,

@@ -223,6 +223,11 @@ export class KvasirEngine implements InferenceEngine {
     return this.#connectors.prefixOffload?.stats() ?? NO_PREFIX_OFFLOAD;
   }
 
+  /** Names of the KV connectors, in the order they are called (built-ins first). */
+  get connectorNames(): readonly string[] {
+    return this.#connectors.all.map((c) => c.name);
+  }
+
   /** Swap-ins served by the offload store, and ones it could not serve. */
   swapStats(): { hits: number; misses: number } {
     return this.#connectors.swap?.stats() ?? { hits: 0, misses: 0 };

@@ -16,25 +16,33 @@ export interface PluginKind<T> {
   readonly validate: (value: unknown) => T;
   /** What else the setting could have named, for the error of a module that cannot load. */
   readonly alternatives?: string;
+  /**
+   * True when a factory takes what only its caller has (a KV connector's engine context): it is
+   * then first called, and checked, by the caller, instead of once at load.
+   */
+  readonly factoryTakesArguments?: boolean;
 }
 
 /**
  * Loads a user's plug-in module. Its default export (or an export named `plugin`) is either the
  * plug-in itself, an object of the owning library's versioned contract (made with its
- * `define…()` helper), or a factory: a function of no arguments returning one, called for each
- * use. A class is not a factory: export `() => new MyPolicy()` or an instance.
+ * `define…()` helper), or a factory: a function returning one, called for each use (with no
+ * arguments, or those of `Args` for a kind whose factories take some). A class is not a
+ * factory: export `() => new MyPolicy()` or an instance.
  *
- * @returns a factory of validated plug-ins (an exported object is returned by every call).
+ * @returns a factory of validated plug-ins (an exported object is returned by every call); it
+ *   throws `POLICY_LOAD` naming the module when the module's factory throws or breaks the
+ *   contract.
  * @throws KvasirAppError `POLICY_LOAD` when the module cannot be imported (or does not finish
  *   loading within `importTimeoutMs`), exports nothing usable, or what it makes breaks the
  *   contract.
  */
-export async function loadPlugin<T>(
+export async function loadPlugin<T, Args extends unknown[] = []>(
   modulePath: string,
   plugin: PluginKind<T>,
   baseDir = process.cwd(),
   importTimeoutMs = PLUGIN_IMPORT_TIMEOUT_MS,
-): Promise<() => T> {
+): Promise<(...args: Args) => T> {
   const path = resolve(baseDir, modulePath);
   let mod: Record<string, unknown>;
   let timer: NodeJS.Timeout | undefined;
@@ -77,11 +85,11 @@ export async function loadPlugin<T>(
     }
   };
   if (typeof exported === 'function') {
-    const factory = exported as () => unknown;
-    const make = (): T => {
+    const factory = exported as (...args: Args) => unknown;
+    const make = (...args: Args): T => {
       let value: unknown;
       try {
-        value = factory();
+        value = factory(...args);
       } catch (error) {
         if (error instanceof TypeError && /class constructor/i.test(error.message)) {
           return fail(
@@ -93,7 +101,8 @@ export async function loadPlugin<T>(
       }
       return check(value);
     };
-    make(); // a broken factory fails at start-up, not at first use
+    // A broken factory fails at start-up, not at first use.
+    if (!plugin.factoryTakesArguments) make(...([] as unknown[] as Args));
     return make;
   }
   if (typeof exported === 'object' && exported !== null) {
