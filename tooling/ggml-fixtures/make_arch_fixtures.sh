@@ -9,6 +9,11 @@
 # template renders from it with Python's jinja2 as transformers' apply_chat_template does
 # (trim_blocks, lstrip_blocks), and llama-greedy on the file with that prompt (no bos added:
 # the template writes its own): prompt tokens, 32 greedy tokens, margins, first logits.
+# The family fixtures (qwen3, smollm3) are also quantized by llama-quantize (F16, Q8_0, Q4_K_M):
+# per type, each tensor's GGML type and the SHA-256 of its bytes (the tests rebuild the file
+# with @kvasir/quantizer and those types, and check the bytes), llama-greedy on the quantized
+# file, and on its weights dequantized to F32 by gguf-py (dequantize_gguf.py): llama.cpp's
+# arithmetic on exactly the weights Kvasir decodes.
 #
 #   tooling/llama.cpp/build.sh && /usr/bin/python3 tooling/ggml-fixtures/make_tokenizer_fixtures.py
 #   tooling/ggml-fixtures/make_arch_fixtures.sh    # PYTHON: a python3 with numpy and jinja2
@@ -18,16 +23,20 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 bin="$root/tooling/llama.cpp/build/bin"
 out="$here/arch"
-[[ -x "$bin/llama-greedy" ]] || { echo "missing $bin/llama-greedy: run tooling/llama.cpp/build.sh" >&2; exit 1; }
+for tool in llama-greedy llama-quantize; do
+  [[ -x "$bin/$tool" ]] || { echo "missing $bin/$tool: run tooling/llama.cpp/build.sh" >&2; exit 1; }
+done
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$out"
 (cd "$root/packages/model" && pnpm exec tsx "$here/write-arch-fixtures.ts" "$tmp")
-"${PYTHON:-python3}" - "$tmp" "$out" "$bin/llama-greedy" "$root/tooling/llama.cpp/src/gguf-py" <<'PY'
-import json, subprocess, sys
+"${PYTHON:-python3}" - "$tmp" "$out" "$bin" "$root/tooling/llama.cpp/src/gguf-py" "$here" <<'PY'
+import hashlib, json, subprocess, sys
 from pathlib import Path
-tmp, out, greedy, gguf_py = sys.argv[1:5]
+tmp, out, bin_dir, gguf_py, here = sys.argv[1:6]
+greedy = f"{bin_dir}/llama-greedy"
+
 sys.path.insert(0, gguf_py)
 from gguf import GGUFReader
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -48,6 +57,26 @@ for fx in json.load(open(f"{tmp}/fixtures.json")):
                                     capture_output=True).stdout)
     record = {"name": fx["name"], "sha256": fx["sha256"], "messages": fx["messages"],
               "prompt": prompt, "llama_cpp": run}
+    quantized = {}
+    for q in fx["quantized"]:
+        qpath = f"{tmp}/{fx['name']}-{q}.gguf"
+        subprocess.run([f"{bin_dir}/llama-quantize", fx["path"], qpath, q, "1"], check=True,
+                       capture_output=True)
+        tensors = {t.name: [t.tensor_type.name, hashlib.sha256(t.data.tobytes()).hexdigest()]
+                   for t in GGUFReader(qpath).tensors}
+        qrun = json.loads(subprocess.run([greedy, qpath, prompt, "32", "0"], check=True,
+                                         capture_output=True).stdout)
+        deq = f"{tmp}/{fx['name']}-{q}-deq.gguf"
+        subprocess.run([sys.executable, f"{here}/dequantize_gguf.py", fx["path"], qpath, deq],
+                       check=True)
+        drun = json.loads(subprocess.run([greedy, deq, prompt, "32", "0"], check=True,
+                                         capture_output=True).stdout)
+        quantized[q] = {"tensors": tensors, "llama_cpp": {"quantized": qrun, "dequantized_f32": drun}}
+        agree = sum(a == b for a, b in zip(qrun["tokens"], drun["tokens"]))
+        print(f"  {q}: smallest margin {min(qrun['margins']):.4f}, {agree}/32 tokens as on its "
+              f"f32 weights, tokens {qrun['tokens']}")
+    if quantized:
+        record["quantized"] = quantized
     Path(out, f"{fx['name']}.json").write_text(json.dumps(record, ensure_ascii=False, indent=1))
     print(f"{fx['name']}: {len(run['prompt_tokens'])} prompt tokens, smallest margin "
           f"{min(run['margins']):.4f}, tokens {run['tokens']}")

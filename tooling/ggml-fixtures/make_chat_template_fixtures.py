@@ -31,6 +31,9 @@ TEMPLATES = [
      "<｜end▁of▁sentence｜>", False),
     ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>", True),
     ("meta-llama-Llama-3.1-8B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>", True),
+    ("Qwen-Qwen3-0.6B.jinja", None, "<|im_end|>", True),
+    ("HuggingFaceTB-SmolLM3-3B.jinja", None, "<|im_end|>", False),
+    ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>", False),
 ]
 CHATS = [
     [

@@ -122,6 +122,66 @@ const QWEN25_05B = {
   use_sliding_window: false,
   vocab_size: 151936,
 };
+// Qwen/Qwen3-0.6B's config.json.
+const QWEN3_06B = {
+  architectures: ['Qwen3ForCausalLM'],
+  attention_bias: false,
+  attention_dropout: 0.0,
+  bos_token_id: 151643,
+  eos_token_id: 151645,
+  head_dim: 128,
+  hidden_act: 'silu',
+  hidden_size: 1024,
+  initializer_range: 0.02,
+  intermediate_size: 3072,
+  max_position_embeddings: 40960,
+  max_window_layers: 28,
+  model_type: 'qwen3',
+  num_attention_heads: 16,
+  num_hidden_layers: 28,
+  num_key_value_heads: 8,
+  rms_norm_eps: 1e-6,
+  rope_scaling: null,
+  rope_theta: 1000000,
+  sliding_window: null,
+  tie_word_embeddings: true,
+  torch_dtype: 'bfloat16',
+  use_cache: true,
+  use_sliding_window: false,
+  vocab_size: 151936,
+};
+// HuggingFaceTB/SmolLM3-3B's config.json (its no_rope_layers: 0 on every fourth layer).
+const SMOLLM3_3B = {
+  architectures: ['SmolLM3ForCausalLM'],
+  attention_bias: false,
+  attention_dropout: 0.0,
+  bos_token_id: null,
+  eos_token_id: 128012,
+  hidden_act: 'silu',
+  hidden_size: 2048,
+  initializer_range: 0.02,
+  intermediate_size: 11008,
+  max_position_embeddings: 65536,
+  max_window_layers: 28,
+  mlp_bias: false,
+  model_type: 'smollm3',
+  no_rope_layer_interval: 4,
+  no_rope_layers: Array.from({ length: 36 }, (_, l) => ((l + 1) % 4 === 0 ? 0 : 1)),
+  num_attention_heads: 16,
+  num_hidden_layers: 36,
+  num_key_value_heads: 4,
+  pad_token_id: 128004,
+  pretraining_tp: 2,
+  rms_norm_eps: 1e-6,
+  rope_scaling: null,
+  rope_theta: 5000000.0,
+  sliding_window: null,
+  tie_word_embeddings: true,
+  torch_dtype: 'bfloat16',
+  use_cache: false,
+  use_sliding_window: false,
+  vocab_size: 128256,
+};
 const SMOLLM_135M = {
   architectures: ['LlamaForCausalLM'],
   attention_bias: false,
@@ -234,6 +294,35 @@ describe('parseHfConfig', () => {
     expect(Math.round(parameterCount(c) / 1e6)).toBe(494);
   });
 
+  it('reads Qwen3 0.6B (per-head Q/K norm tensors, no QKV bias, head_dim 128 over hidden 1024)', () => {
+    const c = parseHfConfig(QWEN3_06B);
+    expect(c.architecture).toBe('qwen3');
+    expect(c.qkNorm).toBe(true);
+    expect([c.attentionBias, c.attentionOutputBias, c.headDim]).toEqual([false, false, 128]);
+    const norm = expectedTensors(c).find(
+      (t) => t.name === 'model.layers.0.self_attn.q_norm.weight',
+    );
+    expect(norm?.shape).toEqual([128]);
+    expect(Math.round(parameterCount(c) / 1e6)).toBe(596);
+  });
+
+  it('reads SmolLM3 3B (NoPE on every fourth layer, from no_rope_layers or the interval)', () => {
+    const c = parseHfConfig(SMOLLM3_3B);
+    expect(c.architecture).toBe('smollm3');
+    expect(c.noRopeLayers).toEqual([3, 7, 11, 15, 19, 23, 27, 31, 35]);
+    expect(c.qkNorm).toBeUndefined();
+    const { no_rope_layers: _, ...byInterval } = SMOLLM3_3B;
+    expect(parseHfConfig(byInterval).noRopeLayers).toEqual(c.noRopeLayers);
+    expect(parseHfConfig({ ...byInterval, no_rope_layer_interval: 6 }).noRopeLayers).toEqual([
+      5, 11, 17, 23, 29, 35,
+    ]);
+    expect(Math.round(parameterCount(c) / 1e7)).toBe(308);
+    expect(
+      codeOf(() => parseHfConfig({ ...SMOLLM3_3B, no_rope_layers: [1, 0] })),
+      'one flag per layer',
+    ).toBe('INVALID_CONFIG');
+  });
+
   it('reads SmolLM (9 heads over 3 KV heads) and TinyLlama (GQA 32/4)', () => {
     const s = parseHfConfig(SMOLLM_135M);
     expect([s.numHeads, s.numKvHeads, s.headDim]).toEqual([9, 3, 64]);
@@ -333,6 +422,8 @@ describe('toHfConfig', () => {
       LLAMA32_1B,
       MISTRAL_7B,
       QWEN25_05B,
+      QWEN3_06B,
+      SMOLLM3_3B,
       SMOLLM_135M,
       TINYLLAMA,
     ]) {
@@ -349,7 +440,13 @@ describe('toHfConfig', () => {
           group: fc.integer({ min: 1, max: 4 }),
           halfHead: fc.integer({ min: 1, max: 64 }),
           layers: fc.integer({ min: 1, max: 8 }),
-          arch: fc.constantFrom('llama' as const, 'mistral' as const, 'qwen2' as const),
+          arch: fc.constantFrom(
+            'llama' as const,
+            'mistral' as const,
+            'qwen2' as const,
+            'qwen3' as const,
+            'smollm3' as const,
+          ),
           tie: fc.boolean(),
           theta: fc.double({ min: 100, max: 1e7, noNaN: true }),
         }),

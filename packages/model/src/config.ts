@@ -1,8 +1,12 @@
 import type { Llama3RopeScaling, RopeConfig } from '@kvasir/attention-kernels';
 import { ModelError } from './errors.js';
 
-/** Model families this package runs; all share the Llama block structure. */
-export type Architecture = 'llama' | 'mistral' | 'qwen2';
+/**
+ * Model families this package runs; all share the Llama block structure. `qwen3` adds a
+ * per-head RMSNorm of Q and K before RoPE ({@link ModelConfig.qkNorm}); `smollm3` skips RoPE on
+ * every fourth layer ({@link ModelConfig.noRopeLayers}).
+ */
+export type Architecture = 'llama' | 'mistral' | 'qwen2' | 'qwen3' | 'smollm3';
 
 /**
  * RoPE frequency scaling.
@@ -59,6 +63,17 @@ export interface ModelConfig {
   readonly bosTokenId: number | null;
   /** End-of-sequence token ids (Llama 3 instruct models have several). */
   readonly eosTokenIds: readonly number[];
+  /**
+   * Q and K are RMS-normalized per head (over `headDim`, with learned `q_norm` / `k_norm`
+   * weights and `rmsNormEps`) after their projections and before RoPE (Qwen3). Absent: false.
+   */
+  readonly qkNorm?: boolean;
+  /**
+   * Layers (ascending indices) whose Q and K get no RoPE at all (SmolLM3's NoPE layers: every
+   * fourth). Their keys do not depend on position, so KV compression's key shifts leave them
+   * alone. Absent: every layer is rotated.
+   */
+  readonly noRopeLayers?: readonly number[];
 }
 
 /** Name, shape (row-major, HF order: `[out, in]` for projections) of one expected tensor. */
@@ -103,12 +118,23 @@ const ARCH_BY_HF: Record<string, Architecture> = {
   LlamaForCausalLM: 'llama',
   MistralForCausalLM: 'mistral',
   Qwen2ForCausalLM: 'qwen2',
+  Qwen3ForCausalLM: 'qwen3',
+  SmolLM3ForCausalLM: 'smollm3',
 };
 const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   llama: 'llama',
   mistral: 'mistral',
   qwen2: 'qwen2',
+  qwen3: 'qwen3',
+  smollm3: 'smollm3',
 };
+
+/** SmolLM3's NoPE layers: every `interval`-th (1-based), as llama.cpp and transformers place them. */
+export function everyNthNoRope(numLayers: number, interval = 4): number[] {
+  const out: number[] = [];
+  for (let l = 0; l < numLayers; l++) if ((l + 1) % interval === 0) out.push(l);
+  return out;
+}
 
 function bad(message: string, details?: Record<string, unknown>): ModelError {
   return new ModelError('INVALID_CONFIG', message, details ? { details } : undefined);
@@ -208,7 +234,7 @@ function parseRopeScaling(v: unknown): RopeScaling | null {
 
 /**
  * Parses and validates a Hugging Face `config.json` of a Llama-family model (Llama 2/3/3.1/3.2,
- * Mistral, Qwen2/2.5, SmolLM, TinyLlama) into a {@link ModelConfig}.
+ * Mistral, Qwen2/2.5, Qwen3, SmolLM 1-3, TinyLlama) into a {@link ModelConfig}.
  *
  * @param json - the parsed `config.json` object.
  * @throws {@link ModelError} `UNSUPPORTED_ARCHITECTURE` for other model types, activations or
@@ -228,7 +254,7 @@ export function parseHfConfig(json: unknown): ModelConfig {
   if (!architecture) {
     throw new ModelError(
       'UNSUPPORTED_ARCHITECTURE',
-      `config.json: unsupported model (architectures ${JSON.stringify(c.architectures)}, model_type ${JSON.stringify(c.model_type)}); supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM`,
+      `config.json: unsupported model (architectures ${JSON.stringify(c.architectures)}, model_type ${JSON.stringify(c.model_type)}); supported: ${Object.keys(ARCH_BY_HF).join(', ')}`,
       { details: { architectures: c.architectures, modelType: c.model_type } },
     );
   }
@@ -252,18 +278,19 @@ export function parseHfConfig(json: unknown): ModelConfig {
     slidingWindow = readInt(c, 'sliding_window');
   }
   if (
-    architecture === 'qwen2' &&
+    (architecture === 'qwen2' || architecture === 'qwen3') &&
     readBool(c, 'use_sliding_window', false) &&
     c.sliding_window != null
   ) {
     slidingWindow = readInt(c, 'sliding_window');
   }
   const llamaBias = readBool(c, 'attention_bias', false);
+  const numLayers = readInt(c, 'num_hidden_layers', undefined, L.numLayers);
   const config: ModelConfig = {
     architecture,
     hiddenSize,
     intermediateSize: readInt(c, 'intermediate_size', undefined, L.intermediateSize),
-    numLayers: readInt(c, 'num_hidden_layers', undefined, L.numLayers),
+    numLayers,
     numHeads,
     numKvHeads,
     headDim,
@@ -278,9 +305,37 @@ export function parseHfConfig(json: unknown): ModelConfig {
     slidingWindow,
     bosTokenId: readTokenIds(c.bos_token_id, 'bos_token_id')[0] ?? null,
     eosTokenIds: readTokenIds(c.eos_token_id, 'eos_token_id'),
+    ...(architecture === 'qwen3' ? { qkNorm: true } : {}),
+    ...(architecture === 'smollm3' ? { noRopeLayers: smolNoRopeLayers(c, numLayers) } : {}),
   };
   validateModelConfig(config);
   return config;
+}
+
+/**
+ * SmolLM3's `no_rope_layers` (one flag per layer, 1 = RoPE, 0 = NoPE), or every
+ * `no_rope_layer_interval`-th layer (default 4) when the list is absent.
+ */
+function smolNoRopeLayers(c: Record<string, unknown>, numLayers: number): number[] {
+  const flags = c.no_rope_layers;
+  if (flags === undefined || flags === null) {
+    return everyNthNoRope(numLayers, readInt(c, 'no_rope_layer_interval', 4));
+  }
+  if (
+    !Array.isArray(flags) ||
+    flags.length !== numLayers ||
+    !flags.every((f) => f === 0 || f === 1)
+  ) {
+    throw bad(
+      `config.json: "no_rope_layers" must list one 0 or 1 per layer (${numLayers} layers)`,
+      { key: 'no_rope_layers' },
+    );
+  }
+  const out: number[] = [];
+  flags.forEach((f, l) => {
+    if (f === 0) out.push(l);
+  });
+  return out;
 }
 
 /**
@@ -332,6 +387,18 @@ export function validateModelConfig(c: ModelConfig): void {
       throw bad(`model config: eos_token_id ${e} is outside the vocabulary (${c.vocabSize})`);
     }
   }
+  if (c.noRopeLayers !== undefined) {
+    let prev = -1;
+    for (const l of c.noRopeLayers) {
+      if (!(Number.isInteger(l) && l > prev && l < c.numLayers)) {
+        throw bad(
+          `model config: noRopeLayers must be ascending layer indices below ${c.numLayers}`,
+          { noRopeLayers: c.noRopeLayers },
+        );
+      }
+      prev = l;
+    }
+  }
   const s = c.ropeScaling;
   if (s?.type === 'freq-factors' && s.factors.length !== c.headDim / 2) {
     throw bad(
@@ -360,7 +427,8 @@ export function validateModelConfig(c: ModelConfig): void {
 }
 
 /**
- * Builds and validates a {@link ModelConfig} from a partial one, filling Llama defaults.
+ * Builds and validates a {@link ModelConfig} from a partial one, filling Llama defaults (and
+ * the family's own: Qwen3's Q/K norm, SmolLM3's NoPE on every fourth layer).
  * Handy for tests and synthetic checkpoints.
  *
  * @throws {@link ModelError} `INVALID_CONFIG` when the result is inconsistent.
@@ -385,6 +453,8 @@ export function makeModelConfig(
     slidingWindow: null,
     bosTokenId: null,
     eosTokenIds: [],
+    ...(architecture === 'qwen3' ? { qkNorm: true } : {}),
+    ...(architecture === 'smollm3' ? { noRopeLayers: everyNthNoRope(partial.numLayers) } : {}),
     ...partial,
   };
   validateModelConfig(config);
@@ -402,6 +472,8 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
     llama: 'LlamaForCausalLM',
     mistral: 'MistralForCausalLM',
     qwen2: 'Qwen2ForCausalLM',
+    qwen3: 'Qwen3ForCausalLM',
+    smollm3: 'SmolLM3ForCausalLM',
   }[c.architecture];
   let ropeScaling: Record<string, unknown> | null = null;
   const s = c.ropeScaling;
@@ -450,10 +522,33 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
     }
     out.use_sliding_window = c.slidingWindow !== null;
     out.sliding_window = c.slidingWindow;
-  } else {
+  } else if (c.architecture === 'mistral') {
     if (c.attentionBias || c.attentionOutputBias)
       throw bad('model config: Mistral has no attention bias');
     out.sliding_window = c.slidingWindow;
+  } else {
+    // Qwen3 and SmolLM3 take Llama's attention_bias (one flag for q/k/v and o).
+    if (c.attentionBias !== c.attentionOutputBias) {
+      throw bad(
+        `model config: ${hfArch} config.json cannot express a QKV bias without an o_proj bias`,
+      );
+    }
+    out.attention_bias = c.attentionBias;
+    if (c.architecture === 'qwen3') {
+      if (!c.qkNorm) throw bad('model config: Qwen3 always normalizes Q and K per head');
+      out.use_sliding_window = c.slidingWindow !== null;
+      out.sliding_window = c.slidingWindow;
+    } else {
+      if (c.qkNorm) throw bad('model config: SmolLM3 has no Q/K norm');
+      const nope = new Set(c.noRopeLayers ?? []);
+      out.no_rope_layers = Array.from({ length: c.numLayers }, (_, l) => (nope.has(l) ? 0 : 1));
+    }
+  }
+  if (c.architecture !== 'qwen3' && c.qkNorm) {
+    throw bad(`model config: ${hfArch} has no Q/K norm`);
+  }
+  if (c.architecture !== 'smollm3' && (c.noRopeLayers?.length ?? 0) > 0) {
+    throw bad(`model config: ${hfArch} has no NoPE layers`);
   }
   return out;
 }
@@ -480,6 +575,10 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
     }
     out.push({ name: `${p}self_attn.o_proj.weight`, shape: [h, q] });
     if (c.attentionOutputBias) out.push({ name: `${p}self_attn.o_proj.bias`, shape: [h] });
+    if (c.qkNorm) {
+      out.push({ name: `${p}self_attn.q_norm.weight`, shape: [c.headDim] });
+      out.push({ name: `${p}self_attn.k_norm.weight`, shape: [c.headDim] });
+    }
     out.push({ name: `${p}post_attention_layernorm.weight`, shape: [h] });
     out.push({ name: `${p}mlp.gate_proj.weight`, shape: [c.intermediateSize, h] });
     out.push({ name: `${p}mlp.up_proj.weight`, shape: [c.intermediateSize, h] });

@@ -48,6 +48,9 @@ export interface LayerWeights<W> {
   readonly qBias: Float32Array | undefined;
   readonly kBias: Float32Array | undefined;
   readonly vBias: Float32Array | undefined;
+  /** Per-head RMSNorm weights of Q and K (`headDim` each), when the config has `qkNorm`. */
+  readonly qNorm: Float32Array | undefined;
+  readonly kNorm: Float32Array | undefined;
   readonly o: W;
   readonly oBias: Float32Array | undefined;
   readonly postNorm: Float32Array;
@@ -358,6 +361,8 @@ async function load<W>(
         qBias: await optVector(`${p}self_attn.q_proj.bias`),
         kBias: await optVector(`${p}self_attn.k_proj.bias`),
         vBias: await optVector(`${p}self_attn.v_proj.bias`),
+        qNorm: c.qkNorm ? await vector(`${p}self_attn.q_norm.weight`) : undefined,
+        kNorm: c.qkNorm ? await vector(`${p}self_attn.k_norm.weight`) : undefined,
         o: await matrix(`${p}self_attn.o_proj.weight`),
         oBias: await optVector(`${p}self_attn.o_proj.bias`),
         postNorm: await vector(`${p}post_attention_layernorm.weight`),

@@ -9,7 +9,7 @@ import {
   tiledMatmulWgsl,
 } from './matmul.wgsl.js';
 import type { MatmulEpilogue } from './reference.js';
-import { rmsNormWgsl } from './rms-norm.wgsl.js';
+import { headRmsNormWgsl, rmsNormWgsl } from './rms-norm.wgsl.js';
 import type { StoredFormat } from './weight-format.js';
 
 /** A packed weight resident on the GPU (see {@link PackedWeight} and {@link GgmlWeight}). */
@@ -166,6 +166,32 @@ export class DenseKernels {
       [4, args.rowIndex],
     ]);
     return perRowOp(p, g);
+  }
+
+  /**
+   * RMSNorm of each of the `heads` rows of `d` values of `m` tokens, in place (Qwen3's per-head
+   * Q/K norm): `encode(pass, m)` normalizes `m · heads` rows.
+   */
+  headRmsNorm(args: {
+    x: GPUBuffer;
+    weight: GPUBuffer;
+    d: number;
+    heads: number;
+    eps: number;
+  }): DenseOp {
+    const p = this.pipeline(headRmsNormWgsl(args.d, args.heads, args.eps));
+    const g = this.#bind(p, [
+      [0, args.x],
+      [1, args.weight],
+    ]);
+    return {
+      encode(pass, m) {
+        if (m === 0) return;
+        pass.setPipeline(p);
+        pass.setBindGroup(0, g);
+        pass.dispatchWorkgroups(m, args.heads);
+      },
+    };
   }
 
   /** Embedding gather of `m` token ids (i32) from a packed table. */

@@ -38,3 +38,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 `;
 }
+
+/**
+ * RMSNorm of every head of every token in place (Qwen3's Q/K norm: each head's `d` values
+ * normalized and scaled by one `d`-long weight), a workgroup per (token, head). Bindings:
+ * 0 x (rw), 1 weight (f32). Dispatch `(T, heads)`.
+ */
+export function headRmsNormWgsl(d: number, heads: number, eps: number): string {
+  const WG = RMS_NORM_WORKGROUP;
+  return /* wgsl */ `
+const D4: u32 = ${d / 4}u;
+const HEADS: u32 = ${heads}u;
+@group(0) @binding(0) var<storage, read_write> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> weight: array<vec4<f32>>;
+var<workgroup> red: array<f32, ${WG}>;
+
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let base = (wid.x * HEADS + wid.y) * D4;
+  var ss = 0.0;
+  for (var i = lid; i < D4; i += ${WG}u) {
+    let v = x[base + i];
+    ss += dot(v, v);
+  }
+  red[lid] = ss;
+  workgroupBarrier();
+  for (var s = ${WG / 2}u; s > 0u; s >>= 1u) {
+    if (lid < s) { red[lid] += red[lid + s]; }
+    workgroupBarrier();
+  }
+  let inv = inverseSqrt(red[0] / ${d}.0 + ${eps.toExponential()});
+  for (var i = lid; i < D4; i += ${WG}u) {
+    x[base + i] = x[base + i] * inv * weight[i];
+  }
+}
+`;
+}

@@ -13,6 +13,11 @@ export interface RopeKvWriteOptions {
    * e.g. a quantized one); bindings 2, 3 and 7 are absent.
    */
   readonly write?: boolean;
+  /**
+   * `false`: a NoPE layer: Q stays as it is and K is written unrotated (only with `write`; a
+   * NoPE layer without the fused write needs no kernel at all).
+   */
+  readonly rotate?: boolean;
 }
 
 /**
@@ -23,6 +28,7 @@ export interface RopeKvWriteOptions {
  */
 export function ropeKvWriteWgsl(o: RopeKvWriteOptions): string {
   if (o.write === false) return ropeOnlyWgsl(o);
+  const rotate = o.rotate !== false;
   const half = o.headDim / 2;
   const d = o.headDim;
   const store = o.f16
@@ -44,6 +50,7 @@ const BS: u32 = ${o.blockSize}u;
 const ROW_WORDS: u32 = ${o.rowWords}u;
 const SLAB_WORDS: u32 = ${o.slabWords}u;
 const BLOCK_WORDS: u32 = ${o.blockWords}u;
+const ROTATE: bool = ${rotate};
 @group(0) @binding(0) var<storage, read_write> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
@@ -57,6 +64,7 @@ fn kRot(base: u32, e: u32, pos: u32) -> f32 {
   let i = e % HALF;
   let c = cosT[pos * HALF + i];
   let s = sinT[pos * HALF + i];
+  if (!ROTATE) { return k[base + e]; }
   if (e < HALF) { return k[base + e] * c - k[base + e + HALF] * s; }
   return k[base + e] * c + k[base + e - HALF] * s;
 }
@@ -65,7 +73,8 @@ fn kRot(base: u32, e: u32, pos: u32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let t = wid.x;
   let pos = u32(positions[t]);
-  for (var w = lid; w < HQ * HALF; w += 64u) {
+  // A NoPE layer's loop runs no iteration but still binds cos/sin (one bind group layout).
+  for (var w = lid; w < ${rotate ? 'HQ * HALF' : '0u'}; w += 64u) {
     let h = w / HALF;
     let i = w % HALF;
     let b = t * HQ * D + h * D;

@@ -13,7 +13,7 @@ import { convertToGguf } from '../formats/gguf/convert.js';
 import { readGgufHeader } from '../formats/gguf/header.js';
 import type { GgufTypedValue } from '../formats/gguf/value-types.js';
 import { writeGguf } from '../formats/gguf/writer.js';
-import { writeRandomCheckpoint } from '../formats/random-checkpoint.js';
+import { LLAMA3_CHAT_TEMPLATE, writeRandomCheckpoint } from '../formats/random-checkpoint.js';
 
 /** Mistral 7B Instruct v0.1's chat template (its `tokenizer_config.json`). */
 export const MISTRAL_V01_CHAT_TEMPLATE =
@@ -22,7 +22,13 @@ export const MISTRAL_V01_CHAT_TEMPLATE =
 /** One architecture fixture: its model, vocabulary and the chat llama.cpp was prompted with. */
 export interface ArchFixture {
   /** File stem under `tooling/ggml-fixtures/arch/`. */
-  readonly name: 'tiny-qwen2' | 'tiny-qwen2-tied' | 'tiny-mistral' | 'tiny-ministral3';
+  readonly name:
+    | 'tiny-qwen2'
+    | 'tiny-qwen2-tied'
+    | 'tiny-mistral'
+    | 'tiny-ministral3'
+    | 'tiny-qwen3'
+    | 'tiny-smollm3';
   /** Cut vocabulary under `tooling/ggml-fixtures/tokenizers/`. */
   readonly vocab: string;
   /** The family the GGUF reader should run it as. */
@@ -42,7 +48,15 @@ export interface ArchFixture {
     readonly architecture: string;
     readonly metadata: Readonly<Record<string, number | string>>;
   };
+  /**
+   * llama-quantize types the tooling made of the F32 file (its record's `quantized`): the tests
+   * rebuild each with the types llama-quantize chose per tensor and check the tensor bytes.
+   */
+  readonly quantized?: readonly QuantizedType[];
 }
+
+/** llama-quantize's file types the family fixtures are recorded in. */
+export type QuantizedType = 'F16' | 'Q8_0' | 'Q4_K_M';
 
 const base = {
   hiddenSize: 128,
@@ -151,11 +165,84 @@ export const MINISTRAL3_FIXTURE: ArchFixture = {
   },
 };
 
+// Widths of 256: llama-quantize's k-quants need rows of whole 256-value super-blocks.
+const wide = {
+  hiddenSize: 256,
+  intermediateSize: 256,
+  numHeads: 4,
+  numKvHeads: 2,
+  headDim: 64,
+  maxPositionEmbeddings: 512,
+  ropeScaling: null,
+  tieWordEmbeddings: false,
+  attentionBias: false,
+  attentionOutputBias: false,
+  slidingWindow: null,
+  bosTokenId: null,
+  eosTokenIds: [],
+} as const;
+
+/**
+ * Qwen3: Qwen2's block without QKV bias, Q and K RMS-normalized per head before RoPE
+ * (rotate-half, θ = 1e6), Qwen's byte-level BPE and ChatML; two layers.
+ */
+export const QWEN3_FIXTURE: ArchFixture = {
+  name: 'tiny-qwen3',
+  vocab: 'qwen2',
+  runsAs: 'qwen3',
+  config: {
+    ...wide,
+    architecture: 'qwen3',
+    numLayers: 2,
+    rmsNormEps: 1e-6,
+    ropeTheta: 1_000_000,
+    qkNorm: true,
+  },
+  seed: 30,
+  chatTemplate: null,
+  // A conversation where llama.cpp's greedy tokens on each quantized file equal those on its
+  // weights decoded to f32 (its activation quantization flips no step), every margin > 0.005.
+  messages: [
+    { role: 'system', content: 'You are a helpful assistant.' },
+    { role: 'user', content: 'What is a cache?' },
+  ],
+  quantized: ['F16', 'Q8_0', 'Q4_K_M'],
+};
+
+/**
+ * SmolLM3: Llama's block (Q/K rows permuted by the converter for llama.cpp's interleaved RoPE)
+ * with no RoPE on every fourth layer: four layers, the last one NoPE. Llama 3's byte-level BPE
+ * and chat template.
+ */
+export const SMOLLM3_FIXTURE: ArchFixture = {
+  name: 'tiny-smollm3',
+  vocab: 'llama-bpe',
+  runsAs: 'smollm3',
+  config: {
+    ...wide,
+    architecture: 'smollm3',
+    numLayers: 4,
+    rmsNormEps: 1e-6,
+    ropeTheta: 5_000_000,
+    noRopeLayers: [3],
+  },
+  seed: 31,
+  chatTemplate: LLAMA3_CHAT_TEMPLATE,
+  // Chosen as the qwen3 fixture's (every margin > 0.008).
+  messages: [
+    { role: 'system', content: 'You are a helpful assistant.' },
+    { role: 'user', content: 'Tell me about the sun?' },
+  ],
+  quantized: ['F16', 'Q8_0', 'Q4_K_M'],
+};
+
 export const ARCH_FIXTURES = [
   QWEN2_FIXTURE,
   QWEN2_TIED_FIXTURE,
   MISTRAL_FIXTURE,
   MINISTRAL3_FIXTURE,
+  QWEN3_FIXTURE,
+  SMOLLM3_FIXTURE,
 ] as const;
 
 const tooling = new URL('../../../../tooling/ggml-fixtures/', import.meta.url);
@@ -197,7 +284,8 @@ async function tokenizerMetadata(path: string): Promise<Record<string, unknown |
 }
 
 /**
- * Writes fixture `fx` as a GGUF at `path` (F32 unless `dtype` says otherwise for the matrices;
+ * Writes fixture `fx` as a GGUF at `path` (F32 unless `dtype` says otherwise for the matrices,
+ * or `tensorDtypes` per GGUF tensor name, as llama-quantize chose them;
  * seeded weights, this package's converter and
  * writer, the vocabulary's tokenizer keys and the fixture's chat template); returns its config
  * and the file's SHA-256, which the tooling script recorded beside llama.cpp's run.
@@ -206,6 +294,7 @@ export async function writeArchFixture(
   fx: ArchFixture,
   path: string,
   dtype?: TensorDtype,
+  tensorDtypes?: Readonly<Record<string, TensorDtype>>,
 ): Promise<{ config: ModelConfig; sha256: string }> {
   const tok = await tokenizerMetadata(vocabPath(fx.vocab));
   const vocabSize = (tok['tokenizer.ggml.tokens'] as string[]).length;
@@ -225,6 +314,7 @@ export async function writeArchFixture(
     const converted = fx.gguf ? join(work, 'llama.gguf') : path;
     await convertToGguf(work, converted, {
       ...(dtype ? { dtype } : {}),
+      ...(tensorDtypes ? { tensorDtypes } : {}),
       withoutTokenizer: true,
       metadata: { 'general.name': fx.name, ...tok },
     });

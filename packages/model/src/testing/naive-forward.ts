@@ -44,6 +44,15 @@ export async function naiveForward(
     }
     return y;
   };
+  // Qwen3's Q/K norm: RMSNorm of each head's d values.
+  const headNorm = (x: Float64Array, w: Float32Array) => {
+    for (let r = 0; r < x.length / d; r++) {
+      let ss = 0;
+      for (let i = 0; i < d; i++) ss += (x[r * d + i] as number) ** 2;
+      const inv = 1 / Math.sqrt(ss / d + c.rmsNormEps);
+      for (let i = 0; i < d; i++) x[r * d + i] = (x[r * d + i] as number) * inv * (w[i] as number);
+    }
+  };
   const inv = ropeInvFrequencies(ropeConfig(c, 1));
   const rope = (x: Float64Array, heads: number) => {
     for (let p = 0; p < t; p++)
@@ -91,8 +100,14 @@ export async function naiveForward(
       hs,
       await opt(`${p}self_attn.v_proj.bias`),
     );
-    rope(q, c.numHeads);
-    rope(k, c.numKvHeads);
+    if (c.qkNorm) {
+      headNorm(q, await get(`${p}self_attn.q_norm.weight`));
+      headNorm(k, await get(`${p}self_attn.k_norm.weight`));
+    }
+    if (!c.noRopeLayers?.includes(l)) {
+      rope(q, c.numHeads);
+      rope(k, c.numKvHeads);
+    }
     const att = new Float64Array(t * qd);
     const group = c.numHeads / c.numKvHeads;
     for (let i = 0; i < t; i++)

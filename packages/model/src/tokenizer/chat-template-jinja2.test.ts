@@ -22,8 +22,9 @@ const fixture = JSON.parse(
   ),
 ) as Fixture;
 
-// Real models' templates (Qwen2.5, DeepSeek-R1-Distill-Qwen, Mistral Nemo, Llama 3.1), as
-// transformers renders them with jinja2: @huggingface/jinja must give the same text.
+// Real models' templates (Qwen2.5, DeepSeek-R1-Distill-Qwen, Mistral Nemo, Llama 3.1, Qwen3,
+// SmolLM3, Phi-3.5), as transformers renders them with jinja2: @huggingface/jinja must give the
+// same text.
 describe('chat templates against jinja2', () => {
   it.each(fixture.cases.map((c) => [c.template, c.messages.length, c.tools !== null, c] as const))(
     '%s, %i messages, tools %s',

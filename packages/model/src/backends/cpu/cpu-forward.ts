@@ -187,7 +187,9 @@ export class CpuForward {
     const rope = this.#ropeFor(plan.ropePositions);
     if (plan.keyShifts.length > 0) {
       const shift = { ...spec, format: spec.kvFormat, rope: rope.config };
-      for (const cache of this.caches) {
+      // A NoPE layer's keys carry no position: nothing to shift.
+      for (const [l, cache] of this.caches.entries()) {
+        if (c.noRopeLayers?.includes(l)) continue;
         shiftKeysReference(shift, rope.tables, cache, plan.keyShifts);
       }
     }
@@ -210,7 +212,13 @@ export class CpuForward {
       const q = matmulRef(xn, t, lw.q, { bias: lw.qBias });
       const k = matmulRef(xn, t, lw.k, { bias: lw.kBias });
       const v = matmulRef(xn, t, lw.v, { bias: lw.vBias });
-      applyRopeReference(rope.config, rope.tables, q, k, positions);
+      if (lw.qNorm && lw.kNorm) {
+        rmsNormRef(q, t * c.numHeads, d, lw.qNorm, c.rmsNormEps, undefined, q);
+        rmsNormRef(k, t * c.numKvHeads, d, lw.kNorm, c.rmsNormEps, undefined, k);
+      }
+      if (!c.noRopeLayers?.includes(l)) {
+        applyRopeReference(rope.config, rope.tables, q, k, positions);
+      }
       for (let i = 0; i < t; i++) {
         const slot = plan.slotMapping[i] as number;
         if (slot < 0) continue;

@@ -200,6 +200,9 @@ interface LayerVectors {
   readonly kBias: number;
   readonly vBias: number;
   readonly oBias: number;
+  /** Q/K per-head norm weights (0 without `qkNorm`). */
+  readonly qNorm: number;
+  readonly kNorm: number;
 }
 
 /** One forward step as a single kernel program over the wasm memory. */
@@ -218,8 +221,9 @@ class WasmForward {
   /** The same tables on the host, for key shifts. */
   #ropeHost: { config: RopeConfig; tables: RopeTables } | undefined;
   readonly #mass: AttentionMass;
-  /** The layers' cache addresses, for the key-shift op. */
+  /** The cache addresses of the layers with RoPE (NoPE layers' keys never shift), for the key-shift op. */
   readonly #cacheTable: number;
+  readonly #ropeLayers: number[];
   #shifts = { count: 0, ptr: 0 };
   readonly #program: ProgramBuilder;
   #step: StepBuffers;
@@ -254,6 +258,8 @@ class WasmForward {
       kBias: vec(l.kBias, `layer ${i} bias`),
       vBias: vec(l.vBias, `layer ${i} bias`),
       oBias: vec(l.oBias, `layer ${i} bias`),
+      qNorm: vec(l.qNorm, `layer ${i} norm`),
+      kNorm: vec(l.kNorm, `layer ${i} norm`),
     }));
     this.#finalNorm = vec(w.finalNorm, 'final norm');
     this.#cachePtrs = [];
@@ -264,10 +270,19 @@ class WasmForward {
       this.#cachePtrs.push(p);
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
-    this.#program = rt.program(layers * 14 + 10);
+    this.#program = rt.program(layers * 16 + 10);
     this.#mass = new AttentionMass(rt.arena, c.numHeads, kv.blockSize);
-    this.#cacheTable = this.#arena.alloc(layers * 4, 'KV cache table');
-    this.#arena.i32(this.#cacheTable, layers).set(this.#cachePtrs);
+    // Local indices of this executor's layers that have RoPE (`role.first + l` is the model's).
+    this.#ropeLayers = this.#cachePtrs.flatMap((_, l) =>
+      c.noRopeLayers?.includes(role.first + l) ? [] : [l],
+    );
+    this.#cacheTable = this.#arena.alloc(
+      Math.max(1, this.#ropeLayers.length) * 4,
+      'KV cache table',
+    );
+    this.#arena
+      .i32(this.#cacheTable, this.#ropeLayers.length)
+      .set(this.#ropeLayers.map((l) => this.#cachePtrs[l] as number));
     this.#step = this.#stepBuffers(INITIAL_TOKENS);
   }
 
@@ -303,8 +318,8 @@ class WasmForward {
     const rope = this.#ropeHost as { config: RopeConfig; tables: RopeTables };
     if (kv.headDim > KV_MAX_HEAD_DIM) {
       const config = { ...kv, format: kv.kvFormat, rope: rope.config };
-      for (const cache of this.caches)
-        shiftKeysReference(config, rope.tables, cache, plan.keyShifts);
+      for (const l of this.#ropeLayers)
+        shiftKeysReference(config, rope.tables, this.caches[l] as Uint32Array, plan.keyShifts);
       return;
     }
     const n = plan.keyShifts.length;
@@ -321,7 +336,7 @@ class WasmForward {
       Op.keyShift,
       [
         this.#cacheTable,
-        this.#role.count,
+        this.#ropeLayers.length,
         this.#shifts.ptr,
         n,
         kv.numKvHeads,
@@ -507,6 +522,12 @@ class WasmForward {
       matmul(s.xn, t, lw.k, s.k, 'store', 'k', vec.kBias, xqn);
       matmul(s.xn, t, lw.v, s.v, 'store', 'v', vec.vBias, xqn);
       p.barrier();
+      if (vec.qNorm !== 0) {
+        // Qwen3's Q/K norm: every head's row of d values, in place, before RoPE.
+        p.push(Op.rmsNorm, [s.q, t * c.numHeads, d, vec.qNorm, eps, s.q, 0], 'qk_norm');
+        p.push(Op.rmsNorm, [s.k, t * c.numKvHeads, d, vec.kNorm, eps, s.k, 0], 'qk_norm');
+        p.barrier();
+      }
       p.push(
         Op.ropeKv,
         [
@@ -526,6 +547,7 @@ class WasmForward {
           kv.blockSize,
           kv.blockWords,
           kv.slabWords,
+          c.noRopeLayers?.includes(role.first + l) ? 1 : 0,
         ],
         'rope_kv',
       ).barrier();

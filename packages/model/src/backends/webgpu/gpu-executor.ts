@@ -417,6 +417,10 @@ class GpuForward implements Executor {
     };
     const writer = this.attention.write;
     const ropePipe = k.pipeline(ropeKvWriteWgsl({ ...kvShape, write: writer === undefined }));
+    // NoPE layers: the fused write without rotation; with a separate writer, no kernel at all.
+    const nopePipe =
+      writer === undefined ? k.pipeline(ropeKvWriteWgsl({ ...kvShape, rotate: false })) : undefined;
+    const nope = (l: number) => c.noRopeLayers?.includes(l) ?? false;
     const bind = (p: GPUComputePipeline, bufs: GPUBuffer[]) =>
       this.#device.createBindGroup({
         layout: p.getBindGroupLayout(0),
@@ -441,6 +445,25 @@ class GpuForward implements Executor {
         q: k.matmul({ x: s.xn, w: lw.q, y: s.q, params: tp, bias: opt(lw.qBias) }),
         k: k.matmul({ x: s.xn, w: lw.k, y: s.k, params: tp, bias: opt(lw.kBias) }),
         v: k.matmul({ x: s.xn, w: lw.v, y: s.v, params: tp, bias: opt(lw.vBias) }),
+        qNorm: lw.qNorm
+          ? k.headRmsNorm({
+              x: s.q,
+              weight: this.#vec(lw.qNorm),
+              d: c.headDim,
+              heads: c.numHeads,
+              eps: c.rmsNormEps,
+            })
+          : undefined,
+        kNorm: lw.kNorm
+          ? k.headRmsNorm({
+              x: s.k,
+              weight: this.#vec(lw.kNorm),
+              d: c.headDim,
+              heads: c.numKvHeads,
+              eps: c.rmsNormEps,
+            })
+          : undefined,
+        ropePipe: nope(l) ? nopePipe : ropePipe,
         rope: writer
           ? this.#device.createBindGroup({
               layout: ropePipe.getBindGroupLayout(0),
@@ -454,7 +477,16 @@ class GpuForward implements Executor {
                 ] as const
               ).map(([binding, buffer]) => ({ binding, resource: { buffer } })),
             })
-          : bind(ropePipe, [s.q, s.k, s.v, cache, s.cos, s.sin, s.positions, s.slots]),
+          : bind(nope(l) ? (nopePipe as GPUComputePipeline) : ropePipe, [
+              s.q,
+              s.k,
+              s.v,
+              cache,
+              s.cos,
+              s.sin,
+              s.positions,
+              s.slots,
+            ]),
         o: k.matmul({
           x: s.attn,
           w: lw.o,
@@ -496,9 +528,13 @@ class GpuForward implements Executor {
         L.q.encode(pass, t);
         L.k.encode(pass, t);
         L.v.encode(pass, t);
-        pass.setPipeline(ropePipe);
-        pass.setBindGroup(0, L.rope);
-        pass.dispatchWorkgroups(t);
+        L.qNorm?.encode(pass, t);
+        L.kNorm?.encode(pass, t);
+        if (L.ropePipe) {
+          pass.setPipeline(L.ropePipe);
+          pass.setBindGroup(0, L.rope);
+          pass.dispatchWorkgroups(t);
+        }
         {
           // The attention kernels record their own passes into the same encoder.
           pass.end();
@@ -660,7 +696,9 @@ class GpuForward implements Executor {
         const shifts = shift.upload(plan.keyShifts);
         owned.push(shifts);
         const ropeTables = { cos: s.cos, sin: s.sin, maxPosition: s.ropePositions };
-        for (const cache of this.#caches) {
+        // A NoPE layer's keys carry no position: nothing to shift.
+        const noRope = this.config.noRopeLayers ?? [];
+        for (const cache of this.#caches.filter((_, l) => !noRope.includes(l))) {
           shift.encode(enc, {
             kvCache: cache,
             shifts,

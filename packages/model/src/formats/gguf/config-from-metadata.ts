@@ -1,5 +1,6 @@
 import {
   type Architecture,
+  everyNthNoRope,
   MODEL_CONFIG_LIMITS,
   type ModelConfig,
   type RopeScaling,
@@ -55,20 +56,35 @@ function metaSize(
 }
 
 /**
- * GGUF architectures read here: llama (Llama, Mistral 7B, SmolLM, TinyLlama), qwen2 and
+ * GGUF architectures read here: llama (Llama, Mistral 7B, SmolLM, TinyLlama), qwen2,
  * mistral3 (Ministral 3's text model: llama's block with YaRN RoPE and Llama 4-style attention
- * temperature scaling; its MoE variant is refused below).
+ * temperature scaling; its MoE variant is refused below), qwen3 (qwen2's block without QKV
+ * bias, with Q/K RMSNorm per head before RoPE) and smollm3 (llama's block with no RoPE on
+ * every fourth layer, which llama.cpp fixes at 4: the file has no key for it).
  */
-export const GGUF_ARCHITECTURES = ['llama', 'qwen2', 'mistral3'] as const;
+export const GGUF_ARCHITECTURES = ['llama', 'qwen2', 'mistral3', 'qwen3', 'smollm3'] as const;
 
 const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architecture> = {
   llama: 'llama',
   qwen2: 'qwen2',
   mistral3: 'mistral',
+  qwen3: 'qwen3',
+  smollm3: 'smollm3',
+};
+
+/**
+ * Architectures that llama.cpp knows and this package refuses, each with what it lacks: the
+ * refusal names the feature instead of only the architecture.
+ */
+const REFUSED_GGUF: Readonly<Record<string, string>> = {
+  gemma3: 'Gemma 3 (embedding scale, GELU, extra norms, interleaved sliding-window layers)',
+  phi3: 'Phi-3 / Phi-4-mini (fused QKV and gate/up, partial rotary, LongRoPE)',
+  qwen3moe: 'a mixture of experts (Qwen3 MoE)',
+  'gpt-oss': 'a mixture of experts with attention sinks (gpt-oss)',
 };
 
 /** GGUF architectures whose converter permutes Q/K rows for llama.cpp's interleaved RoPE. */
-export const GGUF_PERMUTED_QK: ReadonlySet<string> = new Set(['llama', 'mistral3']);
+export const GGUF_PERMUTED_QK: ReadonlySet<string> = new Set(['llama', 'mistral3', 'smollm3']);
 
 /**
  * YaRN's per-pair frequency divisors from `<arch>.rope.scaling.*` (see {@link yarnFreqDivisors}).
@@ -141,9 +157,10 @@ export function configFromGguf(
 ): ModelConfig {
   const arch = md.get('general.architecture');
   if (typeof arch !== 'string' || !(GGUF_ARCHITECTURES as readonly string[]).includes(arch)) {
+    const lacks = typeof arch === 'string' ? REFUSED_GGUF[arch] : undefined;
     throw new ModelError(
       'UNSUPPORTED_ARCHITECTURE',
-      `${basename(file)}: GGUF architecture ${JSON.stringify(arch)} is not supported (supported: ${GGUF_ARCHITECTURES.join(', ')})`,
+      `${basename(file)}: GGUF architecture ${JSON.stringify(arch)} is not supported${lacks ? ` yet: ${lacks}` : ''} (supported: ${GGUF_ARCHITECTURES.join(', ')})`,
       { details: { file, architecture: arch } },
     );
   }
@@ -184,6 +201,7 @@ export function configFromGguf(
     );
   }
   const contextLength = metaSize(md, `${arch}.context_length`, file, 'maxPositionEmbeddings');
+  const numLayers = metaSize(md, `${arch}.block_count`, file, 'numLayers');
   const ropeTheta = metaNum(md, `${arch}.rope.freq_base`, file, 10000);
   // llama.cpp's n_ctx_orig_yarn: YaRN's original context, and the span of positions over which
   // Llama 4-style attention temperature scaling (1 + β·ln(1 + ⌊pos / span⌋)) stays 1.
@@ -226,7 +244,7 @@ export function configFromGguf(
     architecture: ARCHITECTURE_BY_GGUF[arch as (typeof GGUF_ARCHITECTURES)[number]],
     hiddenSize,
     intermediateSize: metaSize(md, `${arch}.feed_forward_length`, file, 'intermediateSize'),
-    numLayers: metaSize(md, `${arch}.block_count`, file, 'numLayers'),
+    numLayers,
     numHeads,
     numKvHeads,
     headDim,
@@ -243,6 +261,8 @@ export function configFromGguf(
     slidingWindow: typeof window === 'number' && window > 0 ? window : null,
     bosTokenId: typeof bos === 'number' ? bos : null,
     eosTokenIds: eos,
+    ...(arch === 'qwen3' ? { qkNorm: true } : {}),
+    ...(arch === 'smollm3' ? { noRopeLayers: everyNthNoRope(numLayers) } : {}),
   };
   try {
     validateModelConfig(config);

@@ -7,6 +7,7 @@ import { ModelError } from '../../errors.js';
 import type { CheckpointReader } from '../checkpoint-reader.js';
 import { isBlockDtype, type TensorDtype } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
+import { GGUF_PERMUTED_QK } from './config-from-metadata.js';
 import { permuteQkRows } from './qk-permute.js';
 import { hfToGgufName } from './tensor-names.js';
 import { ggufTokenizerMetadata } from './tokenizer-metadata.js';
@@ -40,6 +41,11 @@ export interface ConvertToGgufOptions {
    * quantizer, no importance matrix) needs row lengths that are whole blocks (32 or 256).
    */
   readonly dtype?: TensorDtype;
+  /**
+   * Types of single tensors by GGUF name (`blk.0.attn_v.weight`), over `dtype`: the mixes
+   * llama-quantize makes (Q4_K_M keeps some matrices in Q6_K), as its `--tensor-type` does.
+   */
+  readonly tensorDtypes?: Readonly<Record<string, TensorDtype>>;
   /** Skip the tokenizer even when the source directory has one. Default false. */
   readonly withoutTokenizer?: boolean;
   /**
@@ -51,14 +57,15 @@ export interface ConvertToGgufOptions {
 
 /**
  * Converts a Hugging Face checkpoint directory (or an open reader) into a GGUF v3 file the way
- * llama.cpp's `convert_hf_to_gguf.py` lays it out: llama (or qwen2) metadata keys, GGUF tensor
- * names, Q/K rows permuted for interleaved RoPE (llama only), Llama 3 RoPE scaling as a
+ * llama.cpp's `convert_hf_to_gguf.py` lays it out: llama (qwen2, qwen3, smollm3) metadata keys,
+ * GGUF tensor names, Q/K rows permuted for interleaved RoPE (llama and smollm3), Llama 3 RoPE scaling as a
  * `rope_freqs` tensor, optional Q8_0 quantization, and the byte-level BPE tokenizer with its
  * chat template. Reading the result with {@link openGgufCheckpoint} gives back the HF tensors
  * (exactly for F32; within the format's rounding otherwise).
  *
- * @throws {@link ModelError} `INVALID_ARGUMENT` for a `dtype` it does not write (a mixture
- *   such as `Q4_K_M`: llama.cpp's `llama-quantize` makes those from the F16 file), or a block
+ * @throws {@link ModelError} `INVALID_ARGUMENT` for a `dtype` (or `tensorDtypes` entry) it
+ *   does not write (a preset such as `Q4_K_M`: llama.cpp's `llama-quantize` chooses its types
+ *   per tensor, which `tensorDtypes` can repeat), or a block
  *   format with rows not a multiple of its block;
  *   `UNSUPPORTED_TOKENIZER` for tokenizers GGUF cannot express; reader and `IO` errors.
  */
@@ -69,17 +76,21 @@ export async function convertToGguf(
 ): Promise<void> {
   const dtype = options?.dtype ?? 'F32';
   // A JavaScript caller (or a command line) may pass any string: refuse it before opening.
-  if (!Object.hasOwn(LLAMA_FTYPE, dtype)) {
+  const unknown = [dtype, ...Object.values(options?.tensorDtypes ?? {})].find(
+    (t) => !Object.hasOwn(LLAMA_FTYPE, t),
+  );
+  if (unknown !== undefined) {
     throw new ModelError(
       'INVALID_ARGUMENT',
-      `dtype ${JSON.stringify(dtype)} is not a type convertToGguf writes; it writes ${Object.keys(LLAMA_FTYPE).join(', ')} (mixtures such as Q4_K_M come from llama.cpp's llama-quantize of an F16 file)`,
-      { details: { dtype } },
+      `dtype ${JSON.stringify(unknown)} is not a type convertToGguf writes; it writes ${Object.keys(LLAMA_FTYPE).join(', ')} (mixtures such as Q4_K_M come from llama.cpp's llama-quantize of an F16 file)`,
+      { details: { dtype: unknown } },
     );
   }
   const reader = typeof src === 'string' ? await openCheckpoint(src) : src;
   try {
     const c = reader.config;
-    const arch = c.architecture === 'qwen2' ? 'qwen2' : 'llama';
+    // Mistral is written as llama, as llama.cpp's converter does.
+    const arch = c.architecture === 'mistral' ? 'llama' : c.architecture;
     const md: Record<string, unknown | GgufTypedValue> = {
       'general.architecture': arch,
       'general.name': 'kvasir-converted',
@@ -143,7 +154,7 @@ export async function convertToGguf(
       const gname = hfToGgufName(t.name);
       if (!gname) throw new ModelError('INVALID_ARGUMENT', `no GGUF name for tensor "${t.name}"`);
       const matrix = t.shape.length === 2;
-      let tdtype: TensorDtype = matrix ? dtype : 'F32';
+      let tdtype: TensorDtype = options?.tensorDtypes?.[gname] ?? (matrix ? dtype : 'F32');
       if (isBlockDtype(tdtype) && t.shape[1]! % GGML_BLOCK_FORMATS[tdtype].blockSize !== 0) {
         throw new ModelError(
           'INVALID_ARGUMENT',
@@ -152,7 +163,7 @@ export async function convertToGguf(
         );
       }
       if (tdtype === 'BF16' && !matrix) tdtype = 'F32';
-      const permute = arch === 'llama' && /\.self_attn\.[qk]_proj\./.test(t.name);
+      const permute = GGUF_PERMUTED_QK.has(arch) && /\.self_attn\.[qk]_proj\./.test(t.name);
       tensors.push({
         name: gname,
         dtype: tdtype,

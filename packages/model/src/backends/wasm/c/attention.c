@@ -29,7 +29,7 @@ INLINE void rope_rows(float* x, i32 heads, i32 d, const float* c, const float* s
 
 // RoPE on q and k rows, then K and V into their cache slots in the cache's format (slot -1: no
 // write). Record: q, k, v, m, positions, slots, hq, hkv, d, cos, sin, cache, kvfmt, bs,
-// blockWords, slabWords.
+// blockWords, slabWords, nope (1: a NoPE layer, q and k are not rotated).
 void op_rope_kv(const i32* a, i32 tid, i32 nth) {
   float* q = (float*)a[1];
   float* k = (float*)a[2];
@@ -41,16 +41,18 @@ void op_rope_kv(const i32* a, i32 tid, i32 nth) {
   const float* cosT = (const float*)a[10];
   const float* sinT = (const float*)a[11];
   u32* cache = (u32*)a[12];
-  i32 kvfmt = a[13], bs = a[14], bw = a[15], sw = a[16];
+  i32 kvfmt = a[13], bs = a[14], bw = a[15], sw = a[16], nope = a[17];
   i32 lo, hi;
   split(m, 1, tid, nth, &lo, &hi);
   i32 half = d / 2;
   for (i32 t = lo; t < hi; t++) {
-    const float* c = cosT + (long)pos[t] * half;
-    const float* s = sinT + (long)pos[t] * half;
-    rope_rows(q + (long)t * hq * d, hq, d, c, s);
     float* kt = k + (long)t * hkv * d;
-    rope_rows(kt, hkv, d, c, s);
+    if (!nope) {
+      const float* c = cosT + (long)pos[t] * half;
+      const float* s = sinT + (long)pos[t] * half;
+      rope_rows(q + (long)t * hq * d, hq, d, c, s);
+      rope_rows(kt, hkv, d, c, s);
+    }
     i32 slot = slots[t];
     if (slot < 0) continue;
     i32 row = slot % bs;

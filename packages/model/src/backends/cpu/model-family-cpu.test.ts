@@ -1,0 +1,3 @@
+import { familySuite } from '../../testing/family-suite.js';
+
+familySuite('cpu');

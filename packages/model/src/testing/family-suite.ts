@@ -1,0 +1,114 @@
+// Test-only: Qwen3's Q/K norm and SmolLM3's NoPE layers on one backend, against the independent
+// dense forward (naive-forward.ts) and through KV compression's key shifts and the GGUF round
+// trip. Run by model-family-*.test.ts for each backend.
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ModelConfig } from '../config.js';
+import type { ForwardPlan } from '../execution/forward-plan.js';
+import type { KvFormatName } from '../execution/kv-cache.js';
+import { convertToGguf } from '../formats/gguf/convert.js';
+import { openCheckpoint } from '../formats/open-checkpoint.js';
+import { type LoadModelOptions, loadModel, type Model } from '../model/model.js';
+import { maxRelDiff } from './compare.js';
+import { releaseTestGpu, row, seqPlan, tempCheckpoint, testGpu, tinyConfig } from './model.js';
+import { naiveForward } from './naive-forward.js';
+
+/** Tiny configs of the families whose attention differs from Llama's. */
+export const FAMILY_CONFIGS: readonly (readonly [string, ModelConfig])[] = [
+  ['qwen3 (Q/K norm)', tinyConfig({ architecture: 'qwen3' })],
+  // Four layers: layer 3 is NoPE.
+  ['smollm3 (NoPE every 4th layer)', tinyConfig({ architecture: 'smollm3', numLayers: 4 })],
+];
+
+/** Decode tolerance after a key shift per KV format (one more rounding of the keys). */
+const SHIFT_TOL: Partial<Record<KvFormatName, number>> = { f32: 1e-5, f16: 1e-3, int8: 1.5e-2 };
+
+export function familySuite(
+  backend: 'cpu' | 'webgpu' | 'wasm',
+  extra: Partial<LoadModelOptions> = {},
+): void {
+  describe.each(FAMILY_CONFIGS)(`${backend}: %s`, (_, config) => {
+    const vocab = config.vocabSize;
+    const bs = 8;
+    const tokens = Array.from({ length: 40 }, (_, i) => (i * 29 + 7) % vocab);
+    let ckpt: Awaited<ReturnType<typeof tempCheckpoint>>;
+    const models: Model[] = [];
+    const load = async (opts: Partial<LoadModelOptions> = {}, src?: string) => {
+      const m = await loadModel(src ?? ckpt.dir, {
+        backend,
+        numBlocks: 24,
+        blockSize: bs,
+        kvFormat: 'f32',
+        ...(backend === 'webgpu' ? { gpu: await testGpu() } : {}),
+        ...extra,
+        ...opts,
+      });
+      models.push(m);
+      return m;
+    };
+    beforeAll(async () => {
+      ckpt = await tempCheckpoint(config, 33);
+    });
+    afterAll(async () => {
+      for (const m of models) await m.destroy();
+      await releaseTestGpu();
+      await ckpt?.cleanup();
+    });
+
+    it('paged prefill and decode equal a dense recompute at every position', async () => {
+      const m = await load();
+      const reader = await openCheckpoint(ckpt.dir);
+      const n = 19;
+      const full = await naiveForward(reader, tokens.slice(0, n));
+      await reader.close();
+      const table = [7, 2, 11];
+      const pre = await m.forward(seqPlan(tokens.slice(0, 4), 0, table, bs));
+      for (let i = 0; i < 4; i++)
+        expect(maxRelDiff(row(pre, i, vocab), row(full, i, vocab)), `pos ${i}`).toBeLessThan(1e-4);
+      for (let p = 4; p < n; p++) {
+        const l = await m.forward(seqPlan([tokens[p] as number], p, table, bs));
+        expect(maxRelDiff(l, row(full, p, vocab)), `pos ${p}`).toBeLessThan(1e-4);
+      }
+    });
+
+    it('the GGUF conversion (llama.cpp layout) gives the safetensors logits', async () => {
+      const gguf = join(ckpt.root, 'model.gguf');
+      await convertToGguf(ckpt.dir, gguf, { withoutTokenizer: true });
+      const reader = await openCheckpoint(gguf);
+      expect(reader.config.architecture).toBe(config.architecture);
+      expect(reader.config.qkNorm ?? false).toBe(config.qkNorm ?? false);
+      expect(reader.config.noRopeLayers ?? []).toEqual(config.noRopeLayers ?? []);
+      await reader.close();
+      const plan = seqPlan(tokens.slice(0, 20), 0, [0, 1, 2], bs, 'last');
+      const a = await (await load()).forward(plan);
+      const b = await (await load({}, gguf)).forward(plan);
+      expect(maxRelDiff(b, a)).toBeLessThan(1e-5);
+    });
+
+    it.each(['f32', 'f16', 'int8'] as const)(
+      'key shift (KV %s): keys written at p + d and shifted by -d decode as keys written at p',
+      async (kvFormat) => {
+        const shifted = await load({ kvFormat });
+        const direct = await load({ kvFormat });
+        const n = 20;
+        const d = 37;
+        const table = [5, 9, 2];
+        const at = (plan: ForwardPlan, first: number): ForwardPlan => ({
+          ...plan,
+          positions: plan.positions.map((_, i) => first + i),
+        });
+        await shifted.forward(at(seqPlan(tokens.slice(0, n), 0, table, bs), d));
+        await direct.forward(seqPlan(tokens.slice(0, n), 0, table, bs));
+        const next = seqPlan([tokens[n] as number], n, table, bs);
+        const want = await direct.forward(next);
+        const got = await shifted.forward({
+          ...next,
+          keyShifts: table.map((block) => ({ block, delta: -d })),
+        });
+        // Q/K norm comes before RoPE, so rotating the cached keys is still exact; a NoPE
+        // layer's keys never moved and must not be rotated.
+        expect(maxRelDiff(got, want)).toBeLessThan(SHIFT_TOL[kvFormat] as number);
+      },
+    );
+  });
+}
