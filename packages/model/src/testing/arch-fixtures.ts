@@ -198,13 +198,15 @@ export const QWEN3_FIXTURE: ArchFixture = {
     ropeTheta: 1_000_000,
     qkNorm: true,
   },
-  seed: 30,
+  seed: 44,
   chatTemplate: null,
-  // A conversation where llama.cpp's greedy tokens on each quantized file equal those on its
-  // weights decoded to f32 (its activation quantization flips no step), every margin > 0.005.
+  // Seed and conversation found by search: llama.cpp's greedy tokens on each quantized file
+  // equal those on its weights decoded to f32, and every step's margin (top-1 minus top-2 logit)
+  // in every run is above 0.02, past the noise of 8-bit activations (Kvasir's wasm kernels' and
+  // llama.cpp's differ).
   messages: [
     { role: 'system', content: 'You are a helpful assistant.' },
-    { role: 'user', content: 'What is a cache?' },
+    { role: 'user', content: 'Why rain?' },
   ],
   quantized: ['F16', 'Q8_0', 'Q4_K_M'],
 };
@@ -226,12 +228,12 @@ export const SMOLLM3_FIXTURE: ArchFixture = {
     ropeTheta: 5_000_000,
     noRopeLayers: [3],
   },
-  seed: 31,
+  seed: 34,
   chatTemplate: LLAMA3_CHAT_TEMPLATE,
-  // Chosen as the qwen3 fixture's (every margin > 0.008).
+  // Seed and conversation found as the qwen3 fixture's (every margin above 0.02).
   messages: [
     { role: 'system', content: 'You are a helpful assistant.' },
-    { role: 'user', content: 'Tell me about the sun?' },
+    { role: 'user', content: 'Who made a book?' },
   ],
   quantized: ['F16', 'Q8_0', 'Q4_K_M'],
 };
