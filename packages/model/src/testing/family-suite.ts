@@ -12,6 +12,12 @@ import { type LoadModelOptions, loadModel, type Model } from '../model/model.js'
 import { maxRelDiff } from './compare.js';
 import { releaseTestGpu, row, seqPlan, tempCheckpoint, testGpu, tinyConfig } from './model.js';
 import { naiveForward } from './naive-forward.js';
+import {
+  expectSameRun,
+  runShardScenario,
+  SCENARIO_BLOCK_SIZE,
+  SCENARIO_BLOCKS,
+} from './shard-scenario.js';
 
 /** Tiny configs of the families whose attention differs from Llama's. */
 export const FAMILY_CONFIGS: readonly (readonly [string, ModelConfig])[] = [
@@ -83,6 +89,35 @@ export function familySuite(
       const a = await (await load()).forward(plan);
       const b = await (await load({}, gguf)).forward(plan);
       expect(maxRelDiff(b, a)).toBeLessThan(1e-5);
+    });
+
+    it('split by layer over two devices, gives the unsplit logits and KV bytes bit for bit', async () => {
+      // The second device's first layer is the model's layer 1: a NoPE layer (3) or a Q/K norm
+      // found by its local index would be the wrong one.
+      const run = async (opts: Partial<LoadModelOptions>) => {
+        const m = await loadModel(ckpt.dir, {
+          numBlocks: SCENARIO_BLOCKS,
+          blockSize: SCENARIO_BLOCK_SIZE,
+          kvFormat: 'f32',
+          ...extra,
+          ...opts,
+        });
+        try {
+          return await runShardScenario(m);
+        } finally {
+          await m.destroy();
+        }
+      };
+      const gpu = backend === 'webgpu' ? { gpu: await testGpu() } : {};
+      const threads = backend === 'wasm' ? { threads: 2 } : {};
+      const want = await run({ backend, ...gpu });
+      const got = await run({
+        devices: [
+          { backend, ...gpu, ...threads, layers: { firstLayer: 0, numLayers: 1 } },
+          { backend, ...gpu, ...threads },
+        ],
+      });
+      expectSameRun(got, want, 0);
     });
 
     it.each(['f32', 'f16', 'int8'] as const)(

@@ -189,7 +189,7 @@ export class CpuForward {
       const shift = { ...spec, format: spec.kvFormat, rope: rope.config };
       // A NoPE layer's keys carry no position: nothing to shift.
       for (const [l, cache] of this.caches.entries()) {
-        if (c.noRopeLayers?.includes(l)) continue;
+        if (c.noRopeLayers?.includes(this.#role.first + l)) continue;
         shiftKeysReference(shift, rope.tables, cache, plan.keyShifts);
       }
     }
@@ -216,7 +216,7 @@ export class CpuForward {
         rmsNormRef(q, t * c.numHeads, d, lw.qNorm, c.rmsNormEps, undefined, q);
         rmsNormRef(k, t * c.numKvHeads, d, lw.kNorm, c.rmsNormEps, undefined, k);
       }
-      if (!c.noRopeLayers?.includes(l)) {
+      if (!c.noRopeLayers?.includes(role.first + l)) {
         applyRopeReference(rope.config, rope.tables, q, k, positions);
       }
       for (let i = 0; i < t; i++) {

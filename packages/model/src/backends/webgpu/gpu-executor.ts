@@ -420,7 +420,8 @@ class GpuForward implements Executor {
     // NoPE layers: the fused write without rotation; with a separate writer, no kernel at all.
     const nopePipe =
       writer === undefined ? k.pipeline(ropeKvWriteWgsl({ ...kvShape, rotate: false })) : undefined;
-    const nope = (l: number) => c.noRopeLayers?.includes(l) ?? false;
+    // By the executor's own layer index (`role.first + l` is the model's).
+    const nope = (l: number) => c.noRopeLayers?.includes(this.role.first + l) ?? false;
     const bind = (p: GPUComputePipeline, bufs: GPUBuffer[]) =>
       this.#device.createBindGroup({
         layout: p.getBindGroupLayout(0),
@@ -698,7 +699,8 @@ class GpuForward implements Executor {
         const ropeTables = { cos: s.cos, sin: s.sin, maxPosition: s.ropePositions };
         // A NoPE layer's keys carry no position: nothing to shift.
         const noRope = this.config.noRopeLayers ?? [];
-        for (const cache of this.#caches.filter((_, l) => !noRope.includes(l))) {
+        const first = this.role.first;
+        for (const cache of this.#caches.filter((_, l) => !noRope.includes(first + l))) {
           shift.encode(enc, {
             kvCache: cache,
             shifts,
