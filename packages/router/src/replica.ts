@@ -84,19 +84,34 @@ export class Replica {
     this.index = index;
   }
 
-  /** `GET /health`: true on 200 within `timeoutMs`. */
-  probe(timeoutMs: number): Promise<boolean> {
+  /** Health checks failed in a row (a slow answer counts; the router decides when to give up). */
+  consecutiveFailures = 0;
+  /** A health check is in flight (the next one waits for it). */
+  probing = false;
+
+  /**
+   * `GET /health`: `ok` on 200 within `timeoutMs`; `down` when nothing listens (refused, reset:
+   * the process is gone); `failed` for a timeout or another status (busy or draining).
+   */
+  probe(timeoutMs: number): Promise<'ok' | 'down' | 'failed'> {
     return new Promise((resolve) => {
+      let timedOut = false;
       const req = request(
         `${this.url}/health`,
         { agent: this.agent, timeout: timeoutMs },
         (res) => {
           res.resume();
-          resolve(res.statusCode === 200);
+          resolve(res.statusCode === 200 ? 'ok' : 'failed');
         },
       );
-      req.on('timeout', () => req.destroy());
-      req.on('error', () => resolve(false));
+      req.on('timeout', () => {
+        timedOut = true;
+        req.destroy();
+      });
+      req.on('error', (error: NodeJS.ErrnoException) => {
+        const gone = !timedOut && (error.code === 'ECONNREFUSED' || error.code === 'ECONNRESET');
+        resolve(gone ? 'down' : 'failed');
+      });
       req.end();
     });
   }

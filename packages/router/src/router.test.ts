@@ -114,14 +114,54 @@ describe('KvRouter proxy (stand-in replicas on loopback)', () => {
       expect(res.headers.get('x-kvasir-replica')).toBe(good.url);
     }
     expect(router.counters.retries).toBeGreaterThan(0);
-    // The replica that reset a connection is out until its health check passes again.
-    expect(router.replicas().find((r) => r.url === dying.url)!.healthy).toBe(false);
+    // Nothing listens at the dead one: out. The one that reset a connection is alive: still in.
     expect(router.replicas().find((r) => r.url === dead)!.healthy).toBe(false);
+    expect(router.replicas().find((r) => r.url === dying.url)!.healthy).toBe(true);
     expect(
       router
         .replicas()
         .every((r) => r.inFlight === 0 && r.activeBlocks === 0 && r.pendingPrefillBlocks === 0),
     ).toBe(true);
+  });
+
+  it('keeps a replica whose health check is slow until it fails several in a row', async () => {
+    let slow = false;
+    const server = createServer((req, res) => {
+      if (req.url === '/health') {
+        if (slow) setTimeout(() => res.end('ok'), 400);
+        else res.end('ok');
+        return;
+      }
+      res.end('{}');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanup.push(() => server.close());
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const router = new KvRouter({
+      replicas: [{ url }],
+      port: 0,
+      healthIntervalMs: 60,
+      healthTimeoutMs: 100,
+      unhealthyAfter: 4,
+      log: () => {},
+    });
+    await router.listen();
+    cleanup.push(() => router.close());
+    expect(router.replicas()[0]!.healthy).toBe(true);
+    slow = true;
+    await new Promise((r) => setTimeout(r, 3 * 110));
+    // At most three checks of 100 ms can have timed out by now: still in.
+    expect(router.replicas()[0]!.healthy).toBe(true);
+    const until = async (want: boolean) => {
+      for (let i = 0; i < 200 && router.replicas()[0]!.healthy !== want; i++) {
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      return router.replicas()[0]!.healthy;
+    };
+    expect(await until(false)).toBe(false);
+    expect(router.replicas()[0]!.healthy).toBe(false);
+    slow = false;
+    expect(await until(true)).toBe(true);
   });
 
   it('ends a stream its replica broke after the first byte with an OpenAI error event and [DONE]', async () => {

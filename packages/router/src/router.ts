@@ -44,8 +44,14 @@ export interface KvRouterOptions {
   readonly port?: number;
   /** `GET /health` of every replica this often (default 1 s). */
   readonly healthIntervalMs?: number;
-  /** A health check slower than this fails (default 2 s). */
+  /** A health check slower than this fails (default 5 s). */
   readonly healthTimeoutMs?: number;
+  /**
+   * Failed health checks in a row (timeouts, non-200) before a replica is taken out (default
+   * 3): a replica busy with a long step answers late, and is not dead. A refused connection
+   * takes it out at once.
+   */
+  readonly unhealthyAfter?: number;
   /** How long a routed request's blocks count as on its replica before events confirm (default 10 s). */
   readonly predictionTtlMs?: number;
   /** Largest request body (default 16 MiB; 413 beyond). */
@@ -258,17 +264,28 @@ export class KvRouter {
   }
 
   async #checkHealth(): Promise<void> {
-    const timeout = this.#options.healthTimeoutMs ?? 2000;
+    const timeout = this.#options.healthTimeoutMs ?? 5000;
+    const after = this.#options.unhealthyAfter ?? 3;
     await Promise.all(
       this.#replicas.map(async (r) => {
-        const ok = await r.probe(timeout);
+        if (r.probing) return;
+        r.probing = true;
+        const result = await r.probe(timeout);
+        r.probing = false;
         if (this.#closed) return;
+        r.consecutiveFailures = result === 'ok' ? 0 : r.consecutiveFailures + 1;
+        // Until its first answer, a replica is out; then only a dead one, or one failing in a row.
+        const ok =
+          result === 'ok' ||
+          (r.checked && result === 'failed' && r.consecutiveFailures < after && r.healthy);
         if (ok && !r.healthy && r.checked) {
           this.#log(`replica ${r.url} is back`);
           // It may have restarted with an empty cache: take its state again.
           this.#subscribers.get(r)?.resync();
         } else if (!ok && r.healthy) {
-          this.#log(`replica ${r.url} failed its health check; not routing to it`);
+          this.#log(
+            `replica ${r.url} failed its health check (${result === 'down' ? 'not listening' : `${r.consecutiveFailures} in a row`}); not routing to it`,
+          );
         }
         r.healthy = ok;
         r.checked = true;
@@ -551,10 +568,14 @@ export class KvRouter {
         res.off('close', onClientClose);
         if (!started) {
           replica.failures++;
-          if (replica.healthy && !res.destroyed) {
+          // Nothing listens there: out at once. A reset connection is retried elsewhere, but
+          // the replica stays in (a keep-alive race or one failed request is not a dead one;
+          // its health check decides).
+          const refused = (error as NodeJS.ErrnoException).code === 'ECONNREFUSED';
+          if (refused && replica.healthy && !res.destroyed) {
             replica.healthy = false;
             this.#log(
-              `replica ${replica.url} failed a request (${error.message}); not routing to it until its health check passes`,
+              `replica ${replica.url} refused a connection; not routing to it until its health check passes`,
             );
           }
           settle({ kind: 'retry', reason: `${replica.url}: ${error.message}` });
