@@ -49,13 +49,14 @@ function decode(seq: bigint, raw: Buffer): Batch {
       expect(tokens.length === 0 || tokens.length === hashes.length * blockSize).toBe(true);
       expect(tokens.every((t) => Number.isInteger(t) && t >= 0)).toBe(true);
       expect(loraId).toBeNull();
-      expect(medium).toBe('GPU');
+      // The pool, or the host tier (on by default) that prefix blocks are written to.
+      expect(['GPU', 'CPU']).toContain(medium);
       expect(loraName).toBeNull();
     } else if (tag === 'BlockRemoved') {
       const [, hashes, medium] = e as [string, Uint8Array[], string];
       expect(hashes.length).toBeGreaterThan(0);
       for (const h of hashes) expect(h.byteLength).toBe(16);
-      expect(medium).toBe('GPU');
+      expect(['GPU', 'CPU']).toContain(medium);
     } else {
       expect(e).toEqual(['AllBlocksCleared']);
     }
@@ -65,12 +66,14 @@ function decode(seq: bigint, raw: Buffer): Batch {
 
 const hex = (h: Uint8Array): Hash => Buffer.from(h).toString('hex');
 
-/** An index of the blocks a replica holds, as a router would keep it from the events. */
+/** An index of the blocks a replica holds, per medium (`GPU/…`, `CPU/…`), as a router keeps it. */
 function applyTo(index: Set<Hash>, batch: Batch): void {
   for (const e of batch.events) {
-    if (e[0] === 'BlockStored') for (const h of e[1] as Uint8Array[]) index.add(hex(h));
-    else if (e[0] === 'BlockRemoved') for (const h of e[1] as Uint8Array[]) index.delete(hex(h));
-    else index.clear();
+    if (e[0] === 'BlockStored') {
+      for (const h of e[1] as Uint8Array[]) index.add(`${e[6]}/${hex(h)}`);
+    } else if (e[0] === 'BlockRemoved') {
+      for (const h of e[1] as Uint8Array[]) index.delete(`${e[2]}/${hex(h)}`);
+    } else index.clear();
   }
 }
 
@@ -204,15 +207,19 @@ describe('--kv-events: block events in vLLM format over ZeroMQ, from a real kvas
     applyTo(real, snapshot);
     expect(real.size).toBeGreaterThan(0);
     expect([...index].sort()).toEqual([...real].sort());
+    // Prefix blocks also went to the host tier, announced under its own medium.
+    expect([...real].some((k) => k.startsWith('CPU/'))).toBe(true);
     // Parents come before children in the snapshot, so a router can link the chains.
     const seenHashes = new Set<Hash>();
     for (const e of snapshot.events.slice(1)) {
       const parent = e[2] as Uint8Array | null;
-      if (parent !== null && real.has(hex(parent))) expect(seenHashes.has(hex(parent))).toBe(true);
-      seenHashes.add(hex((e[1] as Uint8Array[])[0]!));
+      const key = (h: Uint8Array) => `${e[6]}/${hex(h)}`;
+      if (parent !== null && real.has(key(parent))) expect(seenHashes.has(key(parent))).toBe(true);
+      seenHashes.add(key((e[1] as Uint8Array[])[0]!));
     }
     // The pool's own count agrees: cached + used blocks with a hash.
     const m = await server.metrics();
-    expect(real.size).toBeLessThanOrEqual(m.get('kvasir_kv_blocks{state="total"}')!);
+    const inPool = [...real].filter((k) => k.startsWith('GPU/')).length;
+    expect(inPool).toBeLessThanOrEqual(m.get('kvasir_kv_blocks{state="total"}')!);
   });
 });

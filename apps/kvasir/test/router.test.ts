@@ -56,7 +56,8 @@ async function snapshotOf(replica: EventReplica): Promise<{ seq: bigint; blocks:
       .filter((e) => e[0] === 'BlockStored')
       .flatMap((e) => (e[1] as Uint8Array[]).map((h) => Buffer.from(h).toString('hex')));
     await d.receive(); // the −1 end marker
-    return { seq: seq!.readBigInt64BE(), blocks: blocks.sort() };
+    // A block in the pool and in the host tier is listed once per medium.
+    return { seq: seq!.readBigInt64BE(), blocks: [...new Set(blocks)].sort() };
   } finally {
     d.close();
   }

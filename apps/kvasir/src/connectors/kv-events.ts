@@ -72,9 +72,19 @@ export function bindsEndpoint(endpoint: string): boolean {
 
 type Stored = { hashes: BlockHash[]; parent: BlockHash | undefined; tokens: number[] };
 type Event =
-  | { kind: 'stored'; s: Stored }
-  | { kind: 'removed'; hashes: BlockHash[] }
+  | { kind: 'stored'; s: Stored; medium: string }
+  | { kind: 'removed'; hashes: BlockHash[]; medium: string }
   | { kind: 'cleared' };
+
+/**
+ * `medium` of the blocks each offload tier holds, by the tier's name: vLLM's `CPU` for host
+ * memory (its CPU offloading connector's name), `DISK` and `REDIS` for the others.
+ */
+export const TIER_MEDIUM: Readonly<Record<string, string>> = {
+  host: 'CPU',
+  disk: 'DISK',
+  redis: 'REDIS',
+};
 
 /**
  * Publishes the engine's KV block events in vLLM's KV event format over ZeroMQ, so an
@@ -105,8 +115,15 @@ export class KvEventPublisher {
   readonly #bufferSteps: number;
   readonly #publishedBlocks: KvEventPublisherOptions['publishedBlocks'];
   readonly #log: (line: string) => void;
-  /** Parent and tokens of each hashed block, for snapshots; bounded by the pool's size. */
+  /**
+   * Parent and tokens of each block the pool or a tier holds, for snapshots and tier events;
+   * bounded by the pool's size plus the tiers'.
+   */
   readonly #meta = new Map<BlockHash, { parent: BlockHash | undefined; tokens: number[] }>();
+  /** Blocks the pool holds (their meta stays while a tier holds them too). */
+  readonly #inPool = new Set<BlockHash>();
+  /** The offload tiers (media) each block is in, by the tiers' own reports. */
+  readonly #inTiers = new Map<BlockHash, Set<string>>();
   #pending: Event[] = [];
   #timer: NodeJS.Timeout | undefined;
   readonly #buffer: [bigint, Buffer][] = [];
@@ -172,31 +189,79 @@ export class KvEventPublisher {
     if (e.type === 'stored') {
       const tokens = e.tokens === undefined ? [] : [...e.tokens];
       this.#meta.set(e.hash, { parent: e.parent, tokens });
-      const last = this.#pending.at(-1);
-      // A chain stored in one go is one BlockStored, as vLLM sends a request's new blocks.
-      if (
-        last?.kind === 'stored' &&
-        last.s.hashes.at(-1) === e.parent &&
-        last.s.tokens.length === last.s.hashes.length * this.#blockSize &&
-        tokens.length === this.#blockSize
-      ) {
-        last.s.hashes.push(e.hash);
-        last.s.tokens.push(...tokens);
-      } else {
-        // Its own copy: merging extends it, and the snapshot's record must stay one block.
-        this.#pending.push({
-          kind: 'stored',
-          s: { hashes: [e.hash], parent: e.parent, tokens: [...tokens] },
-        });
-      }
+      this.#inPool.add(e.hash);
+      this.#pushStored(this.#medium, e.hash, e.parent, tokens);
     } else {
-      this.#meta.delete(e.hash);
-      const last = this.#pending.at(-1);
-      if (last?.kind === 'removed') last.hashes.push(e.hash);
-      else this.#pending.push({ kind: 'removed', hashes: [e.hash] });
+      this.#inPool.delete(e.hash);
+      if (!this.#inTiers.has(e.hash)) this.#meta.delete(e.hash);
+      this.#pushRemoved(this.#medium, e.hash);
+    }
+  };
+
+  /**
+   * An offload tier (`medium`, see {@link TIER_MEDIUM}) now holds `hashes`. Keys that are not
+   * prefix blocks the pool hashed (swapped-out blocks have keys of their own) are ignored, and
+   * so is a block already announced in that medium.
+   */
+  tierStored(medium: string, hashes: readonly BlockHash[]): void {
+    if (this.#closed) return;
+    for (const hash of hashes) {
+      const m = this.#meta.get(hash);
+      if (m === undefined) continue;
+      let media = this.#inTiers.get(hash);
+      if (media === undefined) {
+        media = new Set();
+        this.#inTiers.set(hash, media);
+      }
+      if (media.has(medium)) continue;
+      media.add(medium);
+      this.#pushStored(medium, hash, m.parent, m.tokens);
+    }
+  }
+
+  /** An offload tier no longer holds `hashes` (evicted, deleted, or found missing on a read). */
+  tierRemoved(medium: string, hashes: readonly BlockHash[]): void {
+    if (this.#closed) return;
+    for (const hash of hashes) {
+      const media = this.#inTiers.get(hash);
+      if (media === undefined || !media.delete(medium)) continue;
+      if (media.size === 0) {
+        this.#inTiers.delete(hash);
+        if (!this.#inPool.has(hash)) this.#meta.delete(hash);
+      }
+      this.#pushRemoved(medium, hash);
+    }
+  }
+
+  #pushStored(medium: string, hash: BlockHash, parent: BlockHash | undefined, tokens: number[]) {
+    const last = this.#pending.at(-1);
+    // A chain stored in one go is one BlockStored, as vLLM sends a request's new blocks.
+    if (
+      last?.kind === 'stored' &&
+      last.medium === medium &&
+      last.s.hashes.at(-1) === parent &&
+      last.s.tokens.length === last.s.hashes.length * this.#blockSize &&
+      tokens.length === this.#blockSize
+    ) {
+      last.s.hashes.push(hash);
+      last.s.tokens.push(...tokens);
+    } else {
+      // Its own copy: merging extends it, and the snapshot's record must stay one block.
+      this.#pending.push({
+        kind: 'stored',
+        medium,
+        s: { hashes: [hash], parent, tokens: [...tokens] },
+      });
     }
     this.#timer ??= setTimeout(() => this.flush(), IDLE_FLUSH_MS).unref();
-  };
+  }
+
+  #pushRemoved(medium: string, hash: BlockHash) {
+    const last = this.#pending.at(-1);
+    if (last?.kind === 'removed' && last.medium === medium) last.hashes.push(hash);
+    else this.#pending.push({ kind: 'removed', medium, hashes: [hash] });
+    this.#timer ??= setTimeout(() => this.flush(), IDLE_FLUSH_MS).unref();
+  }
 
   /** Publishes the events since the last flush as one batch; the engine calls it after each step. */
   flush(): void {
@@ -247,8 +312,8 @@ export class KvEventPublisher {
     if (e.kind === 'removed') {
       const hashes = e.hashes.map(wireHash);
       return map
-        ? { type: 'BlockRemoved', block_hashes: hashes, medium: this.#medium }
-        : ['BlockRemoved', hashes, this.#medium];
+        ? { type: 'BlockRemoved', block_hashes: hashes, medium: e.medium }
+        : ['BlockRemoved', hashes, e.medium];
     }
     const hashes = e.s.hashes.map(wireHash);
     const parent = e.s.parent === undefined ? null : wireHash(e.s.parent);
@@ -260,28 +325,46 @@ export class KvEventPublisher {
           token_ids: e.s.tokens,
           block_size: this.#blockSize,
           lora_id: null,
-          medium: this.#medium,
+          medium: e.medium,
           lora_name: null,
         }
-      : ['BlockStored', hashes, parent, e.s.tokens, this.#blockSize, null, this.#medium, null];
+      : ['BlockStored', hashes, parent, e.s.tokens, this.#blockSize, null, e.medium, null];
   }
 
-  /** `AllBlocksCleared`, then every block the pool holds now, each after its parent. */
+  /**
+   * `AllBlocksCleared`, then every block the pool holds now, each after its parent, then every
+   * block each offload tier holds, by medium (parents first within it).
+   */
   #snapshot(): Buffer {
-    const held = new Set(this.#publishedBlocks().map(([, hash]) => hash));
     const events: Event[] = [{ kind: 'cleared' }];
-    const done = new Set<BlockHash>();
-    const visit = (hash: BlockHash): void => {
-      if (done.has(hash)) return;
-      done.add(hash);
-      const m = this.#meta.get(hash);
-      if (m?.parent !== undefined && held.has(m.parent)) visit(m.parent);
-      events.push({
-        kind: 'stored',
-        s: { hashes: [hash], parent: m?.parent, tokens: m?.tokens ?? [] },
-      });
+    const list = (medium: string, held: ReadonlySet<BlockHash>) => {
+      const done = new Set<BlockHash>();
+      const visit = (hash: BlockHash): void => {
+        if (done.has(hash)) return;
+        done.add(hash);
+        const m = this.#meta.get(hash);
+        if (m?.parent !== undefined && held.has(m.parent)) visit(m.parent);
+        events.push({
+          kind: 'stored',
+          medium,
+          s: { hashes: [hash], parent: m?.parent, tokens: m?.tokens ?? [] },
+        });
+      };
+      for (const hash of held) visit(hash);
     };
-    for (const hash of held) visit(hash);
+    list(this.#medium, new Set(this.#publishedBlocks().map(([, hash]) => hash)));
+    const byMedium = new Map<string, Set<BlockHash>>();
+    for (const [hash, media] of this.#inTiers) {
+      for (const medium of media) {
+        let set = byMedium.get(medium);
+        if (set === undefined) {
+          set = new Set();
+          byMedium.set(medium, set);
+        }
+        set.add(hash);
+      }
+    }
+    for (const [medium, held] of byMedium) list(medium, held);
     return this.#encode(events);
   }
 

@@ -13,6 +13,8 @@ import type { LoadedModel } from '../engine/load-model-runner.js';
 import { formatBytes, type MemoryPlan } from '../engine/memory-plan.js';
 import type { ModelFacts } from '../engine/model-runner.js';
 import { KvasirAppError } from '../errors.js';
+import { TIER_MEDIUM } from './kv-events.js';
+import { AnnouncingStore, type TierEventSink } from './tier-events.js';
 
 /** The offload store and its tiers (host, disk, Redis), top first. */
 export interface OffloadTiers {
@@ -43,13 +45,15 @@ export function swapSpaceBlocks(
 
 /**
  * Opens every configured offload tier (host memory, disk, Redis), checking each one now so that
- * a tier that cannot work stops start-up with the flag to fix instead of failing later.
+ * a tier that cannot work stops start-up with the flag to fix instead of failing later. With
+ * `events`, each tier reports the blocks it stores and loses (KV events' offload media).
  * @throws KvasirAppError `OFFLOAD_UNAVAILABLE` for a disk directory that cannot be used;
  *   `INVALID_CONFIG` for options a tier refuses (a Redis URL that is not `redis://`).
  */
 export async function openOffloadTiers(
   config: EngineConfig,
   model: LoadedModel,
+  events?: TierEventSink,
 ): Promise<OffloadTiers | undefined> {
   const o = config.offload;
   if (o.hostBytes === 0 && !o.diskDir && !o.redisUrl) return undefined;
@@ -91,10 +95,14 @@ export async function openOffloadTiers(
     await closeOpened();
     throw tierError(error);
   }
+  // With KV events, each tier announces the prefix blocks it holds under its own medium.
+  const announced = events
+    ? tiers.map((t) => new AnnouncingStore(t, TIER_MEDIUM[t.tier] ?? t.tier.toUpperCase(), events))
+    : tiers;
   // Write-through: a swapped-out block is in every tier before the step goes on, so a block the
   // host tier evicts is still found below it.
-  const store = new TieredStore({ tiers, writeMode: 'write-through' });
-  return { store, tiers };
+  const store = new TieredStore({ tiers: announced, writeMode: 'write-through' });
+  return { store, tiers: announced };
 }
 
 function tierError(error: unknown): unknown {

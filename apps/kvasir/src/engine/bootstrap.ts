@@ -6,6 +6,7 @@ import {
   openOffloadTiers,
   type PreemptionSetup,
 } from '../connectors/offload-tiers.js';
+import type { TierEventSink } from '../connectors/tier-events.js';
 import {
   DEFAULT_MODEL_NAME,
   DEFAULT_MODEL_PATH,
@@ -102,6 +103,15 @@ export async function buildEngine(
   let preemption: PreemptionSetup;
   let kvCompression: KvCompressionSetup;
   let connectors: Awaited<ReturnType<typeof loadKvConnectors>>;
+  let kvEvents: KvEventPublisher | undefined;
+  // The tiers open before the publisher: their events reach it once it exists.
+  const tierEvents: TierEventSink | undefined =
+    config.kvEvents.endpoint === undefined
+      ? undefined
+      : {
+          tierStored: (medium, hashes) => kvEvents?.tierStored(medium, hashes),
+          tierRemoved: (medium, hashes) => kvEvents?.tierRemoved(medium, hashes),
+        };
   try {
     const budget = { budgetMs: config.pluginBudgetMs };
     evictionPolicy = await loadEvictionPolicy(config.evictionPolicy, process.cwd(), budget);
@@ -112,14 +122,13 @@ export async function buildEngine(
       config.blockSize,
       Math.min(config.maxModelLen ?? model.maxModelLen, model.maxModelLen),
     );
-    offload = await openOffloadTiers(config, model);
+    offload = await openOffloadTiers(config, model, tierEvents);
     preemption = checkPreemptionSetup(config, plan, offload?.tiers.map((t) => t.tier) ?? []);
   } catch (error) {
     await offload?.store.close();
     await model.dispose();
     throw error;
   }
-  let kvEvents: KvEventPublisher | undefined;
   let engine: KvasirEngine | undefined;
   if (config.kvEvents.endpoint !== undefined) {
     try {
