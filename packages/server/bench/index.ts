@@ -3,12 +3,8 @@
 // Fastify route returning a response of the same size, in the same run; and SSE streaming speed.
 import { performance } from 'node:perf_hooks';
 import Fastify from 'fastify';
-import {
-  defineInferenceEngine,
-  type GenerationEvent,
-  type GenerationRequest,
-  type GenerationStream,
-} from '../src/inference-engine.js';
+import type { GenerationEvent, GenerationStream } from '../src/generation-events.js';
+import { defineInferenceEngine, type GenerationRequest } from '../src/inference-engine.js';
 import { createServer } from '../src/server.js';
 
 const json = process.argv.includes('--json');

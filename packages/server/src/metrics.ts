@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EngineStats } from './engine-stats.js';
-import type { FinishReason } from './inference-engine.js';
+import type { FinishReason } from './generation-events.js';
 
 const LATENCY_BUCKETS = [
   0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,

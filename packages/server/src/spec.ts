@@ -19,31 +19,33 @@ export type { EngineHealth, EngineStats, OffloadTierStats } from './engine-stats
 export type { ServerErrorCode } from './errors.js';
 export { EngineError } from './errors.js';
 export type {
+  ChoiceDelta,
+  FinishReason,
+  GenerationEvent,
+  GenerationStream,
+  PromptEvent,
+  PromptTokenLogprob,
+  TokenLogprob,
+  TopLogprob,
+  UsageEvent,
+} from './generation-events.js';
+export type {
   ChatMessage,
   ChatTemplateOptions,
   ChatToolCall,
-  ChoiceDelta,
   EngineCapabilities,
-  FinishReason,
   FunctionTool,
-  GenerationEvent,
   GenerationRequest,
-  GenerationStream,
   InferenceEngine,
   InferenceEngineMethods,
   KvCompressionRequest,
   ModelCard,
   OutputConstraint,
   OutputConstraintKind,
-  PromptEvent,
-  PromptTokenLogprob,
   SamplingParams,
   StructuralFormat,
   StructuralTagFormat,
-  TokenLogprob,
   ToolCallFormatName,
-  TopLogprob,
-  UsageEvent,
 } from './inference-engine.js';
 export {
   defineInferenceEngine,

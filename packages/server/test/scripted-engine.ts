@@ -1,14 +1,16 @@
 import type { EngineHealth, EngineStats } from '../src/engine-stats.js';
 import { EngineError } from '../src/errors.js';
 import type {
-  ChatMessage,
   GenerationEvent,
-  GenerationRequest,
   GenerationStream,
-  InferenceEngine,
-  ModelCard,
   PromptTokenLogprob,
   TokenLogprob,
+} from '../src/generation-events.js';
+import type {
+  ChatMessage,
+  GenerationRequest,
+  InferenceEngine,
+  ModelCard,
 } from '../src/inference-engine.js';
 
 /** Characters per generated token: stop strings in the script straddle token boundaries. */

@@ -2,11 +2,11 @@ import { performance } from 'node:perf_hooks';
 import { EngineError } from '../errors.js';
 import type {
   FinishReason,
-  GenerationRequest,
   GenerationStream,
   PromptEvent,
   TokenLogprob,
-} from '../inference-engine.js';
+} from '../generation-events.js';
+import type { GenerationRequest } from '../inference-engine.js';
 import type { ServerMetrics } from '../metrics.js';
 
 /** What one choice adds to the response after an engine delta. */

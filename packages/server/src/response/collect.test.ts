@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { EngineError } from '../errors.js';
-import type { GenerationEvent, GenerationRequest } from '../inference-engine.js';
+import type { GenerationEvent } from '../generation-events.js';
+import type { GenerationRequest } from '../inference-engine.js';
 import { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
 import { readGeneration } from './choices.js';

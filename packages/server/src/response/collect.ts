@@ -1,5 +1,5 @@
 import { EngineError } from '../errors.js';
-import type { GenerationStream, TokenLogprob } from '../inference-engine.js';
+import type { GenerationStream, TokenLogprob } from '../generation-events.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
 import { readGeneration, type Tally, usageJson } from './choices.js';

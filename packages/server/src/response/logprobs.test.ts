@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { TokenLogprob } from '../inference-engine.js';
+import type { TokenLogprob } from '../generation-events.js';
 import { chatLogprobs, completionLogprobs } from './logprobs.js';
 
 const lp = (token: string, textOffset: number, top: string[] = []): TokenLogprob => ({

@@ -1,4 +1,4 @@
-import type { PromptEvent, TokenLogprob, TopLogprob } from '../inference-engine.js';
+import type { PromptEvent, TokenLogprob, TopLogprob } from '../generation-events.js';
 
 /** OpenAI's legacy completions `logprobs` object. */
 export interface CompletionLogprobs {

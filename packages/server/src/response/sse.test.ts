@@ -1,7 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EngineError } from '../errors.js';
-import type { GenerationEvent, GenerationRequest } from '../inference-engine.js';
+import type { GenerationEvent } from '../generation-events.js';
+import type { GenerationRequest } from '../inference-engine.js';
 import { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
 import { streamResponse } from './sse.js';

@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import { errorAnswer } from '../errors.js';
-import type { GenerationStream } from '../inference-engine.js';
+import type { GenerationStream } from '../generation-events.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
 import { readGeneration, usageJson } from './choices.js';

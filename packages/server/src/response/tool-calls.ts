@@ -1,5 +1,6 @@
 import { randomInt } from 'node:crypto';
-import type { ChatToolCall, FinishReason } from '../inference-engine.js';
+import type { FinishReason } from '../generation-events.js';
+import type { ChatToolCall } from '../inference-engine.js';
 import { type ToolCallSyntax, toolCallId } from '../tools/tool-call-format.js';
 import { type ToolCallDelta, ToolCallParser } from '../tools/tool-call-parser.js';
 

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { EngineError } from '../errors.js';
-import type { GenerationStream } from '../inference-engine.js';
+import type { GenerationStream } from '../generation-events.js';
 import { prepareRequest, type RequestKind } from '../request/prepare.js';
 import { collectResponse } from '../response/collect.js';
 import { streamResponse } from '../response/sse.js';
