@@ -305,12 +305,14 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   A.qr = A.scores + (long)A.group * A.sp;
   A.acc = A.qr + (long)A.group * A.d;
   A.buf = A.acc + (long)A.group * A.d;
-  i32 lo, hi;
-  split(pairs * A.parts, 1, tid, nth, &lo, &hi);
+  // Items dealt round-robin, not in contiguous ranges: in a causal prefill a token's cost grows
+  // with its position, so ranges gave the last thread the most work (3x the first's on two
+  // threads for one prompt). Each item's result is the same whichever thread computes it.
+  i32 items = pairs * A.parts;
   switch (kvfmt) {
 #define ATTEND(F) \
   case F:         \
-    for (i32 item = lo; item < hi; item++) attend(&A, item, F); \
+    for (i32 item = tid; item < items; item += nth) attend(&A, item, F); \
     break;
     ATTEND(KV_F32)
     ATTEND(KV_F16)
