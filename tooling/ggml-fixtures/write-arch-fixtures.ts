@@ -1,21 +1,31 @@
 // Writes the architecture fixture GGUFs (packages/model/src/testing/arch-fixtures.ts:
 // seeded weights, @kvasir/model's converter and writer, llama.cpp's vocabularies cut by
 // make_tokenizer_fixtures.py) into <dir>, and <dir>/fixtures.json: per file its name, path,
-// SHA-256, the conversation to prompt with and the llama-quantize types to record. Run by make_arch_fixtures.sh through tsx.
-//   pnpm --filter @kvasir/model exec tsx ../../tooling/ggml-fixtures/write-arch-fixtures.ts <dir>
+// SHA-256, the conversation to prompt with and the llama-quantize types to record. Run by
+// make_arch_fixtures.sh through tsx. With a type (F16, Q8_0, Q4_K_M), it writes instead the
+// family fixtures in that type, as llama-quantize made them (<name>-<type>.gguf: the tensor
+// types of the recorded file, whose bytes the model tests check): what kvasir serve's tests serve.
+//   pnpm --filter @kvasir/model exec tsx ../../tooling/ggml-fixtures/write-arch-fixtures.ts <dir> [type]
 import { writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { ARCH_FIXTURES, writeArchFixture } from '../../packages/model/src/testing/arch-fixtures.js';
+import {
+  ARCH_FIXTURES,
+  type QuantizedType,
+  quantizedTensorTypes,
+  writeArchFixture,
+} from '../../packages/model/src/testing/arch-fixtures.js';
 
-const dir = process.argv[2];
+const [dir, type] = process.argv.slice(2) as [string | undefined, QuantizedType | undefined];
 if (!dir) {
-  console.error('usage: write-arch-fixtures.ts <dir>');
+  console.error('usage: write-arch-fixtures.ts <dir> [F16|Q8_0|Q4_K_M]');
   process.exit(2);
 }
 const out = [];
 for (const fx of ARCH_FIXTURES) {
-  const path = resolve(join(dir, `${fx.name}.gguf`));
-  const { sha256 } = await writeArchFixture(fx, path);
+  if (type && !fx.quantized?.includes(type)) continue;
+  const path = resolve(join(dir, type ? `${fx.name}-${type}.gguf` : `${fx.name}.gguf`));
+  const types = type ? await quantizedTensorTypes(fx, type) : undefined;
+  const { sha256 } = await writeArchFixture(fx, path, undefined, types);
   out.push({
     name: fx.name,
     path,

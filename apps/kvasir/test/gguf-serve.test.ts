@@ -1,6 +1,9 @@
-import { readFile } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { ModelTokenizer } from '@kvasir/model';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -51,4 +54,69 @@ describe.each(['cpu', 'wasm', 'webgpu'] as const)('kvasir serve a Q4_K_M GGUF (%
     // Token by token: the text of each generated token is the text of llama.cpp's token.
     expect(choice.logprobs!.tokens).toEqual(tokens.map((t) => tokenizer.decode([t])));
   }, 120_000);
+});
+
+// The newer families (Qwen3: Q/K norm; SmolLM3: NoPE layers) as llama-quantize's Q4_K_M of the
+// tiny random fixtures: tooling/ggml-fixtures/write-arch-fixtures.ts rebuilds them with the
+// recorded per-tensor types (the model tests check each tensor's bytes against llama-quantize's),
+// and a chat through the official client (the file's chat template, then greedy decoding)
+// gives llama.cpp's prompt and greedy tokens on that file.
+const FAMILIES = ['tiny-qwen3', 'tiny-smollm3'] as const;
+const ARCH = join(here, '../../../tooling/ggml-fixtures/arch');
+
+interface FamilyRecord {
+  readonly messages: { role: 'system' | 'user'; content: string }[];
+  readonly quantized: {
+    readonly Q4_K_M: {
+      readonly llama_cpp: {
+        readonly quantized: { readonly prompt_tokens: number[]; readonly tokens: number[] };
+      };
+    };
+  };
+}
+
+describe('kvasir serve the qwen3 and smollm3 Q4_K_M fixtures', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'kvasir-families-'));
+    await promisify(execFile)(
+      join(here, '../node_modules/.bin/tsx'),
+      [join(here, '../../../tooling/ggml-fixtures/write-arch-fixtures.ts'), dir, 'Q4_K_M'],
+      { cwd: join(here, '../../../packages/model') },
+    );
+  }, 120_000);
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  describe.each(
+    FAMILIES.flatMap((name) => (['cpu', 'wasm', 'webgpu'] as const).map((b) => [name, b] as const)),
+  )('%s on %s', (name, backend) => {
+    let server: ServerProcess;
+    let record: FamilyRecord;
+    let tok: ModelTokenizer;
+    beforeAll(async () => {
+      const file = join(dir, `${name}-Q4_K_M.gguf`);
+      record = JSON.parse(await readFile(join(ARCH, `${name}.json`), 'utf8')) as FamilyRecord;
+      tok = await ModelTokenizer.load(file);
+      server = await startServer(['--model', file, '--backend', backend, '--kv-dtype', 'f32']);
+    }, 120_000);
+    afterAll(async () => {
+      expect(await server.stop()).toBe(0);
+    });
+
+    it("a chat gives llama.cpp's prompt and greedy tokens", async () => {
+      const run = record.quantized.Q4_K_M.llama_cpp.quantized;
+      const res = await server.client.chat.completions.create({
+        model: `${name}-Q4_K_M`,
+        messages: record.messages,
+        max_tokens: run.tokens.length,
+        temperature: 0,
+        logprobs: true,
+        ignore_eos: true,
+      } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+      expect(res.usage!.prompt_tokens).toBe(run.prompt_tokens.length);
+      expect(res.usage!.completion_tokens).toBe(run.tokens.length);
+      const content = res.choices[0]!.logprobs!.content!;
+      expect(content.map((c) => c.token)).toEqual(run.tokens.map((t) => tok.decode([t])));
+    }, 120_000);
+  });
 });

@@ -3,7 +3,6 @@ import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TensorDtype } from '../formats/dtype.js';
 import { readGgufHeader } from '../formats/gguf/header.js';
 import { openCheckpoint } from '../formats/open-checkpoint.js';
 import { generate } from '../model/generate.js';
@@ -15,6 +14,7 @@ import {
   archRecordPath,
   type QuantizedType,
   QWEN2_FIXTURE,
+  quantizedTensorTypes,
   writeArchFixture,
 } from './arch-fixtures.js';
 import { klDivergence, type LlamaCppRun } from './ggml-fixture-suite.js';
@@ -146,10 +146,8 @@ export function archFixtureSuite(
         const record = JSON.parse(await readFile(archRecordPath(fx.name), 'utf8')) as ArchRecord;
         const rq = record.quantized?.[q];
         if (!rq) throw new Error(`${fx.name}: no ${q} record (rerun make_arch_fixtures.sh)`);
-        const types: Record<string, TensorDtype> = {};
-        for (const [name, [type]] of Object.entries(rq.tensors)) types[name] = type as TensorDtype;
         const path = join(root, `${fx.name}-${q}.gguf`);
-        await writeArchFixture(fx, path, undefined, types);
+        await writeArchFixture(fx, path, undefined, await quantizedTensorTypes(fx, q));
         // @kvasir/quantizer with llama-quantize's per-tensor types gives its bytes exactly: the
         // weights below are the ones llama.cpp ran.
         expect(await tensorHashes(path)).toEqual(rq.tensors);

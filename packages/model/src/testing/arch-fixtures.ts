@@ -259,6 +259,24 @@ export function archRecordPath(name: string): string {
   return fileURLToPath(new URL(`arch/${name}.json`, tooling));
 }
 
+/**
+ * The GGML type llama-quantize gave each tensor of fixture `fx` in type `q` (its record's
+ * `quantized`), by GGUF name: what {@link writeArchFixture} takes to rebuild that file.
+ */
+export async function quantizedTensorTypes(
+  fx: ArchFixture,
+  q: QuantizedType,
+): Promise<Record<string, TensorDtype>> {
+  const record = JSON.parse(await readFile(archRecordPath(fx.name), 'utf8')) as {
+    quantized?: Partial<Record<QuantizedType, { tensors: Record<string, [string, string]> }>>;
+  };
+  const tensors = record.quantized?.[q]?.tensors;
+  if (!tensors) throw new Error(`${fx.name}: no ${q} record (rerun make_arch_fixtures.sh)`);
+  const types: Record<string, TensorDtype> = {};
+  for (const [name, [type]] of Object.entries(tensors)) types[name] = type as TensorDtype;
+  return types;
+}
+
 /** A vocabulary-only GGUF's metadata: its `tokenizer.*` keys and the rest. */
 export async function ggufMetadata(path: string): Promise<Map<string, unknown>> {
   const fh = await open(path, 'r');
