@@ -1,7 +1,8 @@
 import { unpack } from 'msgpackr';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dealer } from 'zeromq';
-import { KvEventPublisher, wireHash } from './kv-events.js';
+import { wireHash } from './kv-event-wire.js';
+import { KvEventPublisher } from './kv-events.js';
 
 const A = '0123456789abcdef0123456789abcdef';
 const B = 'fedcba9876543210fedcba9876543210';

@@ -1,14 +1,15 @@
 import type { BlockHash, BlockId, BlockPoolEvent } from '@kvasir/kv-allocator';
 import { Packr } from 'msgpackr';
 import { Publisher, Router } from 'zeromq';
-
-/**
- * How event batches are encoded. `array`: vLLM's positional structs (`[ts, events, rank]`, each
- * event `["BlockStored", ...fields]`), the format before vLLM's tagged-map change and still
- * SGLang's; `map`: tagged maps (`{ts, events, data_parallel_rank}`, each event
- * `{type: "BlockStored", ...}`), vLLM's current one. Consumers (llm-d, Dynamo) read both.
- */
-export type KvEventsEncoding = 'array' | 'map';
+import {
+  bindsEndpoint,
+  END_SEQ,
+  encodeBatch,
+  type KvEvent,
+  type KvEventsEncoding,
+  seqBytes,
+  type WireOptions,
+} from './kv-event-wire.js';
 
 /** Options of {@link KvEventPublisher}. */
 export interface KvEventPublisherOptions {
@@ -40,41 +41,8 @@ export interface KvEventPublisherOptions {
 
 /** The body of a ROUTER request that asks for a full-state snapshot instead of a replay. */
 export const SNAPSHOT_REQUEST = 'snapshot';
-/** Sequence number that ends a replay or snapshot answer (−1, 8 bytes big-endian). */
-const END_SEQ = seqBytes(-1n);
 /** Fallback flush for events that happen outside a step (an abort between steps). */
 const IDLE_FLUSH_MS = 50;
-
-function seqBytes(seq: bigint): Buffer {
-  const b = Buffer.alloc(8);
-  b.writeBigInt64BE(seq);
-  return b;
-}
-
-/**
- * Kvasir's block hashes on the wire: the 128-bit chain hash (SHA-256 of the parent hash, the
- * block's token ids and extra keys, truncated) as 16 raw bytes, most significant first, a
- * msgpack `bin` like vLLM's bytes hashes.
- */
-export function wireHash(hash: BlockHash): Buffer {
-  return Buffer.from(hash, 'hex');
-}
-
-/** True when vLLM's rule binds this endpoint rather than connecting to it. */
-export function bindsEndpoint(endpoint: string): boolean {
-  return (
-    endpoint.includes('*') ||
-    endpoint.includes('::') ||
-    endpoint.startsWith('ipc://') ||
-    endpoint.startsWith('inproc://')
-  );
-}
-
-type Stored = { hashes: BlockHash[]; parent: BlockHash | undefined; tokens: number[] };
-type Event =
-  | { kind: 'stored'; s: Stored; medium: string }
-  | { kind: 'removed'; hashes: BlockHash[]; medium: string }
-  | { kind: 'cleared' };
 
 /**
  * `medium` of the blocks each offload tier holds, by the tier's name: vLLM's `CPU` for host
@@ -108,10 +76,9 @@ export class KvEventPublisher {
   readonly #router: Router | undefined;
   readonly #packr = new Packr({ useRecords: false, variableMapSize: true });
   readonly #topic: Buffer;
-  readonly #encoding: KvEventsEncoding;
   readonly #blockSize: number;
   readonly #medium: string;
-  readonly #rank: number;
+  readonly #wire: WireOptions;
   readonly #bufferSteps: number;
   readonly #publishedBlocks: KvEventPublisherOptions['publishedBlocks'];
   readonly #log: (line: string) => void;
@@ -124,7 +91,7 @@ export class KvEventPublisher {
   readonly #inPool = new Set<BlockHash>();
   /** The offload tiers (media) each block is in, by the tiers' own reports. */
   readonly #inTiers = new Map<BlockHash, Set<string>>();
-  #pending: Event[] = [];
+  #pending: KvEvent[] = [];
   #timer: NodeJS.Timeout | undefined;
   readonly #buffer: [bigint, Buffer][] = [];
   #seq = -1n;
@@ -144,10 +111,13 @@ export class KvEventPublisher {
     this.#router = router;
     this.endpoints = endpoints;
     this.#topic = Buffer.from(options.topic ?? '', 'utf8');
-    this.#encoding = options.encoding ?? 'array';
     this.#blockSize = options.blockSize;
     this.#medium = options.medium ?? 'GPU';
-    this.#rank = options.dataParallelRank ?? 0;
+    this.#wire = {
+      encoding: options.encoding ?? 'array',
+      blockSize: options.blockSize,
+      rank: options.dataParallelRank ?? 0,
+    };
     this.#bufferSteps = options.bufferSteps ?? 10_000;
     this.#publishedBlocks = options.publishedBlocks;
     this.#log = options.log ?? ((line) => process.stderr.write(`[kvasir] ${line}\n`));
@@ -278,8 +248,8 @@ export class KvEventPublisher {
     return this.#seq;
   }
 
-  #publish(events: readonly Event[]): void {
-    const payload = this.#encode(events);
+  #publish(events: readonly KvEvent[]): void {
+    const payload = encodeBatch(this.#packr, events, this.#wire);
     const seq = ++this.#seq;
     this.#buffer.push([seq, payload]);
     if (this.#buffer.length > this.#bufferSteps) this.#buffer.shift();
@@ -296,47 +266,12 @@ export class KvEventPublisher {
       });
   }
 
-  #encode(events: readonly Event[]): Buffer {
-    const ts = Date.now() / 1000;
-    const encoded = events.map((e) => this.#encodeEvent(e));
-    const batch =
-      this.#encoding === 'array'
-        ? [ts, encoded, this.#rank]
-        : { ts, events: encoded, data_parallel_rank: this.#rank };
-    return this.#packr.pack(batch);
-  }
-
-  #encodeEvent(e: Event): unknown {
-    const map = this.#encoding === 'map';
-    if (e.kind === 'cleared') return map ? { type: 'AllBlocksCleared' } : ['AllBlocksCleared'];
-    if (e.kind === 'removed') {
-      const hashes = e.hashes.map(wireHash);
-      return map
-        ? { type: 'BlockRemoved', block_hashes: hashes, medium: e.medium }
-        : ['BlockRemoved', hashes, e.medium];
-    }
-    const hashes = e.s.hashes.map(wireHash);
-    const parent = e.s.parent === undefined ? null : wireHash(e.s.parent);
-    return map
-      ? {
-          type: 'BlockStored',
-          block_hashes: hashes,
-          parent_block_hash: parent,
-          token_ids: e.s.tokens,
-          block_size: this.#blockSize,
-          lora_id: null,
-          medium: e.medium,
-          lora_name: null,
-        }
-      : ['BlockStored', hashes, parent, e.s.tokens, this.#blockSize, null, e.medium, null];
-  }
-
   /**
    * `AllBlocksCleared`, then every block the pool holds now, each after its parent, then every
    * block each offload tier holds, by medium (parents first within it).
    */
   #snapshot(): Buffer {
-    const events: Event[] = [{ kind: 'cleared' }];
+    const events: KvEvent[] = [{ kind: 'cleared' }];
     const list = (medium: string, held: ReadonlySet<BlockHash>) => {
       const done = new Set<BlockHash>();
       const visit = (hash: BlockHash): void => {
@@ -365,7 +300,7 @@ export class KvEventPublisher {
       }
     }
     for (const [medium, held] of byMedium) list(medium, held);
-    return this.#encode(events);
+    return encodeBatch(this.#packr, events, this.#wire);
   }
 
   async #serveReplay(router: Router): Promise<void> {
