@@ -85,7 +85,6 @@ describe('kvasir serve --devices wasm,wasm', () => {
         /--devices .*: device 1 \(wasm\) layers 1-3 overlap device 0 \(wasm\) layers 0-1/,
       ],
       [['--devices', 'wasm:layers=0-9'], /layers 0-9 reach past the model's 4 layers \(0-3\)/],
-      [['--devices', 'wasm,gpu'], /device 1 'gpu': unknown backend 'gpu'/],
       [['--gpu-layers', '5'], /--gpu-layers 5: gpu layers must be an integer in \[0, 4\]/],
     ] as const) {
       const r = spawnSync(
@@ -100,4 +99,89 @@ describe('kvasir serve --devices wasm,wasm', () => {
       expect(r.stderr).not.toMatch(/\n\s+at /);
     }
   }, 240_000);
+});
+
+describe('kvasir serve --gpu-layers 2 (WebGPU + wasm, as llama.cpp -ngl)', () => {
+  let whole: ServerProcess;
+  let split: ServerProcess;
+  beforeAll(async () => {
+    [whole, split] = await Promise.all([
+      startServer(['--backend', 'wasm', '--threads', '1']),
+      startServer(['--gpu-layers', '2', '--threads', '1']),
+    ]);
+  }, 180_000);
+  afterAll(async () => {
+    expect(await whole?.stop()).toBe(0);
+    expect(await split?.stop()).toBe(0);
+  });
+
+  it('runs layers 0-1 on the WebGPU adapter and 2-3 on wasm, with the wasm server tokens', async () => {
+    expect(split.output()).toMatch(/device 0 +webgpu \([^)]*\): layers 0-1, /);
+    expect(split.output()).toMatch(/device 1 +wasm \([^)]*\): layers 2-3, /);
+    const ask = (s: ServerProcess) =>
+      s.client.completions.create({
+        model: MODEL,
+        prompt: 'Layers on two devices',
+        max_tokens: 12,
+        temperature: 0,
+        ignore_eos: true,
+        logprobs: 1,
+      } as OpenAI.CompletionCreateParamsNonStreaming);
+    const [want, got] = await Promise.all([ask(whole), ask(split)]);
+    const w = want.choices[0] as OpenAI.CompletionChoice;
+    const g = got.choices[0] as OpenAI.CompletionChoice;
+    expect(g.logprobs?.tokens).toEqual(w.logprobs?.tokens);
+    const wlp = w.logprobs?.token_logprobs as number[];
+    for (const [t, v] of (g.logprobs?.token_logprobs as number[]).entries()) {
+      expect(Math.abs(v - (wlp[t] as number))).toBeLessThan(1e-3);
+    }
+  }, 180_000);
+});
+
+describe('kvasir info --devices', () => {
+  it('shows the plan per device before serving', () => {
+    const r = spawnSync(
+      process.execPath,
+      [
+        CLI,
+        'info',
+        '--cache-dir',
+        CACHE_DIR,
+        '--model',
+        'random',
+        '--devices',
+        'cpu:layers=0-0,wasm',
+        '--num-gpu-blocks',
+        '10',
+        '--json',
+      ],
+      { encoding: 'utf8', timeout: 60_000 },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout) as {
+      devices: {
+        description: string;
+        first_layer: number;
+        num_layers: number;
+        weight_bytes: number;
+        kv_blocks: number;
+        kv_cache_bytes: number;
+      }[];
+      kv_cache: { bytes_per_block: number };
+      model: { weight_bytes: number };
+    };
+    expect(
+      report.devices.map((d) => [d.description.split(' ')[0], d.first_layer, d.num_layers]),
+    ).toEqual([
+      ['cpu', 0, 1],
+      ['wasm', 1, 3],
+    ]);
+    for (const d of report.devices) {
+      expect(d.kv_blocks).toBe(10);
+      expect(d.kv_cache_bytes).toBe((10 * report.kv_cache.bytes_per_block * d.num_layers) / 4);
+    }
+    expect(report.devices[0]!.weight_bytes + report.devices[1]!.weight_bytes).toBe(
+      report.model.weight_bytes,
+    );
+  });
 });
