@@ -131,8 +131,10 @@ describe('kvasir serve --gpu-layers 2 (WebGPU + wasm, as llama.cpp -ngl)', () =>
     const w = want.choices[0] as OpenAI.CompletionChoice;
     const g = got.choices[0] as OpenAI.CompletionChoice;
     expect(g.logprobs?.tokens).toEqual(w.logprobs?.tokens);
-    const wlp = w.logprobs?.token_logprobs as number[];
-    for (const [t, v] of (g.logprobs?.token_logprobs as number[]).entries()) {
+    const wlp = w.logprobs?.token_logprobs ?? [];
+    const glp = g.logprobs?.token_logprobs ?? [];
+    expect(glp).toHaveLength(12);
+    for (const [t, v] of glp.entries()) {
       expect(Math.abs(v - (wlp[t] as number))).toBeLessThan(1e-3);
     }
   }, 180_000);
