@@ -9,6 +9,9 @@ import { parseKvCompressionSetting } from './plugins/kv-compression.js';
 const positiveInt = z.number().int().min(1);
 
 /** The KV cache element types `--kv-dtype` accepts (the config schema and every command's flag). */
+/** What `--weight-quant` does to a model's matrices at load (the config schema and the flag). */
+export const WEIGHT_QUANTS = ['none', 'int8'] as const;
+
 export const KV_DTYPES = [
   'f32',
   'f16',
@@ -80,6 +83,13 @@ export const engineConfigSchema = z.strictObject({
   /** Threads of the wasm backend (default: the machine's physical cores). */
   threads: positiveInt.max(256).optional(),
   kvDtype: z.enum(KV_DTYPES).default('f32'),
+  /**
+   * Matrices quantized at load: `none` multiplies them as stored (F16 widened per use, GGUF
+   * blocks from their bytes); `int8` (32-column scales) halves an F16 / BF16 model's weight
+   * bytes and on the wasm backend about doubles its decode speed, at some prefill speed
+   * (@kvasir/model's bench README). Refused for GGUF block files (already quantized).
+   */
+  weightQuant: z.enum(WEIGHT_QUANTS).default('none'),
   /**
    * Tokens per KV block. 1, 2 and 4 run on the cpu and wasm backends only (token-exact KV
    * compression: a policy drops whole blocks); WebGPU's kernels take 8, 16 or 32.

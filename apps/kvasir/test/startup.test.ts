@@ -235,3 +235,35 @@ describe('kvasir simulate reports what its rate search found (built CLI)', () =>
     expect(text.stderr).toMatch(/\[kvasir\] kvasir: rate [\d.]+ req\/s → [\d.]+ s\/token/);
   });
 });
+
+describe('--weight-quant (built CLI)', () => {
+  it('int8 quantizes an unquantized model at load, as info says, and is refused for a GGUF of blocks', async () => {
+    const stored = await kvasir(['info', ...cpu, '--json']);
+    const int8 = await kvasir(['info', ...cpu, '--json', '--weight-quant', 'int8']);
+    expect(stored.code, stored.stderr).toBe(0);
+    expect(int8.code, int8.stderr).toBe(0);
+    expect(JSON.parse(stored.stdout).weights.at_load).toBe('as-stored');
+    expect(JSON.parse(int8.stdout).weights.at_load).toBe('int8');
+    const text = await kvasir(['info', ...cpu, '--weight-quant', 'int8']);
+    expect(text.stdout).toMatch(/^at load +matrices quantized to int8, 32-column scales/m);
+    const gguf = join(
+      import.meta.dirname,
+      '../../../tooling/ggml-fixtures/models/tiny-llama-Q4_K_M.gguf',
+    );
+    const refused = await kvasir([
+      'info',
+      '--backend',
+      'cpu',
+      '--model',
+      gguf,
+      '--weight-quant',
+      'int8',
+    ]);
+    expectRefusal(
+      refused,
+      'INVALID_CONFIG',
+      /--weight-quant int8 is for F16, BF16 and F32 files/,
+      /already quantized \(.*Q4_K/,
+    );
+  });
+});

@@ -97,6 +97,8 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         parameters: weights.parameters,
         bytes: weights.bytes,
         bits_per_weight: Number(weights.bitsPerWeight.toFixed(4)),
+        /** What the backend multiplies: the stored types, or int8 made at load. */
+        at_load: config.weightQuant === 'int8' ? 'int8' : 'as-stored',
       },
       memory_needed: {
         weight_bytes: weights.bytes,
@@ -148,6 +150,7 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         (t) =>
           `                 ${t.dtype.padEnd(6)} ${String(t.tensors).padStart(4)} tensors ${count(t.parameters).padStart(8)} params ${formatBytes(t.bytes).padStart(10)} (${t.bits_per_weight} bpw)`,
       ),
+      `at load          ${config.weightQuant === 'int8' ? 'matrices quantized to int8, 32-column scales (--weight-quant int8)' : 'multiplied as stored (--weight-quant none)'}`,
       `model needs      ${formatBytes(weights.bytes)} of weights + ${formatBytes(plan.kvBytesPerToken)} of KV per token (${formatBytes(report.memory_needed.full_context_bytes)} for one ${model.maxModelLen}-token context)`,
       `KV per token     ${formatBytes(plan.kvBytesPerToken)} (${config.kvDtype}); per block of ${layout.blockSize}: ${formatBytes(plan.kvBytesPerBlock)}`,
       `memory budget    ${formatBytes(plan.budgetBytes)} = ${config.gpuMemoryFraction} × ${formatBytes(plan.deviceBytes)} (${MEMORY_SOURCES[plan.memorySource]})`,

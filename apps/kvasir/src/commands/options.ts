@@ -5,6 +5,7 @@ import {
   KV_DTYPES,
   parseEngineConfig,
   readConfigFile,
+  WEIGHT_QUANTS,
 } from '../config.js';
 import { bytes, int, num } from './parsers.js';
 
@@ -29,6 +30,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   gpuLayers: 'gpuLayers',
   threads: 'threads',
   kvDtype: 'kvDtype',
+  weightQuant: 'weightQuant',
   blockSize: 'blockSize',
   gpuMemoryBytes: 'gpuMemoryBytes',
   gpuMemoryFraction: 'gpuMemoryFraction',
@@ -92,6 +94,12 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     )
     .option('--threads <n>', 'wasm backend threads (default: physical cores)', int())
     .addOption(new Option('--kv-dtype <dtype>', 'KV cache element type').choices(KV_DTYPES))
+    .addOption(
+      new Option(
+        '--weight-quant <mode>',
+        'matrices at load: none (as stored) or int8 (F16/BF16/F32 files: half the bytes, faster decode on wasm)',
+      ).choices(WEIGHT_QUANTS),
+    )
     .option(
       '--block-size <tokens>',
       'tokens per KV block (8, 16, 32; also 1, 2, 4 on the cpu and wasm backends)',

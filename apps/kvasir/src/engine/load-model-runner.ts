@@ -17,6 +17,7 @@ import {
   modelLimits,
   openCheckpoint,
   probeBackends,
+  summarizeWeights,
   tokenVocabulary,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
@@ -174,6 +175,8 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     try {
       tokenizer = await ModelTokenizer.load(path, reader.config.eosTokenIds);
       digest = await weightDigest(reader);
+      // Quantized at load, the same file computes other KV: offload namespaces must differ.
+      if (config.weightQuant === 'int8') digest += '+int8-g32';
     } catch (error) {
       await reader.close();
       throw error;
@@ -192,6 +195,19 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     closed = true;
   };
   const c = reader.config;
+  if (config.weightQuant === 'int8') {
+    const quantized = summarizeWeights(reader)
+      .types.map((t) => t.dtype)
+      .filter((d) => d !== 'F32' && d !== 'F16' && d !== 'BF16');
+    if (quantized.length > 0) {
+      releaseGpu();
+      await closeReader();
+      throw new KvasirAppError(
+        'INVALID_CONFIG',
+        `--weight-quant int8 is for F16, BF16 and F32 files; this model's matrices are already quantized (${quantized.join(', ')}): leave it at none`,
+      );
+    }
+  }
   let kvLayout: KvLayout;
   try {
     kvLayout = kvLayoutFor(c, kvFormat, config.blockSize);
@@ -309,6 +325,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
         numBlocks,
         blockSize: config.blockSize,
         kvFormat,
+        ...(config.weightQuant === 'int8' ? { weightQuant: 'int8' as const } : {}),
         progress: process.stderr.isTTY === true,
       })
         .catch((error: unknown) => {
