@@ -5,6 +5,7 @@
 #
 #   tooling/llama.cpp/compare-wasm.sh                       # F16, MHA, 2 threads, 3 rounds
 #   DTYPE=Q8_0 KV_HEADS=4 THREADS=2 ROUNDS=3 tooling/llama.cpp/compare-wasm.sh
+#   ARCH=qwen3 DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh  # the same shape as qwen3 or smollm3
 #   DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh        # llama-quantize of the F16 file (made
 #                                                          # once, LLAMA_TARGETS=llama-quantize)
 #   GGUF=path/to/model.gguf LLAMA_BENCH_ARGS="-fa 1" tooling/llama.cpp/compare-wasm.sh
@@ -24,20 +25,24 @@ root="$(cd "$here/../.." && pwd)"
 dtype="${DTYPE:-F16}"
 kv="${KV_HEADS:-12}"
 threads="${THREADS:-2}"
+arch="${ARCH:-llama}"
+# The llama files keep their old names (caches made before ARCH existed stay valid).
+suffix=""
+[[ "$arch" == llama ]] || suffix="-$arch"
 rounds="${ROUNDS:-3}"
 read -r -a llama_args <<<"${LLAMA_BENCH_ARGS:-}"
 bench="$here/build/bin/llama-bench"
 [[ -x "$bench" ]] || { echo "no $bench: LLAMA_TARGETS=llama-bench $here/build.sh" >&2; exit 1; }
 tsx="$root/packages/model/node_modules/.bin/tsx"
-gguf="${GGUF:-$root/.kvasir-cache/issue18-110m-$dtype-kv$kv.gguf}"
+gguf="${GGUF:-$root/.kvasir-cache/issue18-110m-$dtype-kv$kv$suffix.gguf}"
 mkdir -p "$(dirname "$gguf")"
 if [[ ! -f "$gguf" ]]; then
   case "$dtype" in
-    F16 | Q8_0) "$tsx" "$here/make-random-gguf.ts" "$gguf" "$dtype" "$kv" ;;
+    F16 | Q8_0) "$tsx" "$here/make-random-gguf.ts" "$gguf" "$dtype" "$kv" "$arch" ;;
     *)
       # Mixtures such as Q4_K_M are llama-quantize's, from the F16 file, as users make them.
-      f16="$root/.kvasir-cache/issue18-110m-F16-kv$kv.gguf"
-      [[ -f "$f16" ]] || "$tsx" "$here/make-random-gguf.ts" "$f16" F16 "$kv"
+      f16="$root/.kvasir-cache/issue18-110m-F16-kv$kv$suffix.gguf"
+      [[ -f "$f16" ]] || "$tsx" "$here/make-random-gguf.ts" "$f16" F16 "$kv" "$arch"
       quantize="$here/build/bin/llama-quantize"
       [[ -x "$quantize" ]] || { echo "no $quantize to make $gguf: $here/build.sh" >&2; exit 1; }
       "$quantize" "$f16" "$gguf" "$dtype" >/dev/null
@@ -53,8 +58,8 @@ for ((r = 0; r < rounds; r++)); do
   kvasir+=("$("$tsx" "$here/kvasir-wasm-bench.ts" "$gguf" "$threads" 512 128)")
 done
 
-node - "$dtype" "$kv" "$threads" "${LLAMA_BENCH_ARGS:-}" "${#llama[@]}" "${llama[@]}" "${kvasir[@]}" <<'JS'
-const [dtype, kv, threads, llamaArgs, n, ...rest] = process.argv.slice(2);
+node - "$arch" "$dtype" "$kv" "$threads" "${LLAMA_BENCH_ARGS:-}" "${#llama[@]}" "${llama[@]}" "${kvasir[@]}" <<'JS'
+const [arch, dtype, kv, threads, llamaArgs, n, ...rest] = process.argv.slice(2);
 const rounds = Number(n);
 const llama = rest.slice(0, rounds).map((s) => JSON.parse(s));
 const kvasir = rest.slice(rounds).map((s) => JSON.parse(s));
@@ -66,7 +71,7 @@ const llamaTg = pick(llama, (t) => t.n_gen > 0 && t.n_prompt === 0);
 const kvPp = kvasir.map((r) => r.pp_tok_s);
 const kvTg = kvasir.map((r) => r.tg_tok_s);
 console.log(JSON.stringify({
-  dtype, kv_heads: Number(kv), threads: Number(threads), llama_bench_args: llamaArgs,
+  arch, dtype, kv_heads: Number(kv), threads: Number(threads), llama_bench_args: llamaArgs,
   omp_wait_policy: process.env.OMP_WAIT_POLICY ?? null,
   llama_cpp: { pp512: llamaPp, tg128: llamaTg },
   kvasir_wasm: { pp512: kvPp, tg128: kvTg },

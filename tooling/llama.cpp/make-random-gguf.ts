@@ -1,6 +1,7 @@
-// Writes the issue-18 comparison model: a seeded random-weight Llama of about 110M parameters
-// (hidden 768, 12 layers, 12 heads, MLP 2048, vocab 32000, tied) as a GGUF file.
-//   tsx make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads]
+// Writes the wasm comparison model: a seeded random-weight Llama of about 110M parameters
+// (hidden 768, 12 layers, 12 heads, MLP 2048, vocab 32000, tied) as a GGUF file; with an
+// architecture, the same shape as qwen3 (Q/K norm) or smollm3 (NoPE every fourth layer).
+//   tsx make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3]
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,9 +10,10 @@ import { makeModelConfig } from '../../packages/model/src/config.js';
 import { convertToGguf } from '../../packages/model/src/formats/gguf/convert.js';
 import { writeRandomCheckpoint } from '../../packages/model/src/formats/random-checkpoint.js';
 
-const USAGE = 'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads]';
-const [out, dtype = 'F16', kvHeads = '12'] = process.argv.slice(2);
+const USAGE = 'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3]';
+const [out, dtype = 'F16', kvHeads = '12', arch = 'llama'] = process.argv.slice(2);
 if (!out) fail(USAGE);
+if (arch !== 'llama' && arch !== 'qwen3' && arch !== 'smollm3') fail(USAGE);
 // The comparison's other files are llama-quantize's, made from this F16 file as llama.cpp's
 // users make theirs (build.sh builds it).
 if (dtype !== 'F16' && dtype !== 'Q8_0') {
@@ -21,7 +23,11 @@ if (dtype !== 'F16' && dtype !== 'Q8_0') {
       '`llama-quantize model-F16.gguf model-Q4_K_M.gguf Q4_K_M` (tooling/llama.cpp/build.sh builds it).',
   );
 }
-const config = makeModelConfig({ ...LLAMA_110M, numKvHeads: Number(kvHeads) });
+const config = makeModelConfig({
+  ...LLAMA_110M,
+  numKvHeads: Number(kvHeads),
+  architecture: arch,
+});
 const dir = await mkdtemp(join(tmpdir(), 'kvasir-110m-'));
 try {
   await writeRandomCheckpoint(dir, config, 18);
