@@ -1,9 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { writeRandomCheckpoint } from '@kvasir/model';
+import { convertToGguf } from '@kvasir/model/formats';
 import OpenAI from 'openai';
+import { randomModelConfig } from '../src/default-model.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** The built CLI the end-to-end tests run. */
@@ -193,4 +197,32 @@ export async function startRouterProcess(args: readonly string[]): Promise<Route
       return exited;
     },
   };
+}
+
+/** Real models' chat templates, by file name (`Qwen-Qwen2.5-7B-Instruct.jinja`, ...). */
+export async function chatTemplates(): Promise<Record<string, string>> {
+  const path = join(root, '../../tooling/ggml-fixtures/chat-templates.json');
+  return (JSON.parse(await readFile(path, 'utf8')) as { templates: Record<string, string> })
+    .templates;
+}
+
+/**
+ * Writes the random model as GGUF files that carry real chat templates (`name` → template), in
+ * `dir`, as `<name>.gguf`; its context is 4,096 tokens (templates that list tools are long).
+ */
+export async function writeTemplatedGgufs(
+  dir: string,
+  files: Readonly<Record<string, string>>,
+): Promise<void> {
+  const checkpoint = join(dir, 'random-checkpoint');
+  await writeRandomCheckpoint(
+    checkpoint,
+    { ...randomModelConfig(), maxPositionEmbeddings: 4096 },
+    7,
+  );
+  for (const [name, template] of Object.entries(files)) {
+    await convertToGguf(checkpoint, join(dir, `${name}.gguf`), {
+      metadata: { 'general.name': name, 'tokenizer.chat_template': template },
+    });
+  }
 }

@@ -1,26 +1,17 @@
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { writeRandomCheckpoint } from '@kvasir/model';
-import { convertToGguf } from '@kvasir/model/formats';
+import { join } from 'node:path';
 import { Ajv } from 'ajv';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomModelConfig } from '../src/default-model.js';
-import { type ServerProcess, startServer } from './harness.js';
+import { chatTemplates, type ServerProcess, startServer, writeTemplatedGgufs } from './harness.js';
 
 // Structured outputs and tools through a real `kvasir serve` and the official OpenAI client,
 // on GGUF files of the random model whose chat templates are three families' real ones
 // (Qwen 2.5's Hermes calls, Llama 3.1's JSON, Mistral Nemo's [TOOL_CALLS]). The model is noise,
 // so every valid answer below is the grammar's doing.
 
-const here = dirname(fileURLToPath(import.meta.url));
-const templates = (
-  JSON.parse(
-    await readFile(join(here, '../../../tooling/ggml-fixtures/chat-templates.json'), 'utf8'),
-  ) as { templates: Record<string, string> }
-).templates;
+const templates = await chatTemplates();
 
 const FAMILIES = [
   { format: 'hermes', template: 'Qwen-Qwen2.5-7B-Instruct.jinja', parallel: true },
@@ -60,17 +51,10 @@ const validArguments = {
 let tmp: string;
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'kvasir-tools-'));
-  const dir = join(tmp, 'random');
-  // Llama 3.1's template spells the tools out at length: room for 1,200 prompt tokens and more.
-  await writeRandomCheckpoint(dir, { ...randomModelConfig(), maxPositionEmbeddings: 4096 }, 7);
-  for (const f of FAMILIES) {
-    await convertToGguf(dir, join(tmp, `tools-${f.format}.gguf`), {
-      metadata: {
-        'general.name': `tools-${f.format}`,
-        'tokenizer.chat_template': templates[f.template]!,
-      },
-    });
-  }
+  await writeTemplatedGgufs(
+    tmp,
+    Object.fromEntries(FAMILIES.map((f) => [`tools-${f.format}`, templates[f.template]!])),
+  );
 }, 120_000);
 afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
