@@ -8,7 +8,13 @@ import {
   validateRoutingPolicy,
 } from './routing-policy.js';
 
-const request: RoutingRequest = { kind: 'chat', model: 'm', promptBlocks: 10, promptTokens: 170 };
+const request: RoutingRequest = {
+  kind: 'chat',
+  model: 'm',
+  promptBlocks: 10,
+  promptTokens: 170,
+  maxTokens: 16,
+};
 
 function candidate(index: number, fields: Partial<ReplicaCandidate> = {}): ReplicaCandidate {
   return {

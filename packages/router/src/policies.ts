@@ -32,7 +32,8 @@ function tieBreaker(): (best: ReplicaCandidate[]) => ReplicaCandidate {
  * `cost = overlapWeight × prefill blocks + decode blocks`, where prefill blocks are the
  * prompt's blocks the replica lacks (a block in a lower tier counts as its missing fraction:
  * a host block weighs 0.8, so it costs 0.2 of a recompute) plus the prefill it already has
- * queued, and decode blocks the blocks its running requests hold.
+ * queued, and decode blocks the blocks its running requests add to its cache (a cached prefix
+ * counts once, as the engine holds it once).
  *
  * Why this over llm-d's weighted sum of scorers (prefix, queue, KV use): both terms are in one
  * unit, blocks of work, so cache affinity and load trade off without scaling scores of different

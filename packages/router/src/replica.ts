@@ -84,6 +84,12 @@ export class Replica {
     this.index = index;
   }
 
+  /**
+   * Nothing listens there (a refused connection, or a health check reset): never tried until a
+   * health check passes. A replica out only for slow health checks is still tried when no
+   * healthy one is left (it is busy, not gone).
+   */
+  down = false;
   /** Health checks failed in a row (a slow answer counts; the router decides when to give up). */
   consecutiveFailures = 0;
   /** A health check is in flight (the next one waits for it). */

@@ -145,7 +145,7 @@ describe('KvRouter proxy (stand-in replicas on loopback)', () => {
       unhealthyAfter: 4,
       log: () => {},
     });
-    await router.listen();
+    const routerUrl = await router.listen();
     cleanup.push(() => router.close());
     expect(router.replicas()[0]!.healthy).toBe(true);
     slow = true;
@@ -160,6 +160,10 @@ describe('KvRouter proxy (stand-in replicas on loopback)', () => {
     };
     expect(await until(false)).toBe(false);
     expect(router.replicas()[0]!.healthy).toBe(false);
+    // Out, but busy rather than gone: with no healthy replica left, it still gets requests.
+    const res = await post(routerUrl, { model: 'm', prompt: 'x' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-kvasir-replica')).toBe(url);
     slow = false;
     expect(await until(true)).toBe(true);
   });

@@ -112,6 +112,13 @@ function forwardHeaders(headers: IncomingHttpHeaders): Record<string, string | s
   return out;
 }
 
+/** `max_tokens` (or chat's `max_completion_tokens`) of a body, 16 when absent or malformed. */
+function maxTokensOf(body: unknown): number {
+  const b = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
+  const n = b.max_completion_tokens ?? b.max_tokens;
+  return typeof n === 'number' && Number.isFinite(n) && n >= 0 ? n : 16;
+}
+
 function errorBody(message: string, code: string, type = 'server_error'): string {
   return JSON.stringify({ error: { message, type, param: null, code } });
 }
@@ -288,6 +295,7 @@ export class KvRouter {
           );
         }
         r.healthy = ok;
+        r.down = result === 'down';
         r.checked = true;
       }),
     );
@@ -418,6 +426,7 @@ export class KvRouter {
       model: '',
       promptBlocks: 0,
       promptTokens: 0,
+      maxTokens: 16,
     };
     if (kind !== undefined) {
       this.counters.requests++;
@@ -431,6 +440,7 @@ export class KvRouter {
           model: prompt.model,
           promptBlocks: hashes.length,
           promptTokens: prompt.tokens.length,
+          maxTokens: maxTokensOf(parsed),
         };
       } catch {
         // Not JSON, or not a prompt the tokenizer takes: routed by load; the replica answers.
@@ -439,7 +449,11 @@ export class KvRouter {
     const tried = new Set<Replica>();
     let last: Extract<Attempt, { kind: 'retry' }> | undefined;
     for (;;) {
-      const candidates = this.#replicas.filter((r) => r.healthy && !tried.has(r));
+      let candidates = this.#replicas.filter((r) => r.healthy && !tried.has(r));
+      // None healthy: the busy ones (slow health checks, still listening) before a 503.
+      if (candidates.length === 0) {
+        candidates = this.#replicas.filter((r) => r.checked && !r.down && !tried.has(r));
+      }
       if (candidates.length === 0 || res.destroyed) break;
       const views = candidates.map((r): ReplicaCandidate => {
         const m = this.index.match(r.url, hashes);
@@ -513,9 +527,11 @@ export class KvRouter {
     hashes: readonly BlockHash[],
   ): Promise<Attempt> {
     const uncached = Math.max(0, request.promptBlocks - view.cachedBlocks);
+    // What the request adds to the replica's cache: a cached prefix is already held there.
+    const added = uncached + Math.ceil(request.maxTokens / this.#blockSize);
     replica.inFlight++;
     replica.pendingPrefillBlocks += uncached;
-    replica.activeBlocks += request.promptBlocks;
+    replica.activeBlocks += added;
     let prefilling = true;
     const prefilled = () => {
       if (!prefilling) return;
@@ -528,7 +544,7 @@ export class KvRouter {
       released = true;
       prefilled();
       replica.inFlight--;
-      replica.activeBlocks -= request.promptBlocks;
+      replica.activeBlocks -= added;
     };
     if (hashes.length > 0)
       this.index.predict(replica.url, hashes, this.#options.predictionTtlMs ?? 10_000);
@@ -572,6 +588,7 @@ export class KvRouter {
           // the replica stays in (a keep-alive race or one failed request is not a dead one;
           // its health check decides).
           const refused = (error as NodeJS.ErrnoException).code === 'ECONNREFUSED';
+          if (refused) replica.down = true;
           if (refused && replica.healthy && !res.destroyed) {
             replica.healthy = false;
             this.#log(

@@ -13,6 +13,8 @@ export interface RoutingRequest {
   readonly promptBlocks: number;
   /** Prompt tokens (0 when unknown). */
   readonly promptTokens: number;
+  /** Tokens it may generate (`max_tokens`, 16 when absent). */
+  readonly maxTokens: number;
 }
 
 /** What a policy knows of one candidate replica: healthy, not yet tried for this request. */
@@ -25,7 +27,10 @@ export interface ReplicaCandidate {
   readonly inFlight: number;
   /** Prompt blocks of those requests still to be prefilled (no byte answered yet). */
   readonly pendingPrefillBlocks: number;
-  /** Blocks those requests hold (prompt and tokens generated so far, estimated). */
+  /**
+   * Blocks those requests add to the replica's cache: the prompt blocks it lacked and the
+   * blocks their tokens will fill (a cached prefix is held once, however many requests share it).
+   */
   readonly activeBlocks: number;
   /** Leading prompt blocks the replica holds, by its KV events (and the router's predictions). */
   readonly cachedBlocks: number;
