@@ -9,12 +9,12 @@
 // the configurations alternate (A B C, B C A, ...). Replicas: `kvasir serve --model random` on
 // the cpu backend (its prefill is slow enough that a cached prefix shows).
 //
-//   pnpm --filter kvasir exec tsx bench/router.ts [--rounds 2] [--blocks 40] [--requests 36]
-//     [--prompts 6] [--system-words 90] [--concurrency 6] [--latency-pairs 60]
+//   pnpm --filter kvasir exec tsx bench/router.ts [--rounds 2] [--blocks 64] [--requests 24]
+//     [--prompts 6] [--system-words 60] [--concurrency 4] [--latency-pairs 60]
 //
 // Prints one JSON object, with /proc/loadavg before and after.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -29,11 +29,11 @@ const arg = (name: string, fallback: number) => {
   return i >= 0 ? Number(argv[i + 1]) : fallback;
 };
 const rounds = arg('--rounds', 2);
-const blocks = arg('--blocks', 40);
-const requests = arg('--requests', 36);
+const blocks = arg('--blocks', 64);
+const requests = arg('--requests', 24);
 const numPrompts = arg('--prompts', 6);
-const systemWords = arg('--system-words', 90);
-const concurrency = arg('--concurrency', 6);
+const systemWords = arg('--system-words', 60);
+const concurrency = arg('--concurrency', 4);
 const latencyPairs = arg('--latency-pairs', 60);
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -52,8 +52,10 @@ function start(args: readonly string[], ready: RegExp): Promise<RegExpExecArray>
   const child = spawn(process.execPath, [cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
   let out = '';
+  const log = createWriteStream(join(cacheDir, `${args[0]}-${child.pid}.log`));
   return new Promise((resolve, reject) => {
     const on = (d: Buffer) => {
+      log.write(d);
       out += d.toString();
       const m = ready.exec(out);
       if (m) resolve(m);
@@ -138,6 +140,7 @@ interface RunFigures {
   readonly hitRate: number;
   readonly meanTtftMs: number;
   readonly failed: number;
+  readonly errors: Readonly<Record<string, number>>;
 }
 
 async function run(url: string, tag: string): Promise<RunFigures> {
@@ -158,6 +161,7 @@ async function run(url: string, tag: string): Promise<RunFigures> {
     hitRate: prompt === 0 ? 0 : cached / prompt,
     meanTtftMs: ok.reduce((s, r) => s + r.ttftMs, 0) / Math.max(1, ok.length),
     failed: report.failed_requests,
+    errors: report.errors,
   };
 }
 
@@ -218,6 +222,7 @@ process.stdout.write(
   `${JSON.stringify(
     {
       command: `tsx bench/router.ts ${argv.join(' ')}`.trim(),
+      logs: cacheDir,
       setup: {
         replicas: 3,
         blocksPerReplica: blocks,
