@@ -10,7 +10,7 @@
 // the cpu backend (its prefill is slow enough that a cached prefix shows).
 //
 //   pnpm --filter kvasir exec tsx bench/router.ts [--rounds 2] [--blocks 64] [--requests 24]
-//     [--prompts 6] [--system-words 60] [--concurrency 4] [--latency-pairs 60]
+//     [--prompts 6] [--system-words 60] [--concurrency 4] [--latency-pairs 60] [-- <serve flags>]
 //
 // Prints one JSON object, with /proc/loadavg before and after.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
@@ -23,7 +23,11 @@ import { type LoadReport, runLoad } from '../src/bench/load.js';
 import { percentile } from '../src/bench/stats.js';
 import { RANDOM_MODEL_NAME } from '../src/default-model.js';
 
-const argv = process.argv.slice(2);
+const all = process.argv.slice(2);
+const cut = all.indexOf('--');
+const argv = cut >= 0 ? all.slice(0, cut) : all;
+/** Extra `kvasir serve` flags for every replica (after `--`), e.g. `--offload-host-bytes 0`. */
+const serveExtra = cut >= 0 ? all.slice(cut + 1) : [];
 const arg = (name: string, fallback: number) => {
   const i = argv.indexOf(name);
   return i >= 0 ? Number(argv[i + 1]) : fallback;
@@ -88,6 +92,7 @@ async function serve(numBlocks: number): Promise<{ url: string; spec: string }> 
       'tcp://127.0.0.1:*',
       '--kv-events-replay',
       'tcp://127.0.0.1:*',
+      ...serveExtra,
     ],
     /listening on (http:\/\/\S+)[\s\S]*KV events +(tcp:\/\/\S+) .*replay (tcp:\/\/\S+)/,
   );
@@ -221,7 +226,7 @@ const round3 = (x: number) => Math.round(x * 1000) / 1000;
 process.stdout.write(
   `${JSON.stringify(
     {
-      command: `tsx bench/router.ts ${argv.join(' ')}`.trim(),
+      command: `tsx bench/router.ts ${all.join(' ')}`.trim(),
       logs: cacheDir,
       setup: {
         replicas: 3,
