@@ -269,7 +269,10 @@ function wasmAttention(
     tokSeq.fill(s, a, a + (plan.queryLens[s] as number));
   }
   const sp = Math.ceil((Math.max(...plan.contextLens) + 1) / 4) * 4;
-  const stride = (group * sp + (2 * group + 1) * d + 64) * 4;
+  // Room for the query tiles (4 tokens' scores and accumulators, as the executor sizes it), so
+  // f32 and f16 prompts take them; with mass the op goes token by token, and the mass test
+  // below holds the two to the same bits.
+  const stride = (Math.max(group * sp + (2 * group + 1) * d, 4 * group * (sp + d) + d) + 64) * 4;
   const out = put(rt, new Float32Array(t * hq * d));
   const masses = new AttentionMass(rt.arena, hq, kv.blockSize);
   const massArgs = mass ? masses.prepare(plan) : [0, 0, 0];
@@ -343,6 +346,7 @@ describe('wasm paged attention', () => {
         pagedAttentionCpu(c, b.kv, b.cache, b.q, b.plan, new Float32Array(b.q.length), want);
         const plain = wasmAttention(rt, b.kv, shape.hq, b.cache, b.plan, b.q);
         const withMass = wasmAttention(rt, b.kv, shape.hq, b.cache, b.plan, b.q, true);
+        // f32 / f16: the query tiles (plain) and the token-by-token path (mass), the same bits.
         expect(withMass).toEqual(plain);
         for (const [s, m] of b.plan.massOut.entries()) {
           if (m === undefined) continue;

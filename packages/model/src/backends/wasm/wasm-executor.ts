@@ -68,6 +68,8 @@ export interface WasmExecutor extends Executor {
 // blocks a token block of x in int16 and one unpacked weight row (GGML_SCRATCH_FLOATS_PER_COL
 // of c/ggml-matmul.h).
 const MATMUL_SCRATCH_PER_COL = 11;
+// Tokens per query tile of prefill attention (attention.c's QT): its scratch is sized for them.
+const ATTENTION_QUERY_TILE = 4;
 // Token rows from which a step quantizes the GGML matmuls' activations in an op of its own,
 // shared by every thread (fewer: each thread's matmul quantizes them, no barrier).
 const SHARED_QUANTIZE_TOKENS = 4;
@@ -405,10 +407,15 @@ class WasmForward {
     const a = (n: number) => this.#arena.alloc(n * 4, 'step buffers');
     const maxK = Math.max(c.hiddenSize, c.intermediateSize, c.numHeads * c.headDim);
     // Attention's share: scores per query head of the group (with one spare float each), the
-    // rotated queries and the accumulators of the group, one loaded K or V row.
+    // rotated queries and the accumulators of the group, one loaded K or V row; or, for its
+    // query tiles (attention.c's QT = 4 tokens of a prompt sharing each K/V row), four tokens'
+    // scores and accumulators and one row.
     const group = c.numHeads / c.numKvHeads;
     const scoreStride = Math.ceil((context + 1) / 4) * 4;
-    const attention = group * scoreStride + (2 * group + 1) * c.headDim;
+    const attention = Math.max(
+      group * scoreStride + (2 * group + 1) * c.headDim,
+      ATTENTION_QUERY_TILE * group * (scoreStride + c.headDim) + c.headDim,
+    );
     const scratchStride = (MATMUL_SCRATCH_PER_COL * maxK + attention + 64) * 4;
     this.#plan = {
       seqs,

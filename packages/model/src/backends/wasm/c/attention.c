@@ -257,6 +257,107 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   }
 }
 
+// Query tiles: up to QT consecutive tokens of one sequence (a prompt's) share each K and V row,
+// loaded and decoded once for all of them instead of once per token. Each token's arithmetic is
+// attend's, in the same order, so the bits are the same either way. Taken for f32 and f16 caches
+// without attention mass, when a thread's scratch holds QT tokens' scores and accumulators
+// (attention_tile_floats); the other cases go through attend.
+#define QT 4
+
+INLINE i32 attention_tile_floats(i32 group, i32 sp, i32 d) { return QT * group * (sp + d) + d; }
+
+INLINE void attend_run(const Attention* A, i32 ta, i32 tb, i32 kvh, i32 kvfmt) {
+  i32 hq = A->hq, d = A->d, bs = A->bs, bw = A->bw, sw = A->sw, sp = A->sp, group = A->group;
+  const u32* cache = A->cache;
+  i32 s = A->tokSeq[ta];
+  const i32* table = A->tables + (long)s * A->maxBlocks;
+  i32 n = tb - ta;
+  i32 vis[QT];
+  const float* qh[QT];
+  float* sc[QT];
+  float* acc[QT];
+  float* buf = A->scores + (long)QT * group * (sp + d);
+  for (i32 i = 0; i < n; i++) {
+    i32 t = ta + i;
+    vis[i] = A->ctxLen[s] - A->qLen[s] + (t - A->qStart[s]) + 1;
+    qh[i] = A->q + ((long)t * hq + (long)kvh * group) * d;
+    sc[i] = A->scores + (long)i * group * sp;
+    acc[i] = A->scores + (long)QT * group * sp + (long)i * group * d;
+  }
+  i32 vmax = vis[0];
+  for (i32 i = 1; i < n; i++) vmax = vis[i] > vmax ? vis[i] : vmax;
+  for (i32 j0 = 0, b = 0; j0 < vmax; j0 += bs, b++) {
+    const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
+    i32 rows = vmax - j0 < bs ? vmax - j0 : bs;
+    for (i32 r = 0; r < rows; r++) {
+      float f;
+      const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
+      f *= A->scale;
+      for (i32 i = 0; i < n; i++) {
+        if (j0 + r >= vis[i]) continue;
+        for (i32 g = 0; g < group; g++)
+          sc[i][g * sp + j0 + r] = dot_f32(qh[i] + g * d, row, d) * f;
+      }
+    }
+  }
+  for (i32 i = 0; i < n; i++) {
+    for (i32 g = 0; g < group; g++) {
+      float* p = sc[i] + (long)g * sp;
+      i32 visible = vis[i];
+      float mx = bits_f32(0xff800000u);
+      for (i32 j = 0; j < visible; j++) mx = p[j] > mx ? p[j] : mx;
+      v128_t mxv = wasm_f32x4_splat(mx), sumv = wasm_f32x4_splat(0);
+      i32 j = 0;
+      for (; j + 4 <= visible; j += 4) {
+        v128_t e = softmax_exp4(wasm_f32x4_sub(ld(p + j), mxv));
+        wasm_v128_store(p + j, e);
+        sumv = wasm_f32x4_add(sumv, e);
+      }
+      float sum = hsum(sumv);
+      for (; j < visible; j++) {
+        float e = expf_(p[j] - mx);
+        p[j] = e;
+        sum += e;
+      }
+      p[visible] = 1.0f / sum;
+      for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc[i] + g * d + e, wasm_f32x4_splat(0));
+    }
+  }
+  for (i32 j0 = 0, b = 0; j0 < vmax; j0 += bs, b++) {
+    const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh + 1) * sw;
+    i32 rows = vmax - j0 < bs ? vmax - j0 : bs;
+    for (i32 r = 0; r < rows; r++) {
+      float f;
+      const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
+      for (i32 i = 0; i < n; i++) {
+        if (j0 + r >= vis[i]) continue;
+        for (i32 g = 0; g < group; g++)
+          axpy_f32(acc[i] + g * d, sc[i][g * sp + j0 + r] * f, row, d);
+      }
+    }
+  }
+  for (i32 i = 0; i < n; i++) {
+    for (i32 g = 0; g < group; g++) {
+      float* o = A->out + ((long)(ta + i) * hq + (long)kvh * group + g) * d;
+      v128_t iv = wasm_f32x4_splat(sc[i][g * sp + vis[i]]);
+      for (i32 e = 0; e < d; e += 4) wasm_v128_store(o + e, wasm_f32x4_mul(ld(acc[i] + g * d + e), iv));
+    }
+  }
+}
+
+// Tile item `item` (tokens [QT · (item / hkv), + QT) with kv head item % hkv): its runs of one
+// sequence each.
+INLINE void attend_tile(const Attention* A, i32 item, i32 m, i32 kvfmt) {
+  i32 t0 = (item / A->hkv) * QT, kvh = item % A->hkv;
+  i32 t1 = t0 + QT < m ? t0 + QT : m;
+  for (i32 a = t0; a < t1;) {
+    i32 b = a + 1;
+    while (b < t1 && A->tokSeq[b] == A->tokSeq[a]) b++;
+    attend_run(A, a, b, kvh, kvfmt);
+    a = b;
+  }
+}
+
 // Causal paged attention, split across threads by (token, kv head) items: token i of a sequence
 // sees cache positions [0, contextLen - queryLen + i]. Each K and V row is loaded once per item
 // and used by the item's query heads (GQA, MQA: its whole group, or with fewer items than
@@ -309,6 +410,16 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   // with its position, so ranges gave the last thread the most work (3x the first's on two
   // threads for one prompt). Each item's result is the same whichever thread computes it.
   i32 items = pairs * A.parts;
+  if (m > 1 && A.parts == 1 && !A.mass && (kvfmt == KV_F32 || kvfmt == KV_F16) &&
+      a[21] >= 4 * attention_tile_floats(A.group, A.sp, A.d)) {
+    i32 tiles = (m + QT - 1) / QT * A.hkv;
+    if (kvfmt == KV_F32) {
+      for (i32 item = tid; item < tiles; item += nth) attend_tile(&A, item, m, KV_F32);
+    } else {
+      for (i32 item = tid; item < tiles; item += nth) attend_tile(&A, item, m, KV_F16);
+    }
+    return;
+  }
   switch (kvfmt) {
 #define ATTEND(F) \
   case F:         \
