@@ -157,6 +157,12 @@ export const engineConfigSchema = z.strictObject({
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8000),
   apiKey: z.string().optional(),
+  /**
+   * Largest non-streamed answer `serve` sends, in bytes, estimated from a request before it is
+   * generated (prompts, `n`, `max_tokens`, `echo`, `logprobs`); a larger one gets 400 naming
+   * the field to lower.
+   */
+  maxResponseBytes: positiveInt.default(16 * 1024 * 1024),
   /** Where the random-weight model (`model: 'random'`) is written. */
   cacheDir: z.string().optional(),
   /** Seed of the random-weight model's weights. */

@@ -9,6 +9,7 @@ import {
   makeModelConfig,
   writeRandomCheckpoint,
 } from '@kvasir/model';
+import fc from 'fast-check';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_KEY, type ServerProcess, startServer } from './harness.js';
@@ -201,6 +202,53 @@ describe('echo with logprobs on the real engine (built CLI, CPU backend)', () =>
     expect(lp.top_logprobs).toBeNull();
     const again = await server.client.completions.create(plain);
     expect(cached(again.usage)).toBeGreaterThan(0);
+  });
+
+  it('places every echoed token in the returned text, BOS at 0 (fast-check over prompts)', async () => {
+    const prompt = fc
+      .array(
+        fc.oneof(
+          fc.constantFrom('The', ' cache', ' paged', '  ', '\n', 'é', '日本', '🙂', '42', '!'),
+          fc.string({ unit: 'grapheme', maxLength: 4 }),
+        ),
+        { minLength: 1, maxLength: 16 },
+      )
+      .map((parts) => parts.join(''))
+      .filter((p) => p.length > 0 && tokenizer.encode(p).length < 200);
+    await fc.assert(
+      fc.asyncProperty(prompt, async (text) => {
+        const ids = tokenizer.encode(text);
+        expect(ids[0]).toBe(tokenizer.bosTokenId);
+        const res = await server.client.completions.create({
+          model: MODEL,
+          prompt: text,
+          max_tokens: 3,
+          echo: true,
+          logprobs: 1,
+          temperature: 0,
+        });
+        const choice = res.choices[0]!;
+        const lp = choice.logprobs as unknown as LegacyLogprobs;
+        const offsets = lp.text_offset;
+        expect(choice.text.startsWith(text)).toBe(true);
+        expect(offsets).toHaveLength(lp.tokens.length);
+        offsets.forEach((offset, i) => {
+          expect(offset).toBeGreaterThanOrEqual(i === 0 ? 0 : offsets[i - 1]!);
+          expect(offset).toBeLessThanOrEqual(choice.text.length);
+        });
+        // The text before each prompt token is what the tokens before it decode to (where that
+        // ends on a whole character): the BOS and the first token both start at 0.
+        for (let i = 0; i < ids.length; i++) {
+          const before = tokenizer.decode(ids.slice(0, i), { skipSpecialTokens: true });
+          if (!before.endsWith('\uFFFD')) expect(choice.text.slice(0, offsets[i])).toBe(before);
+        }
+        // The generated tokens follow the echoed prompt.
+        for (let i = ids.length; i < offsets.length; i++) {
+          expect(offsets[i]).toBeGreaterThanOrEqual(text.length);
+        }
+      }),
+      { numRuns: 25 },
+    );
   });
 
   it('refuses echo with stream with a 400 naming echo', async () => {

@@ -29,6 +29,12 @@ export interface PromptTokenLogprob {
   readonly logprob: number | null;
   /** The request's `logprobs` most likely tokens at this position, most likely first; `null` for the first. */
   readonly top: readonly TopLogprob[] | null;
+  /**
+   * Where the token's text starts in {@link PromptEvent.text}, in UTF-16 code units (OpenAI's
+   * `text_offset`): a token that adds no text (BOS, other special tokens) or only part of a
+   * character is placed where the next text starts.
+   */
+  readonly textOffset: number;
 }
 
 /** The prompt, echoed: sent once, before any delta, when the request asked for `echo`. */

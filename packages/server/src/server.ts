@@ -46,6 +46,12 @@ export interface ServerOptions {
   readonly requestTimeoutMs?: number;
   /** Largest `n` accepted. Default 16. */
   readonly maxN?: number;
+  /**
+   * Largest non-streamed answer, in bytes, estimated from the request before anything is
+   * generated (prompts, `n`, `max_tokens`, `echo`, `logprobs`); a larger one is refused with 400
+   * naming the field to change. Default 16 MiB.
+   */
+  readonly maxResponseBytes?: number;
   /** Default for {@link KvasirServer.close}'s deadline, in ms. Default 30 s. */
   readonly shutdownDeadlineMs?: number;
   /** Fastify logger setting. Default off. */
@@ -136,7 +142,15 @@ export function createServer(options: ServerOptions): KvasirServer {
   });
   if (apiKey) app.addHook('onRequest', bearerAuth(apiKey));
 
-  const context: RouteContext = { engine, metrics, inflight, maxN: options.maxN ?? 16 };
+  const context: RouteContext = {
+    engine,
+    metrics,
+    inflight,
+    maxN: options.maxN ?? 16,
+    ...(options.maxResponseBytes === undefined
+      ? {}
+      : { maxResponseBytes: options.maxResponseBytes }),
+  };
   registerStatusRoutes(app, context);
   registerModelRoutes(app, context);
   registerGenerationRoutes(app, context);

@@ -155,6 +155,11 @@ export class ScriptedEngine implements InferenceEngine {
       if (gate) await gate;
       if (request.echo) {
         const chars = request.promptTokens.map((id) => String.fromCodePoint(id));
+        const offsets: number[] = [];
+        chars.reduce((at, c) => {
+          offsets.push(at);
+          return at + c.length;
+        }, 0);
         const logprobs: PromptTokenLogprob[] | undefined =
           request.logprobs === undefined
             ? undefined
@@ -170,6 +175,7 @@ export class ScriptedEngine implements InferenceEngine {
                         token: j === 0 ? token : `alt${j}`,
                         logprob: promptLogprob(i) - j,
                       })),
+                textOffset: offsets[i]!,
               }));
         yield { kind: 'prompt', text: chars.join(''), ...(logprobs ? { logprobs } : {}) };
       }

@@ -62,6 +62,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   host: 'host',
   port: 'port',
   apiKey: 'apiKey',
+  maxResponseBytes: 'maxResponseBytes',
   cacheDir: 'cacheDir',
 };
 
@@ -179,6 +180,11 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
       .option('--host <host>', 'interface to bind (default 127.0.0.1)')
       .option('-p, --port <port>', 'port (default 8000; 0 = any free port)', int())
       .option('--api-key <key>', 'require this bearer key (default: $KVASIR_API_KEY)')
+      .option(
+        '--max-response-bytes <bytes>',
+        'largest non-streamed answer, estimated before generating (default 16MiB; 400 beyond)',
+        bytes,
+      )
       .option(
         '--kv-events <endpoint>',
         "publish KV block events in vLLM's format on this ZeroMQ PUB endpoint (tcp://*:5557 binds, tcp://host:port connects)",

@@ -121,6 +121,7 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     host: config.host,
     port: config.port,
     ...(config.apiKey ? { apiKey: config.apiKey } : {}),
+    maxResponseBytes: config.maxResponseBytes,
   });
   registerPrefixOffloadMetrics(server.metrics.registry, () => built.engine.prefixOffloadStats());
   registerPluginMetrics(server.metrics.registry, () => built.engine.pluginFailures());

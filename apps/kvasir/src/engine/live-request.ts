@@ -57,7 +57,7 @@ export class LiveRequest {
    * Echo with log-probabilities: entry i scores prompt token i (entry 0 stays, nothing predicts
    * it); filled from the prefill steps' logits, in any order, each position once.
    */
-  readonly #promptLogprobs: (PromptTokenLogprob | undefined)[] | undefined;
+  readonly #promptLogprobs: (Omit<PromptTokenLogprob, 'textOffset'> | undefined)[] | undefined;
   #promptMissing = 0;
   #promptSent = false;
 
@@ -133,13 +133,25 @@ export class LiveRequest {
     }
     const decoder = this.#codec.decoder();
     let text = '';
-    for (const id of this.request.promptTokens) text += decoder.push(id);
+    // A token starts where the text stood before it: one that adds nothing (BOS) or holds back
+    // part of a character sits where the next text starts.
+    const offsets = lp ? new Array<number>(lp.length) : undefined;
+    this.request.promptTokens.forEach((id, i) => {
+      if (offsets) offsets[i] = text.length;
+      text += decoder.push(id);
+    });
     text += decoder.flush();
     this.#promptSent = true;
     this.queue.push({
       kind: 'prompt',
       text,
-      ...(lp ? { logprobs: lp as PromptTokenLogprob[] } : {}),
+      ...(lp && offsets
+        ? {
+            logprobs: lp.map(
+              (entry, i): PromptTokenLogprob => ({ ...entry!, textOffset: offsets[i]! }),
+            ),
+          }
+        : {}),
     });
   }
 

@@ -177,6 +177,41 @@ describe('prepareRequest', () => {
     ).toMatchObject({ code: 'INVALID_REQUEST', param: 'prompt' });
     expect(calls).toEqual(['checkAccepting']);
   });
+
+  it('refuses a non-streamed answer past maxResponseBytes before generating, naming the field', async () => {
+    // 16 prompts of 30 tokens, echoed with 20 alternatives each: about 16 × 30 × 680 bytes.
+    const batch = {
+      prompt: Array.from({ length: 16 }, () => Array.from({ length: 30 }, (_, i) => i + 1)),
+      max_tokens: 1,
+      echo: true,
+      logprobs: 20,
+    };
+    const small = { ...context, maxResponseBytes: 64 * 1024 };
+    expect(await refusal(prepareRequest('completion', batch, small))).toMatchObject({
+      code: 'INVALID_REQUEST',
+      param: 'logprobs',
+    });
+    // The same request fits a larger bound, or without the alternatives.
+    await expect(
+      prepareRequest('completion', batch, { ...small, maxResponseBytes: 1024 * 1024 }),
+    ).resolves.toBeDefined();
+    await expect(
+      prepareRequest('completion', { ...batch, logprobs: undefined }, small),
+    ).resolves.toBeDefined();
+    // Without log-probabilities, n × max_tokens is what is too large.
+    const long = { prompt: 'x', n: 4, max_tokens: 25 };
+    expect(
+      await refusal(prepareRequest('completion', long, { ...context, maxResponseBytes: 512 })),
+    ).toMatchObject({ param: 'max_tokens' });
+    // A stream is sent as it is made: no bound.
+    await expect(
+      prepareRequest(
+        'completion',
+        { ...long, stream: true },
+        { ...context, maxResponseBytes: 512 },
+      ),
+    ).resolves.toBeDefined();
+  });
 });
 
 describe('prepareRequest: structured outputs and tools', () => {

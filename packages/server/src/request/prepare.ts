@@ -9,6 +9,7 @@ import type {
 } from '../inference-engine.js';
 import type { ToolCallSyntax } from '../tools/tool-call-format.js';
 import { checkPrompt } from './prompt-check.js';
+import { checkResponseSize, DEFAULT_MAX_RESPONSE_BYTES } from './response-size.js';
 import {
   type ChatBody,
   type CompletionBody,
@@ -48,6 +49,11 @@ export interface PrepareContext {
   >;
   /** Largest `n` accepted. */
   readonly maxN: number;
+  /**
+   * Largest non-streamed answer, in bytes, as estimated before generating (see
+   * {@link checkResponseSize}); default 16 MiB. A streamed answer is sent as it is made.
+   */
+  readonly maxResponseBytes?: number;
   /**
    * Called once the body is valid and its model known, before any tokenizing: throws to refuse
    * the request (the server is draining, the engine is not ready).
@@ -286,6 +292,22 @@ export async function prepareRequest(
       ...(echo ? { echo: true } : {}),
       ...(kvCompression ? { kvCompression } : {}),
       ...(constraint ? { constraint } : {}),
+    });
+  }
+  if (!stream) {
+    checkResponseSize({
+      prompts: requests.map((r, i) => {
+        const prompt = prompts[i];
+        return {
+          tokens: r.promptTokens.length,
+          maxTokens: r.maxTokens,
+          ...(typeof prompt === 'string' ? { textBytes: Buffer.byteLength(prompt) } : {}),
+        };
+      }),
+      n,
+      echo,
+      logprobs,
+      maxBytes: context.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
     });
   }
   return {

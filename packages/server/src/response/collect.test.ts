@@ -120,7 +120,7 @@ describe('collectResponse', () => {
     const echoed = {
       kind: 'prompt' as const,
       text: 'decoded',
-      logprobs: [{ tokenId: 1, token: 'p', logprob: null, top: null }],
+      logprobs: [{ tokenId: 1, token: 'p', logprob: null, top: null, textOffset: 0 }],
     };
     type Completion = {
       choices: {

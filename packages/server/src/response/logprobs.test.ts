@@ -26,8 +26,14 @@ describe('completionLogprobs', () => {
       kind: 'prompt' as const,
       text: 'Hey',
       logprobs: [
-        { tokenId: 1, token: 'He', logprob: null, top: null },
-        { tokenId: 2, token: 'y', logprob: -0.5, top: [{ tokenId: 2, token: 'y', logprob: -0.5 }] },
+        { tokenId: 1, token: 'He', logprob: null, top: null, textOffset: 0 },
+        {
+          tokenId: 2,
+          token: 'y',
+          logprob: -0.5,
+          top: [{ tokenId: 2, token: 'y', logprob: -0.5 }],
+          textOffset: 2,
+        },
       ],
     };
     const out = completionLogprobs([lp('!', 0)], true, { prompt, textLength: 3 });
@@ -37,6 +43,21 @@ describe('completionLogprobs', () => {
       top_logprobs: [null, { y: -0.5 }, {}],
       text_offset: [0, 2, 3],
     });
+  });
+
+  it("takes the prompt tokens' offsets from the engine: a BOS adds no text", () => {
+    const prompt = {
+      kind: 'prompt' as const,
+      text: 'Hi',
+      logprobs: [
+        { tokenId: 0, token: '<s>', logprob: null, top: null, textOffset: 0 },
+        { tokenId: 5, token: 'Hi', logprob: -0.5, top: [], textOffset: 0 },
+      ],
+    };
+    const out = completionLogprobs([lp('!', 0)], false, { prompt, textLength: 2 });
+    expect(out.tokens).toEqual(['<s>', 'Hi', '!']);
+    // Counting token lengths would give [0, 3, 2]: past the text, and out of order.
+    expect(out.text_offset).toEqual([0, 0, 2]);
   });
 });
 

@@ -34,13 +34,14 @@ export function completionLogprobs(
   const offsets: number[] = [];
   let shift = 0;
   if (echoed) {
-    let offset = 0;
+    // The engine places each prompt token in its decoded text; a token's own text would not do
+    // (BOS shows as `<s>` in `tokens` but adds nothing to the text). The echo is the prompt as
+    // sent, which that decoding gives back whenever the tokenizer round-trips it.
     for (const lp of echoed.prompt.logprobs ?? []) {
       tokens.push(lp.token);
       tokenLogprobs.push(lp.logprob);
       top.push(topObject(lp.top));
-      offsets.push(offset);
-      offset += lp.token.length;
+      offsets.push(Math.min(lp.textOffset, echoed.textLength));
     }
     shift = echoed.textLength;
   }

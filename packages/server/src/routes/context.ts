@@ -9,4 +9,6 @@ export interface RouteContext {
   readonly inflight: InFlightRequests;
   /** Largest `n` accepted. */
   readonly maxN: number;
+  /** Largest non-streamed answer, in bytes (estimated before generating). */
+  readonly maxResponseBytes?: number;
 }

@@ -12,7 +12,7 @@ import type { RouteContext } from './context.js';
  * prompt of a batch), then answer with the collected response or an SSE stream.
  */
 export function registerGenerationRoutes(app: FastifyInstance, context: RouteContext) {
-  const { engine, metrics, inflight, maxN } = context;
+  const { engine, metrics, inflight, maxN, maxResponseBytes } = context;
   const checkAccepting = () => {
     if (inflight.draining) throw new EngineError('DRAINING', 'server is shutting down');
     const health = engine.health();
@@ -26,7 +26,12 @@ export function registerGenerationRoutes(app: FastifyInstance, context: RouteCon
 
   async function handle(kind: RequestKind, request: FastifyRequest, reply: FastifyReply) {
     const arrived = performance.now();
-    const prepared = await prepareRequest(kind, request.body, { engine, maxN, checkAccepting });
+    const prepared = await prepareRequest(kind, request.body, {
+      engine,
+      maxN,
+      checkAccepting,
+      ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
+    });
     const flight = inflight.begin(reply.raw);
     const { controller } = flight;
     try {
