@@ -110,6 +110,12 @@ export const engineConfigSchema = z.strictObject({
   maxModelLen: positiveInt.optional(),
   /** Requests allowed to wait before new ones get 429. */
   maxWaiting: positiveInt.default(256),
+  /**
+   * Events a streaming request may have sent and its client not read, per choice: past it the
+   * client has stopped reading, and the engine ends the request (its blocks come back) instead
+   * of queueing its output without bound.
+   */
+  maxUnreadEvents: positiveInt.default(1024),
   enableChunkedPrefill: z.boolean().default(true),
   enablePrefixCaching: z.boolean().default(true),
   preemptionMode: z.enum(['recompute', 'swap']).default('recompute'),

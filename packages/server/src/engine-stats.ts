@@ -32,6 +32,11 @@ export interface EngineStats {
   readonly evictions?: number;
   /** Steps that failed, and the requests they ended, while the engine went on serving. */
   readonly failures?: { readonly steps: number; readonly requests: number };
+  /**
+   * Streaming requests the engine ended because their client stopped reading (their unread
+   * output passed the engine's bound); their KV blocks came back at once.
+   */
+  readonly stalledStreams?: number;
   /** Each offload tier's health and the entries it had to drop. */
   readonly offloadTiers?: readonly OffloadTierStats[];
   /**

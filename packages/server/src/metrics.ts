@@ -174,6 +174,12 @@ export class ServerMetrics {
       (s) => (s.failures === undefined ? [] : [[{}, s.failures.steps]]),
     );
     mirror(
+      'kvasir_stalled_streams_total',
+      'Streaming requests ended because their client stopped reading (unread output past the bound).',
+      [],
+      (s) => (s.stalledStreams === undefined ? [] : [[{}, s.stalledStreams]]),
+    );
+    mirror(
       'kvasir_engine_failed_requests_total',
       'Requests ended with an error by a failed step.',
       [],

@@ -39,6 +39,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   maxNumBatchedTokens: 'maxNumBatchedTokens',
   maxModelLen: 'maxModelLen',
   maxWaiting: 'maxWaiting',
+  maxUnreadEvents: 'maxUnreadEvents',
   chunkedPrefill: 'enableChunkedPrefill',
   prefixCaching: 'enablePrefixCaching',
   preemptionMode: 'preemptionMode',
@@ -117,6 +118,11 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     .option('--max-num-batched-tokens <n>', 'token budget per step', int())
     .option('--max-model-len <n>', 'longest context', int())
     .option('--max-waiting <n>', 'waiting requests before 429', int())
+    .option(
+      '--max-unread-events <n>',
+      "events per choice a stream's client may leave unread before the request is ended (default 1024)",
+      int(),
+    )
     .option('--no-chunked-prefill', 'run each prompt in one step')
     .option('--no-prefix-caching', 'disable prefix caching')
     .addOption(

@@ -26,4 +26,19 @@ describe('AsyncQueue', () => {
     expect(await it.next()).toEqual({ value: 'a', done: false });
     await expect(it.next()).rejects.toThrow('boom');
   });
+
+  it('counts unread items, and discard drops them and fails the consumer at once', async () => {
+    const q = new AsyncQueue<number>();
+    for (let i = 0; i < 2000; i++) q.push(i);
+    expect(q.size).toBe(2000);
+    const it = q[Symbol.asyncIterator]();
+    for (let i = 0; i < 1500; i++) expect((await it.next()).value).toBe(i);
+    expect(q.size).toBe(500);
+    q.discard(new Error('stalled'));
+    expect(q.size).toBe(0);
+    expect(q.closed).toBe(true);
+    await expect(it.next()).rejects.toThrow('stalled');
+    q.push(1);
+    expect(q.size).toBe(0);
+  });
 });

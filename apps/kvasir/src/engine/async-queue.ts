@@ -1,6 +1,8 @@
 /**
- * An unbounded single-consumer queue exposed as an async iterator: the engine loop pushes
- * events, an HTTP handler consumes them. Ending or failing wakes the consumer.
+ * A single-consumer queue exposed as an async iterator: the engine loop pushes events, an HTTP
+ * handler consumes them. Ending or failing wakes the consumer. It does not bound itself: the
+ * producer reads {@link size} (events pushed and not yet consumed) and {@link discard}s a
+ * queue whose consumer stopped reading.
  */
 export class AsyncQueue<T> implements AsyncIterableIterator<T> {
   readonly #items: T[] = [];
@@ -47,6 +49,21 @@ export class AsyncQueue<T> implements AsyncIterableIterator<T> {
       this.#failWaiter = undefined;
       f(error);
     }
+  }
+
+  /**
+   * Fails the stream at once, dropping the items its consumer has not read: for a consumer that
+   * stopped reading, whose backlog would otherwise stay in memory until it goes away.
+   */
+  discard(error: unknown): void {
+    this.#items.length = 0;
+    this.#head = 0;
+    this.fail(error);
+  }
+
+  /** Items pushed and not yet consumed. */
+  get size(): number {
+    return this.#items.length - this.#head;
   }
 
   /** True once ended or failed. */

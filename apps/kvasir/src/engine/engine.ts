@@ -202,10 +202,13 @@ export class KvasirEngine implements InferenceEngine {
   }
 
   stats(): EngineStats {
-    return engineStats(this.kvCache, this.scheduler, this.#offload, {
-      steps: this.#live.failedSteps,
-      requests: this.#live.failedRequests,
-    });
+    return {
+      ...engineStats(this.kvCache, this.scheduler, this.#offload, {
+        steps: this.#live.failedSteps,
+        requests: this.#live.failedRequests,
+      }),
+      stalledStreams: this.#live.stalledStreams,
+    };
   }
 
   /** Failures of users' plug-ins since start, by `kind:name` (see {@link PluginFailures}). */
@@ -364,6 +367,7 @@ export class KvasirEngine implements InferenceEngine {
     // Requests whose swapped-out KV could not be read back end with an error (never wrong
     // text); their blocks were hashed at swap-in but never written, so none stays cached.
     for (const id of lost) this.#live.fail(id, false, 'its swapped-out KV cache was lost');
+    this.#live.dropStalled(this.config.maxUnreadEvents);
     return (
       plan.numTokens > 0 || plan.swapIn.length > 0 || plan.swapOut.length > 0 || outputs.length > 0
     );

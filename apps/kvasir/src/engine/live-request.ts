@@ -328,6 +328,22 @@ export class LiveRequest {
     this.queue.fail(error);
   }
 
+  /**
+   * Ends the stream with `error` at once, dropping the events its consumer has not read (a
+   * client that stopped reading: see {@link unread}).
+   */
+  drop(error: unknown): void {
+    this.#disposeMatchers();
+    if (this.#ended) return;
+    this.#ended = true;
+    this.queue.discard(error);
+  }
+
+  /** Events sent and not yet read by the stream's consumer. */
+  get unread(): number {
+    return this.queue.size;
+  }
+
   #disposeMatchers(): void {
     for (const choice of this.#choices) choice.matcher?.dispose();
   }

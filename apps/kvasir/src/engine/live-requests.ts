@@ -15,6 +15,8 @@ export class LiveRequests extends Map<string, LiveRequest> {
   failedSteps = 0;
   /** Requests ended by a failure (a step's, their sampling's, their plug-in's). */
   failedRequests = 0;
+  /** Streaming requests ended because their client stopped reading. */
+  stalledStreams = 0;
 
   constructor(scheduler: Scheduler, log: (line: string) => void) {
     super();
@@ -41,6 +43,23 @@ export class LiveRequests extends Map<string, LiveRequest> {
       this.#log(`aborting request ${id} failed (${describeError(error)})`);
       this.delete(id);
       live.fail(new EngineError('INTERNAL', 'aborting the request failed', { cause: error }));
+    }
+  }
+
+  /**
+   * Ends the requests whose client stopped reading (more than `maxUnreadPerChoice` unread events
+   * per choice): their output would pile up in memory while they held their blocks. The blocks
+   * are sound, so they stay cached; the unread events are dropped.
+   */
+  dropStalled(maxUnreadPerChoice: number): void {
+    for (const live of this.values()) {
+      const unread = live.unread;
+      if (unread <= maxUnreadPerChoice * live.request.n) continue;
+      this.#scheduler.abort(live.request.id);
+      this.delete(live.request.id);
+      this.stalledStreams++;
+      this.#log(`request ${live.request.id}: its client left ${unread} events unread; ended it`);
+      live.drop(new EngineError('TIMEOUT', 'the client stopped reading the stream'));
     }
   }
 

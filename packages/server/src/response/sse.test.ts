@@ -1,11 +1,12 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import { connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EngineError } from '../errors.js';
 import type { GenerationEvent } from '../generation-events.js';
 import type { GenerationRequest } from '../inference-engine.js';
 import { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
-import { streamResponse } from './sse.js';
+import { sseWriter, streamResponse } from './sse.js';
 
 const stats = () => ({
   kvCacheUsage: 0,
@@ -124,5 +125,60 @@ describe('streamResponse', () => {
       },
       '[DONE]',
     ]);
+  });
+});
+
+describe('sseWriter', () => {
+  /**
+   * Opens a response to a raw client that sends a request and never reads, fills it with events
+   * until the writer has to wait, and returns that wait and the response.
+   */
+  async function stalledWrite(signal: AbortSignal | undefined, stallMs: number) {
+    const responses: ServerResponse[] = [];
+    server = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      responses.push(res);
+    });
+    await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve));
+    const address = server.address();
+    const port = typeof address === 'object' && address ? address.port : 0;
+    const client = connect({ port, host: '127.0.0.1' });
+    client.on('error', () => {});
+    client.write('GET / HTTP/1.1\r\nhost: x\r\n\r\n');
+    // Never read: the kernel's buffers fill, then the response's own.
+    client.pause();
+    while (responses.length === 0) await new Promise((r) => setTimeout(r, 5));
+    const res = responses[0]!;
+    const write = sseWriter(res, signal, stallMs);
+    const chunk = 'x'.repeat(64 * 1024);
+    for (let i = 0; i < 4096; i++) {
+      const started = Date.now();
+      const pending = write(chunk);
+      // A write that waited is the one the stalled client holds up.
+      const waited = await Promise.race([
+        pending.then(() => false),
+        new Promise<boolean>((r) => setTimeout(() => r(true), 50)),
+      ]);
+      if (waited) return { pending, res, client, started };
+    }
+    throw new Error('the client never held a write up');
+  }
+
+  it('closes the socket of a client that reads nothing for stallMs', async () => {
+    const { pending, res, client, started } = await stalledWrite(undefined, 300);
+    await pending;
+    expect(Date.now() - started).toBeGreaterThanOrEqual(250);
+    expect(res.destroyed).toBe(true);
+    client.destroy();
+  });
+
+  it('closes it at once when the request is aborted while the writer waits', async () => {
+    const controller = new AbortController();
+    const { pending, res, client, started } = await stalledWrite(controller.signal, 60_000);
+    controller.abort();
+    await pending;
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(res.destroyed).toBe(true);
+    client.destroy();
   });
 });

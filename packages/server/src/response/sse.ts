@@ -15,25 +15,45 @@ const SSE_HEADERS = {
 };
 
 /**
- * Writes server-sent events to `raw`, waiting for the socket to drain when it is full, so a
- * slow client slows its writer instead of growing a buffer without bound.
+ * How long a stream waits for its client to read anything before it gives up on it: the socket
+ * is closed, which aborts the request.
  */
-export function sseWriter(raw: ServerResponse): (payload: unknown) => Promise<void> {
+export const STREAM_STALL_MS = 60_000;
+
+/**
+ * Writes server-sent events to `raw`, waiting for the socket to drain when it is full, so a
+ * slow client slows its writer instead of growing a buffer without bound. A client that reads
+ * nothing for `stallMs`, or a request aborted while its writer waits (a timeout, a shutdown),
+ * gets its socket closed: a writer never waits forever on a client that stopped reading.
+ */
+export function sseWriter(
+  raw: ServerResponse,
+  signal?: AbortSignal,
+  stallMs = STREAM_STALL_MS,
+): (payload: unknown) => Promise<void> {
   return async (payload) => {
     if (raw.destroyed || raw.writableEnded) return;
     const ok = raw.write(
       `data: ${typeof payload === 'string' ? payload : JSON.stringify(payload)}\n\n`,
     );
     if (!ok && !raw.destroyed) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          raw.off('drain', done);
-          raw.off('close', done);
-          resolve();
+      const drained = await new Promise<boolean>((resolve) => {
+        const done = (result: boolean) => () => {
+          clearTimeout(timer);
+          raw.off('drain', onDrain);
+          raw.off('close', onDrain);
+          signal?.removeEventListener('abort', onGiveUp);
+          resolve(result);
         };
-        raw.on('drain', done);
-        raw.on('close', done);
+        const onDrain = done(true);
+        const onGiveUp = done(false);
+        const timer = setTimeout(onGiveUp, stallMs);
+        raw.on('drain', onDrain);
+        raw.on('close', onDrain);
+        if (signal?.aborted) onGiveUp();
+        else signal?.addEventListener('abort', onGiveUp, { once: true });
       });
+      if (!drained) raw.destroy();
     }
   };
 }
@@ -57,7 +77,7 @@ export async function streamResponse(
   });
   raw.writeHead(200, SSE_HEADERS);
   raw.flushHeaders();
-  const write = sseWriter(raw);
+  const write = sseWriter(raw, signal);
   const request = prepared.requests[0]!;
   const isChat = prepared.kind === 'chat';
   const base = {
