@@ -108,3 +108,4 @@ export type { DetokenizerOptions, TokenDecoder } from './tokenizer/detokenizer.j
 export { IncrementalDetokenizer } from './tokenizer/detokenizer.js';
 export type { TokenizerFiles } from './tokenizer/tokenizer.js';
 export { ModelTokenizer } from './tokenizer/tokenizer.js';
+export { TokenizerThread } from './tokenizer/tokenizer-thread.js';

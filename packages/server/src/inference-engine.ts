@@ -26,6 +26,13 @@ export interface ModelCard {
    */
   readonly vocabSize?: number;
   /**
+   * The most UTF-8 bytes of prompt text one token stands for, when the tokenizer bounds it (its
+   * longest token, widened by what its normalizer can shrink). When set, the server refuses a
+   * text prompt of more than `(maxModelLen - 1) × maxTextBytesPerToken` bytes with 413 before
+   * tokenizing it: it cannot fit the context whatever its tokens.
+   */
+  readonly maxTextBytesPerToken?: number;
+  /**
    * True when requests of this model may run past {@link maxModelLen} because the engine
    * compresses their KV cache by default (a server-wide policy that positions tokens by their
    * place in the cache). A request that names its own `kvCompression` may do so regardless.

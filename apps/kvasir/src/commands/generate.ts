@@ -25,8 +25,8 @@ export async function generateCommand(
     const engine = built.engine;
     const model = engine.modelCard.id;
     const promptTokens = options.chat
-      ? engine.applyChatTemplate(model, [{ role: 'user', content: prompt }])
-      : engine.tokenize(model, prompt);
+      ? await engine.applyChatTemplate(model, [{ role: 'user', content: prompt }])
+      : await engine.tokenize(model, prompt);
     if (built.isDefaultModel) {
       process.stderr.write(
         describeDefaultModel()

@@ -69,6 +69,9 @@ export interface KvasirEngineOptions {
   };
 }
 
+/** Texts longer than this (UTF-16 units, about 10 ms of tokenizing) go to the tokenizer thread. */
+const OFF_THREAD_CHARS = 16 * 1024;
+
 /**
  * The serving engine: owns the scheduler and the KV allocator, drives the model runner step by
  * step (schedule → swaps and block copies → forward → sampling → update → stream), and
@@ -126,6 +129,9 @@ export class KvasirEngine implements InferenceEngine {
       ownedBy: 'kvasir',
       maxModelLen: this.scheduler.maxModelLen,
       vocabSize: facts.vocabSize,
+      ...(runner.codec.maxTextBytesPerToken === undefined
+        ? {}
+        : { maxTextBytesPerToken: runner.codec.maxTextBytesPerToken }),
       ...(this.#kvCompression.defaultSpec?.positions === 'cache' ? { unboundedContext: true } : {}),
       ...(runner.codec.toolCallFormat ? { toolCallFormat: runner.codec.toolCallFormat } : {}),
     };
@@ -167,9 +173,13 @@ export class KvasirEngine implements InferenceEngine {
     return [this.modelCard];
   }
 
-  tokenize(_model: string, text: string): readonly number[] {
+  async tokenize(_model: string, text: string): Promise<readonly number[]> {
+    const codec = this.runner.codec;
     try {
-      return this.runner.codec.encode(text);
+      // A long text takes seconds to tokenize: off the event loop, so HTTP keeps being served.
+      return codec.encodeOffThread && text.length > OFF_THREAD_CHARS
+        ? await codec.encodeOffThread(text, true)
+        : codec.encode(text);
     } catch (error) {
       throw new EngineError('INVALID_REQUEST', `prompt: ${(error as Error).message}`, {
         cause: error,
@@ -178,13 +188,18 @@ export class KvasirEngine implements InferenceEngine {
     }
   }
 
-  applyChatTemplate(
+  async applyChatTemplate(
     _model: string,
     messages: readonly ChatMessage[],
     options?: ChatTemplateOptions,
-  ): readonly number[] {
+  ): Promise<readonly number[]> {
+    const codec = this.runner.codec;
     try {
-      return this.runner.codec.applyChatTemplate(messages, options);
+      const chars = messages.reduce((sum, m) => sum + m.content.length, 0);
+      if (codec.encodeOffThread && codec.renderChat && chars > OFF_THREAD_CHARS) {
+        return await codec.encodeOffThread(codec.renderChat(messages, options), false);
+      }
+      return codec.applyChatTemplate(messages, options);
     } catch (error) {
       throw new EngineError('INVALID_REQUEST', `messages: ${(error as Error).message}`, {
         cause: error,

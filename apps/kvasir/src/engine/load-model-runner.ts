@@ -18,6 +18,7 @@ import {
   openCheckpoint,
   probeBackends,
   summarizeWeights,
+  TokenizerThread,
   tokenVocabulary,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
@@ -84,6 +85,8 @@ function toolCallFormatOf(template: string | null): { toolCallFormat?: ToolCallF
 
 /** The engine's text side over a @kvasir/model tokenizer. */
 export function codecFor(tokenizer: ModelTokenizer): TextCodec {
+  const thread = new TokenizerThread(tokenizer);
+  const maxTextBytesPerToken = tokenizer.maxTextBytesPerToken;
   return {
     encode: (text) => tokenizer.encode(text),
     applyChatTemplate: (messages: readonly ChatMessage[], options) =>
@@ -92,6 +95,14 @@ export function codecFor(tokenizer: ModelTokenizer): TextCodec {
         options?.tools ? { tools: options.tools } : undefined,
       ),
     ...toolCallFormatOf(tokenizer.chatTemplate),
+    ...(maxTextBytesPerToken === undefined ? {} : { maxTextBytesPerToken }),
+    encodeOffThread: (text, addSpecialTokens) => thread.encode(text, { addSpecialTokens }),
+    renderChat: (messages, options) =>
+      tokenizer.applyChatTemplate(
+        messages.map(templateMessage),
+        options?.tools ? { tools: options.tools } : undefined,
+      ),
+    close: () => thread.close(),
     decoder: () => tokenizer.createDetokenizer({ skipSpecialTokens: true }),
     tokenText: (id) => tokenizer.decode([id]),
     vocabulary: (options) => tokenVocabulary(tokenizer, options),
@@ -374,6 +385,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
           await model.writeBlocks(blocks, all);
         },
         async dispose() {
+          await runner.codec.close?.();
           await model.destroy();
           releaseGpu();
         },

@@ -19,6 +19,21 @@ export interface TextCodec {
   applyChatTemplate(messages: readonly ChatMessage[], options?: ChatTemplateOptions): number[];
   /** How the chat template has the model write tool calls; undefined when it has no tools. */
   readonly toolCallFormat?: ToolCallFormatName;
+  /**
+   * The most UTF-8 bytes of text one token stands for, when the tokenizer bounds it: a prompt of
+   * more than the context times this is refused without being tokenized.
+   */
+  readonly maxTextBytesPerToken?: number;
+  /**
+   * Tokenizes off the event loop (a worker thread, one text at a time), with the results of
+   * `encode` (`addSpecialTokens`) or of `applyChatTemplate` (`renderChat`, then no special
+   * tokens): for long texts, which take seconds. Absent: the engine calls the others.
+   */
+  encodeOffThread?(text: string, addSpecialTokens: boolean): Promise<number[]>;
+  /** Renders the chat template with the generation prompt (and the tools), without tokenizing. */
+  renderChat?(messages: readonly ChatMessage[], options?: ChatTemplateOptions): string;
+  /** Stops what the codec started (its worker thread). */
+  close?(): Promise<void>;
   /** A fresh incremental decoder for one output sequence. */
   decoder(): IncrementalDecoder;
   /** The text of a single token, for log-probabilities. */

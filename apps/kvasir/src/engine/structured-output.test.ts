@@ -104,7 +104,7 @@ describe.each(MATRIX)('structured outputs on the %s model, %s backend', (model, 
       const prompt = (random: () => number, length: number) =>
         model === 'random'
           ? Array.from({ length }, () => Math.floor(random() * vocab))
-          : engine.tokenize(engine.modelCard.id, 'The answer, as JSON: ');
+          : engine.runner.codec.encode('The answer, as JSON: ');
       const ajv = new Ajv({ strict: false });
       const runs = 4;
       let stopped = 0;

@@ -11,6 +11,7 @@ import {
 } from '../formats/regular-file.js';
 import { type ChatMessage, type ChatTemplateOptions, renderChatTemplate } from './chat-template.js';
 import { type DetokenizerOptions, IncrementalDetokenizer } from './detokenizer.js';
+import { maxTextBytesPerToken } from './text-per-token.js';
 import { type PieceSpelling, pieceBytes, pieceSpelling } from './token-bytes.js';
 
 /** Where a tokenizer came from, and its special tokens. */
@@ -75,6 +76,9 @@ export class ModelTokenizer {
   readonly chatTemplate: string | null;
   /** Number of ids the tokenizer can produce (vocabulary plus added tokens). */
   readonly vocabSize: number;
+  /** What the tokenizer was built from: a worker thread builds the same one from it. */
+  readonly files: TokenizerFiles;
+  #maxTextBytesPerToken: number | undefined | null = null;
 
   /**
    * @throws {@link ModelError} `TOKENIZER` when `tokenizer.json` is not one the library can load.
@@ -87,6 +91,7 @@ export class ModelTokenizer {
         cause: e,
       });
     }
+    this.files = files;
     const cfg = files.tokenizerConfig;
     const special = new Set<number>();
     for (const [id, t] of this.tok.get_added_tokens_decoder()) {
@@ -242,6 +247,25 @@ export class ModelTokenizer {
     const piece = this.tok.id_to_token(id);
     if (piece === undefined || piece === this.unkToken) return null;
     return pieceBytes(piece, this.spelling);
+  }
+
+  /**
+   * The most UTF-8 bytes of input text one token can stand for (the longest vocabulary entry or
+   * added token, widened by what the normalizer can shrink), or undefined when the tokenizer can
+   * turn an unbounded run of text into one token or none (see {@link maxTextBytesPerToken}). A
+   * text of B bytes encodes to at least ⌈B / this⌉ tokens, so a prompt can be refused as too long
+   * for a context before it is tokenized. Computed once, over the whole vocabulary.
+   */
+  get maxTextBytesPerToken(): number | undefined {
+    if (this.#maxTextBytesPerToken === null) {
+      let longest = 0;
+      for (let id = 0; id < this.vocabSize; id++) {
+        const bytes = this.specialTokenIds.has(id) ? null : this.tokenBytes(id);
+        if (bytes && bytes.length > longest) longest = bytes.length;
+      }
+      this.#maxTextBytesPerToken = maxTextBytesPerToken(this.files.tokenizerJson, longest);
+    }
+    return this.#maxTextBytesPerToken;
   }
 
   /** Whether an id is a special (control) token. */

@@ -212,6 +212,31 @@ describe('prepareRequest', () => {
       ),
     ).resolves.toBeDefined();
   });
+
+  it('refuses a text that cannot fit the context by its bytes, before tokenizing any prompt', async () => {
+    calls.length = 0;
+    // A token stands for at most 2 bytes: 62 bytes may fit 31 tokens, 63 make at least 32.
+    const bounded = { ...model, maxTextBytesPerToken: 2 };
+    const ctx: PrepareContext = { ...context, engine: { ...engine, listModels: () => [bounded] } };
+    expect(
+      await refusal(prepareRequest('completion', { prompt: ['ok', 'é'.repeat(32)] }, ctx)),
+    ).toMatchObject({ code: 'PROMPT_TOO_LONG', param: 'prompt[1]' });
+    expect(calls).toEqual([]);
+    // At the bound it is tokenized (and here found short enough).
+    await expect(
+      prepareRequest('completion', { prompt: 'x'.repeat(62), max_tokens: 1 }, ctx),
+    ).rejects.toMatchObject({ code: 'PROMPT_TOO_LONG' });
+    expect(calls).toHaveLength(1);
+    // A request whose compressed cache may outrun the context is tokenized and left to the engine.
+    await expect(
+      prepareRequest(
+        'completion',
+        { prompt: 'é'.repeat(32), max_tokens: 1, kv_compression: { policy: 'window', window: 8 } },
+        ctx,
+      ),
+    ).resolves.toBeDefined();
+    expect(calls).toHaveLength(2);
+  });
 });
 
 describe('prepareRequest: structured outputs and tools', () => {

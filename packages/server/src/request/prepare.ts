@@ -8,7 +8,7 @@ import type {
   OutputConstraint,
 } from '../inference-engine.js';
 import type { ToolCallSyntax } from '../tools/tool-call-format.js';
-import { checkPrompt } from './prompt-check.js';
+import { checkPrompt, checkPromptBytes } from './prompt-check.js';
 import { checkResponseSize, DEFAULT_MAX_RESPONSE_BYTES } from './response-size.js';
 import {
   type ChatBody,
@@ -205,7 +205,8 @@ function requestConstraint(
  * prepared.requests[0].maxTokens; // 4
  * ```
  * @throws EngineError `INVALID_REQUEST` naming the offending field, `MODEL_NOT_FOUND`,
- *   `PROMPT_TOO_LONG`, or whatever `checkAccepting` throws.
+ *   `PROMPT_TOO_LONG`, `INVALID_REQUEST` for an answer too large to send at once, or whatever
+ *   `checkAccepting` throws.
  */
 export async function prepareRequest(
   kind: RequestKind,
@@ -248,9 +249,16 @@ export async function prepareRequest(
     kvCompression !== undefined
       ? kvCompression.positions !== 'original'
       : model.unboundedContext === true;
+  const paramOf = (i: number) => (prompts.length > 1 ? `${promptParam}[${i}]` : promptParam);
+  // Texts that cannot fit the context are refused before any of the batch is tokenized.
+  if (!unbounded) {
+    for (const [i, prompt] of prompts.entries()) {
+      if (typeof prompt === 'string') checkPromptBytes(model, prompt, paramOf(i));
+    }
+  }
   const requests: GenerationRequest[] = [];
   for (const [i, prompt] of prompts.entries()) {
-    const param = prompts.length > 1 ? `${promptParam}[${i}]` : promptParam;
+    const param = paramOf(i);
     const promptTokens =
       typeof prompt === 'string' ? await engine.tokenize(model.id, prompt) : prompt;
     const left = checkPrompt(model, promptTokens, param, unbounded);

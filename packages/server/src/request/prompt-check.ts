@@ -50,3 +50,25 @@ export function checkPrompt(
   }
   return room;
 }
+
+/**
+ * Refuses a text prompt too long for the context without tokenizing it: a text of B bytes makes
+ * at least ⌈B / maxTextBytesPerToken⌉ tokens. Nothing is checked when the model does not state
+ * that bound. Cheap: a text short enough in UTF-16 units is not even measured.
+ * @throws EngineError `PROMPT_TOO_LONG` naming `param`.
+ */
+export function checkPromptBytes(model: ModelCard, text: string, param: string): void {
+  const perToken = model.maxTextBytesPerToken;
+  if (perToken === undefined || !(perToken > 0)) return;
+  const limit = (model.maxModelLen - 1) * perToken;
+  // A UTF-16 code unit is at most 3 bytes of UTF-8.
+  if (text.length * 3 <= limit) return;
+  const bytes = Buffer.byteLength(text);
+  if (bytes > limit) {
+    throw new EngineError(
+      'PROMPT_TOO_LONG',
+      `${param}: ${bytes} bytes of text make more than ${model.maxModelLen - 1} tokens (a token stands for at most ${perToken} bytes); the model's context is ${model.maxModelLen}`,
+      { details: { param } },
+    );
+  }
+}
