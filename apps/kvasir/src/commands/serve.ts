@@ -123,6 +123,11 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     ...(config.apiKey ? { apiKey: config.apiKey } : {}),
     maxResponseBytes: config.maxResponseBytes,
   });
+  let accepted = 0;
+  server.app.server.on('connection', () => {
+    accepted++;
+  });
+  built.engine.watchAcceptedConnections(() => accepted);
   registerPrefixOffloadMetrics(server.metrics.registry, () => built.engine.prefixOffloadStats());
   registerPluginMetrics(server.metrics.registry, () => built.engine.pluginFailures());
   let url: string;

@@ -315,6 +315,14 @@ export class KvasirEngine implements InferenceEngine {
   }
 
   /**
+   * Tells the loop how many connections the host has accepted so far (`kvasir serve`: its HTTP
+   * server's), so that it lets them in between steps (see {@link StepLoop.watchAcceptedConnections}).
+   */
+  watchAcceptedConnections(accepted: () => number): void {
+    this.#loop.watchAcceptedConnections(accepted);
+  }
+
+  /**
    * Runs one engine step; false when the plan was empty. Exposed for embedding; the loop calls
    * it.
    */

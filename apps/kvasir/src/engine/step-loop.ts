@@ -28,6 +28,7 @@ export class StepLoop {
   #wake: (() => void) | undefined;
   #running: Promise<void> | undefined;
   #stopping = false;
+  #acceptedConnections: (() => number) | undefined;
 
   /** `onFailure` gets what a step threw that ends the loop (a lost device). */
   constructor(body: StepLoopBody, onFailure: (error: unknown) => void) {
@@ -63,12 +64,13 @@ export class StepLoop {
         await this.#sleep();
         continue;
       }
+      const started = performance.now();
       const worked = await body.step();
       body.afterStep();
       // Let HTTP handlers, aborts and new requests in between steps.
       if (worked) {
         retryMs = 1;
-        await yieldToEventLoop();
+        await this.#letConnectionsIn(performance.now() - started);
         continue;
       }
       // Nothing could run: everything waits on blocks held elsewhere. A new request, an abort
@@ -76,6 +78,31 @@ export class StepLoop {
       // changes without telling it, at no cost to an engine that waits for long.
       await this.#sleep(retryMs);
       retryMs = Math.min(2 * retryMs, MAX_RETRY_MS);
+    }
+  }
+
+  /**
+   * Tells the loop how many connections the host has accepted so far. Node accepts one
+   * connection per turn of the event loop, and the loop turns it once between steps: under a
+   * flood of connections the kernel's accept queue overflows and clients hang. With this, the
+   * loop lets the event loop turn again while connections keep coming, for at most twice as long
+   * as the step took: a flood is accepted and answered (429 when the queue is full) at the cost
+   * of a third of the engine's time while it lasts.
+   */
+  watchAcceptedConnections(accepted: () => number): void {
+    this.#acceptedConnections = accepted;
+  }
+
+  /** Yields to the event loop after a step of `stepMs`, longer while connections come in. */
+  async #letConnectionsIn(stepMs: number): Promise<void> {
+    const accepted = this.#acceptedConnections;
+    let before = accepted?.();
+    await yieldToEventLoop();
+    if (!accepted) return;
+    const until = performance.now() + Math.max(1, 2 * stepMs);
+    while (accepted() !== before && performance.now() < until) {
+      before = accepted();
+      await yieldToEventLoop();
     }
   }
 
