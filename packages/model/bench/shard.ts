@@ -106,10 +106,12 @@ async function shardOverhead() {
         split: { prefill: Infinity, decode: Infinity },
       };
       for (let r = 0; r < rounds; r++) {
-        for (const [name, m] of [
+        // Each goes first in every other round: on a loaded machine the order itself shows.
+        const pair = [
           ['whole', whole],
           ['split', split],
-        ] as const) {
+        ] as const;
+        for (const [name, m] of r % 2 === 0 ? pair : [...pair].reverse()) {
           const t = await measure(m, batch);
           best[name].prefill = Math.min(best[name].prefill, t.prefill);
           best[name].decode = Math.min(best[name].decode, t.decode);
