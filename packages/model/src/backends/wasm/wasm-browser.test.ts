@@ -106,7 +106,8 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  await new Promise((resolve) => server?.close(resolve));
+  // A beforeAll that failed before listening leaves no server: closing it would never resolve.
+  if (server?.listening) await new Promise((resolve) => server.close(resolve));
   await rm(root, { recursive: true, force: true });
 });
 
