@@ -10,7 +10,8 @@
 // the cpu backend (its prefill is slow enough that a cached prefix shows).
 //
 //   pnpm --filter kvasir exec tsx bench/router.ts [--rounds 2] [--blocks 64] [--requests 24]
-//     [--prompts 6] [--system-words 60] [--concurrency 4] [--latency-pairs 60] [-- <serve flags>]
+//     [--prompts 6] [--system-words 60] [--concurrency 4] [--latency-pairs 60]
+//     [--overlap-weight W] [-- <serve flags>]
 //
 // Prints one JSON object, with /proc/loadavg before and after.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
@@ -39,6 +40,8 @@ const numPrompts = arg('--prompts', 6);
 const systemWords = arg('--system-words', 60);
 const concurrency = arg('--concurrency', 4);
 const latencyPairs = arg('--latency-pairs', 60);
+/** The kv-aware router's `--overlap-weight` (absent: the router's default). */
+const overlapWeight = argv.includes('--overlap-weight') ? arg('--overlap-weight', 1) : undefined;
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const cli = join(root, 'dist', 'cli.js');
@@ -111,6 +114,9 @@ async function router(routing: string, specs: readonly string[]): Promise<string
       'random',
       '--routing',
       routing,
+      ...(routing === 'kv-aware' && overlapWeight !== undefined
+        ? ['--overlap-weight', String(overlapWeight)]
+        : []),
       ...specs.flatMap((s) => ['--replica', s]),
     ],
     /router is listening on (http:\/\/\S+)/,
@@ -240,6 +246,7 @@ process.stdout.write(
         maxTokens: 8,
         backend: 'cpu',
         model: 'random',
+        overlapWeight: overlapWeight ?? 'router default',
       },
       loadavg: { before: loadBefore, after: loadavg() },
       hitRate: {
