@@ -11,6 +11,11 @@ import { randomModelConfig } from '../src/default-model.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** The built CLI the end-to-end tests run. */
+/** The official client against a test server: no retries, so a failure shows at once. */
+function openAiClient(url: string): OpenAI {
+  return new OpenAI({ baseURL: `${url}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 120_000 });
+}
+
 export const CLI = join(root, 'dist', 'cli.js');
 /** One cache directory per test run: the random-weight model is written once in it. */
 export const CACHE_DIR = process.env.KVASIR_E2E_CACHE ?? mkdtempSync(join(tmpdir(), 'kvasir-e2e-'));
@@ -87,12 +92,7 @@ export async function startServer(
     if (!signalled && child.exitCode === null) child.kill('SIGTERM');
     signalled = true;
   };
-  const client = new OpenAI({
-    baseURL: `${url}/v1`,
-    apiKey: API_KEY,
-    maxRetries: 0,
-    timeout: 120_000,
-  });
+  const client = openAiClient(url);
   return {
     url,
     client,
@@ -181,12 +181,7 @@ export async function startRouterProcess(args: readonly string[]): Promise<Route
     });
     void exited.then((code) => reject(new Error(`kvasir router exited (${code}):\n${out}`)));
   });
-  const client = new OpenAI({
-    baseURL: `${url}/v1`,
-    apiKey: API_KEY,
-    maxRetries: 0,
-    timeout: 120_000,
-  });
+  const client = openAiClient(url);
   return {
     url,
     client,
