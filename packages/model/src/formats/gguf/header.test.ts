@@ -211,3 +211,49 @@ describe('GGUF sizes are checked before anything is allocated for them', () => {
     expect(peakRss() - before).toBeLessThan(256 * MiB);
   });
 });
+
+describe('GGUF tensor names are checked as llama.cpp checks them', () => {
+  /** The tiny model with its tensors renamed by `rename` (index, name) → name. */
+  async function renamed(file: string, rename: (i: number, name: string) => string) {
+    const fh = await fsOpen(join(root, 'tiny.gguf'), 'r');
+    const h = await readGgufHeader(fh, 'tiny.gguf');
+    await fh.close();
+    const tensors = h.tensors.map((t, i) => ({
+      name: rename(i, t.name),
+      dtype: t.dtype,
+      shape: [...t.dims].reverse(),
+      data: tiny.subarray(t.offset, t.offset + t.byteLength),
+    }));
+    const path = join(root, file);
+    await writeGguf(path, h.metadata, tensors);
+    return path;
+  }
+
+  it('a name holding a NUL (a length field run into its text) is MALFORMED_FILE, naming the byte', async () => {
+    const path = await renamed('nul.gguf', (_, n) =>
+      n === 'output.weight' ? '\0utput.weight' : n,
+    );
+    const e = await refusal(path);
+    expect(e.code).toBe('MALFORMED_FILE');
+    expect(e.message).toContain('U+0000');
+  });
+
+  it('a repeated name is MALFORMED_FILE, naming the tensor', async () => {
+    const path = await renamed('twice.gguf', (i, n) => (i === 1 ? 'token_embd.weight' : n));
+    const e = await refusal(path);
+    expect(e.code).toBe('MALFORMED_FILE');
+    expect(e.message).toContain('"token_embd.weight" appears twice');
+  });
+
+  it('a name of 64 bytes or more is refused, 63 bytes is read', async () => {
+    const long = (n: number) => `blk.9.${'x'.repeat(n - 6)}`;
+    const e = await refusal(await renamed('n64.gguf', (i, n) => (i === 0 ? long(64) : n)));
+    expect(e.code).toBe('MALFORMED_FILE');
+    expect(e.message).toContain('tensor name length 64 exceeds the limit 63');
+    const ok = await renamed('n63.gguf', (i, n) => (i === 0 ? long(63) : n));
+    const fh = await fsOpen(ok, 'r');
+    const h = await readGgufHeader(fh, ok);
+    await fh.close();
+    expect(h.tensors[0]!.name).toBe(long(63));
+  });
+});

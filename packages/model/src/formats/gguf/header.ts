@@ -45,6 +45,8 @@ const MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8;
 const MIN_KV_BYTES = 8 + 4 + 1;
 /** Estimated memory of one parsed tensor info besides its name (the object, its dims). */
 const TENSOR_INFO_MEMORY = 256;
+/** Longest tensor name, in bytes: llama.cpp's `GGML_MAX_NAME` (64) less its terminating NUL. */
+const MAX_TENSOR_NAME = 63;
 const SUPPORTED = `F32, F16, BF16, ${Object.keys(GGML_BLOCK_FORMATS).join(', ')}`;
 /**
  * Reads and validates a GGUF header (metadata and tensor infos) through buffered positional
@@ -127,8 +129,10 @@ export async function readGgufHeader(fh: PositionalSource, file: string): Promis
   }
   const alignment = alignRaw;
   const raw: { name: string; dtype: TensorDtype; dims: number[]; rel: number }[] = [];
+  const names = new Set<string>();
   for (let i = 0; i < tensorCount; i++) {
-    const name = await c.string('tensor name', MAX_NAME);
+    const name = await c.string('tensor name', MAX_TENSOR_NAME);
+    checkTensorName(file, name, names);
     c.hold(TENSOR_INFO_MEMORY, `tensor "${name}"`);
     const nd = await c.u32(`tensor "${name}" dimension count`);
     if (nd < 1 || nd > 4) {
@@ -209,4 +213,27 @@ export async function readGgufHeader(fh: PositionalSource, file: string): Promis
     }
   }
   return { version, metadata, tensors, alignment, dataStart };
+}
+
+/**
+ * A tensor name as llama.cpp's loader accepts it: printable and unique. A name with a control
+ * byte is a length field that ran into its text (a rename the model would silently not use:
+ * `output.weight` missing reads as tied embeddings), and a repeated name hides a tensor.
+ */
+function checkTensorName(file: string, name: string, seen: Set<string>): void {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control bytes are what it rejects
+  const bad = /[\u0000-\u001f\u007f\ufffd]/.exec(name);
+  if (bad) {
+    throw new ModelError(
+      'MALFORMED_FILE',
+      `${basename(file)}: tensor name ${JSON.stringify(name)} holds the byte U+${bad[0].codePointAt(0)!.toString(16).padStart(4, '0')}, not a name`,
+      { details: { file, tensor: name } },
+    );
+  }
+  if (seen.has(name)) {
+    throw new ModelError('MALFORMED_FILE', `${basename(file)}: tensor "${name}" appears twice`, {
+      details: { file, tensor: name },
+    });
+  }
+  seen.add(name);
 }
