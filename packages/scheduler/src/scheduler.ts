@@ -293,8 +293,9 @@ export class Scheduler {
   }
 
   /**
-   * Appends the sampled tokens, applies stop conditions (stop token ids, EOS unless ignored,
-   * max tokens, maxModelLen) and frees finished sequences. Samples of requests that ended
+   * Appends the sampled tokens (and the tokens forced after them: jump-forward decoding,
+   * computed in the next steps as one chunk), applies stop conditions (stop token ids, EOS
+   * unless ignored, max tokens, maxModelLen) and frees finished sequences. Samples of requests that ended
    * meanwhile (aborted) are ignored. Then every compressed sequence of the plan adds its rows'
    * attention mass to its block scores and drops what its policy selects (key shifts follow in
    * the next plan). Returns every request that ended since the last call (finished, or

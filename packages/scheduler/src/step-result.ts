@@ -25,6 +25,8 @@ function checkStepResult(result: StepResult, requests: RequestTable, stamp: numb
   const n = result.seqIds.length;
   if (result.tokenIds.length !== n) bad('seqIds and tokenIds differ in length');
   if (result.logprobs && result.logprobs.length !== n) bad('logprobs must align with seqIds');
+  const forced = result.forcedTokenIds;
+  if (forced && forced.length !== n) bad('forcedTokenIds must align with seqIds');
   const beam = result.beamCandidates;
   if (beam) {
     if (!Number.isInteger(beam.k) || beam.k < 1) bad('beamCandidates.k must be ≥ 1');
@@ -40,6 +42,12 @@ function checkStepResult(result: StepResult, requests: RequestTable, stamp: numb
     if (s.group.state !== RUNNING || s.numComputed !== s.numTokens) {
       bad(`sequence ${s.id} of request ${s.group.req.id} was not waiting for a token`);
     }
+    const extra = forced?.[i];
+    if (extra && extra.length > 0) {
+      if (s.group.beamWidth > 1)
+        bad(`request ${s.group.req.id} uses beam search: no forced tokens`);
+      for (let j = 0; j < extra.length; j++) checkTokenId(extra[j]!);
+    }
     if (s.group.beamWidth > 1) {
       if (!beam) bad(`request ${s.group.req.id} uses beam search: beamCandidates required`);
       for (let j = 0; j < beam.k; j++) checkTokenId(beam.tokenIds[i * beam.k + j]!);
@@ -51,7 +59,7 @@ function checkStepResult(result: StepResult, requests: RequestTable, stamp: numb
 
 /**
  * Checks `result` (see `checkStepResult`; nothing but stamps changes when it throws), then
- * appends each sampled token and ends the sequences that stop. `now` is read once, for the
+ * appends each sampled token (and the tokens forced after it) and ends the sequences that stop. `now` is read once, for the
  * first-token time of requests sampled for the first time.
  */
 export function applyStepResult(
@@ -83,7 +91,14 @@ export function applyStepResult(
     const tok = result.tokenIds[i]!;
     s.append(tok, maxModelLen);
     if (result.logprobs) s.cumLogprob += result.logprobs[i]!;
-    const reason = g.stopReason(s, tok, maxModelLen);
+    let reason = g.stopReason(s, tok, maxModelLen);
+    const extra = result.forcedTokenIds?.[i];
+    if (extra) {
+      for (let j = 0; j < extra.length && !reason; j++) {
+        s.append(extra[j]!, maxModelLen);
+        reason = g.stopReason(s, extra[j]!, maxModelLen);
+      }
+    }
     if (reason) requests.finishSeq(s, reason);
   }
   if (beamGroups) {

@@ -153,6 +153,13 @@ export interface StepResult {
   /** Log-probability of each sampled token (accumulated per sequence). */
   readonly logprobs?: ArrayLike<number>;
   /**
+   * Jump-forward decoding: tokens known to follow each sampled token without a forward pass
+   * (an output grammar forces them), aligned with `seqIds` (`undefined` or empty: none).
+   * They are appended after the sampled token, with the same stop conditions applied after each
+   * one, and computed in the next steps as one chunk, as a prompt is. Not for beam search.
+   */
+  readonly forcedTokenIds?: readonly (ArrayLike<number> | undefined)[];
+  /**
    * Beam search: `k` candidates per sample, `tokenIds[i*k + j]` with `logprobs[i*k + j]`.
    * Required for samples of beam-search requests; `tokenIds`/`logprobs` above are then ignored
    * for them.
