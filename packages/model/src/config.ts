@@ -1,12 +1,19 @@
 import type { Llama3RopeScaling, RopeConfig } from '@kvasir/attention-kernels';
 import { ModelError } from './errors.js';
+import {
+  gemma3Defaults,
+  gemma3FromHf,
+  gemma3ToHf,
+  validateGemmaFields,
+} from './families/gemma3.js';
 
 /**
  * Model families this package runs; all share the Llama block structure. `qwen3` adds a
  * per-head RMSNorm of Q and K before RoPE ({@link ModelConfig.qkNorm}); `smollm3` skips RoPE on
- * every fourth layer ({@link ModelConfig.noRopeLayers}).
+ * every fourth layer ({@link ModelConfig.noRopeLayers}); `gemma3` adds scaled embeddings,
+ * GELU-tanh, sandwich norms and interleaved sliding-window layers (the fields below it sets).
  */
-export type Architecture = 'llama' | 'mistral' | 'qwen2' | 'qwen3' | 'smollm3';
+export type Architecture = 'llama' | 'mistral' | 'qwen2' | 'qwen3' | 'smollm3' | 'gemma3';
 
 /**
  * RoPE frequency scaling.
@@ -74,6 +81,34 @@ export interface ModelConfig {
    * alone. Absent: every layer is rotated.
    */
   readonly noRopeLayers?: readonly number[];
+  /** Token embeddings are multiplied by this before the first layer (Gemma: `sqrt(hiddenSize)`). */
+  readonly embeddingScale?: number;
+  /**
+   * The gated MLP's activation: `silu` (SwiGLU, the default) or `gelu-tanh` (GeGLU with GELU's
+   * tanh approximation, Gemma).
+   */
+  readonly mlpActivation?: 'silu' | 'gelu-tanh';
+  /**
+   * Attention's and the MLP's outputs are RMS-normalized before their residual adds (Gemma's
+   * `post_attention_layernorm` / `post_feedforward_layernorm`; its pre-MLP norm is
+   * `pre_feedforward_layernorm`).
+   */
+  readonly sandwichNorms?: boolean;
+  /** Multiplier of `q·k` (Gemma 3: `query_pre_attn_scalar^-1/2`). Absent: `1 / sqrt(headDim)`. */
+  readonly attentionScale?: number;
+  /**
+   * Layers (ascending model indices) whose attention sees only the last `slidingWindow`
+   * positions, the query's own included (Gemma 3's local layers); the others see the whole
+   * context. Absent: every layer sees the whole context (`slidingWindow` is then only recorded).
+   */
+  readonly slidingWindowLayers?: readonly number[];
+  /**
+   * RoPE base of the sliding-window layers, which take no RoPE scaling (Gemma 3's local base);
+   * the other layers keep `ropeTheta` and `ropeScaling`. Absent: every layer rotates alike.
+   */
+  readonly localRopeTheta?: number;
+  /** When set, logits become `tanh(l / cap) · cap` (a final logit soft cap). */
+  readonly finalLogitSoftcap?: number;
 }
 
 /** Name, shape (row-major, HF order: `[out, in]` for projections) of one expected tensor. */
@@ -120,6 +155,7 @@ const ARCH_BY_HF: Record<string, Architecture> = {
   Qwen2ForCausalLM: 'qwen2',
   Qwen3ForCausalLM: 'qwen3',
   SmolLM3ForCausalLM: 'smollm3',
+  Gemma3ForCausalLM: 'gemma3',
 };
 const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   llama: 'llama',
@@ -127,6 +163,7 @@ const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   qwen2: 'qwen2',
   qwen3: 'qwen3',
   smollm3: 'smollm3',
+  gemma3_text: 'gemma3',
 };
 
 /** SmolLM3's NoPE layers: every `interval`-th (1-based), as llama.cpp and transformers place them. */
@@ -259,7 +296,7 @@ export function parseHfConfig(json: unknown): ModelConfig {
     );
   }
   const act = c.hidden_act ?? c.hidden_activation ?? 'silu';
-  if (act !== 'silu') {
+  if (act !== 'silu' && architecture !== 'gemma3') {
     throw new ModelError(
       'UNSUPPORTED_ARCHITECTURE',
       `config.json: hidden_act ${JSON.stringify(act)} is not supported (only silu)`,
@@ -286,6 +323,9 @@ export function parseHfConfig(json: unknown): ModelConfig {
   }
   const llamaBias = readBool(c, 'attention_bias', false);
   const numLayers = readInt(c, 'num_hidden_layers', undefined, L.numLayers);
+  const gemma =
+    architecture === 'gemma3' ? gemma3FromHf(c, numLayers, hiddenSize, headDim) : undefined;
+  if (gemma) slidingWindow = gemma.slidingWindow;
   const config: ModelConfig = {
     architecture,
     hiddenSize,
@@ -307,6 +347,8 @@ export function parseHfConfig(json: unknown): ModelConfig {
     eosTokenIds: readTokenIds(c.eos_token_id, 'eos_token_id'),
     ...(architecture === 'qwen3' ? { qkNorm: true } : {}),
     ...(architecture === 'smollm3' ? { noRopeLayers: smolNoRopeLayers(c, numLayers) } : {}),
+    ...gemma,
+    ...(gemma ? { tieWordEmbeddings: readBool(c, 'tie_word_embeddings', true) } : {}),
   };
   validateModelConfig(config);
   return config;
@@ -358,7 +400,7 @@ export function validateModelConfig(c: ModelConfig): void {
       });
     }
   }
-  if (!(c.architecture in ARCH_BY_MODEL_TYPE)) {
+  if (!Object.values(ARCH_BY_MODEL_TYPE).includes(c.architecture)) {
     throw new ModelError(
       'UNSUPPORTED_ARCHITECTURE',
       `model config: unknown architecture ${String(c.architecture)}`,
@@ -399,6 +441,7 @@ export function validateModelConfig(c: ModelConfig): void {
       prev = l;
     }
   }
+  validateGemmaFields(c);
   const s = c.ropeScaling;
   if (s?.type === 'freq-factors' && s.factors.length !== c.headDim / 2) {
     throw bad(
@@ -455,6 +498,7 @@ export function makeModelConfig(
     eosTokenIds: [],
     ...(architecture === 'qwen3' ? { qkNorm: true } : {}),
     ...(architecture === 'smollm3' ? { noRopeLayers: everyNthNoRope(partial.numLayers) } : {}),
+    ...(architecture === 'gemma3' ? gemma3Defaults(partial.numLayers, partial.hiddenSize) : {}),
     ...partial,
   };
   validateModelConfig(config);
@@ -474,6 +518,7 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
     qwen2: 'Qwen2ForCausalLM',
     qwen3: 'Qwen3ForCausalLM',
     smollm3: 'SmolLM3ForCausalLM',
+    gemma3: 'Gemma3ForCausalLM',
   }[c.architecture];
   let ropeScaling: Record<string, unknown> | null = null;
   const s = c.ropeScaling;
@@ -522,6 +567,9 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
     }
     out.use_sliding_window = c.slidingWindow !== null;
     out.sliding_window = c.slidingWindow;
+  } else if (c.architecture === 'gemma3') {
+    gemma3ToHf(c, out);
+    out.model_type = 'gemma3_text';
   } else if (c.architecture === 'mistral') {
     if (c.attentionBias || c.attentionOutputBias)
       throw bad('model config: Mistral has no attention bias');
@@ -544,7 +592,7 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
       out.no_rope_layers = Array.from({ length: c.numLayers }, (_, l) => (nope.has(l) ? 0 : 1));
     }
   }
-  if (c.architecture !== 'qwen3' && c.qkNorm) {
+  if (c.architecture !== 'qwen3' && c.architecture !== 'gemma3' && c.qkNorm) {
     throw bad(`model config: ${hfArch} has no Q/K norm`);
   }
   if (c.architecture !== 'smollm3' && (c.noRopeLayers?.length ?? 0) > 0) {
@@ -580,6 +628,10 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
       out.push({ name: `${p}self_attn.k_norm.weight`, shape: [c.headDim] });
     }
     out.push({ name: `${p}post_attention_layernorm.weight`, shape: [h] });
+    if (c.sandwichNorms) {
+      out.push({ name: `${p}pre_feedforward_layernorm.weight`, shape: [h] });
+      out.push({ name: `${p}post_feedforward_layernorm.weight`, shape: [h] });
+    }
     out.push({ name: `${p}mlp.gate_proj.weight`, shape: [c.intermediateSize, h] });
     out.push({ name: `${p}mlp.up_proj.weight`, shape: [c.intermediateSize, h] });
     out.push({ name: `${p}mlp.down_proj.weight`, shape: [h, c.intermediateSize] });
@@ -614,6 +666,31 @@ export function ropeConfig(c: ModelConfig, maxPosition: number): RopeConfig {
   if (s?.type === 'linear') return { ...base, freqFactors: Array(c.headDim / 2).fill(s.factor) };
   if (s?.type === 'freq-factors') return { ...base, freqFactors: s.factors };
   return base;
+}
+
+/**
+ * The RoPE of layer `l` (model index): the sliding-window layers' own base without scaling when
+ * the config has {@link ModelConfig.localRopeTheta}, otherwise {@link ropeConfig}.
+ */
+export function layerRopeConfig(c: ModelConfig, l: number, maxPosition: number): RopeConfig {
+  return usesLocalRope(c, l)
+    ? ropeConfig({ ...c, ropeTheta: c.localRopeTheta as number, ropeScaling: null }, maxPosition)
+    : ropeConfig(c, maxPosition);
+}
+
+/** Whether layer `l` takes the sliding-window layers' own RoPE (see {@link layerRopeConfig}). */
+export function usesLocalRope(c: ModelConfig, l: number): boolean {
+  return c.localRopeTheta !== undefined && (c.slidingWindowLayers?.includes(l) ?? false);
+}
+
+/**
+ * The attention window of layer `l` (model index): `slidingWindow` on the layers of
+ * `slidingWindowLayers`, `null` (the whole context) elsewhere.
+ */
+export function layerWindow(c: ModelConfig, l: number): number | null {
+  return c.slidingWindow !== null && (c.slidingWindowLayers?.includes(l) ?? false)
+    ? c.slidingWindow
+    : null;
 }
 
 /** Parameter count of a config (embedding counted once when tied). */

@@ -13,6 +13,8 @@ const here = dirname(fileURLToPath(import.meta.url));
  */
 const LAYERS: readonly (readonly string[])[] = [
   ['errors.ts'],
+  // What a model family adds to the config, read from its files (Gemma 3's fields).
+  ['families'],
   // The model config, and the seeded generator that random weights and sampling draw from.
   ['config.ts', 'rng.ts'],
   // Checkpoint files and the tokenizer files inside them (tokenizer.json, GGUF metadata).

@@ -1,5 +1,6 @@
 import type { ModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
+import { normWeightShift } from '../families/gemma3.js';
 import type { CheckpointReader } from '../formats/checkpoint-reader.js';
 import type { LoadProgress } from '../formats/checkpoint-stream.js';
 import { decodeToF32, isBlockDtype } from '../formats/dtype.js';
@@ -53,7 +54,14 @@ export interface LayerWeights<W> {
   readonly kNorm: Float32Array | undefined;
   readonly o: W;
   readonly oBias: Float32Array | undefined;
+  /** The norm before the MLP (Gemma's `pre_feedforward_layernorm`). */
   readonly postNorm: Float32Array;
+  /**
+   * With the config's `sandwichNorms` (Gemma), the norms of attention's and of the MLP's
+   * outputs before their residual adds.
+   */
+  readonly attnOutNorm?: Float32Array | undefined;
+  readonly mlpOutNorm?: Float32Array | undefined;
   /** gate and up projections interleaved by row (row 2j = gate_j, 2j+1 = up_j). */
   readonly gateUp: W;
   readonly down: W;
@@ -344,6 +352,14 @@ async function load<W>(
   };
   const optVector = (name: string) =>
     reader.tensors.has(name) ? vector(name) : Promise.resolve(undefined);
+  // Gemma's `1 + w` norms from an HF checkpoint (GGUF files hold the sum).
+  const shift = normWeightShift(reader);
+  const norm = async (name: string): Promise<Float32Array> => {
+    const v = await vector(name);
+    if (shift !== 0) for (let i = 0; i < v.length; i++) v[i] = (v[i] as number) + shift;
+    return v;
+  };
+  const sandwich = c.sandwichNorms ?? false;
 
   try {
     const embed =
@@ -354,24 +370,28 @@ async function load<W>(
     for (let l = first; l < first + count; l++) {
       const p = `model.layers.${l}.`;
       layers.push({
-        inputNorm: await vector(`${p}input_layernorm.weight`),
+        inputNorm: await norm(`${p}input_layernorm.weight`),
         q: await matrix(`${p}self_attn.q_proj.weight`),
         k: await matrix(`${p}self_attn.k_proj.weight`),
         v: await matrix(`${p}self_attn.v_proj.weight`),
         qBias: await optVector(`${p}self_attn.q_proj.bias`),
         kBias: await optVector(`${p}self_attn.k_proj.bias`),
         vBias: await optVector(`${p}self_attn.v_proj.bias`),
-        qNorm: c.qkNorm ? await vector(`${p}self_attn.q_norm.weight`) : undefined,
-        kNorm: c.qkNorm ? await vector(`${p}self_attn.k_norm.weight`) : undefined,
+        qNorm: c.qkNorm ? await norm(`${p}self_attn.q_norm.weight`) : undefined,
+        kNorm: c.qkNorm ? await norm(`${p}self_attn.k_norm.weight`) : undefined,
         o: await matrix(`${p}self_attn.o_proj.weight`),
         oBias: await optVector(`${p}self_attn.o_proj.bias`),
-        postNorm: await vector(`${p}post_attention_layernorm.weight`),
+        postNorm: await norm(
+          `${p}${sandwich ? 'pre_feedforward_layernorm' : 'post_attention_layernorm'}.weight`,
+        ),
+        attnOutNorm: sandwich ? await norm(`${p}post_attention_layernorm.weight`) : undefined,
+        mlpOutNorm: sandwich ? await norm(`${p}post_feedforward_layernorm.weight`) : undefined,
         gateUp: await gateUp(`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`),
         down: await matrix(`${p}mlp.down_proj.weight`),
       });
     }
     if (!heads) return { embed, layers, finalNorm: undefined, lmHead: undefined };
-    const finalNorm = await vector('model.norm.weight');
+    const finalNorm = await norm('model.norm.weight');
     const lmHead = c.tieWordEmbeddings ? embed : await matrix('lm_head.weight');
     return { embed: embeds ? embed : undefined, layers, finalNorm, lmHead };
   } finally {

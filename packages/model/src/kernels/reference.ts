@@ -18,12 +18,25 @@ export type MatmulEpilogue =
    * Weight rows interleaved gate/up (row 2j = gate_j, row 2j+1 = up_j):
    * `y[m][j] = silu(v[2j]) · v[2j+1]`, so `y` has `rows / 2` columns.
    */
-  | 'swiglu';
+  | 'swiglu'
+  /** As `'swiglu'` with GELU (tanh approximation) for SiLU: `y[m][j] = gelu(v[2j]) · v[2j+1]`. */
+  | 'geglu';
 
 /** SiLU as the kernels compute it. */
 export function silu(x: number): number {
   return x / (1 + Math.exp(-x));
 }
+
+/** GELU with the tanh approximation (`gelu_pytorch_tanh`), as the kernels compute it. */
+export function geluTanh(x: number): number {
+  return 0.5 * x * (1 + Math.tanh(0.7978845608028654 * x * (1 + 0.044715 * x * x)));
+}
+
+/** The gate activation of a gated epilogue. */
+const gateAct = (epilogue: MatmulEpilogue) => (epilogue === 'geglu' ? geluTanh : silu);
+
+/** Whether an epilogue pairs gate and up rows (its output has half the rows' columns). */
+const gated = (epilogue: MatmulEpilogue) => epilogue === 'swiglu' || epilogue === 'geglu';
 
 /**
  * `y = x · Wᵀ` for `x` of `m` rows, with an optional bias and a fused epilogue.
@@ -37,7 +50,8 @@ export function matmulRef(
 ): Float32Array {
   const { rows: n, cols: k } = w;
   const epilogue = options.epilogue ?? 'store';
-  const outCols = epilogue === 'swiglu' ? n / 2 : n;
+  const outCols = gated(epilogue) ? n / 2 : n;
+  const act = gateAct(epilogue);
   const y = options.out ?? new Float32Array(m * outCols);
   const bias = options.bias;
   if (isGgmlWeight(w)) {
@@ -50,8 +64,8 @@ export function matmulRef(
       return bias ? v + (bias[j] as number) : v;
     };
     for (let i = 0; i < m; i++) {
-      for (let j = 0; j < n; j += epilogue === 'swiglu' ? 2 : 1) {
-        if (epilogue === 'swiglu') y[i * outCols + j / 2] = silu(dot(j, i)) * dot(j + 1, i);
+      for (let j = 0; j < n; j += gated(epilogue) ? 2 : 1) {
+        if (gated(epilogue)) y[i * outCols + j / 2] = act(dot(j, i)) * dot(j + 1, i);
         else if (epilogue === 'residual')
           y[i * outCols + j] = (y[i * outCols + j] as number) + dot(j, i);
         else y[i * outCols + j] = dot(j, i);
@@ -61,7 +75,7 @@ export function matmulRef(
   }
   const row = new Float32Array(k);
   const row2 = new Float32Array(k);
-  const step = epilogue === 'swiglu' ? 2 : 1;
+  const step = gated(epilogue) ? 2 : 1;
   for (let j = 0; j < n; j += step) {
     unpackRow(w, j, row);
     if (step === 2) unpackRow(w, j + 1, row2);
@@ -74,7 +88,7 @@ export function matmulRef(
       if (step === 2) {
         for (let t = 0; t < k; t++) acc2 += (x[xo + t] as number) * (row2[t] as number);
         if (bias) acc2 += bias[j + 1] as number;
-        y[i * outCols + j / 2] = silu(acc) * acc2;
+        y[i * outCols + j / 2] = act(acc) * acc2;
       } else if (epilogue === 'residual') {
         y[i * outCols + j] = (y[i * outCols + j] as number) + acc;
       } else {
@@ -149,4 +163,9 @@ export function biasAddRef(
   for (let i = 0; i < m; i++)
     for (let j = 0; j < n; j++) x[i * n + j] = (x[i * n + j] as number) + (bias[j] as number);
   return x;
+}
+
+/** A final logit soft cap in place: `l = tanh(l / cap) · cap`. */
+export function softcapLogits(logits: Float32Array, cap: number): void {
+  for (let i = 0; i < logits.length; i++) logits[i] = Math.tanh((logits[i] as number) / cap) * cap;
 }

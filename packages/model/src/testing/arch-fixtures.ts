@@ -28,7 +28,8 @@ export interface ArchFixture {
     | 'tiny-mistral'
     | 'tiny-ministral3'
     | 'tiny-qwen3'
-    | 'tiny-smollm3';
+    | 'tiny-smollm3'
+    | 'tiny-gemma3';
   /** Cut vocabulary under `tooling/ggml-fixtures/tokenizers/`. */
   readonly vocab: string;
   /** The family the GGUF reader should run it as. */
@@ -238,6 +239,44 @@ export const SMOLLM3_FIXTURE: ArchFixture = {
   quantized: ['F16', 'Q8_0', 'Q4_K_M'],
 };
 
+/** Gemma 3's chat template (its `tokenizer_config.json`): a system prompt joins the first user turn. */
+export const GEMMA3_CHAT_TEMPLATE =
+  "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n    {%- else -%}\n        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n    {%- endif -%}\n    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n";
+
+/**
+ * Gemma 3: six layers, five sliding-window layers (window 20, RoPE base 10,000) then one global
+ * layer (θ = 1e6 with linear scaling 8, as Gemma 3 4B), scaled embeddings, GELU-tanh, Q/K and
+ * sandwich norms stored as `1 + w`; Llama 2's SentencePiece vocabulary with Gemma 3's chat
+ * template. The prompt and its 32 tokens run several windows long, so the mask decides them.
+ * Untied, as the other fixtures (a tied random model repeats its input).
+ */
+export const GEMMA3_FIXTURE: ArchFixture = {
+  name: 'tiny-gemma3',
+  vocab: 'llama-spm',
+  runsAs: 'gemma3',
+  config: {
+    ...wide,
+    architecture: 'gemma3',
+    numLayers: 6,
+    rmsNormEps: 1e-6,
+    ropeTheta: 1_000_000,
+    ropeScaling: { type: 'linear', factor: 8 },
+    qkNorm: true,
+    embeddingScale: 16,
+    mlpActivation: 'gelu-tanh',
+    sandwichNorms: true,
+    attentionScale: 1 / 8,
+    slidingWindow: 20,
+    slidingWindowLayers: [0, 1, 2, 3, 4],
+    localRopeTheta: 10_000,
+  },
+  seed: 86,
+  chatTemplate: GEMMA3_CHAT_TEMPLATE,
+  // Seed found as the qwen3 fixture's (every margin of every llama.cpp run above 0.02).
+  messages: [{ role: 'user', content: 'Why is the sky blue?' }],
+  quantized: ['F16', 'Q8_0', 'Q4_K_M'],
+};
+
 export const ARCH_FIXTURES = [
   QWEN2_FIXTURE,
   QWEN2_TIED_FIXTURE,
@@ -245,6 +284,7 @@ export const ARCH_FIXTURES = [
   MINISTRAL3_FIXTURE,
   QWEN3_FIXTURE,
   SMOLLM3_FIXTURE,
+  GEMMA3_FIXTURE,
 ] as const;
 
 const tooling = new URL('../../../../tooling/ggml-fixtures/', import.meta.url);

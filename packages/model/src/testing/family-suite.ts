@@ -24,6 +24,19 @@ export const FAMILY_CONFIGS: readonly (readonly [string, ModelConfig])[] = [
   ['qwen3 (Q/K norm)', tinyConfig({ architecture: 'qwen3' })],
   // Four layers: layer 3 is NoPE.
   ['smollm3 (NoPE every 4th layer)', tinyConfig({ architecture: 'smollm3', numLayers: 4 })],
+  // Two sliding-window layers (window 6, RoPE base 10,000) and a global one (θ = 1e6, linear
+  // scaling 4): the 19 positions below run three windows long.
+  [
+    'gemma3 (sliding-window layers, sandwich norms, GELU, soft cap)',
+    tinyConfig({
+      architecture: 'gemma3',
+      numLayers: 3,
+      slidingWindow: 6,
+      slidingWindowLayers: [0, 1],
+      ropeScaling: { type: 'linear', factor: 4 },
+      finalLogitSoftcap: 30,
+    }),
+  ],
 ];
 
 /** Decode tolerance after a key shift per KV format (one more rounding of the keys). */
@@ -33,7 +46,23 @@ export function familySuite(
   backend: 'cpu' | 'webgpu' | 'wasm',
   extra: Partial<LoadModelOptions> = {},
 ): void {
-  describe.each(FAMILY_CONFIGS)(`${backend}: %s`, (_, config) => {
+  // WebGPU has no sliding-window attention yet: gemma3 is refused there (tested below).
+  const runs = (c: ModelConfig) => backend !== 'webgpu' || c.architecture !== 'gemma3';
+  if (backend === 'webgpu') {
+    it('webgpu refuses gemma3 with a typed error naming the backend', async () => {
+      const [, config] = FAMILY_CONFIGS.find(([, c]) => !runs(c)) as readonly [string, ModelConfig];
+      const ckpt = await tempCheckpoint(config, 33);
+      try {
+        await expect(
+          loadModel(ckpt.dir, { backend, numBlocks: 8, blockSize: 8, gpu: await testGpu() }),
+        ).rejects.toMatchObject({ code: 'UNSUPPORTED_ARCHITECTURE', message: /webgpu/ });
+      } finally {
+        await ckpt.cleanup();
+        await releaseTestGpu();
+      }
+    });
+  }
+  describe.each(FAMILY_CONFIGS.filter(([, c]) => runs(c)))(`${backend}: %s`, (_, config) => {
     const vocab = config.vocabSize;
     const bs = 8;
     const tokens = Array.from({ length: 40 }, (_, i) => (i * 29 + 7) % vocab);
@@ -84,6 +113,9 @@ export function familySuite(
       expect(reader.config.architecture).toBe(config.architecture);
       expect(reader.config.qkNorm ?? false).toBe(config.qkNorm ?? false);
       expect(reader.config.noRopeLayers ?? []).toEqual(config.noRopeLayers ?? []);
+      expect(reader.config.slidingWindowLayers ?? []).toEqual(config.slidingWindowLayers ?? []);
+      expect(reader.config.slidingWindow).toBe(config.slidingWindow);
+      expect(reader.config.finalLogitSoftcap).toBe(config.finalLogitSoftcap);
       await reader.close();
       const plan = seqPlan(tokens.slice(0, 20), 0, [0, 1, 2], bs, 'last');
       const a = await (await load()).forward(plan);

@@ -16,6 +16,13 @@ export async function naiveForward(
   const hs = c.hiddenSize;
   const d = c.headDim;
   const get = (n: string) => reader.readTensorF32(n);
+  // Gemma 3 as transformers writes it: norms multiply by 1 + w (in a GGUF, w already holds
+  // the 1), GELU-tanh, sandwich norms, scaled embeddings, its own query scale, and local layers
+  // with a window and a RoPE base of their own.
+  const gemma = c.architecture === 'gemma3';
+  const normAdd = gemma && reader.format === 'safetensors' ? 1 : 0;
+  const getNorm = async (n: string) => (await get(n)).map((v) => v + normAdd);
+  const sliding = new Set(c.slidingWindowLayers ?? []);
   const linear = (
     x: Float64Array,
     rows: number,
@@ -53,8 +60,12 @@ export async function naiveForward(
       for (let i = 0; i < d; i++) x[r * d + i] = (x[r * d + i] as number) * inv * (w[i] as number);
     }
   };
-  const inv = ropeInvFrequencies(ropeConfig(c, 1));
-  const rope = (x: Float64Array, heads: number) => {
+  const globalInv = ropeInvFrequencies(ropeConfig(c, 1));
+  const localInv =
+    c.localRopeTheta !== undefined
+      ? ropeInvFrequencies(ropeConfig({ ...c, ropeTheta: c.localRopeTheta, ropeScaling: null }, 1))
+      : globalInv;
+  const rope = (x: Float64Array, heads: number, inv: Float64Array | Float32Array) => {
     for (let p = 0; p < t; p++)
       for (let h = 0; h < heads; h++)
         for (let i = 0; i < d / 2; i++) {
@@ -68,12 +79,14 @@ export async function naiveForward(
   };
   const emb = await get('model.embed_tokens.weight');
   let x = new Float64Array(t * hs);
+  const embScale = gemma ? Math.sqrt(hs) : 1;
   for (let p = 0; p < t; p++)
-    for (let i = 0; i < hs; i++) x[p * hs + i] = emb[(tokens[p] as number) * hs + i] as number;
+    for (let i = 0; i < hs; i++)
+      x[p * hs + i] = (emb[(tokens[p] as number) * hs + i] as number) * embScale;
   const opt = async (n: string) => (reader.tensors.has(n) ? get(n) : undefined);
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;
-    const xn = norm(x, await get(`${p}input_layernorm.weight`));
+    const xn = norm(x, await getNorm(`${p}input_layernorm.weight`));
     const qd = c.numHeads * d;
     const kd = c.numKvHeads * d;
     const q = linear(
@@ -101,13 +114,18 @@ export async function naiveForward(
       await opt(`${p}self_attn.v_proj.bias`),
     );
     if (c.qkNorm) {
-      headNorm(q, await get(`${p}self_attn.q_norm.weight`));
-      headNorm(k, await get(`${p}self_attn.k_norm.weight`));
+      headNorm(q, await getNorm(`${p}self_attn.q_norm.weight`));
+      headNorm(k, await getNorm(`${p}self_attn.k_norm.weight`));
     }
+    const local = sliding.has(l);
     if (!c.noRopeLayers?.includes(l)) {
-      rope(q, c.numHeads);
-      rope(k, c.numKvHeads);
+      rope(q, c.numHeads, local ? localInv : globalInv);
+      rope(k, c.numKvHeads, local ? localInv : globalInv);
     }
+    const scale = c.attentionScale ?? 1 / Math.sqrt(d);
+    // A local layer's query at i sees keys i - window + 1 .. i.
+    const first = (i: number) =>
+      local && c.slidingWindow !== null ? Math.max(0, i - c.slidingWindow + 1) : 0;
     const att = new Float64Array(t * qd);
     const group = c.numHeads / c.numKvHeads;
     for (let i = 0; i < t; i++)
@@ -115,19 +133,19 @@ export async function naiveForward(
         const kh = Math.floor(h / group);
         const sc = new Float64Array(i + 1);
         let mx = Number.NEGATIVE_INFINITY;
-        for (let j = 0; j <= i; j++) {
+        for (let j = first(i); j <= i; j++) {
           let s = 0;
           for (let e = 0; e < d; e++)
             s += (q[i * qd + h * d + e] as number) * (k[j * kd + kh * d + e] as number);
-          sc[j] = s / Math.sqrt(d);
+          sc[j] = s * scale;
           mx = Math.max(mx, sc[j] as number);
         }
         let sum = 0;
-        for (let j = 0; j <= i; j++) {
+        for (let j = first(i); j <= i; j++) {
           sc[j] = Math.exp((sc[j] as number) - mx);
           sum += sc[j] as number;
         }
-        for (let j = 0; j <= i; j++)
+        for (let j = first(i); j <= i; j++)
           for (let e = 0; e < d; e++)
             att[i * qd + h * d + e] =
               (att[i * qd + h * d + e] as number) +
@@ -141,21 +159,36 @@ export async function naiveForward(
       qd,
       await opt(`${p}self_attn.o_proj.bias`),
     );
-    for (let i = 0; i < x.length; i++) x[i] = (x[i] as number) + (o[i] as number);
-    const xn2 = norm(x, await get(`${p}post_attention_layernorm.weight`));
+    const oNormed = gemma ? norm(o, await getNorm(`${p}post_attention_layernorm.weight`)) : o;
+    for (let i = 0; i < x.length; i++) x[i] = (x[i] as number) + (oNormed[i] as number);
+    const xn2 = norm(
+      x,
+      await getNorm(
+        `${p}${gemma ? 'pre_feedforward_layernorm' : 'post_attention_layernorm'}.weight`,
+      ),
+    );
     const im = c.intermediateSize;
     const g = linear(xn2, t, await get(`${p}mlp.gate_proj.weight`), im, hs);
     const u = linear(xn2, t, await get(`${p}mlp.up_proj.weight`), im, hs);
     for (let i = 0; i < g.length; i++) {
       const gv = g[i] as number;
-      g[i] = (gv / (1 + Math.exp(-gv))) * (u[i] as number);
+      const act = gemma
+        ? 0.5 * gv * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (gv + 0.044715 * gv ** 3)))
+        : gv / (1 + Math.exp(-gv));
+      g[i] = act * (u[i] as number);
     }
-    const dn = linear(g, t, await get(`${p}mlp.down_proj.weight`), hs, im);
+    const down = linear(g, t, await get(`${p}mlp.down_proj.weight`), hs, im);
+    const dn = gemma ? norm(down, await getNorm(`${p}post_feedforward_layernorm.weight`)) : down;
     x = x.map((val, i) => val + (dn[i] as number));
   }
-  const fin = norm(x, await get('model.norm.weight'));
+  const fin = norm(x, await getNorm('model.norm.weight'));
   const head = c.tieWordEmbeddings ? emb : await get('lm_head.weight');
-  return Float32Array.from(linear(fin, t, head, c.vocabSize, hs));
+  const logits = linear(fin, t, head, c.vocabSize, hs);
+  const cap = c.finalLogitSoftcap;
+  if (cap !== undefined)
+    for (let i = 0; i < logits.length; i++)
+      logits[i] = Math.tanh((logits[i] as number) / cap) * cap;
+  return Float32Array.from(logits);
 }
 
 /** KL(p ‖ q) of the softmaxes of two logit rows. */

@@ -6,13 +6,25 @@ import {
   shiftKeysReference,
 } from '@kvasir/attention-kernels';
 import { f16BitsToF32, f32ToF16Bits } from '@kvasir/quantizer';
-import { type ModelConfig, ropeConfig } from '../../config.js';
+import {
+  layerRopeConfig,
+  layerWindow,
+  type ModelConfig,
+  ropeConfig,
+  usesLocalRope,
+} from '../../config.js';
 import { checkHidden, type LayerSlice, sliceRole } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { copyHostBlocks } from '../../execution/kv-blocks.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
 import type { LayerWeights, ModelWeights, ShardWeights } from '../../execution/weights.js';
-import { embeddingRef, matmulRef, rmsNormRef } from '../../kernels/reference.js';
+import {
+  addRef,
+  embeddingRef,
+  matmulRef,
+  rmsNormRef,
+  softcapLogits,
+} from '../../kernels/reference.js';
 import type { StoredWeight } from '../../kernels/weight-format.js';
 
 /** Encodes one K or V row into the cache (f32 words or f16 pairs). */
@@ -73,8 +85,10 @@ export function decodeKvRow(
 
 /**
  * Causal paged attention on the CPU for every query row of the plan: token i of a sequence
- * (of `queryLen` new tokens) attends to cache positions `[0, contextLen - queryLen + i]`.
- * Scores and sums in f64. Output `[numTokens][numHeads * headDim]`. When `mass[s]` is given,
+ * (of `queryLen` new tokens) attends to cache positions `[0, contextLen - queryLen + i]`, or on
+ * a sliding-window layer (`window`), to the last `window` of them. Scores (times `scale`,
+ * default `1 / sqrt(headDim)`) and sums in f64. Output `[numTokens][numHeads * headDim]`.
+ * When `mass[s]` is given,
  * the probabilities of row `s`'s last `plan.massQueries[s]` queries are added into it per
  * logical block (every head).
  */
@@ -86,11 +100,13 @@ export function pagedAttentionCpu(
   plan: NormalizedPlan,
   out: Float32Array,
   mass?: readonly (Float64Array | undefined)[],
+  layer: { readonly window?: number | null; readonly scale?: number } = {},
 ): void {
   const d = c.headDim;
   const hq = c.numHeads;
   const group = hq / c.numKvHeads;
-  const scale = 1 / Math.sqrt(d);
+  const scale = layer.scale ?? 1 / Math.sqrt(d);
+  const window = layer.window ?? null;
   const maxCtx = Math.max(...Array.from(plan.contextLens));
   const scores = new Float64Array(maxCtx);
   const krow = new Float32Array(d);
@@ -110,11 +126,13 @@ export function pagedAttentionCpu(
     for (let i = 0; i < ql; i++) {
       const tok = qs + i;
       const visible = ctx - ql + i + 1;
+      // Keys before `first` are outside the window: never read.
+      const first = window === null ? 0 : Math.max(0, visible - window);
       for (let h = 0; h < hq; h++) {
         const kvh = Math.floor(h / group);
         const qo = tok * hq * d + h * d;
         let max = Number.NEGATIVE_INFINITY;
-        for (let j = 0; j < visible; j++) {
+        for (let j = first; j < visible; j++) {
           decodeKvRow(spec, cache, kvRowWord(spec, slotOf(j), kvh, 0), krow);
           let dot = 0;
           for (let e = 0; e < d; e++) dot += (q[qo + e] as number) * (krow[e] as number);
@@ -123,7 +141,7 @@ export function pagedAttentionCpu(
         }
         let sum = 0;
         acc.fill(0);
-        for (let j = 0; j < visible; j++) {
+        for (let j = first; j < visible; j++) {
           const p = Math.exp((scores[j] as number) - max);
           sum += p;
           decodeKvRow(spec, cache, kvRowWord(spec, slotOf(j), kvh, 1), krow);
@@ -131,7 +149,7 @@ export function pagedAttentionCpu(
         }
         for (let e = 0; e < d; e++) out[qo + e] = (acc[e] as number) / sum;
         if (rowMass !== undefined && i >= firstMass) {
-          for (let j = 0; j < visible; j++) {
+          for (let j = first; j < visible; j++) {
             const b = Math.floor(j / spec.blockSize);
             rowMass[b] = (rowMass[b] as number) + Math.exp((scores[j] as number) - max) / sum;
           }
@@ -151,6 +169,8 @@ export class CpuForward {
   readonly caches: Uint32Array[];
   readonly #role: ReturnType<typeof sliceRole>;
   #rope: { config: RopeConfig; tables: RopeTables } | undefined;
+  /** The sliding-window layers' own RoPE, when the config gives them one. */
+  #localRope: { config: RopeConfig; tables: RopeTables } | undefined;
 
   constructor(
     readonly config: ModelConfig,
@@ -167,8 +187,22 @@ export class CpuForward {
     if (!this.#rope || maxPos > have) {
       const config = ropeConfig(this.config, Math.max(maxPos, 2 * have, 256));
       this.#rope = { config, tables: ropeTables(config) };
+      if (this.config.localRopeTheta !== undefined) {
+        const local = layerRopeConfig(
+          this.config,
+          this.config.slidingWindowLayers?.[0] ?? 0,
+          config.maxPosition,
+        );
+        this.#localRope = { config: local, tables: ropeTables(local) };
+      }
     }
     return this.#rope;
+  }
+
+  /** Layer `l`'s RoPE (model index), after {@link #ropeFor} covered the step. */
+  #layerRope(l: number): { config: RopeConfig; tables: RopeTables } {
+    const local = usesLocalRope(this.config, l) ? this.#localRope : undefined;
+    return local ?? (this.#rope as { config: RopeConfig; tables: RopeTables });
   }
 
   /**
@@ -184,13 +218,14 @@ export class CpuForward {
     const h = c.hiddenSize;
     const d = c.headDim;
     copyHostBlocks(spec, this.caches, plan.copies);
-    const rope = this.#ropeFor(plan.ropePositions);
+    this.#ropeFor(plan.ropePositions);
     if (plan.keyShifts.length > 0) {
-      const shift = { ...spec, format: spec.kvFormat, rope: rope.config };
       // A NoPE layer's keys carry no position: nothing to shift.
       for (const [l, cache] of this.caches.entries()) {
         if (c.noRopeLayers?.includes(this.#role.first + l)) continue;
-        shiftKeysReference(shift, rope.tables, cache, plan.keyShifts);
+        const lr = this.#layerRope(this.#role.first + l);
+        const shift = { ...spec, format: spec.kvFormat, rope: lr.config };
+        shiftKeysReference(shift, lr.tables, cache, plan.keyShifts);
       }
     }
     // Mass sums over layers in f64 and lands in the row's array once, at the end.
@@ -204,6 +239,11 @@ export class CpuForward {
     const x = role.embed
       ? embeddingRef(plan.tokenIds, w.embed as StoredWeight)
       : checkHidden(hidden, t, h).slice();
+    if (role.embed && c.embeddingScale !== undefined) {
+      const scale = Math.fround(c.embeddingScale);
+      for (let i = 0; i < x.length; i++) x[i] = (x[i] as number) * scale;
+    }
+    const gate = c.mlpActivation === 'gelu-tanh' ? 'geglu' : 'swiglu';
     const attn = new Float32Array(t * c.numHeads * d);
     for (let l = 0; l < role.count; l++) {
       const lw = w.layers[l] as LayerWeights<StoredWeight>;
@@ -217,7 +257,8 @@ export class CpuForward {
         rmsNormRef(k, t * c.numKvHeads, d, lw.kNorm, c.rmsNormEps, undefined, k);
       }
       if (!c.noRopeLayers?.includes(role.first + l)) {
-        applyRopeReference(rope.config, rope.tables, q, k, positions);
+        const lr = this.#layerRope(role.first + l);
+        applyRopeReference(lr.config, lr.tables, q, k, positions);
       }
       for (let i = 0; i < t; i++) {
         const slot = plan.slotMapping[i] as number;
@@ -228,17 +269,43 @@ export class CpuForward {
           encodeKvRow(spec, cache, kvRowWord(spec, slot, kh, 1), v, off);
         }
       }
-      pagedAttentionCpu(c, spec, cache, q, plan, attn, mass);
-      matmulRef(attn, t, lw.o, { bias: lw.oBias, epilogue: 'residual', out: x });
+      pagedAttentionCpu(c, spec, cache, q, plan, attn, mass, {
+        window: layerWindow(c, role.first + l),
+        ...(c.attentionScale !== undefined ? { scale: c.attentionScale } : {}),
+      });
+      this.#project(attn, t, lw.o, x, lw.attnOutNorm, lw.oBias);
       const xn2 = rmsNormRef(x, t, h, lw.postNorm, c.rmsNormEps);
-      const act = matmulRef(xn2, t, lw.gateUp, { epilogue: 'swiglu' });
-      matmulRef(act, t, lw.down, { epilogue: 'residual', out: x });
+      const act = matmulRef(xn2, t, lw.gateUp, { epilogue: gate });
+      this.#project(act, t, lw.down, x, lw.mlpOutNorm);
     }
     for (const [r, m] of mass.entries()) if (m !== undefined) plan.massOut[r]?.set(m);
     if (!role.head) return x;
     const rows = plan.logitsIndices;
     if (rows.length === 0) return new Float32Array(0);
     const fin = rmsNormRef(x, rows.length, h, w.finalNorm as Float32Array, c.rmsNormEps, rows);
-    return matmulRef(fin, rows.length, w.lmHead as StoredWeight);
+    const logits = matmulRef(fin, rows.length, w.lmHead as StoredWeight);
+    if (c.finalLogitSoftcap !== undefined) softcapLogits(logits, c.finalLogitSoftcap);
+    return logits;
+  }
+
+  /**
+   * `x += a · Wᵀ (+ bias)`: fused into the matmul, or with sandwich norms (`norm`), the
+   * projection RMS-normalized before the add.
+   */
+  #project(
+    a: Float32Array,
+    t: number,
+    wt: StoredWeight,
+    x: Float32Array,
+    norm: Float32Array | undefined,
+    bias?: Float32Array,
+  ): void {
+    if (!norm) {
+      matmulRef(a, t, wt, { ...(bias ? { bias } : {}), epilogue: 'residual', out: x });
+      return;
+    }
+    const y = matmulRef(a, t, wt, bias ? { bias } : {});
+    const h = this.config.hiddenSize;
+    addRef(x, rmsNormRef(y, t, h, norm, this.config.rmsNormEps, undefined, y));
   }
 }

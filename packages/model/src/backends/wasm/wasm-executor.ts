@@ -4,7 +4,13 @@ import {
   ropeTables,
   shiftKeysReference,
 } from '@kvasir/attention-kernels';
-import { type ModelConfig, ropeConfig } from '../../config.js';
+import {
+  layerRopeConfig,
+  layerWindow,
+  type ModelConfig,
+  ropeConfig,
+  usesLocalRope,
+} from '../../config.js';
 import { ModelError } from '../../errors.js';
 import {
   checkHidden,
@@ -21,6 +27,7 @@ import {
   type ShardWeights,
   sliceWeightBytes,
 } from '../../execution/weights.js';
+import { softcapLogits } from '../../kernels/reference.js';
 import { isGgmlFormat } from '../../kernels/weight-format.js';
 import { defaultThreadCount } from './thread-count.js';
 import type { WasmArena } from './wasm-arena.js';
@@ -205,6 +212,16 @@ interface LayerVectors {
   /** Q/K per-head norm weights (0 without `qkNorm`). */
   readonly qNorm: number;
   readonly kNorm: number;
+  /** Sandwich norms of attention's and the MLP's outputs (0 without them). */
+  readonly attnOutNorm: number;
+  readonly mlpOutNorm: number;
+}
+
+/** RoPE tables in wasm memory and on the host (for key shifts). */
+interface RopeSet {
+  readonly cos: number;
+  readonly sin: number;
+  readonly host: { config: RopeConfig; tables: RopeTables };
 }
 
 /** One forward step as a single kernel program over the wasm memory. */
@@ -222,10 +239,15 @@ class WasmForward {
   #rope = { cos: 0, sin: 0, positions: 0 };
   /** The same tables on the host, for key shifts. */
   #ropeHost: { config: RopeConfig; tables: RopeTables } | undefined;
+  /** The sliding-window layers' own RoPE, when the config gives them one. */
+  #localRope: RopeSet | undefined;
   readonly #mass: AttentionMass;
-  /** The cache addresses of the layers with RoPE (NoPE layers' keys never shift), for the key-shift op. */
-  readonly #cacheTable: number;
-  readonly #ropeLayers: number[];
+  /**
+   * The layers with RoPE (NoPE layers' keys never shift) by the RoPE they take (the global one,
+   * then the sliding-window layers' own): local indices and their cache addresses' table, for
+   * the key-shift op.
+   */
+  readonly #shiftGroups: { readonly layers: number[]; readonly table: number }[];
   #shifts = { count: 0, ptr: 0 };
   readonly #program: ProgramBuilder;
   #step: StepBuffers;
@@ -262,6 +284,8 @@ class WasmForward {
       oBias: vec(l.oBias, `layer ${i} bias`),
       qNorm: vec(l.qNorm, `layer ${i} norm`),
       kNorm: vec(l.kNorm, `layer ${i} norm`),
+      attnOutNorm: vec(l.attnOutNorm, `layer ${i} norm`),
+      mlpOutNorm: vec(l.mlpOutNorm, `layer ${i} norm`),
     }));
     this.#finalNorm = vec(w.finalNorm, 'final norm');
     this.#cachePtrs = [];
@@ -272,19 +296,20 @@ class WasmForward {
       this.#cachePtrs.push(p);
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
-    this.#program = rt.program(layers * 16 + 10);
+    // Up to 19 ops a layer (sandwich norms and Q/K norms included), key shifts and the head.
+    this.#program = rt.program(layers * 20 + 12);
     this.#mass = new AttentionMass(rt.arena, c.numHeads, kv.blockSize);
     // Local indices of this executor's layers that have RoPE (`role.first + l` is the model's).
-    this.#ropeLayers = this.#cachePtrs.flatMap((_, l) =>
+    const roped = this.#cachePtrs.flatMap((_, l) =>
       c.noRopeLayers?.includes(role.first + l) ? [] : [l],
     );
-    this.#cacheTable = this.#arena.alloc(
-      Math.max(1, this.#ropeLayers.length) * 4,
-      'KV cache table',
-    );
-    this.#arena
-      .i32(this.#cacheTable, this.#ropeLayers.length)
-      .set(this.#ropeLayers.map((l) => this.#cachePtrs[l] as number));
+    this.#shiftGroups = [false, true].flatMap((local) => {
+      const layers = roped.filter((l) => usesLocalRope(c, role.first + l) === local);
+      if (layers.length === 0) return [];
+      const table = this.#arena.alloc(layers.length * 4, 'KV cache table');
+      this.#arena.i32(table, layers.length).set(layers.map((l) => this.#cachePtrs[l] as number));
+      return [{ layers, table }];
+    });
     this.#step = this.#stepBuffers(INITIAL_TOKENS);
   }
 
@@ -305,8 +330,29 @@ class WasmForward {
       const sin = this.#arena.alloc(t.sin.length * 4, 'RoPE tables');
       this.#arena.f32(sin, t.sin.length).set(t.sin);
       this.#rope = { cos, sin, positions };
+      if (c.localRopeTheta !== undefined) {
+        const local = layerRopeConfig(c, c.slidingWindowLayers?.[0] ?? 0, positions);
+        const lt = ropeTables(local);
+        const lcos = this.#arena.alloc(lt.cos.length * 4, 'RoPE tables');
+        this.#arena.f32(lcos, lt.cos.length).set(lt.cos);
+        const lsin = this.#arena.alloc(lt.sin.length * 4, 'RoPE tables');
+        this.#arena.f32(lsin, lt.sin.length).set(lt.sin);
+        this.#localRope = { cos: lcos, sin: lsin, host: { config: local, tables: lt } };
+      }
     }
     return this.#rope;
+  }
+
+  /** Layer `l`'s (local index) RoPE tables, after {@link #ropeFor} covered the step. */
+  #layerRope(l: number): RopeSet {
+    const local = usesLocalRope(this.#c, this.#role.first + l) ? this.#localRope : undefined;
+    return (
+      local ?? {
+        cos: this.#rope.cos,
+        sin: this.#rope.sin,
+        host: this.#ropeHost as { config: RopeConfig; tables: RopeTables },
+      }
+    );
   }
 
   /**
@@ -317,11 +363,14 @@ class WasmForward {
    */
   #shiftKeys(plan: NormalizedPlan, p: ProgramBuilder): void {
     const kv = this.#kv;
-    const rope = this.#ropeHost as { config: RopeConfig; tables: RopeTables };
     if (kv.headDim > KV_MAX_HEAD_DIM) {
-      const config = { ...kv, format: kv.kvFormat, rope: rope.config };
-      for (const l of this.#ropeLayers)
-        shiftKeysReference(config, rope.tables, this.caches[l] as Uint32Array, plan.keyShifts);
+      for (const g of this.#shiftGroups) {
+        for (const l of g.layers) {
+          const rope = this.#layerRope(l).host;
+          const config = { ...kv, format: kv.kvFormat, rope: rope.config };
+          shiftKeysReference(config, rope.tables, this.caches[l] as Uint32Array, plan.keyShifts);
+        }
+      }
       return;
     }
     const n = plan.keyShifts.length;
@@ -334,24 +383,29 @@ class WasmForward {
       words[2 * i] = k.block;
       words[2 * i + 1] = k.delta;
     });
-    p.push(
-      Op.keyShift,
-      [
-        this.#cacheTable,
-        this.#ropeLayers.length,
-        this.#shifts.ptr,
-        n,
-        kv.numKvHeads,
-        kv.headDim,
-        KvCode[kv.format],
-        kv.blockSize,
-        kv.blockWords,
-        kv.slabWords,
-        this.#rope.cos,
-        this.#rope.sin,
-      ],
-      'key_shift',
-    ).barrier();
+    for (const g of this.#shiftGroups) {
+      const rope = this.#layerRope(g.layers[0] as number);
+      // The groups' layers are disjoint: no barrier between them.
+      p.push(
+        Op.keyShift,
+        [
+          g.table,
+          g.layers.length,
+          this.#shifts.ptr,
+          n,
+          kv.numKvHeads,
+          kv.headDim,
+          KvCode[kv.format],
+          kv.blockSize,
+          kv.blockWords,
+          kv.slabWords,
+          rope.cos,
+          rope.sin,
+        ],
+        'key_shift',
+      );
+    }
+    p.barrier();
   }
 
   #stepBuffers(tokens: number): StepBuffers {
@@ -443,7 +497,7 @@ class WasmForward {
     const arena = this.#arena;
     const t = plan.numTokens;
     copyHostBlocks(kv, this.caches, plan.copies);
-    const rope = this.#ropeFor(plan.ropePositions);
+    this.#ropeFor(plan.ropePositions);
     if (t > this.#step.tokens) this.#step = this.#stepBuffers(Math.max(t, 2 * this.#step.tokens));
     const s = this.#step;
     const pb = this.#planBuffers(plan);
@@ -512,16 +566,44 @@ class WasmForward {
     if (role.embed) {
       const table = w.embed as WasmWeight;
       const embed = weightArgs(table);
-      p.push(Op.embed, [s.ids, t, table.data, embed.code, h, embed.scales, embed.gs, s.x], 'embed');
+      const scale = c.embeddingScale === undefined ? 0 : f32Word(c.embeddingScale);
+      p.push(
+        Op.embed,
+        [s.ids, t, table.data, embed.code, h, embed.scales, embed.gs, s.x, scale],
+        'embed',
+      );
       p.barrier();
     } else {
       arena.f32(s.x, t * h).set(checkHidden(hidden, t, h));
     }
     const eps = f32Word(c.rmsNormEps);
     const kvCode = KvCode[kv.format];
+    const gate = c.mlpActivation === 'gelu-tanh' ? 'geglu' : 'swiglu';
+    const scale = f32Word(c.attentionScale ?? 1 / Math.sqrt(d));
+    // x += a · Wᵀ (+ bias): fused into the matmul, or with a sandwich norm, the projection
+    // normalized and added (into xn, which nothing reads by then).
+    const project = (
+      a: number,
+      wt: WasmWeight,
+      norm: number,
+      label: string,
+      bias: number,
+      xq: number,
+    ) => {
+      if (norm === 0) {
+        matmul(a, t, wt, s.x, 'residual', label, bias, xq);
+        p.barrier();
+        return;
+      }
+      matmul(a, t, wt, s.xn, 'store', label, bias, xq);
+      p.barrier();
+      p.push(Op.rmsNorm, [s.xn, t, h, norm, eps, s.x, 0, 1], 'rms_norm').barrier();
+    };
     for (let l = 0; l < role.count; l++) {
       const lw = w.layers[l] as LayerWeights<WasmWeight>;
       const vec = this.#vectors[l] as LayerVectors;
+      const rope = this.#layerRope(l);
+      const window = layerWindow(c, role.first + l) ?? 0;
       p.push(Op.rmsNorm, [s.x, t, h, vec.inputNorm, eps, s.xn, 0], 'rms_norm').barrier();
       // q, k and v read only xn: no barrier between them.
       const xqn = quantize(s.xn, t, [lw.q, lw.k, lw.v]);
@@ -578,8 +660,8 @@ class WasmForward {
           kv.blockSize,
           kv.blockWords,
           kv.slabWords,
-          0,
-          f32Word(1 / Math.sqrt(d)),
+          window,
+          scale,
           pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
           pb.scratchStride,
           pb.scoreStride,
@@ -587,13 +669,11 @@ class WasmForward {
         ],
         'attention',
       ).barrier();
-      matmul(s.attn, t, lw.o, s.x, 'residual', 'o', vec.oBias, quantize(s.attn, t, [lw.o]));
-      p.barrier();
+      project(s.attn, lw.o, vec.attnOutNorm, 'o', vec.oBias, quantize(s.attn, t, [lw.o]));
       p.push(Op.rmsNorm, [s.x, t, h, vec.postNorm, eps, s.xn, 0], 'rms_norm').barrier();
-      matmul(s.xn, t, lw.gateUp, s.act, 'swiglu', 'gate_up', 0, quantize(s.xn, t, [lw.gateUp]));
+      matmul(s.xn, t, lw.gateUp, s.act, gate, 'gate_up', 0, quantize(s.xn, t, [lw.gateUp]));
       p.barrier();
-      matmul(s.act, t, lw.down, s.x, 'residual', 'down', 0, quantize(s.act, t, [lw.down]));
-      p.barrier();
+      project(s.act, lw.down, vec.mlpOutNorm, 'down', 0, quantize(s.act, t, [lw.down]));
     }
     const lmHead = w.lmHead as WasmWeight;
     if (rows > 0) {
@@ -611,6 +691,8 @@ class WasmForward {
     if (mass[0] !== 0) this.#mass.collect(plan);
     if (!role.head) return arena.f32(s.x, t * h).slice();
     if (rows === 0) return new Float32Array(0);
-    return arena.f32(pb.logits, rows * c.vocabSize).slice();
+    const logits = arena.f32(pb.logits, rows * c.vocabSize).slice();
+    if (c.finalLogitSoftcap !== undefined) softcapLogits(logits, c.finalLogitSoftcap);
+    return logits;
   }
 }

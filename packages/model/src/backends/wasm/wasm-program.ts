@@ -49,7 +49,7 @@ export const WeightCode = {
   IQ4_NL: 13,
 } as const satisfies Record<StoredFormat, number>;
 /** Matmul epilogues. */
-export const EpilogueCode = { store: 0, residual: 1, swiglu: 2 } as const;
+export const EpilogueCode = { store: 0, residual: 1, swiglu: 2, geglu: 3 } as const;
 /** KV cache formats the kernels read and write, by `KvFormatName` (c/kv-formats.h). */
 export const KvCode = {
   f32: 0,

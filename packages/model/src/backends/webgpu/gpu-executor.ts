@@ -77,6 +77,13 @@ export async function createGpuExecutor(
       );
     }
     const c = reader.config;
+    if (c.architecture === 'gemma3') {
+      throw new ModelError(
+        'UNSUPPORTED_ARCHITECTURE',
+        'gemma3 does not run on the webgpu backend yet (sliding-window attention, GELU and sandwich norms are on cpu and wasm); use --backend wasm',
+        { details: { architecture: c.architecture, backend: 'webgpu' } },
+      );
+    }
     if (!PAGED_ATTENTION_HEAD_DIMS.includes(c.headDim)) {
       throw new ModelError(
         'INVALID_CONFIG',

@@ -7,6 +7,7 @@ import {
   validateModelConfig,
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
+import { gemma3FromGguf } from '../../families/gemma3.js';
 import { basename } from '../base-name.js';
 import type { GgufTensorEntry } from './header.js';
 import { yarnAttentionFactor, yarnFreqDivisors } from './yarn.js';
@@ -59,10 +60,19 @@ function metaSize(
  * GGUF architectures read here: llama (Llama, Mistral 7B, SmolLM, TinyLlama), qwen2,
  * mistral3 (Ministral 3's text model: llama's block with YaRN RoPE and Llama 4-style attention
  * temperature scaling; its MoE variant is refused below), qwen3 (qwen2's block without QKV
- * bias, with Q/K RMSNorm per head before RoPE) and smollm3 (llama's block with no RoPE on
- * every fourth layer, which llama.cpp fixes at 4: the file has no key for it).
+ * bias, with Q/K RMSNorm per head before RoPE), smollm3 (llama's block with no RoPE on
+ * every fourth layer, which llama.cpp fixes at 4: the file has no key for it) and gemma3 (Gemma
+ * 3's text model: scaled embeddings, GELU-tanh, Q/K and sandwich norms, its norm weights stored
+ * as `1 + w`, five sliding-window layers to one global layer; see `gemma3FromGguf`).
  */
-export const GGUF_ARCHITECTURES = ['llama', 'qwen2', 'mistral3', 'qwen3', 'smollm3'] as const;
+export const GGUF_ARCHITECTURES = [
+  'llama',
+  'qwen2',
+  'mistral3',
+  'qwen3',
+  'smollm3',
+  'gemma3',
+] as const;
 
 const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architecture> = {
   llama: 'llama',
@@ -70,6 +80,7 @@ const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architec
   mistral3: 'mistral',
   qwen3: 'qwen3',
   smollm3: 'smollm3',
+  gemma3: 'gemma3',
 };
 
 /**
@@ -77,7 +88,6 @@ const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architec
  * refusal names the feature instead of only the architecture.
  */
 const REFUSED_GGUF: Readonly<Record<string, string>> = {
-  gemma3: 'Gemma 3 (embedding scale, GELU, extra norms, interleaved sliding-window layers)',
   phi3: 'Phi-3 / Phi-4-mini (fused QKV and gate/up, partial rotary, LongRoPE)',
   qwen3moe: 'a mixture of experts (Qwen3 MoE)',
   'gpt-oss': 'a mixture of experts with attention sinks (gpt-oss)',
@@ -263,6 +273,14 @@ export function configFromGguf(
     eosTokenIds: eos,
     ...(arch === 'qwen3' ? { qkNorm: true } : {}),
     ...(arch === 'smollm3' ? { noRopeLayers: everyNthNoRope(numLayers) } : {}),
+    ...(arch === 'gemma3'
+      ? gemma3FromGguf((key) => md.get(`gemma3.${key}`), {
+          numLayers,
+          hiddenSize,
+          numHeads,
+          headDim,
+        })
+      : {}),
   };
   try {
     validateModelConfig(config);

@@ -2,8 +2,14 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ropeInvFrequencies } from '@kvasir/attention-kernels';
 import { GGML_BLOCK_FORMATS } from '@kvasir/quantizer/ggml';
-import { expectedTensors, ropeConfig } from '../../config.js';
+import { expectedTensors, type ModelConfig, ropeConfig } from '../../config.js';
 import { ModelError } from '../../errors.js';
+import {
+  GEMMA3_LOCAL_ROPE_THETA,
+  gemma3GgufAttentionScale,
+  normWeightShift,
+  slidingPatternLayers,
+} from '../../families/gemma3.js';
 import type { CheckpointReader } from '../checkpoint-reader.js';
 import { isBlockDtype, type TensorDtype } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
@@ -112,6 +118,7 @@ export async function convertToGguf(
       md[`${arch}.rope.scaling.type`] = 'linear';
       md[`${arch}.rope.scaling.factor`] = { type: 'f32', value: c.ropeScaling.factor };
     }
+    if (c.architecture === 'gemma3') Object.assign(md, gemma3Metadata(c));
     if (c.bosTokenId !== null) md['tokenizer.ggml.bos_token_id'] = c.bosTokenId;
     if (c.eosTokenIds[0] !== undefined) md['tokenizer.ggml.eos_token_id'] = c.eosTokenIds[0];
     if (c.eosTokenIds[1] !== undefined)
@@ -150,8 +157,10 @@ export async function convertToGguf(
         data: factors,
       });
     }
+    // Gemma's `1 + w` norms: llama.cpp's converter stores the sum.
+    const normShift = normWeightShift(reader);
     for (const t of expectedTensors(c)) {
-      const gname = hfToGgufName(t.name);
+      const gname = hfToGgufName(t.name, c.architecture);
       if (!gname) throw new ModelError('INVALID_ARGUMENT', `no GGUF name for tensor "${t.name}"`);
       const matrix = t.shape.length === 2;
       let tdtype: TensorDtype = options?.tensorDtypes?.[gname] ?? (matrix ? dtype : 'F32');
@@ -170,6 +179,9 @@ export async function convertToGguf(
         shape: t.shape,
         data: async () => {
           const v = await reader.readTensorF32(t.name);
+          if (normShift !== 0 && t.name.endsWith('norm.weight')) {
+            for (let i = 0; i < v.length; i++) v[i] = (v[i] as number) + normShift;
+          }
           return permute ? permuteQkRows(v, t.shape[0]!, c.headDim) : v;
         },
       });
@@ -179,4 +191,44 @@ export async function convertToGguf(
   } finally {
     if (typeof src === 'string') await reader.close();
   }
+}
+
+/**
+ * The `gemma3.*` keys llama.cpp's converter writes beyond the Llama ones, and those its loader
+ * reads with defaults (pattern, local RoPE base) when they differ from the defaults.
+ *
+ * @throws {@link ModelError} `INVALID_ARGUMENT` for an attention scale llama.cpp would not
+ *   derive (GGUF has no key for it).
+ */
+function gemma3Metadata(c: ModelConfig): Record<string, unknown | GgufTypedValue> {
+  const md: Record<string, unknown | GgufTypedValue> = {};
+  const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
+  if (Math.abs(scale - gemma3GgufAttentionScale(c)) > 1e-7 * scale) {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `a gemma3 GGUF cannot hold attention scale ${scale}: llama.cpp derives ${gemma3GgufAttentionScale(c)} from the head size`,
+      { details: { attentionScale: scale } },
+    );
+  }
+  if (c.finalLogitSoftcap !== undefined) {
+    md['gemma3.final_logit_softcapping'] = { type: 'f32', value: c.finalLogitSoftcap };
+  }
+  const sliding = c.slidingWindowLayers ?? [];
+  if (c.slidingWindow !== null && sliding.length > 0) {
+    md['gemma3.attention.sliding_window'] = c.slidingWindow;
+    const standard = slidingPatternLayers(c.numLayers);
+    if (sliding.length !== standard.length || sliding.some((l, i) => l !== standard[i])) {
+      const set = new Set(sliding);
+      md['gemma3.attention.sliding_window_pattern'] = {
+        type: 'array',
+        itemType: 'bool',
+        value: Array.from({ length: c.numLayers }, (_, l) => set.has(l)),
+      };
+    }
+    const local = c.localRopeTheta ?? c.ropeTheta;
+    if (local !== GEMMA3_LOCAL_ROPE_THETA) {
+      md['gemma3.rope.freq_base_swa'] = { type: 'f32', value: local };
+    }
+  }
+  return md;
 }

@@ -174,18 +174,22 @@ describe('GGUF architectures', () => {
     await expectModelError(
       openCheckpoint(file),
       'UNSUPPORTED_ARCHITECTURE',
-      'supported: llama, qwen2, mistral3, qwen3, smollm3',
+      'supported: llama, qwen2, mistral3, qwen3, smollm3, gemma3',
     );
   });
 
   it.each([
-    ['gemma3', 'sliding-window layers'],
     ['phi3', 'partial rotary, LongRoPE'],
     ['qwen3moe', 'mixture of experts'],
     ['gpt-oss', 'attention sinks'],
   ])('refuses %s naming what it lacks (%s)', async (arch, feature) => {
     const file = await rewrite(llamaFile, `${arch}.gguf`, asArch(arch));
     await expectModelError(openCheckpoint(file), 'UNSUPPORTED_ARCHITECTURE', feature);
+  });
+
+  it('a gemma3 file without its Q/K and sandwich norms is refused naming the first missing one', async () => {
+    const file = await rewrite(llamaFile, 'gemma3.gguf', asArch('gemma3'));
+    await expectModelError(openCheckpoint(file), 'MISSING_TENSOR', 'q_norm');
   });
 
   it('a qwen3 file without its Q/K norm tensors is refused naming the first missing one', async () => {

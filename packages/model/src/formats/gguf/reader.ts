@@ -112,7 +112,7 @@ async function openGguf(
   const tensors = new Map<string, TensorInfo>();
   const locations = new Map<string, TensorLocation>();
   for (const t of header.tensors) {
-    const name = ggufToHfName(t.name) ?? t.name;
+    const name = ggufToHfName(t.name, config.architecture) ?? t.name;
     const shape = [...t.dims].reverse();
     tensors.set(name, { name, dtype: t.dtype, shape, byteLength: t.byteLength });
     const isQ = /\.self_attn\.q_proj\./.test(name);

@@ -17,13 +17,33 @@ const GLOBAL_MAP: Record<string, string> = {
   output: 'lm_head',
 };
 const HF_LAYER_MAP = Object.fromEntries(Object.entries(LAYER_MAP).map(([k, v]) => [v, k]));
+/**
+ * Gemma's sandwich norms: its `ffn_norm` is the pre-MLP norm, and `post_attention_layernorm`
+ * (Llama's pre-MLP norm) normalizes attention's output.
+ */
+const GEMMA_LAYER_MAP: Record<string, string> = {
+  ...LAYER_MAP,
+  ffn_norm: 'pre_feedforward_layernorm',
+  post_attention_norm: 'post_attention_layernorm',
+  post_ffw_norm: 'post_feedforward_layernorm',
+};
+const HF_GEMMA_LAYER_MAP = Object.fromEntries(
+  Object.entries(GEMMA_LAYER_MAP).map(([k, v]) => [v, k]),
+);
+const layerMaps = (arch: string | undefined) =>
+  arch === 'gemma3'
+    ? { toHf: GEMMA_LAYER_MAP, toGguf: HF_GEMMA_LAYER_MAP }
+    : { toHf: LAYER_MAP, toGguf: HF_LAYER_MAP };
 const HF_GLOBAL_MAP = Object.fromEntries(Object.entries(GLOBAL_MAP).map(([k, v]) => [v, k]));
 
-/** Canonical HF name of a GGUF tensor name, or `undefined` for tensors with no HF twin. */
-export function ggufToHfName(name: string): string | undefined {
+/**
+ * Canonical HF name of a GGUF tensor name, or `undefined` for tensors with no HF twin. The
+ * model's architecture (default llama's names) decides the names of Gemma's norms.
+ */
+export function ggufToHfName(name: string, architecture?: string): string | undefined {
   const m = /^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$/.exec(name);
   if (m) {
-    const hf = LAYER_MAP[m[2]!];
+    const hf = layerMaps(architecture).toHf[m[2]!];
     return hf ? `model.layers.${m[1]}.${hf}.${m[3]}` : undefined;
   }
   const g = /^([a-z_]+)\.(weight|bias)$/.exec(name);
@@ -35,10 +55,10 @@ export function ggufToHfName(name: string): string | undefined {
 }
 
 /** GGUF name of a canonical HF tensor name (the inverse of {@link ggufToHfName}). */
-export function hfToGgufName(name: string): string | undefined {
+export function hfToGgufName(name: string, architecture?: string): string | undefined {
   const m = /^model\.layers\.(\d+)\.(.+)\.(weight|bias)$/.exec(name);
   if (m) {
-    const g = HF_LAYER_MAP[m[2]!];
+    const g = layerMaps(architecture).toGguf[m[2]!];
     return g ? `blk.${m[1]}.${g}.${m[3]}` : undefined;
   }
   const g = /^(.+)\.(weight|bias)$/.exec(name);

@@ -126,7 +126,7 @@ typedef struct {
   const float* q;
   float* out;
   const i32 *tokSeq, *qStart, *qLen, *ctxLen, *tables;
-  i32 maxBlocks, hq, hkv, d, bs, bw, sw, sp, group, parts;
+  i32 maxBlocks, hq, hkv, d, bs, bw, sw, sp, group, parts, window;
   const u32* cache;
   float scale;
   float *scores, *qr, *acc, *buf;
@@ -161,6 +161,8 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   i32 s = tokSeq[t];
   i32 local = t - qStart[s];
   i32 visible = ctxLen[s] - qLen[s] + local + 1;
+  // A sliding-window layer's query sees [lo, visible): blocks before lo's are never read.
+  i32 lo = A->window > 0 && visible > A->window ? visible - A->window : 0;
   const i32* table = tables + (long)s * maxBlocks;
   const float* qh = q + ((long)t * hq + (long)kvh * group) * d;
   if (rot) {
@@ -180,10 +182,10 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   if (int_keys) {
     for (i32 g = g0; g < g1; g++) quantize_x16(qh + g * d, d, d, q16 + g * d, qstep + g);
   }
-  for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+  for (i32 b = lo / bs, j0 = b * bs; j0 < visible; j0 += bs, b++) {
     const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh) * sw;
     i32 n = visible - j0 < bs ? visible - j0 : bs;
-    for (i32 r = 0; r < n; r++) {
+    for (i32 r = j0 < lo ? lo - j0 : 0; r < n; r++) {
       if (int_keys) {
         const int8_t* codes = (const int8_t*)(slab + (long)r * (d / 4));
         float f = bits_f32(slab[bs * (d / 4) + r]) * scale;
@@ -206,10 +208,10 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   for (i32 g = g0; g < g1; g++) {
     float* sc = scores + (long)g * sp;
     float mx = bits_f32(0xff800000u);
-    for (i32 j = 0; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
+    for (i32 j = lo; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
     // Four exponentials at a time: a scalar one costs as much as a 64-element dot product.
     v128_t mxv = wasm_f32x4_splat(mx), sumv = wasm_f32x4_splat(0);
-    i32 j = 0;
+    i32 j = lo;
     for (; j + 4 <= visible; j += 4) {
       v128_t p = softmax_exp4(wasm_f32x4_sub(ld(sc + j), mxv));
       wasm_v128_store(sc + j, p);
@@ -225,20 +227,20 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
     // The normalized p multiplies V below through inv: scaling by inv here instead would
     // change the output's rounding, and mass is rare.
     if (slot) {
-      for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+      for (i32 b = lo / bs, j0 = b * bs; j0 < visible; j0 += bs, b++) {
         i32 n = visible - j0 < bs ? visible - j0 : bs;
         float bsum = 0.0f;
-        for (i32 r = 0; r < n; r++) bsum += sc[j0 + r];
+        for (i32 r = j0 < lo ? lo - j0 : 0; r < n; r++) bsum += sc[j0 + r];
         slot[(long)g * blocks + b] += bsum * inv;
       }
     }
     sc[visible] = inv;  // sp > visible: one spare float per head keeps 1 / sum
     for (i32 e = 0; e < d; e += 4) wasm_v128_store(acc + g * d + e, wasm_f32x4_splat(0));
   }
-  for (i32 j0 = 0, b = 0; j0 < visible; j0 += bs, b++) {
+  for (i32 b = lo / bs, j0 = b * bs; j0 < visible; j0 += bs, b++) {
     const u32* slab = cache + (long)table[b] * bw + (long)(2 * kvh + 1) * sw;
     i32 n = visible - j0 < bs ? visible - j0 : bs;
-    for (i32 r = 0; r < n; r++) {
+    for (i32 r = j0 < lo ? lo - j0 : 0; r < n; r++) {
       float f;
       const float* row = kv_load_row(slab, r, d, bs, kvfmt, buf, &f);
       for (i32 g = g0; g < g1; g++) axpy_f32(acc + g * d, scores[g * sp + j0 + r] * f, row, d);
@@ -371,7 +373,8 @@ INLINE void attend_tile(const Attention* A, i32 item, i32 m, i32 kvfmt) {
 // host adds the slots of a sequence up after the step.
 //
 // Record: q, out, m, tokSeq, queryStarts, queryLens, contextLens, blockTables, maxBlocks, hq,
-// hkv, d, cache, kvfmt, bs, blockWords, slabWords, (unused), scale (f32 bits), scratch, stride
+// hkv, d, cache, kvfmt, bs, blockWords, slabWords, window (0: the whole context; else a query
+// sees its last `window` positions, its own included), scale (f32 bits), scratch, stride
 // (bytes per thread), sp (score floats per head, a multiple of 4 >= the longest context), mass
 // (0: off), massOff (-1: not this sequence), massQ.
 void op_attention(const i32* a, i32 tid, i32 nth) {
@@ -393,6 +396,7 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   A.bs = a[15];
   A.bw = a[16];
   A.sw = a[17];
+  A.window = a[18];
   A.scale = bits_f32((u32)a[19]);
   A.scores = (float*)(a[20] + tid * a[21]);
   A.sp = a[22];
@@ -410,7 +414,8 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   // with its position, so ranges gave the last thread the most work (3x the first's on two
   // threads for one prompt). Each item's result is the same whichever thread computes it.
   i32 items = pairs * A.parts;
-  if (m > 1 && A.parts == 1 && !A.mass && (kvfmt == KV_F32 || kvfmt == KV_F16) &&
+  // Query tiles share each row among a run of tokens over the whole context: not for windows.
+  if (m > 1 && A.parts == 1 && !A.mass && A.window == 0 && (kvfmt == KV_F32 || kvfmt == KV_F16) &&
       a[21] >= 4 * attention_tile_floats(A.group, A.sp, A.d)) {
     i32 tiles = (m + QT - 1) / QT * A.hkv;
     if (kvfmt == KV_F32) {

@@ -448,8 +448,8 @@ INLINE void tiles(row_t r0, row_t r1, i32 two, i32 codes, i32 offsets, const u8*
     }
     for (i32 c = 0; c <= u - t; c++) {
       i32 i = tbase + t + c;
-      if (ep == EP_SWIGLU) {
-        epilogue_swiglu(y, n, bias, i, j, o[c], o[2 + c]);
+      if (ep >= EP_SWIGLU) {
+        epilogue_glu(y, n, ep, bias, i, j, o[c], o[2 + c]);
       } else {
         epilogue_store(y, n, ep, bias, i, j, o[c]);
         if (two) epilogue_store(y, n, ep, bias, i, j + 1, o[2 + c]);
@@ -684,8 +684,8 @@ static void matvec_fused(dot2_fn dot2, const format_t* f, const u8* w, i32 k, i3
   for (i32 j = lo; j < hi; j += 2) {
     const u8* r0 = w + j * rowBytes;
     dot2(r0, j + 1 < hi ? r0 + rowBytes : r0, nb, x, o);
-    if (ep == EP_SWIGLU) {
-      epilogue_swiglu(y, n, bias, 0, j, o[0], o[1]);
+    if (ep >= EP_SWIGLU) {
+      epilogue_glu(y, n, ep, bias, 0, j, o[0], o[1]);
     } else {
       epilogue_store(y, n, ep, bias, 0, j, o[0]);
       if (j + 1 < hi) epilogue_store(y, n, ep, bias, 0, j + 1, o[1]);

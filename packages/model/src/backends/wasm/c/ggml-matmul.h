@@ -26,7 +26,7 @@ enum {
 // Scratch floats per input column ggml_matmul needs per thread (k = the matrix's columns).
 #define GGML_SCRATCH_FLOATS_PER_COL 11
 
-// y (=, +=, swiglu) x[m][k] · W[lo..hi)[k]ᵀ for a GGML block matrix `w` (rows of k / blockSize
+// y (=, +=, swiglu, geglu) x[m][k] · W[lo..hi)[k]ᵀ for a GGML block matrix `w` (rows of k / blockSize
 // blocks, back to back). `xq`: x's rows as ggml_quantize_x wrote them, or 0 (each thread then
 // quantizes x itself). Results go through matmul-epilogue.h. `scratch` holds
 // GGML_SCRATCH_FLOATS_PER_COL · k floats of this thread's own.

@@ -271,7 +271,7 @@ INLINE void tile4x2(const float* w, const float* x0, const float* x1, i32 k, flo
 // stream past them.
 #define TOKEN_BLOCK 64
 
-// y[m][n'] (=, +=, swiglu) x[m][k] · W[n][k]ᵀ (+ bias). Rows split across threads in
+// y[m][n'] (=, +=, swiglu, geglu) x[m][k] · W[n][k]ᵀ (+ bias). Rows split across threads in
 // multiples of 4. Record: x, m, k, w, n, fmt, scales, gs, bias, y, epilogue, scratch, stride,
 // xq (GGML weights: x as OP_QUANTIZE wrote it, or 0).
 static void op_matmul(const i32* a, i32 tid, i32 nth) {
@@ -317,18 +317,18 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
           dot2_i8(p + 2 * (long)k, s + 2 * (k / gs), k, gs, x, o + 2);
         }
       }
-      if (ep == EP_SWIGLU) {
-        epilogue_swiglu(y, n, bias, 0, j, o[0], o[1]);
-        epilogue_swiglu(y, n, bias, 0, j + 2, o[2], o[3]);
+      if (ep >= EP_SWIGLU) {
+        epilogue_glu(y, n, ep, bias, 0, j, o[0], o[1]);
+        epilogue_glu(y, n, ep, bias, 0, j + 2, o[2], o[3]);
       } else {
         for (i32 r = 0; r < 4; r++) epilogue_store(y, n, ep, bias, 0, j + r, o[r]);
       }
     }
     for (; j < hi; j++) {
-      if (ep == EP_SWIGLU) {
+      if (ep >= EP_SWIGLU) {
         float g = dot1(w, fmt, k, scales, gs, j, x);
         float u = dot1(w, fmt, k, scales, gs, j + 1, x);
-        epilogue_swiglu(y, n, bias, 0, j, g, u);
+        epilogue_glu(y, n, ep, bias, 0, j, g, u);
         j++;
       } else {
         epilogue_store(y, n, ep, bias, 0, j, dot1(w, fmt, k, scales, gs, j, x));
@@ -357,9 +357,9 @@ static void op_matmul(const i32* a, i32 tid, i32 nth) {
         tile4x2(wt, x0, x1, k, o);
         i32 nt = i + 1 < t1 ? 2 : 1;
         for (i32 u = 0; u < nt; u++) {
-          if (ep == EP_SWIGLU) {
+          if (ep >= EP_SWIGLU) {
             for (i32 r = 0; r + 1 < rows; r += 2)
-              epilogue_swiglu(y, n, bias, i + u, j + r, o[r * 2 + u], o[(r + 1) * 2 + u]);
+              epilogue_glu(y, n, ep, bias, i + u, j + r, o[r * 2 + u], o[(r + 1) * 2 + u]);
           } else {
             for (i32 r = 0; r < rows; r++) epilogue_store(y, n, ep, bias, i + u, j + r, o[r * 2 + u]);
           }
@@ -375,8 +375,9 @@ static void op_quantize(const i32* a, i32 tid, i32 nth) {
   ggml_quantize_x((const float*)a[1], a[2], a[3], (uint8_t*)a[4], tid, nth);
 }
 
-// RMSNorm: y[i] = x[src(i)] / sqrt(mean(x²) + eps) · weight. Record: x, m, h, weight, eps
-// (f32 bits), y, rowIndex (0: identity).
+// RMSNorm: y[i] = x[src(i)] / sqrt(mean(x²) + eps) · weight, or with `add`, y[i] += that (a
+// sandwich norm's residual add). Record: x, m, h, weight, eps (f32 bits), y, rowIndex (0:
+// identity), add.
 static void op_rmsnorm(const i32* a, i32 tid, i32 nth) {
   const float* x = (const float*)a[1];
   i32 m = a[2], h = a[3];
@@ -384,6 +385,7 @@ static void op_rmsnorm(const i32* a, i32 tid, i32 nth) {
   float eps = bits_f32((u32)a[5]);
   float* y = (float*)a[6];
   const i32* rows = (const i32*)a[7];
+  i32 add = a[8];
   i32 lo, hi;
   split(m, 1, tid, nth, &lo, &hi);
   for (i32 i = lo; i < hi; i++) {
@@ -396,13 +398,19 @@ static void op_rmsnorm(const i32* a, i32 tid, i32 nth) {
     }
     float inv = 1.0f / __builtin_sqrtf(hsum(s) / (float)h + eps);
     v128_t vi = wasm_f32x4_splat(inv);
+    if (add) {
+      for (i32 t = 0; t < h; t += 4)
+        wasm_v128_store(dst + t, wasm_f32x4_add(ld(dst + t), wasm_f32x4_mul(wasm_f32x4_mul(
+                                                                 ld(src + t), vi), ld(wt + t))));
+      continue;
+    }
     for (i32 t = 0; t < h; t += 4)
       wasm_v128_store(dst + t, wasm_f32x4_mul(wasm_f32x4_mul(ld(src + t), vi), ld(wt + t)));
   }
 }
 
-// Embedding gather: y[t] = decode(table[ids[t]]). Record: ids, m, table, fmt, cols, scales,
-// gs, y.
+// Embedding gather: y[t] = decode(table[ids[t]]) (times `scale` when its f32 bits are not 0:
+// Gemma's sqrt(hidden)). Record: ids, m, table, fmt, cols, scales, gs, y, scale.
 static void op_embed(const i32* a, i32 tid, i32 nth) {
   const i32* ids = (const i32*)a[1];
   i32 m = a[2];
@@ -411,9 +419,17 @@ static void op_embed(const i32* a, i32 tid, i32 nth) {
   const float* scales = (const float*)a[6];
   i32 gs = a[7];
   float* y = (float*)a[8];
+  u32 scaleBits = (u32)a[9];
   i32 lo, hi;
   split(m, 1, tid, nth, &lo, &hi);
-  for (i32 t = lo; t < hi; t++) decode_row(w, fmt, k, scales, gs, ids[t], y + (long)t * k);
+  for (i32 t = lo; t < hi; t++) {
+    float* row = y + (long)t * k;
+    decode_row(w, fmt, k, scales, gs, ids[t], row);
+    if (scaleBits != 0) {
+      v128_t sv = wasm_f32x4_splat(bits_f32(scaleBits));
+      for (i32 e = 0; e < k; e += 4) wasm_v128_store(row + e, wasm_f32x4_mul(ld(row + e), sv));
+    }
+  }
 }
 
 // Streaming read of [p, p + bytes): the memory-speed ceiling every kernel is measured against.

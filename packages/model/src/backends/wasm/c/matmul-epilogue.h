@@ -1,6 +1,6 @@
 // The matmul epilogue every matrix kernel (kernels.c's dense rows, ggml-matmul.c's blocks)
-// writes its results through: store, add to a residual, or SwiGLU of an interleaved gate/up
-// row pair, each with an optional bias. Static inline, so each kernel's loop keeps it inline.
+// writes its results through: store, add to a residual, or a gated unit (SwiGLU, or GeGLU with
+// GELU's tanh approximation) of an interleaved gate/up row pair, each with an optional bias. Static inline, so each kernel's loop keeps it inline.
 
 #ifndef KVASIR_MATMUL_EPILOGUE_H
 #define KVASIR_MATMUL_EPILOGUE_H
@@ -8,9 +8,16 @@
 #include "common.h"
 
 // The TypeScript twin is wasm-program.ts's EpilogueCode.
-enum { EP_STORE = 0, EP_RESIDUAL = 1, EP_SWIGLU = 2 };
+// Codes from EP_SWIGLU up are gated units.
+enum { EP_STORE = 0, EP_RESIDUAL = 1, EP_SWIGLU = 2, EP_GEGLU = 3 };
 
 INLINE float silu(float v) { return v / (1.0f + expf_(-v)); }
+
+// GELU, tanh approximation (gelu_pytorch_tanh): tanh(z) = 1 - 2 / (e^2z + 1), no libm here.
+INLINE float gelu_tanh(float v) {
+  float z = 0.7978845608028654f * v * (1.0f + 0.044715f * v * v);
+  return 0.5f * v * (2.0f - 2.0f / (expf_(2.0f * z) + 1.0f));
+}
 
 // Result v of weight row j for token row i under EP_STORE or EP_RESIDUAL (y has n columns).
 INLINE void epilogue_store(float* y, i32 n, i32 ep, const float* bias, i32 i, i32 j, float v) {
@@ -19,19 +26,22 @@ INLINE void epilogue_store(float* y, i32 n, i32 ep, const float* bias, i32 i, i3
   else y[(long)i * n + j] = v;
 }
 
-// SwiGLU of gate row j and up row j + 1 (j even) for token row i: y has n / 2 columns.
-INLINE void epilogue_swiglu(float* y, i32 n, const float* bias, i32 i, i32 j, float g, float u) {
+// The gated unit `ep` (SwiGLU or GeGLU) of gate row j and up row j + 1 (j even) for token row
+// i: y has n / 2 columns.
+INLINE void epilogue_glu(float* y, i32 n, i32 ep, const float* bias, i32 i, i32 j, float g,
+                         float u) {
   if (bias) {
     g += bias[j];
     u += bias[j + 1];
   }
-  y[(long)i * (n / 2) + j / 2] = silu(g) * u;
+  y[(long)i * (n / 2) + j / 2] = (ep == EP_GEGLU ? gelu_tanh(g) : silu(g)) * u;
 }
 
-// Either, by `ep`: for SwiGLU, v and u are gate row j and up row j + 1; otherwise u is unused.
+// Either, by `ep`: for a gated unit, v and u are gate row j and up row j + 1; otherwise u is
+// unused.
 INLINE void epilogue(float* y, i32 n, i32 ep, const float* bias, i32 i, i32 j, float v,
                      float u) {
-  if (ep == EP_SWIGLU) epilogue_swiglu(y, n, bias, i, j, v, u);
+  if (ep >= EP_SWIGLU) epilogue_glu(y, n, ep, bias, i, j, v, u);
   else epilogue_store(y, n, ep, bias, i, j, v);
 }
 
