@@ -118,6 +118,12 @@ export const engineConfigSchema = z.strictObject({
   maxUnreadEvents: positiveInt.default(1024),
   enableChunkedPrefill: z.boolean().default(true),
   enablePrefixCaching: z.boolean().default(true),
+  /**
+   * Jump-forward decoding: where an output constraint forces the next characters, their tokens
+   * are appended at once and computed in the next step as one chunk, instead of one forward
+   * pass per token.
+   */
+  jumpForward: z.boolean().default(true),
   preemptionMode: z.enum(['recompute', 'swap']).default('recompute'),
   queuePolicy: z.enum(['fcfs', 'priority', 'lpm']).default('fcfs'),
   /** `lru`, `lfu`, `fifo`, or a path to a JavaScript module exporting an `EvictionPolicy`. */

@@ -42,6 +42,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   maxUnreadEvents: 'maxUnreadEvents',
   chunkedPrefill: 'enableChunkedPrefill',
   prefixCaching: 'enablePrefixCaching',
+  jumpForward: 'jumpForward',
   preemptionMode: 'preemptionMode',
   queuePolicy: 'queuePolicy',
   evictionPolicy: 'evictionPolicy',
@@ -125,6 +126,10 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     )
     .option('--no-chunked-prefill', 'run each prompt in one step')
     .option('--no-prefix-caching', 'disable prefix caching')
+    .option(
+      '--no-jump-forward',
+      'sample the text an output constraint forces token by token instead of appending it at once',
+    )
     .addOption(
       new Option('--preemption-mode <mode>', 'what preemption does').choices(['recompute', 'swap']),
     )

@@ -121,7 +121,8 @@ export class KvasirEngine implements InferenceEngine {
     });
     this.scheduler = createScheduler(config, this.kvCache, facts, this.#offload);
     this.#live = new LiveRequests(this.scheduler, this.#log);
-    this.#constraints = new OutputConstraints(runner);
+    const scheduler = config.jumpForward ? this.scheduler : undefined;
+    this.#constraints = new OutputConstraints(runner, scheduler);
     this.#kvCompression = options.kvCompression ?? kvCompressionSetup(facts.kvLayout.blockSize);
     this.modelCard = {
       id: options.servedModelName ?? config.servedModelName ?? facts.modelId,
@@ -351,7 +352,7 @@ export class KvasirEngine implements InferenceEngine {
   async #runPlan(plan: BatchPlan): Promise<boolean> {
     const lost = await this.#connectors.beforeForward(plan);
     if (plan.copies.length > 0) await this.runner.copyBlocks(plan.copies);
-    const { seqIds, tokenIds, logprobs, stopped } = await forwardAndSample(plan, {
+    const sampled = await forwardAndSample(plan, {
       runner: this.runner,
       sampler: this.#sampler,
       live: this.#live,
@@ -361,10 +362,11 @@ export class KvasirEngine implements InferenceEngine {
         this.#log(`sampling request ${requestId} failed (${describeError(error)})`);
         this.#live.fail(requestId, true, 'sampling failed for this request', error);
       },
+      jumpForward: this.#constraints.jumpForward,
     });
     let outputs: RequestOutput[];
     try {
-      outputs = this.scheduler.update({ seqIds, tokenIds, logprobs });
+      outputs = this.scheduler.update(sampled);
     } catch (error) {
       // A compression policy failed for some sequences: the step is applied to every request,
       // and only those whose policy failed end.
@@ -382,7 +384,7 @@ export class KvasirEngine implements InferenceEngine {
       if (live) this.#live.end(live, output);
     }
     // The scheduler frees blocks per request: once stop strings have ended every choice, end it.
-    for (const live of stopped) {
+    for (const live of sampled.stopped) {
       if (live.ended || !live.allChoicesFinished) continue;
       const output = this.scheduler.abort(live.request.id);
       if (output) this.#live.end(live, output);

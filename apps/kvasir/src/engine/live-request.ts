@@ -33,6 +33,8 @@ interface Choice {
   finished: boolean;
 }
 
+const NOTHING_FORCED = { tokenIds: [], stopped: false } as const;
+
 /** Deterministic per-choice seed: choice i of seed s always samples the same way. */
 function choiceSeed(seed: number | undefined, index: number): number | undefined {
   if (seed === undefined) return undefined;
@@ -272,6 +274,49 @@ export class LiveRequest {
       ...(logprobs ? { logprobs } : {}),
       ...(finishReason ? { finishReason } : {}),
     });
+  }
+
+  /**
+   * Jump-forward decoding, after choice `index`'s sampled token was emitted: the tokens its
+   * constraint forces next (`force` finds and accepts them, at most the room given), recorded
+   * as generated and streamed as one delta. Only for a constrained choice still open whose
+   * request does not ask for log-probabilities (a forced token has none). `maxModelLen` bounds
+   * the choice as the scheduler does, so both stop at the same token. Returns the tokens
+   * (empty: none) and whether a stop string ended the choice.
+   */
+  forceTokens(
+    index: number,
+    maxModelLen: number,
+    force: (matcher: TokenMatcher, room: number, stopTokens: ReadonlySet<number>) => number[],
+  ): { readonly tokenIds: readonly number[]; readonly stopped: boolean } {
+    const choice = this.#choices[index];
+    const request = this.request;
+    if (!choice?.matcher || choice.finished || this.#ended || request.logprobs !== undefined) {
+      return NOTHING_FORCED;
+    }
+    const room = Math.min(
+      request.maxTokens - choice.generated,
+      maxModelLen - request.promptTokens.length - choice.generated,
+    );
+    const tokenIds = force(choice.matcher, room, this.#stopTokens);
+    if (tokenIds.length === 0) return NOTHING_FORCED;
+    choice.generated += tokenIds.length;
+    let text = '';
+    for (const id of tokenIds) {
+      choice.state.record(id);
+      text += choice.decoder.push(id);
+    }
+    const finishReason: FinishReason | undefined =
+      choice.generated >= request.maxTokens ? 'length' : undefined;
+    if (finishReason) {
+      text += choice.decoder.flush();
+      choice.finished = true;
+    }
+    const stopped = this.#emit(index, tokenIds, {
+      text,
+      ...(finishReason ? { finishReason } : {}),
+    });
+    return { tokenIds, stopped };
   }
 
   /** Ends the stream with the scheduler's output: last deltas, then the usage event. */

@@ -89,6 +89,7 @@ export function codecFor(tokenizer: ModelTokenizer): TextCodec {
   const maxTextBytesPerToken = tokenizer.maxTextBytesPerToken;
   return {
     encode: (text) => tokenizer.encode(text),
+    encodeText: (text) => tokenizer.encode(text, { addSpecialTokens: false }),
     applyChatTemplate: (messages: readonly ChatMessage[], options) =>
       tokenizer.encodeChat(
         messages.map(templateMessage),

@@ -15,6 +15,11 @@ export interface IncrementalDecoder {
 export interface TextCodec {
   /** Tokenizes a completion prompt (with BOS where the model expects it). */
   encode(text: string): number[];
+  /**
+   * Tokenizes text an output goes on with, adding no special tokens: the text a grammar forces
+   * (jump-forward decoding). Absent: forced text is sampled token by token.
+   */
+  encodeText?(text: string): number[];
   /** Renders the chat template with the generation prompt (and the tools) and tokenizes it. */
   applyChatTemplate(messages: readonly ChatMessage[], options?: ChatTemplateOptions): number[];
   /** How the chat template has the model write tool calls; undefined when it has no tools. */

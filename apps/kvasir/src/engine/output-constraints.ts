@@ -6,6 +6,7 @@ import {
   ModelError,
   type TokenBitmask,
   type TokenMatcher,
+  type TokenVocabulary,
   XGrammarCompiler,
 } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
@@ -28,12 +29,30 @@ export const ENGINE_CAPABILITIES: EngineCapabilities = {
 };
 
 const NONE: AdmittedConstraints = { matchers: [], logitBias: undefined };
+const UTF8 = new TextEncoder();
+
+/** Whether `piece` is `bytes` from `at` on. */
+function spells(bytes: Uint8Array, at: number, piece: Uint8Array): boolean {
+  if (at + piece.length > bytes.length) return false;
+  for (let i = 0; i < piece.length; i++) if (bytes[at + i] !== piece[i]) return false;
+  return true;
+}
 
 function invalid(param: string, message: string, cause?: unknown): EngineError {
   return new EngineError('INVALID_REQUEST', `${param}: ${message}`, {
     ...(cause === undefined ? {} : { cause }),
     details: { param },
   });
+}
+
+/**
+ * Jump-forward decoding as the step loop uses it: the scheduler's `maxModelLen` (a forced run
+ * stops where the scheduler would) and what finds the forced tokens.
+ */
+export interface JumpForward {
+  readonly maxModelLen: number;
+  /** {@link OutputConstraints.forcedTokens}. */
+  force(matcher: TokenMatcher, room: number, stopTokens: ReadonlySet<number>): number[];
 }
 
 /**
@@ -44,9 +63,23 @@ function invalid(param: string, message: string, cause?: unknown): EngineError {
 export class OutputConstraints {
   readonly #runner: ModelRunner;
   #compiler: Promise<ConstraintCompiler> | undefined;
+  #vocabulary: TokenVocabulary | undefined;
 
-  constructor(runner: ModelRunner) {
+  /** Jump-forward decoding; undefined when it is off. */
+  readonly jumpForward: JumpForward | undefined;
+
+  /**
+   * `jumpForward`: the scheduler, when forced text is to be appended at once (its `maxModelLen`
+   * bounds a forced run); absent: jump-forward is off.
+   */
+  constructor(runner: ModelRunner, jumpForward?: { readonly maxModelLen: number }) {
     this.#runner = runner;
+    this.jumpForward = jumpForward
+      ? {
+          maxModelLen: jumpForward.maxModelLen,
+          force: (matcher, room, stopTokens) => this.forcedTokens(matcher, room, stopTokens),
+        }
+      : undefined;
   }
 
   /**
@@ -111,6 +144,7 @@ export class OutputConstraints {
           ),
         );
       }
+      this.#vocabulary = vocabulary;
       const compiler: Promise<ConstraintCompiler> = XGrammarCompiler.create(vocabulary);
       this.#compiler = compiler;
       compiler.catch(() => {
@@ -118,6 +152,14 @@ export class OutputConstraints {
       });
     }
     return this.#compiler;
+  }
+
+  /** {@link forcedTokens} over the runner's tokenizer and vocabulary. */
+  forcedTokens(matcher: TokenMatcher, room: number, stopTokens: ReadonlySet<number>): number[] {
+    const encode = this.#runner.codec.encodeText;
+    const pieces = this.#vocabulary?.tokens;
+    if (!encode || !pieces) return [];
+    return forcedTokens(matcher, { room, stopTokens, encode, pieces });
   }
 
   #logitBias(request: GenerationRequest): ReadonlyMap<number, number> | undefined {
@@ -139,6 +181,42 @@ export class OutputConstraints {
     }
     return map.size > 0 ? map : undefined;
   }
+}
+
+/**
+ * Jump-forward decoding: the tokens `matcher`'s constraint forces next, accepted by it, at most
+ * `room` of them; empty when nothing is forced. The forced text is tokenized with the model's
+ * tokenizer (`encode`, adding no special tokens), and tokens are taken while each spells the
+ * next bytes of that text (`pieces`: each token's bytes), is not a stop token (those end a
+ * choice: the model samples them) and the matcher accepts it. A tokenizer that adds a prefix
+ * of its own (SentencePiece's leading space) or text the vocabulary cannot spell (a special
+ * token's text) ends the jump there, and what follows is sampled as usual.
+ */
+export function forcedTokens(
+  matcher: TokenMatcher,
+  options: {
+    readonly room: number;
+    readonly stopTokens: ReadonlySet<number>;
+    readonly encode: (text: string) => readonly number[];
+    readonly pieces: TokenVocabulary['tokens'];
+  },
+): number[] {
+  const { room, stopTokens, encode, pieces } = options;
+  if (room <= 0 || matcher.isTerminated) return [];
+  const text = matcher.forcedText();
+  if (text === '') return [];
+  const bytes = UTF8.encode(text);
+  const taken: number[] = [];
+  let at = 0;
+  for (const id of encode(text)) {
+    if (taken.length >= room || stopTokens.has(id)) break;
+    const piece = pieces[id];
+    if (!piece || piece.length === 0 || !spells(bytes, at, piece)) break;
+    if (!matcher.accept(id)) break;
+    taken.push(id);
+    at += piece.length;
+  }
+  return taken;
 }
 
 /**

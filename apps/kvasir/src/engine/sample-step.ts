@@ -2,7 +2,7 @@ import type { Sampler } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { LiveRequest } from './live-request.js';
 import type { ModelRunner } from './model-runner.js';
-import { prepareMasks } from './output-constraints.js';
+import { type JumpForward, prepareMasks } from './output-constraints.js';
 import { promptLogitRows, recordPromptLogits } from './prompt-logits.js';
 
 /** What a step's forward pass and sampling give `Scheduler.update`, and what it ended. */
@@ -10,6 +10,8 @@ export interface SampledStep {
   readonly seqIds: Int32Array;
   readonly tokenIds: Int32Array;
   readonly logprobs: Float64Array;
+  /** Tokens forced after each sample (jump-forward), aligned with `seqIds`; absent: none. */
+  readonly forcedTokenIds?: (readonly number[] | undefined)[];
   /** Requests a stop string ended a choice of in this step. */
   readonly stopped: ReadonlySet<LiveRequest>;
 }
@@ -24,12 +26,14 @@ export interface SampleStepContext {
   readonly afterForward: () => void;
   /** Ends a request whose sampling threw; its KV, written by the forward pass, is sound. */
   readonly sampleFailed: (requestId: string, error: unknown) => void;
+  /** Jump-forward decoding; undefined: off. */
+  readonly jumpForward?: JumpForward | undefined;
 }
 
 /**
  * Runs a plan's forward pass (with the prompt rows echo requests score, and the token masks of
  * constrained rows computed meanwhile), then samples every sample row and streams each token to
- * its request. A row whose sampling fails ends only its own request (token 0, which the
+ * its request, with the tokens its constraint forces after it when jumping forward. A row whose sampling fails ends only its own request (token 0, which the
  * scheduler ignores for an ended request); a plan with no tokens samples nothing.
  */
 export async function forwardAndSample(
@@ -58,6 +62,8 @@ export async function forwardAndSample(
   if (prompt) recordPromptLogits(prompt, logits, numSamples, vocab);
   const tokenIds = new Int32Array(numSamples);
   const logprobs = new Float64Array(numSamples);
+  const jump = context.jumpForward;
+  let forcedTokenIds: (readonly number[] | undefined)[] | undefined;
   for (let i = 0; i < numSamples; i++) {
     const requestId = plan.rows[plan.sampleRows[i]!]!.requestId;
     const request = live.get(requestId);
@@ -76,11 +82,24 @@ export async function forwardAndSample(
       logprobs[i] = result.logprob ?? 0;
       if (request.emitToken(index, result.token, result.logprob ?? 0, result.topLogprobs)) {
         stopped.add(request);
+      } else if (jump && mask) {
+        const forced = request.forceTokens(index, jump.maxModelLen, jump.force);
+        if (forced.tokenIds.length > 0) {
+          forcedTokenIds ??= new Array<readonly number[] | undefined>(numSamples);
+          forcedTokenIds[i] = forced.tokenIds;
+        }
+        if (forced.stopped) stopped.add(request);
       }
     } catch (error) {
       tokenIds[i] = 0;
       context.sampleFailed(requestId, error);
     }
   }
-  return { seqIds: plan.sampleSeqIds, tokenIds, logprobs, stopped };
+  return {
+    seqIds: plan.sampleSeqIds,
+    tokenIds,
+    logprobs,
+    ...(forcedTokenIds ? { forcedTokenIds } : {}),
+    stopped,
+  };
 }

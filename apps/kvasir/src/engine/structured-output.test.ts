@@ -69,17 +69,25 @@ interface Choice {
   text: string;
   tokens: number;
   ids: number[];
+  /** Tokens that came several to a delta: forced by the constraint (jump-forward). */
+  jumped: number;
   finishReason?: string;
 }
 
 async function run(built: BuiltEngine, req: GenerationRequest): Promise<Choice[]> {
-  const choices: Choice[] = Array.from({ length: req.n }, () => ({ text: '', tokens: 0, ids: [] }));
+  const choices: Choice[] = Array.from({ length: req.n }, () => ({
+    text: '',
+    tokens: 0,
+    ids: [],
+    jumped: 0,
+  }));
   const stream = await built.engine.generate(req, new AbortController().signal);
   for await (const event of stream) {
     if (event.kind !== 'delta') continue;
     const c = choices[event.index]!;
     c.text += event.text;
     c.tokens += event.tokenIds.length;
+    if (event.tokenIds.length > 1) c.jumped += event.tokenIds.length;
     c.ids.push(...event.tokenIds);
     if (event.finishReason) c.finishReason = event.finishReason;
   }
@@ -110,6 +118,7 @@ describe.each(MATRIX)('structured outputs on the %s model, %s backend', (model, 
       let stopped = 0;
       let constrained = 0;
       let neighbours = 0;
+      let jumped = 0;
       await fc.assert(
         fc.asyncProperty(
           jsonSchemaArbitrary(fc),
@@ -122,31 +131,35 @@ describe.each(MATRIX)('structured outputs on the %s model, %s backend', (model, 
               return s / 2 ** 31;
             };
             const constraint: OutputConstraint = { kind: 'json_schema', schema };
-            const results = await Promise.all([
-              run(
-                built,
-                request(built, prompt(random, 12), { seed, n: 2, maxTokens: 48, constraint }),
-              ),
-              // The neighbour's two choices would take 20 of the 12 blocks between them: one is
-              // preempted whatever the constrained requests are doing when it is admitted (a
-              // loaded machine changes which requests overlap in time, not this).
+            // Two neighbours of 84 tokens (11 blocks each, 22 between them in a 12-block cache)
+            // queued first, so both run from the first steps and one preempts the other
+            // whatever the constrained requests are doing (a loaded machine, or jump-forward
+            // decoding, changes which requests overlap in time, not this).
+            const neighbour = (k: number) =>
               run(
                 built,
                 request(built, prompt(random, 20), {
-                  seed: seed + 1,
-                  n: 2,
+                  seed: seed + k,
                   maxTokens: 64,
                   ignoreEos: true,
                 }),
+              );
+            const results = await Promise.all([
+              neighbour(1),
+              neighbour(3),
+              run(
+                built,
+                request(built, prompt(random, 12), { seed, n: 2, maxTokens: 48, constraint }),
               ),
               run(
                 built,
                 request(built, prompt(random, 7), { seed: seed + 2, maxTokens: 48, constraint }),
               ),
             ]);
-            neighbours += results[1]![0]!.tokens;
-            for (const choice of [...results[0]!, ...results[2]!]) {
+            neighbours += results[0]![0]!.tokens + results[1]![0]!.tokens;
+            for (const choice of [...results[2]!, ...results[3]!]) {
               constrained++;
+              jumped += choice.jumped;
               expect(['stop', 'length']).toContain(choice.finishReason);
               if (choice.finishReason !== 'stop') continue;
               stopped++;
@@ -163,11 +176,12 @@ describe.each(MATRIX)('structured outputs on the %s model, %s backend', (model, 
         ),
         { numRuns: runs },
       );
-      // Not vacuous: choices finished inside their grammar, neighbours decoded, requests were
-      // preempted (and recomputed) on the way.
+      // Not vacuous: choices finished inside their grammar, neighbours decoded, forced text was
+      // appended by jump-forward decoding, requests were preempted (and recomputed) on the way.
       expect(stopped).toBeGreaterThan(0);
       expect(constrained).toBe(3 * runs);
       expect(neighbours).toBeGreaterThan(0);
+      expect(jumped).toBeGreaterThan(0);
       expect(engine.scheduler.metrics().preemptionsRecompute).toBeGreaterThan(0);
       expect(engine.kvCache.blocks.numUsed).toBe(0);
     } finally {
