@@ -30,8 +30,11 @@ if [[ ! -f "$gguf" ]]; then
 fi
 (cd "$root/packages/model" && node scripts/build-wasm.mjs) >&2
 
-llama_greedy="$("$bin/llama-greedy" "$gguf" "$prompt" "$greedy_n")"
-ids="$(node -e 'console.log(JSON.parse(process.argv[1]).prompt_tokens.join(","))' "$llama_greedy")"
+# llama-greedy's JSON carries the first step's logits (the whole vocabulary): a file, not an argument.
+llama_greedy="$(mktemp)"
+trap 'rm -f "$llama_greedy"' EXIT
+"$bin/llama-greedy" "$gguf" "$prompt" "$greedy_n" >"$llama_greedy"
+ids="$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).prompt_tokens.join(","))' "$llama_greedy")"
 kvasir_greedy="$("$tsx" "$here/kvasir-wasm-greedy.ts" "$gguf" "$threads" "$greedy_n" "$ids")"
 
 rows=()
@@ -44,7 +47,7 @@ done
 
 node - "$gguf" "$threads" "$llama_greedy" "$kvasir_greedy" "${rows[@]}" <<'JS'
 const [gguf, threads, lg, kg, ...rows] = process.argv.slice(2);
-const llama = JSON.parse(lg);
+const llama = JSON.parse(require('node:fs').readFileSync(lg, 'utf8'));
 const kvasir = JSON.parse(kg);
 const runs = rows.map((r) => JSON.parse(r));
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];

@@ -101,6 +101,13 @@ export const engineConfigSchema = z.strictObject({
    * the default is the host memory available at start-up.
    */
   gpuMemoryBytes: positiveInt.optional(),
+  /**
+   * Bytes one WebAssembly memory of the wasm backend holds, weights, its layers' KV cache and
+   * 256 MiB of activations together (default and most: 4 GiB, wasm32's address space). A model
+   * past one memory is split by layer over several; a browser that grants less, or a test of
+   * that split with a small model, sets it lower.
+   */
+  wasmMemoryBytes: positiveInt.max(2 ** 32).optional(),
   /** Fraction of that memory the engine may use for weights, activations and KV cache. */
   gpuMemoryFraction: z.number().gt(0).max(1).default(0.9),
   /** Overrides the computed number of KV blocks (handy for tests that force preemption). */

@@ -187,3 +187,87 @@ describe('kvasir info --devices', () => {
     );
   });
 });
+
+// The wasm backend's automatic split (a model past one WebAssembly memory goes over several),
+// at the random model's scale: --wasm-memory-bytes lowers the memory so that its 3.5 MiB of
+// weights and one full-context cache need two, as a 7B model in Q4_K_M needs two 4 GiB ones.
+describe('kvasir --backend wasm with a model past one WebAssembly memory', () => {
+  // The 256 MiB activation reserve and 3 MiB: half the weights and their cache each.
+  const MEMORY = String(259 * 2 ** 20);
+  const run = (args: string[]) =>
+    spawnSync(
+      process.execPath,
+      [CLI, ...args, '--cache-dir', CACHE_DIR, '--model', 'random', '--threads', '1'],
+      { encoding: 'utf8', env: { ...process.env, KVASIR_API_KEY: '' }, timeout: 120_000 },
+    );
+
+  it('plans it over two memories, each within its own budget, before loading', () => {
+    const r = run(['info', '--backend', 'wasm', '--wasm-memory-bytes', MEMORY, '--json']);
+    expect(r.status, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout) as {
+      devices: {
+        description: string;
+        first_layer: number;
+        num_layers: number;
+        weight_bytes: number;
+        kv_cache_bytes: number;
+        memory_bytes: number;
+        memory_source: string;
+        budget_bytes: number;
+        reserved_bytes: number;
+      }[];
+      memory_plan: { limited_by: string };
+    };
+    expect(
+      report.devices.map((d) => [d.description.split(' ')[0], d.first_layer, d.num_layers]),
+    ).toEqual([
+      ['wasm', 0, 2],
+      ['wasm', 2, 2],
+    ]);
+    for (const d of report.devices) {
+      expect([d.memory_bytes, d.budget_bytes, d.memory_source]).toEqual([
+        Number(MEMORY),
+        Number(MEMORY),
+        'wasm-memory',
+      ]);
+      expect(d.weight_bytes + d.kv_cache_bytes + d.reserved_bytes).toBeLessThanOrEqual(
+        Number(MEMORY),
+      );
+    }
+    expect(report.memory_plan.limited_by).toBe('device');
+  });
+
+  it("generates the unsplit model's greedy text, the banner naming each memory", () => {
+    const args = [
+      'generate',
+      '-t',
+      '0',
+      '-n',
+      '24',
+      'Two memories, one model',
+      '--backend',
+      'wasm',
+    ];
+    const whole = run(args);
+    const split = run([...args, '--wasm-memory-bytes', MEMORY]);
+    expect(whole.status, whole.stderr).toBe(0);
+    expect(split.status, split.stderr).toBe(0);
+    expect(split.stdout.length).toBeGreaterThan(0);
+    expect(split.stdout).toBe(whole.stdout);
+    expect(split.stderr).toMatch(/\[kvasir\] backend split by layer over 2 devices\n/);
+    expect(split.stderr).toMatch(
+      /\[kvasir\] device 1 wasm \([^)]*\): layers 2-3, weights [\d.]+ MiB, KV \d+ blocks \([^)]*\), budget 259 MiB \(its WebAssembly memory\), room for \d+ blocks\n/,
+    );
+    expect(whole.stderr).not.toMatch(/split by layer/);
+  });
+
+  it('refuses a device whose memory cannot hold its layers, naming it and its numbers', () => {
+    const r = run(['info', '--devices', 'wasm,wasm', '--wasm-memory-bytes', String(257 * 2 ** 20)]);
+    expect(r.status, r.stderr).toBe(1);
+    const lines = r.stderr.trim().split('\n');
+    expect(lines.at(-1)).toMatch(
+      /^kvasir: device 0 \(wasm \(1 threads, simd128[^)]*\), layers 0-1\): its weights \([\d.]+ MiB\) and activations \(256 MiB\) leave no room for its part of one KV block \([\d.]+ KiB\) in its budget of 257 MiB \(its WebAssembly memory\): give it fewer layers \[INVALID_CONFIG\]$/,
+    );
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+});

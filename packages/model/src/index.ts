@@ -1,6 +1,7 @@
 // What an application needs: load a checkpoint, run it, sample, tokenize. The checkpoint
 // formats are in `@kvasir/model/formats`, the kernels and backend pieces in `@kvasir/model/kernels`.
 
+export { wasmMemoryLimit } from './backends/wasm/wasm-arena.js';
 export type { Architecture, ExpectedTensor, ModelConfig, RopeScaling } from './config.js';
 export {
   expectedTensors,

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { EngineConfig } from '../config.js';
 import { describeDefaultModel } from '../default-model.js';
 import { buildEngine } from '../engine/bootstrap.js';
+import { backendLines } from './serve.js';
 
 /** Options of `kvasir generate`. */
 export interface GenerateOptions {
@@ -37,6 +38,13 @@ export async function generateCommand(
       process.stderr.write(
         '[kvasir] random-weight model (--model random): the text below is noise.\n',
       );
+    }
+    // A split model says where its layers run, as serve's banner does (a model past one
+    // WebAssembly memory is split without being asked).
+    if (built.model.devices.length > 1) {
+      for (const line of backendLines(built.model, built.plan)) {
+        process.stderr.write(`[kvasir] ${line.trim().replace(/\s+/g, ' ')}\n`);
+      }
     }
     const controller = new AbortController();
     const stream = await engine.generate(

@@ -2,7 +2,7 @@ import { openCheckpoint, summarizeWeights, type WeightSummary } from '@kvasir/mo
 import type { EngineConfig } from '../config.js';
 import { DEFAULT_MODEL_NAME, describeDefaultModel, RANDOM_MODEL_NAME } from '../default-model.js';
 import { loadAndPlan } from '../engine/bootstrap.js';
-import { formatBytes, type MemorySource } from '../engine/memory-plan.js';
+import { deviceBudgetText, formatBytes, type MemorySource } from '../engine/memory-plan.js';
 
 const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
   configured: '--gpu-memory-bytes',
@@ -64,14 +64,27 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
     const report = {
       backend: model.backend,
       // Where each layer runs: one device, or several when the model is split by layer.
-      devices: model.devices.map((d) => ({
-        description: d.description,
-        first_layer: d.firstLayer,
-        num_layers: d.numLayers,
-        weight_bytes: d.weightBytes,
-        kv_blocks: plan.numBlocks,
-        kv_cache_bytes: plan.numBlocks * perLayerBlock * d.numLayers,
-      })),
+      devices: model.devices.map((d, i) => {
+        const budget = plan.devices?.[i];
+        return {
+          description: d.description,
+          first_layer: d.firstLayer,
+          num_layers: d.numLayers,
+          weight_bytes: d.weightBytes,
+          kv_blocks: plan.numBlocks,
+          kv_cache_bytes: plan.numBlocks * perLayerBlock * d.numLayers,
+          // Split by layer, each device's own memory plan (one device: memory_plan below).
+          ...(budget === undefined
+            ? {}
+            : {
+                memory_bytes: budget.memoryBytes,
+                memory_source: budget.memorySource,
+                budget_bytes: budget.budgetBytes,
+                reserved_bytes: budget.reservedBytes,
+                max_blocks: budget.maxBlocks,
+              }),
+        };
+      }),
       model: {
         path,
         embedded_default: isDefault,
@@ -84,7 +97,7 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         kv_heads: layout.numKvHeads,
         head_dim: layout.headDim,
         max_model_len: model.maxModelLen,
-        weight_bytes: plan.weightBytes,
+        weight_bytes: model.weightBytes,
       },
       weights: {
         types: weights.types.map((t) => ({
@@ -138,14 +151,14 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         ? [`backend          ${report.backend}`]
         : report.devices.map(
             (d, i) =>
-              `${i === 0 ? 'devices          ' : '                 '}${i}: ${d.description}, layers ${d.first_layer}-${d.first_layer + d.num_layers - 1}, weights ${formatBytes(d.weight_bytes)}, KV ${d.kv_blocks} blocks (${formatBytes(d.kv_cache_bytes)})`,
+              `${i === 0 ? 'devices          ' : '                 '}${i}: ${d.description}, layers ${d.first_layer}-${d.first_layer + d.num_layers - 1}, weights ${formatBytes(d.weight_bytes)}, KV ${d.kv_blocks} blocks (${formatBytes(d.kv_cache_bytes)})${deviceBudgetText(plan, i)}`,
           )),
       `model            ${report.model.id}${isRandom ? '  (random weights: output is noise)' : ''}`,
       `                 ${path}`,
       ...(isDefault ? describeDefaultModel().map((line) => `                 ${line}`) : []),
       `architecture     ${facts.architecture}${fromFile.length > 0 ? ` (${fromFile.join(', ')})` : ''}`,
       `shape            ${layout.numLayers} layers, ${layout.numKvHeads} KV heads × ${layout.headDim}, context ${model.maxModelLen}`,
-      `weights          ${formatBytes(plan.weightBytes)}: ${count(weights.parameters)} parameters, ${report.weights.bits_per_weight} bits per weight`,
+      `weights          ${formatBytes(model.weightBytes)}: ${count(weights.parameters)} parameters, ${report.weights.bits_per_weight} bits per weight`,
       ...report.weights.types.map(
         (t) =>
           `                 ${t.dtype.padEnd(6)} ${String(t.tensors).padStart(4)} tensors ${count(t.parameters).padStart(8)} params ${formatBytes(t.bytes).padStart(10)} (${t.bits_per_weight} bpw)`,
@@ -155,7 +168,7 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       `KV per token     ${formatBytes(plan.kvBytesPerToken)} (${config.kvDtype}); per block of ${layout.blockSize}: ${formatBytes(plan.kvBytesPerBlock)}`,
       `memory budget    ${formatBytes(plan.budgetBytes)} = ${config.gpuMemoryFraction} × ${formatBytes(plan.deviceBytes)} (${MEMORY_SOURCES[plan.memorySource]})`,
       `activations      ${formatBytes(plan.activationBytes)} (${config.maxNumBatchedTokens} tokens/step, ${config.maxNumSeqs} seqs)`,
-      `KV cache         ${plan.numBlocks} blocks = ${plan.numTokens} tokens = ${formatBytes(plan.kvCacheBytes)} (limited by ${plan.limitedBy})`,
+      `KV cache         ${plan.numBlocks} blocks = ${plan.numTokens} tokens = ${formatBytes(plan.kvCacheBytes)} (limited by ${plan.limitingDevice === undefined ? plan.limitedBy : `device ${plan.limitingDevice}'s memory`})`,
       `                 ${report.memory_plan.max_concurrent_full_contexts} sequences at the full ${model.maxModelLen}-token context`,
     ];
     process.stdout.write(`${lines.join('\n')}\n`);

@@ -33,6 +33,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   weightQuant: 'weightQuant',
   blockSize: 'blockSize',
   gpuMemoryBytes: 'gpuMemoryBytes',
+  wasmMemoryBytes: 'wasmMemoryBytes',
   gpuMemoryFraction: 'gpuMemoryFraction',
   numGpuBlocks: 'numGpuBlocks',
   maxNumSeqs: 'maxNumSeqs',
@@ -111,6 +112,11 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     .option(
       '--gpu-memory-bytes <bytes>',
       'memory to plan with (default: 512MiB on WebGPU, which cannot report it; available host memory on the CPU backend)',
+      bytes,
+    )
+    .option(
+      '--wasm-memory-bytes <bytes>',
+      'most one WebAssembly memory of the wasm backend holds (default 4GiB, wasm32; a model past it is split over several)',
       bytes,
     )
     .option('--gpu-memory-fraction <f>', 'fraction of that memory for weights + KV cache', num())

@@ -4,7 +4,7 @@ import { describeDefaultModel } from '../default-model.js';
 import { buildEngine } from '../engine/bootstrap.js';
 import type { PrefixOffloadStats } from '../engine/engine.js';
 import type { LoadedModel } from '../engine/load-model-runner.js';
-import { formatBytes, type MemoryPlan } from '../engine/memory-plan.js';
+import { deviceBudgetText, formatBytes, type MemoryPlan } from '../engine/memory-plan.js';
 import { listenError } from '../listen-error.js';
 
 type Registry = ReturnType<typeof createServer>['metrics']['registry'];
@@ -108,7 +108,7 @@ export function backendLines(model: LoadedModel, plan: MemoryPlan): string[] {
     `  backend    split by layer over ${model.devices.length} devices`,
     ...model.devices.map(
       (d, i) =>
-        `  device ${i}   ${d.description}: layers ${d.firstLayer}-${d.firstLayer + d.numLayers - 1}, weights ${formatBytes(d.weightBytes)}, KV ${plan.numBlocks} blocks (${formatBytes(plan.numBlocks * perLayerBlock * d.numLayers)})`,
+        `  device ${i}   ${d.description}: layers ${d.firstLayer}-${d.firstLayer + d.numLayers - 1}, weights ${formatBytes(d.weightBytes)}, KV ${plan.numBlocks} blocks (${formatBytes(plan.numBlocks * perLayerBlock * d.numLayers)})${deviceBudgetText(plan, i)}`,
     ),
   ];
 }
@@ -144,7 +144,7 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     `Kvasir is listening on ${url}`,
     `  model      ${card.id}  (${built.modelPath})`,
     ...backendLines(built.model, plan),
-    `  KV cache   ${plan.numBlocks} blocks × ${built.model.kvLayout.blockSize} tokens = ${plan.numTokens} tokens (${formatBytes(plan.kvCacheBytes)}, ${config.kvDtype}); weights ${formatBytes(plan.weightBytes)}`,
+    `  KV cache   ${plan.numBlocks} blocks × ${built.model.kvLayout.blockSize} tokens = ${plan.numTokens} tokens (${formatBytes(plan.kvCacheBytes)}, ${config.kvDtype}); weights ${formatBytes(built.model.weightBytes)}`,
     `  scheduler  max ${config.maxNumSeqs} seqs, ${config.maxNumBatchedTokens} tokens/step, prefix caching ${config.enablePrefixCaching ? 'on' : 'off'}, preemption ${built.preemption.description}, eviction ${config.evictionPolicy}, KV compression ${config.kvCompression ?? 'off (per request: kv_compression)'}`,
     `  offload    ${built.offloadTiers.length > 0 ? built.offloadTiers.join(' → ') : 'none'}${built.engine.prefixOffloadEnabled ? ' (prefix blocks shared through it)' : ''}`,
     `  auth       ${config.apiKey ? 'bearer API key required on /v1' : 'none (set --api-key or KVASIR_API_KEY)'}`,

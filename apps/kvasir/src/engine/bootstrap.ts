@@ -24,7 +24,13 @@ import {
 import { loadKvConnectors } from '../plugins/kv-connector.js';
 import { KvasirEngine } from './engine.js';
 import { type LoadedModel, loadModelRunner } from './load-model-runner.js';
-import { deviceMemory, type MemoryPlan, planMemory } from './memory-plan.js';
+import {
+  type DeviceMemoryInput,
+  deviceMemory,
+  hostAvailableBytes,
+  type MemoryPlan,
+  planMemory,
+} from './memory-plan.js';
 
 /** An engine with everything it was built from, for banners, `info` and shutdown. */
 export interface BuiltEngine {
@@ -65,6 +71,50 @@ export async function resolveModelPath(
   return { path: DEFAULT_MODEL_PATH, isDefault: true, isRandom: false };
 }
 
+/**
+ * The memory of each device of a model split by layer: a WebAssembly memory is its own (its
+ * activations are the wasm backend's fixed reserve); a WebGPU device gets `--gpu-memory-bytes`
+ * (or WebGPU's default) each, since WebGPU does not report it; a cpu device plans in host
+ * memory. Each GPU or cpu device also keeps room for one step's activations.
+ */
+export function splitDeviceInputs(
+  model: Pick<LoadedModel, 'devices'>,
+  config: Pick<EngineConfig, 'gpuMemoryBytes' | 'gpuMemoryFraction'>,
+  activationBytes: number,
+  hostBytes: () => number = hostAvailableBytes,
+): DeviceMemoryInput[] {
+  return model.devices.map((d, i) => {
+    const name = `device ${i} (${d.description}, layers ${d.firstLayer}-${d.firstLayer + d.numLayers - 1})`;
+    const base = {
+      name,
+      numLayers: d.numLayers,
+      weightBytes: d.weightBytes,
+      maxLayerKvBytes: d.maxLayerKvBytes,
+    };
+    if (d.memoryBytes !== null) {
+      return {
+        ...base,
+        memoryBytes: d.memoryBytes,
+        memorySource: 'wasm-memory' as const,
+        fraction: 1,
+        reservedBytes: d.reservedBytes,
+      };
+    }
+    const memory = deviceMemory(
+      d.hostMemory ? undefined : config.gpuMemoryBytes,
+      d.hostMemory ? 'cpu' : 'webgpu',
+      hostBytes,
+    );
+    return {
+      ...base,
+      memoryBytes: memory.bytes,
+      memorySource: memory.source,
+      fraction: config.gpuMemoryFraction,
+      reservedBytes: activationBytes,
+    };
+  });
+}
+
 /** Loads the model and plans memory without starting an engine (`kvasir info`). */
 export async function loadAndPlan(config: EngineConfig): Promise<{
   model: LoadedModel;
@@ -75,17 +125,35 @@ export async function loadAndPlan(config: EngineConfig): Promise<{
 }> {
   const { path, isDefault, isRandom } = await resolveModelPath(config);
   const model = await loadModelRunner(path, config);
-  const memory = deviceMemory(config.gpuMemoryBytes, model.device);
-  const plan = planMemory({
-    deviceBytes: memory.bytes,
-    memorySource: memory.source,
-    fraction: config.gpuMemoryFraction,
-    weightBytes: model.weightBytes,
-    activationBytes: model.activationBytes(config.maxNumBatchedTokens, config.maxNumSeqs),
-    layout: model.kvLayout,
-    maxBindingBytes: model.maxBindingBytes,
-    ...(config.numGpuBlocks === undefined ? {} : { numBlocksOverride: config.numGpuBlocks }),
-  });
+  const activationBytes = model.activationBytes(config.maxNumBatchedTokens, config.maxNumSeqs);
+  const split = model.devices.length > 1;
+  // Split by layer, each device is planned in its own memory (see splitDeviceInputs); the
+  // host's plan holds what the host does: its devices' weights and the step's activations.
+  const memory = split
+    ? deviceMemory(
+        model.devices.some((d) => !d.hostMemory) ? undefined : config.gpuMemoryBytes,
+        'cpu',
+      )
+    : deviceMemory(config.gpuMemoryBytes, model.device);
+  let plan: MemoryPlan;
+  try {
+    plan = planMemory({
+      deviceBytes: memory.bytes,
+      memorySource: memory.source,
+      fraction: config.gpuMemoryFraction,
+      weightBytes: split
+        ? model.devices.filter((d) => d.hostMemory).reduce((a, d) => a + d.weightBytes, 0)
+        : model.weightBytes,
+      activationBytes,
+      layout: model.kvLayout,
+      maxBindingBytes: split ? Number.MAX_SAFE_INTEGER : model.maxBindingBytes,
+      ...(config.numGpuBlocks === undefined ? {} : { numBlocksOverride: config.numGpuBlocks }),
+      ...(split ? { devices: splitDeviceInputs(model, config, activationBytes) } : {}),
+    });
+  } catch (error) {
+    await model.dispose();
+    throw error;
+  }
   return { model, plan, path, isDefault, isRandom };
 }
 

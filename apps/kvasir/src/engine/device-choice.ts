@@ -122,7 +122,12 @@ export async function placeDevices(
     } else if (backend === 'wasm') {
       const perLayerBlock = kvBytesPerBlock(layout) / layout.numLayers;
       const blocks = Math.ceil(maxModelLen / layout.blockSize);
-      const split = wasmPlacement(reader, { kvBytesPerLayer: blocks * perLayerBlock });
+      const split = wasmPlacement(reader, {
+        kvBytesPerLayer: blocks * perLayerBlock,
+        ...(config.wasmMemoryBytes === undefined
+          ? {}
+          : { wasmMemoryBytes: config.wasmMemoryBytes }),
+      });
       if (split.length > 1) placement = split;
     }
     if (placement === undefined) return undefined;
@@ -133,7 +138,12 @@ export async function placeDevices(
     return placement;
   } catch (error) {
     if (ModelError.isInstance(error)) {
-      throw new KvasirAppError('INVALID_CONFIG', `${flag ?? '--backend wasm'}: ${error.message}`, {
+      const what =
+        flag ??
+        (config.wasmMemoryBytes === undefined
+          ? '--backend wasm'
+          : `--wasm-memory-bytes ${config.wasmMemoryBytes}`);
+      throw new KvasirAppError('INVALID_CONFIG', `${what}: ${error.message}`, {
         cause: error,
         details: { layers },
       });

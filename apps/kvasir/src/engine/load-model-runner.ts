@@ -64,6 +64,17 @@ export interface PlacedDevice {
   readonly numLayers: number;
   /** Bytes of the weights it holds. */
   readonly weightBytes: number;
+  /** Whether its memory is the host's (cpu, wasm) or a GPU's. */
+  readonly hostMemory: boolean;
+  /**
+   * Its own bounded memory (a WebAssembly memory), which holds its weights, its layers' cache
+   * and {@link reservedBytes}; `null` when a memory plan brings the figure (WebGPU, cpu).
+   */
+  readonly memoryBytes: number | null;
+  /** Bytes of {@link memoryBytes} kept for activations. */
+  readonly reservedBytes: number;
+  /** Most bytes one of its layers' cache may take (one buffer or array per layer). */
+  readonly maxLayerKvBytes: number;
 }
 
 /** @kvasir/model's name of each `--kv-dtype`. */
@@ -274,6 +285,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
       threads,
       probe: chosen.probe,
       ...(placement ? { devices: placement } : {}),
+      ...(config.wasmMemoryBytes === undefined ? {} : { wasmMemoryBytes: config.wasmMemoryBytes }),
     });
   } catch (error) {
     releaseGpu();
@@ -292,6 +304,10 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     firstLayer: d.firstLayer,
     numLayers: d.numLayers,
     weightBytes: d.weightBytes,
+    hostMemory: d.hostMemory,
+    memoryBytes: d.memoryBytes,
+    reservedBytes: d.reservedBytes,
+    maxLayerKvBytes: Math.min(d.maxLayerKvBytes, Math.floor(d.maxKvBytes / d.numLayers)),
   }));
   const backendText =
     devices.length === 1
@@ -306,13 +322,9 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     weightDigest: digest,
     // Every backend keeps a tensor at its file size: f32 stays f32, f16/bf16 become f16, and
     // GGUF block tensors (Q4_K, Q8_0, ...) stay blocks, on wasm too. The one exception: gate
-    // and up of different block types are stored f16.
-    // Split between WebGPU and host devices, the plan's memory is the GPU's, which holds only
-    // the WebGPU devices' weights (a wasm device's cache is bounded by its own memory).
-    weightBytes:
-      limits.devices.some((d) => d.hostMemory) && limits.devices.some((d) => !d.hostMemory)
-        ? limits.devices.filter((d) => !d.hostMemory).reduce((a, d) => a + d.weightBytes, 0)
-        : reader.totalBytes,
+    // and up of different block types are stored f16. Split by layer, each device's share is
+    // in `devices`, which the memory plan checks against each device's memory.
+    weightBytes: reader.totalBytes,
     maxModelLen,
     kvLayout,
     // One block id is the same logical block on every device, so the tightest device bounds all.

@@ -6,6 +6,7 @@ import type { CheckpointReader } from '../formats/checkpoint-reader.js';
 import { openCheckpoint } from '../formats/open-checkpoint.js';
 import { tempCheckpoint, tinyConfig } from '../testing/model.js';
 import { modelLimits } from './device-limits.js';
+import { wasmPlacement } from './placement.js';
 
 const GIB = 2 ** 30;
 
@@ -38,6 +39,8 @@ describe('modelLimits', () => {
           maxKvBytes: 3 * (2 ** 31 - 1),
           maxLayerKvBytes: 2 ** 31 - 1,
           weightBytes: reader.totalBytes,
+          memoryBytes: null,
+          reservedBytes: 0,
         },
       ],
     });
@@ -54,6 +57,8 @@ describe('modelLimits', () => {
       numLayers: 3,
       maxKvBytes: kv,
       maxLayerKvBytes: Math.floor(kv / 3),
+      memoryBytes: 4 * GIB,
+      reservedBytes: 256 * 2 ** 20,
     });
     expect(devices[0]?.description).toMatch(
       /^wasm \(3 threads, simd128(, relaxed simd available)?\)$/,
@@ -100,6 +105,8 @@ describe('modelLimits', () => {
         maxKvBytes: 3 * 128 * 2 ** 20,
         maxLayerKvBytes: 128 * 2 ** 20,
         weightBytes: reader.totalBytes,
+        memoryBytes: null,
+        reservedBytes: 0,
       },
     ]);
   });
@@ -124,6 +131,29 @@ describe('modelLimits', () => {
     expect(devices[1]?.weightBytes).toBe(reader.totalBytes - layer0 - embed);
     for (const d of devices) {
       expect(d.maxKvBytes).toBe(4 * GIB - d.weightBytes - 256 * 2 ** 20);
+    }
+  });
+
+  it('wasm with a smaller memory: its budget is that memory, and the split packs into it', async () => {
+    const memory = 256 * 2 ** 20 + Math.ceil(reader.totalBytes * 0.75);
+    const perLayer = 4096;
+    const devices = wasmPlacement(reader, { kvBytesPerLayer: perLayer, wasmMemoryBytes: memory });
+    expect(devices.length).toBeGreaterThan(1);
+    const limits = await modelLimits(reader, {
+      backend: 'wasm',
+      threads: 1,
+      devices,
+      wasmMemoryBytes: memory,
+    });
+    for (const d of limits.devices) {
+      expect(d.memoryBytes).toBe(memory);
+      expect(d.maxKvBytes).toBe(memory - d.weightBytes - 256 * 2 ** 20);
+      expect(d.maxKvBytes).toBeGreaterThanOrEqual(perLayer * d.numLayers);
+    }
+    for (const bad of [0, 2 ** 32 + 1, 1.5]) {
+      await expect(modelLimits(reader, { backend: 'wasm', wasmMemoryBytes: bad })).rejects.toThrow(
+        /a WebAssembly memory holds between 1 byte and 4 GiB/,
+      );
     }
   });
 

@@ -1,6 +1,6 @@
 import type { Gpu } from '@kvasir/gpu';
 import { defaultThreadCount } from '../backends/wasm/thread-count.js';
-import { WASM_ACTIVATION_RESERVE, WASM32_MAX_BYTES } from '../backends/wasm/wasm-arena.js';
+import { WASM_ACTIVATION_RESERVE, wasmMemoryLimit } from '../backends/wasm/wasm-arena.js';
 import { ModelError } from '../errors.js';
 import type { LayerSlice } from '../execution/executor.js';
 import { shardHoldsTensor } from '../execution/weights.js';
@@ -33,6 +33,15 @@ export interface DeviceLimits {
   readonly maxLayerKvBytes: number;
   /** Bytes of the weights it holds (its layers, and the embedding or head where it runs them). */
   readonly weightBytes: number;
+  /**
+   * Its own memory, when the backend bounds it: one WebAssembly memory (wasm32's 4 GiB, or
+   * `wasmMemoryBytes`), which holds its weights, its layers' cache and
+   * {@link reservedBytes}. `null` for WebGPU, which does not report its memory, and the CPU,
+   * whose memory is the host's: a memory plan brings those figures.
+   */
+  readonly memoryBytes: number | null;
+  /** Bytes of {@link memoryBytes} kept for the step's activations and scratch (0 when null). */
+  readonly reservedBytes: number;
 }
 
 /** Where a model runs, and what it can hold there. */
@@ -57,6 +66,11 @@ export interface ModelLimitsOptions {
   readonly threads?: number;
   /** What {@link probeBackends} found, when the caller has it (else the wasm part is probed here). */
   readonly probe?: BackendProbe;
+  /**
+   * Bytes one WebAssembly memory may hold (default and most: wasm32's 4 GiB). Lower, for a
+   * browser that grants less, or to exercise a split by layer with a small model.
+   */
+  readonly wasmMemoryBytes?: number;
 }
 
 // A CPU layer's cache is one typed array.
@@ -121,6 +135,8 @@ async function deviceLimits(
     hostMemory: boolean,
     maxLayerKvBytes: number,
     maxKvBytes = maxLayerKvBytes * layers,
+    memoryBytes: number | null = null,
+    reservedBytes = 0,
   ): DeviceLimits => ({
     backend,
     description,
@@ -130,6 +146,8 @@ async function deviceLimits(
     maxKvBytes,
     maxLayerKvBytes,
     weightBytes,
+    memoryBytes,
+    reservedBytes,
   });
   if (backend === 'webgpu') {
     if (gpu === undefined) {
@@ -146,12 +164,15 @@ async function deviceLimits(
   if (backend === 'wasm') {
     const threads = options.threads ?? defaultThreadCount();
     const { wasm } = options.probe ?? (await probeBackends({ webgpu: null }));
-    const kvBytes = Math.max(0, WASM32_MAX_BYTES - weightBytes - WASM_ACTIVATION_RESERVE);
+    const memory = wasmMemoryLimit(options.wasmMemoryBytes);
+    const kvBytes = Math.max(0, memory - weightBytes - WASM_ACTIVATION_RESERVE);
     return device(
       `wasm (${threads} threads, simd128${wasm.relaxedSimd ? ', relaxed simd available' : ''})`,
       true,
       Math.floor(kvBytes / layers),
       kvBytes,
+      memory,
+      WASM_ACTIVATION_RESERVE,
     );
   }
   return device('cpu (@kvasir/model reference kernels)', true, CPU_MAX_LAYER_BYTES);

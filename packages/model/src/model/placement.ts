@@ -1,5 +1,5 @@
 import type { Gpu } from '@kvasir/gpu';
-import { WASM_ACTIVATION_RESERVE, WASM32_MAX_BYTES } from '../backends/wasm/wasm-arena.js';
+import { WASM_ACTIVATION_RESERVE, wasmMemoryLimit } from '../backends/wasm/wasm-arena.js';
 import { ModelError } from '../errors.js';
 import type { LayerSlice } from '../execution/executor.js';
 import { shardHoldsTensor } from '../execution/weights.js';
@@ -218,8 +218,10 @@ export async function openWebGpuAdapter(index?: number): Promise<Gpu> {
 
 /** What {@link wasmPlacement} packs into each WebAssembly memory. */
 export interface WasmPlacementOptions {
-  /** Bytes one memory may hold (default: wasm32's 4 GiB less 256 MiB of activations). */
+  /** Bytes of one memory for weights and cache (default: `wasmMemoryBytes` less 256 MiB of activations). */
   readonly memoryBytes?: number;
+  /** Bytes one memory holds in all, as `modelLimits` takes it (default and most: wasm32's 4 GiB). */
+  readonly wasmMemoryBytes?: number;
   /** KV cache bytes each layer needs at the least (its share of a minimal cache). */
   readonly kvBytesPerLayer: number;
   /** Threads of each wasm device. */
@@ -230,14 +232,16 @@ export interface WasmPlacementOptions {
  * The wasm devices a checkpoint needs: one when its weights and a minimal KV cache fit one
  * wasm32 memory, else consecutive layers packed into as few memories as hold them (the first
  * also holding the embedding, the last the final norm and head).
- * @throws {ModelError} `INVALID_CONFIG` when one layer alone does not fit a memory.
+ * @throws {ModelError} `INVALID_CONFIG` when one layer alone does not fit a memory;
+ *   `INVALID_ARGUMENT` for a `wasmMemoryBytes` past 4 GiB.
  */
 export function wasmPlacement(
   reader: CheckpointReader,
   options: WasmPlacementOptions,
 ): DevicePlacement[] {
   const c = reader.config;
-  const memory = options.memoryBytes ?? WASM32_MAX_BYTES - WASM_ACTIVATION_RESERVE;
+  const memory =
+    options.memoryBytes ?? wasmMemoryLimit(options.wasmMemoryBytes) - WASM_ACTIVATION_RESERVE;
   const bytesOf = (slice: LayerSlice) =>
     [...reader.tensors]
       .filter(([name]) => shardHoldsTensor(c, slice, name))

@@ -11,6 +11,23 @@ export const WASM32_MAX_BYTES = 2 ** 32;
  */
 export const WASM_ACTIVATION_RESERVE = 256 * 2 ** 20;
 
+/**
+ * The bytes one WebAssembly memory may hold: `requested`, or wasm32's 4 GiB.
+ * @throws {ModelError} `INVALID_ARGUMENT` for a size that is not a positive integer or is past
+ *   4 GiB (wasm32 addresses no more).
+ */
+export function wasmMemoryLimit(requested?: number): number {
+  if (requested === undefined) return WASM32_MAX_BYTES;
+  if (!(Number.isSafeInteger(requested) && requested > 0 && requested <= WASM32_MAX_BYTES)) {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `a WebAssembly memory holds between 1 byte and 4 GiB (${WASM32_MAX_BYTES} bytes, wasm32's limit), got ${requested}`,
+      { details: { wasmMemoryBytes: requested } },
+    );
+  }
+  return requested;
+}
+
 const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
 
 /**
