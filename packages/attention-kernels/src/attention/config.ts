@@ -19,6 +19,12 @@ export interface PagedAttentionConfig extends KvCacheConfig {
   readonly scale?: number;
   /** When set, scores become `tanh(s / softCap) * softCap` (Gemma-2 style). */
   readonly softCap?: number;
+  /**
+   * Sliding-window attention: when set, a query sees only the last `window` positions of its
+   * causal range, its own included (Gemma 3's and Mistral's local layers: key j is visible to
+   * the query at position p when `p - window < j <= p`). Absent: the whole range.
+   */
+  readonly window?: number;
 }
 
 /** Decodes token `t` of the slab starting at word `slabStart` into `out` (headDim floats). */
@@ -87,6 +93,7 @@ export function validateConfig(config: PagedAttentionConfig): KvCacheLayout {
       `scale must be finite and > 0, got ${config.scale}`,
     );
   }
+  if (config.window !== undefined) positiveInt(config.window, 'window');
   if (config.softCap !== undefined && !(Number.isFinite(config.softCap) && config.softCap > 0)) {
     throw new AttentionKernelError(
       'INVALID_ARGUMENT',

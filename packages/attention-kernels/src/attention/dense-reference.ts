@@ -22,6 +22,8 @@ export interface DenseAttentionArgs {
    * query `i` sees keys `0 .. numKeys - numQueries + i`. Default true.
    */
   readonly causal?: boolean;
+  /** Causal sliding window: query `i` sees only the last `window` of its keys. */
+  readonly window?: number;
 }
 
 /**
@@ -42,10 +44,11 @@ export function denseAttention(args: DenseAttentionArgs): Float32Array {
 
   for (let i = 0; i < numQueries; i++) {
     const lastKey = causal ? numKeys - numQueries + i : numKeys - 1;
+    const firstKey = args.window === undefined ? 0 : Math.max(0, lastKey - args.window + 1);
     for (let h = 0; h < numQHeads; h++) {
       const kvh = Math.floor(h / group);
       const scores: number[] = [];
-      for (let j = 0; j <= lastKey; j++) {
+      for (let j = firstKey; j <= lastKey; j++) {
         let dot = 0;
         for (let d = 0; d < headDim; d++) {
           dot += q[(i * numQHeads + h) * headDim + d]! * k[(j * numKvHeads + kvh) * headDim + d]!;
@@ -60,8 +63,8 @@ export function denseAttention(args: DenseAttentionArgs): Float32Array {
       const total = weights.reduce((a, b) => a + b, 0);
       for (let d = 0; d < headDim; d++) {
         let acc = 0;
-        for (let j = 0; j <= lastKey; j++) {
-          acc += weights[j]! * v[(j * numKvHeads + kvh) * headDim + d]!;
+        for (let j = firstKey; j <= lastKey; j++) {
+          acc += weights[j - firstKey]! * v[(j * numKvHeads + kvh) * headDim + d]!;
         }
         out[(i * numQHeads + h) * headDim + d] = acc / total;
       }

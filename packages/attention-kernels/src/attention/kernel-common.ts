@@ -82,6 +82,7 @@ export function pagedShaderOptions(
     // exp2 in the kernel: fold log2(e) into q unless the soft-cap's tanh must see raw scores.
     qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
     softCap: config.softCap,
+    window: config.window,
     kvLoad: config.format.wgslLoad({
       headDim: config.headDim,
       blockSize: config.blockSize,
@@ -97,7 +98,7 @@ export function pagedPipelineLabel(
   config: PagedAttentionConfig,
   tuning: Required<PagedKernelTuning>,
 ): string {
-  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}${tuning.queryInRegisters ? '-qr' : ''}-v${tuning.vChunksPerLane}${tuning.f16Unpack === 'integer' ? '-hi' : ''}`;
+  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}${tuning.queryInRegisters ? '-qr' : ''}-v${tuning.vChunksPerLane}${tuning.f16Unpack === 'integer' ? '-hi' : ''}${config.window === undefined ? '' : `-w${config.window}`}`;
 }
 
 /** What a kernel needs to know of a plan to check it at encode time. */

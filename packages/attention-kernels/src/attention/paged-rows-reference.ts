@@ -37,7 +37,8 @@ export interface PagedMassArgs {
 
 /**
  * Causal attention of `rows.numTokens` query tokens over one sequence's paged cache, writing the
- * output rows. Query token `i` sees cached tokens `0 .. contextLen - numTokens + i`.
+ * output rows. Query token `i` sees cached tokens `0 .. contextLen - numTokens + i`, or with a
+ * `window`, the last `window` of them.
  * Shared by the decode (one token) and prefill references; inputs must be validated.
  *
  * @internal
@@ -56,6 +57,9 @@ export function attendPagedRows(
   const softCap = config.softCap;
   const group = numQHeads / numKvHeads;
   const past = rows.contextLen - rows.numTokens;
+  const window = config.window ?? Number.POSITIVE_INFINITY;
+  // Query tokens [firstToken, lastToken) see key j: past + i >= j and past + i - j < window.
+  const lastToken = (j: number) => Math.min(rows.numTokens, j - past + window);
   const numRows = rows.numTokens * group;
   const kRow = new Float32Array(headDim);
   const vRow = new Float32Array(headDim);
@@ -80,7 +84,7 @@ export function attendPagedRows(
       let sum = 0;
       for (let j = b * blockSize; j < Math.min(rows.contextLen, (b + 1) * blockSize); j++) {
         read(cache, kSlab, j - b * blockSize, kRow);
-        for (let i = Math.max(first, j - past); i < rows.numTokens; i++) {
+        for (let i = Math.max(first, j - past); i < lastToken(j); i++) {
           for (let g = 0; g < group; g++) {
             const row = i * group + g;
             sum += Math.exp(scoreOf(i, g, kvh) - max[row]!) / denom[row]!;
@@ -107,7 +111,7 @@ export function attendPagedRows(
       read(cache, kSlab + layout.slabWords, t, vRow);
       // Query token i sees key j when past + i >= j.
       const firstToken = Math.max(0, j - past);
-      for (let i = firstToken; i < rows.numTokens; i++) {
+      for (let i = firstToken; i < lastToken(j); i++) {
         for (let g = 0; g < group; g++) {
           const r = i * group + g;
           const score = scoreOf(i, g, kvh);

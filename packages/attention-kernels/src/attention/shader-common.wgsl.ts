@@ -29,6 +29,11 @@ export interface AttentionShaderOptions {
   /** Soft-cap, when set: s = tanh(s / cap) * cap, then times log2(e). */
   readonly softCap: number | undefined;
   /**
+   * Sliding window, when set: a key more than `window - 1` positions before its query scores
+   * MASK (its block is still read; its weight is 0).
+   */
+  readonly window: number | undefined;
+  /**
    * WGSL defining `fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2>` over a
    * binding `kv: array<vec4<u32>>` (a {@link KvFormat}'s `wgslLoad`).
    */
@@ -156,4 +161,17 @@ export function pass1Bindings(mode: AttentionShaderMode): string {
 @group(0) @binding(3) var<storage, read> meta_: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
 ${mode === 'decode-split' ? '@group(0) @binding(5) var<storage, read_write> ml: array<vec2<f32>>;' : ''}`;
+}
+
+/**
+ * ` || <key> + WINDOW < <limit>` when the kernel has a sliding window (the key is before the
+ * last `window` positions below the exclusive bound `limit`), else nothing: appended to a
+ * kernel's mask condition.
+ */
+export function windowMask(
+  o: { readonly window: number | undefined },
+  key: string,
+  limit: string,
+): string {
+  return o.window === undefined ? '' : ` || ${key} + ${o.window}u < ${limit}`;
 }

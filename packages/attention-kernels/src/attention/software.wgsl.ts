@@ -26,6 +26,7 @@ import {
   pass1Bindings,
   rep,
   scoreExpr,
+  windowMask,
 } from './shader-common.wgsl.js';
 
 /** Invocations per workgroup: one SIMD vector of llvmpipe (8 lanes of 32 bits on AVX2). */
@@ -129,7 +130,7 @@ ${rep(D4, (i) => `    out[row * D4 + ${i}u] = a${g}_${i} * inv;`)}
   const softmax = (g: number): string => `${rep(
     KG,
     (j) =>
-      `    let s${g}_${j} = select(${scoreExpr(o, `d${g}_${j}`)}, MASK, k0 + ${j}u >= ${prefill ? `lim${tokOf(g)}` : 'key_end'});`,
+      `    let s${g}_${j} = select(${scoreExpr(o, `d${g}_${j}`)}, MASK, k0 + ${j}u >= ${prefill ? `lim${tokOf(g)}` : 'key_end'}${windowMask(o, `k0 + ${j}u`, prefill ? `lim${tokOf(g)}` : 'ctx')});`,
   )}
     let mn${g} = max(m${g}, ${maxOf(keys.map((j) => `s${g}_${j}`))});
     let alpha${g} = exp2(m${g} - mn${g});

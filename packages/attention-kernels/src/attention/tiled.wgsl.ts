@@ -34,6 +34,7 @@ import {
   rotateQSh,
   rotateRunFn,
   scoreExpr,
+  windowMask,
 } from './shader-common.wgsl.js';
 
 /** Keys per tile and invocations per pass-1 workgroup. */
@@ -68,7 +69,10 @@ export function tiledAttentionShader(o: AttentionShaderOptions): string {
   const score = (g: number): string => scoreExpr(o, `d${g}`);
   // Row g = token (g / HG) of the work item, head (g % HG) of the workgroup's head chunk.
   const tokOf = (g: number): number => Math.floor(g / HG);
-  const masked = (g: number): string => (prefill ? ` || key >= lim${tokOf(g)}` : '');
+  const masked = (g: number): string =>
+    prefill
+      ? ` || key >= lim${tokOf(g)}${windowMask(o, 'key', `lim${tokOf(g)}`)}`
+      : windowMask(o, 'key', 'ctx');
 
   const locate = prefill
     ? `  let seq = meta_[2u * wid.x];

@@ -30,6 +30,7 @@ import {
   rotateQSh,
   rotateRunFn,
   scoreExpr,
+  windowMask,
 } from '../attention/shader-common.wgsl.js';
 
 /** Invocations per workgroup. */
@@ -204,7 +205,7 @@ ${rep(
 ${rep(G, (g) => `        d${g} += dot(q_sh[${g * D4 + 2 * cc}u], k8[0]) + dot(q_sh[${g * D4 + 2 * cc + 1}u], k8[1]);`)}
       }`,
 )}
-${rep(G, (g) => `      s_sh[${g * SC}u + lane] = select(${score(g)}, MASK, lane >= n);`)}
+${rep(G, (g) => `      s_sh[${g * SC}u + lane] = select(${score(g)}, MASK, lane >= n${windowMask(o, 'key', 'ctx')});`)}
     }
     workgroupBarrier();
 

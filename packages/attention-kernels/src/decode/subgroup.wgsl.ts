@@ -29,6 +29,7 @@ import {
   rotateQSh,
   rotateRunFn,
   scoreExpr,
+  windowMask,
 } from '../attention/shader-common.wgsl.js';
 
 /** Invocations per workgroup. */
@@ -244,7 +245,7 @@ ${strides
   .join('\n')}
 ${rep(G, (g) => {
   const s = (u: number) => `s${g}_${u}`;
-  return `${rep(U, (u) => `    let ${s(u)} = select(${scoreExpr(o, `d${g}_${u}`)}, MASK, first + ${u}u >= key_end);`)}
+  return `${rep(U, (u) => `    let ${s(u)} = select(${scoreExpr(o, `d${g}_${u}`)}, MASK, first + ${u}u >= key_end${windowMask(o, `first + ${u}u`, 'ctx')});`)}
     let mn${g} = max(m${g}, ${Array.from({ length: U }, (_, u) => s(u)).reduce((a, b) => `max(${a}, ${b})`)});
     let alpha${g} = exp2(m${g} - mn${g});
 ${rep(U, (u) => `    let p${g}_${u} = exp2(${s(u)} - mn${g});`)}

@@ -37,6 +37,7 @@ function prefillBoth(seed: number, shape: Shape, pasts: number[], queryLens: num
       numKvHeads: shape.numKvHeads,
       headDim: shape.headDim,
       ...(shape.softCap === undefined ? {} : { softCap: shape.softCap }),
+      ...(shape.window === undefined ? {} : { window: shape.window }),
     });
     want.set(o, start * row);
   });
@@ -61,6 +62,23 @@ describe('pagedPrefillAttentionCpu vs dense causal attention', () => {
     };
     const { got, want } = prefillBoth(12, shape, [5, 0], [11, 3]);
     expect(maxAbsDiff(got, want)).toBeLessThan(CPU_TOL);
+  });
+
+  it('a sliding window of 7 over fresh prompts, chunked prefill and a prefix-cache hit', () => {
+    const shape = {
+      numQHeads: 8,
+      numKvHeads: 2,
+      headDim: 64,
+      blockSize: 8,
+      format: f16Format,
+      window: 7,
+    };
+    const { got, want } = prefillBoth(13, shape, [0, 37, 64], [20, 9, 1]);
+    expect(maxAbsDiff(got, want)).toBeLessThan(CPU_TOL);
+    // The window changes the result: the whole causal range gives other outputs.
+    const { window: _, ...fullShape } = shape;
+    const full = prefillBoth(13, fullShape, [0, 37, 64], [20, 9, 1]);
+    expect(maxAbsDiff(full.got, got)).toBeGreaterThan(1e-2);
   });
 
   it('equals decode when every query length is 1', () => {

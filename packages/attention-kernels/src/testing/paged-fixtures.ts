@@ -28,6 +28,8 @@ export interface FixtureShape {
   readonly contextLens: readonly number[];
   readonly scale?: number;
   readonly softCap?: number;
+  /** Sliding window of the config. */
+  readonly window?: number;
   /** Unused blocks added to the pool so that tables are sparse. */
   readonly spareBlocks?: number;
 }
@@ -46,6 +48,7 @@ export function pagedFixture(rng: SeededRandom, shape: FixtureShape): PagedFixtu
     format: shape.format,
     ...(shape.scale === undefined ? {} : { scale: shape.scale }),
     ...(shape.softCap === undefined ? {} : { softCap: shape.softCap }),
+    ...(shape.window === undefined ? {} : { window: shape.window }),
   };
   const layout = kvCacheLayout(config);
   const needed = shape.contextLens.reduce((a, c) => a + Math.ceil(c / shape.blockSize), 0);
