@@ -157,8 +157,12 @@ export class DenseKernels {
     h: number;
     eps: number;
     rowIndex?: GPUBuffer | undefined;
+    /** Add the result into `y` instead of storing it. */
+    add?: boolean;
   }): DenseOp {
-    const p = this.pipeline(rmsNormWgsl(args.h, args.eps, args.rowIndex !== undefined));
+    const p = this.pipeline(
+      rmsNormWgsl(args.h, args.eps, args.rowIndex !== undefined, args.add ?? false),
+    );
     const g = this.#bind(p, [
       [0, args.x],
       [1, args.weight],
@@ -195,9 +199,9 @@ export class DenseKernels {
   }
 
   /** Embedding gather of `m` token ids (i32) from a packed table. */
-  embedding(args: { ids: GPUBuffer; table: GpuWeight; y: GPUBuffer }): DenseOp {
+  embedding(args: { ids: GPUBuffer; table: GpuWeight; y: GPUBuffer; scale?: number }): DenseOp {
     const t = args.table;
-    const p = this.pipeline(embeddingWgsl(t.format, t.cols, t.groupSize));
+    const p = this.pipeline(embeddingWgsl(t.format, t.cols, t.groupSize, args.scale));
     const g = this.#bind(p, [
       [0, args.ids],
       [1, t.data],

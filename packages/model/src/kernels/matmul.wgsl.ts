@@ -36,15 +36,25 @@ ${weightLoadWgsl(o.format, 1, 4, o.groupSize, o.k)}
 `;
 }
 
-// `v` for (m, n) -> the store. For swiglu the caller passes the gate/up pair.
+/** Whether the epilogue is a gated unit of a gate/up row pair (SwiGLU or GeGLU). */
+function gated(o: MatmulShaderOptions): boolean {
+  return o.epilogue === 'swiglu' || o.epilogue === 'geglu';
+}
+
+// `v` for (m, n) -> the store. For a gated unit the caller passes the gate/up pair.
 function storeFn(o: MatmulShaderOptions): string {
   const b = (n: string) => (o.bias ? ` + bias[${n}]` : '');
-  if (o.epilogue === 'swiglu') {
+  if (gated(o)) {
+    // GELU's tanh argument clamped: tanh of a large f32 can be NaN on some drivers.
+    const act =
+      o.epilogue === 'geglu'
+        ? '0.5 * g * (1.0 + tanh(clamp(0.7978845608 * g * (1.0 + 0.044715 * g * g), -15.0, 15.0)))'
+        : 'g / (1.0 + exp(-g))';
     return /* wgsl */ `
 fn storePair(m: u32, n: u32, g0: f32, u0: f32) {
   let g = g0${b('n')};
   let u = u0${b('n + 1u')};
-  y[m * (N / 2u) + n / 2u] = g / (1.0 + exp(-g)) * u;
+  y[m * (N / 2u) + n / 2u] = ${act} * u;
 }`;
   }
   const op = o.epilogue === 'residual' ? '+=' : '=';
@@ -94,9 +104,8 @@ ${groups.map((g) => `      acc${i}_${g} += vec4<f32>(dot(xv, w${g}_0), dot(xv, w
   const accStore = rows
     .flatMap((i) => groups.map((g) => `  red[${(i * G + g) * WG}u + lid] = acc${i}_${g};`))
     .join('\n');
-  const write =
-    o.epilogue === 'swiglu'
-      ? /* wgsl */ `
+  const write = gated(o)
+    ? /* wgsl */ `
   if (lid < ${(mTile * R) / 2}u) {
     let i = lid / ${R / 2}u;
     let r = 2u * (lid % ${R / 2}u);
@@ -105,7 +114,7 @@ ${groups.map((g) => `      acc${i}_${g} += vec4<f32>(dot(xv, w${g}_0), dot(xv, w
     let v = red[(i * ${G}u + r / 4u) * ${WG}u];
     if (m < M && n < N) { storePair(m, n, v[r % 4u], v[r % 4u + 1u]); }
   }`
-      : /* wgsl */ `
+    : /* wgsl */ `
   if (lid < ${mTile * R}u) {
     let i = lid / ${R}u;
     let r = lid % ${R}u;
@@ -148,16 +157,15 @@ ${accs.map((_, j) => `      red[${j * WG}u + lid] += red[${j * WG}u + lid + s];`
  */
 export function tiledMatmulWgsl(o: MatmulShaderOptions): string {
   const KT4 = 4;
-  const write =
-    o.epilogue === 'swiglu'
-      ? /* wgsl */ `
+  const write = gated(o)
+    ? /* wgsl */ `
       if (m < M) {
         for (var j = 0u; j < 4u; j += 2u) {
           let n = nBase + tn + j;
           if (n < N) { storePair(m, n, acc[i][j], acc[i][j + 1u]); }
         }
       }`
-      : /* wgsl */ `
+    : /* wgsl */ `
       if (m < M) {
         for (var j = 0u; j < 4u; j++) {
           let n = nBase + tn + j;

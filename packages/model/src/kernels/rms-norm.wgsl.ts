@@ -4,9 +4,10 @@ export const RMS_NORM_WORKGROUP = 64;
 /**
  * RMSNorm, a workgroup per row with a tree reduction of Σx². With `gather`, output row i
  * normalizes input row `rowIndex[i]` (the final norm runs only on rows whose logits are
- * needed). Bindings: 0 x, 1 weight (f32), 2 y, 4 rowIndex. Dispatch `(M)`.
+ * needed). With `add`, the result is added into `y` (a sandwich norm before its residual add).
+ * Bindings: 0 x, 1 weight (f32), 2 y, 4 rowIndex. Dispatch `(M)`.
  */
-export function rmsNormWgsl(h: number, eps: number, gather: boolean): string {
+export function rmsNormWgsl(h: number, eps: number, gather: boolean, add = false): string {
   const WG = RMS_NORM_WORKGROUP;
   return /* wgsl */ `
 const H4: u32 = ${h / 4}u;
@@ -33,7 +34,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
   let inv = inverseSqrt(red[0] / ${h}.0 + ${eps.toExponential()});
   for (var i = lid; i < H4; i += ${WG}u) {
-    y[row * H4 + i] = x[src + i] * inv * weight[i];
+    y[row * H4 + i] ${add ? '+=' : '='} x[src + i] * inv * weight[i];
   }
 }
 `;

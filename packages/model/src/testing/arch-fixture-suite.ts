@@ -64,14 +64,9 @@ function relativeMaxDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return maxDiff / scale;
 }
 
-/** The fixtures a backend runs: WebGPU has no sliding-window attention yet (no gemma3). */
-const fixturesOn = (backend: string) =>
-  ARCH_FIXTURES.filter((fx: ArchFixture) => backend !== 'webgpu' || fx.runsAs !== 'gemma3');
-
-const quantizedCases = (backend: string) =>
-  fixturesOn(backend).flatMap((fx: ArchFixture) =>
-    (fx.quantized ?? []).map((q) => [`${fx.name} ${q}`, fx, q] as const),
-  );
+const QUANTIZED_CASES = ARCH_FIXTURES.flatMap((fx: ArchFixture) =>
+  (fx.quantized ?? []).map((q) => [`${fx.name} ${q}`, fx, q] as const),
+);
 
 /**
  * The architecture fixtures (qwen2, Mistral-style, mistral3, qwen3, smollm3, gemma3) on one backend,
@@ -99,7 +94,7 @@ export function archFixtureSuite(
     });
     afterAll(() => rm(root, { recursive: true, force: true }));
 
-    it.each(fixturesOn(backend).map((fx) => [fx.name, fx] as const))(
+    it.each(ARCH_FIXTURES.map((fx) => [fx.name, fx] as const))(
       '%s: llama.cpp prompt tokens, logits and 32 greedy tokens',
       async (_, fx) => {
         const record = JSON.parse(await readFile(archRecordPath(fx.name), 'utf8')) as ArchRecord;
@@ -145,7 +140,7 @@ export function archFixtureSuite(
       },
     );
 
-    it.each(quantizedCases(backend))(
+    it.each(QUANTIZED_CASES)(
       "%s: llama-quantize's tensor bytes, llama.cpp's logits of those weights and its greedy tokens",
       async (_, fx, q) => {
         const record = JSON.parse(await readFile(archRecordPath(fx.name), 'utf8')) as ArchRecord;

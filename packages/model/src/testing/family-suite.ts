@@ -46,23 +46,7 @@ export function familySuite(
   backend: 'cpu' | 'webgpu' | 'wasm',
   extra: Partial<LoadModelOptions> = {},
 ): void {
-  // WebGPU has no sliding-window attention yet: gemma3 is refused there (tested below).
-  const runs = (c: ModelConfig) => backend !== 'webgpu' || c.architecture !== 'gemma3';
-  if (backend === 'webgpu') {
-    it('webgpu refuses gemma3 with a typed error naming the backend', async () => {
-      const [, config] = FAMILY_CONFIGS.find(([, c]) => !runs(c)) as readonly [string, ModelConfig];
-      const ckpt = await tempCheckpoint(config, 33);
-      try {
-        await expect(
-          loadModel(ckpt.dir, { backend, numBlocks: 8, blockSize: 8, gpu: await testGpu() }),
-        ).rejects.toMatchObject({ code: 'UNSUPPORTED_ARCHITECTURE', message: /webgpu/ });
-      } finally {
-        await ckpt.cleanup();
-        await releaseTestGpu();
-      }
-    });
-  }
-  describe.each(FAMILY_CONFIGS.filter(([, c]) => runs(c)))(`${backend}: %s`, (_, config) => {
+  describe.each(FAMILY_CONFIGS)(`${backend}: %s`, (_, config) => {
     const vocab = config.vocabSize;
     const bs = 8;
     const tokens = Array.from({ length: 40 }, (_, i) => (i * 29 + 7) % vocab);

@@ -11,7 +11,13 @@ import {
   WriteKvCache,
 } from '@kvasir/attention-kernels';
 import { createGpu, type Gpu, type GpuBackendOption } from '@kvasir/gpu';
-import { type ModelConfig, ropeConfig } from '../../config.js';
+import {
+  layerRopeConfig,
+  layerWindow,
+  type ModelConfig,
+  ropeConfig,
+  usesLocalRope,
+} from '../../config.js';
 import { ModelError } from '../../errors.js';
 import {
   checkHidden,
@@ -28,6 +34,7 @@ import {
   type WeightAllocator,
 } from '../../execution/weights.js';
 import { DenseKernels, type GpuWeight } from '../../kernels/dense-kernels.js';
+import { softcapLogits } from '../../kernels/reference.js';
 import { ropeKvWriteWgsl } from '../../kernels/rope-kv-write.wgsl.js';
 import { type StoredFormat, weightRowBytes, weightWords } from '../../kernels/weight-format.js';
 
@@ -77,13 +84,6 @@ export async function createGpuExecutor(
       );
     }
     const c = reader.config;
-    if (c.architecture === 'gemma3') {
-      throw new ModelError(
-        'UNSUPPORTED_ARCHITECTURE',
-        'gemma3 does not run on the webgpu backend yet (sliding-window attention, GELU and sandwich norms are on cpu and wasm); use --backend wasm',
-        { details: { architecture: c.architecture, backend: 'webgpu' } },
-      );
-    }
     if (!PAGED_ATTENTION_HEAD_DIMS.includes(c.headDim)) {
       throw new ModelError(
         'INVALID_CONFIG',
@@ -97,11 +97,27 @@ export async function createGpuExecutor(
       headDim: c.headDim,
       blockSize: kv.blockSize,
       format: kv.kvFormat,
+      ...(c.attentionScale !== undefined ? { scale: c.attentionScale } : {}),
     };
+    // The sliding-window layers' kernels, when this shard has such layers.
+    const role = sliceRole(ctx.layers, c.numLayers);
+    const window = Array.from({ length: role.count }, (_, l) =>
+      layerWindow(c, role.first + l),
+    ).find((w) => w !== null);
+    const localConfig = window ? { ...config, window } : undefined;
     const attention: AttentionKernels = {
       config,
       decode: await PagedDecodeAttention.create(gpu, config),
       prefill: await PagedPrefillAttention.create(gpu, config),
+      ...(localConfig
+        ? {
+            local: {
+              config: localConfig,
+              decode: await PagedDecodeAttention.create(gpu, localConfig),
+              prefill: await PagedPrefillAttention.create(gpu, localConfig),
+            },
+          }
+        : {}),
       // f32 and f16 rows are written by the fused RoPE + cache-write kernel.
       write:
         kv.format === 'f32' || kv.format === 'f16'
@@ -215,11 +231,19 @@ function gpuAllocator(
   };
 }
 
-/** `@kvasir/attention-kernels`' paged attention and, for quantized formats, its cache writer. */
-interface AttentionKernels {
+/** One configuration's paged attention kernels. */
+interface AttentionSet {
   readonly config: PagedAttentionConfig;
   readonly decode: PagedDecodeAttention;
   readonly prefill: PagedPrefillAttention;
+}
+
+/**
+ * `@kvasir/attention-kernels`' paged attention (and `local`, the sliding-window layers' own)
+ * and, for quantized formats, its cache writer.
+ */
+interface AttentionKernels extends AttentionSet {
+  readonly local?: AttentionSet;
   /** The quantizing cache writer, for formats the fused RoPE + write kernel does not encode. */
   readonly write: WriteKvCache | undefined;
 }
@@ -237,10 +261,16 @@ type AfterAttention = (
   cache: GPUBuffer,
 ) => void;
 
+/** The step's attention plans: every layer's, and the sliding-window layers' when there are. */
+interface AttentionSteps {
+  readonly global: AttentionStep;
+  readonly local: AttentionStep | undefined;
+}
+
 type StepOps = (
   enc: GPUCommandEncoder,
   plan: NormalizedPlan,
-  attn: AttentionStep,
+  attn: AttentionSteps,
   after?: AfterAttention,
 ) => void;
 
@@ -275,6 +305,9 @@ interface Scratch {
   hiddenReadback: GPUBuffer;
   cos: GPUBuffer;
   sin: GPUBuffer;
+  /** The sliding-window layers' own RoPE tables (16 bytes when they have none). */
+  cosLocal: GPUBuffer;
+  sinLocal: GPUBuffer;
   blockTmp: GPUBuffer;
 }
 
@@ -369,6 +402,10 @@ class GpuForward implements Executor {
       dev.createBuffer({ label, size: Math.max(16, bytes), usage: STORAGE });
     const d = c.headDim;
     const rope = ropeTables(ropeConfig(c, ropePositions));
+    const localRope =
+      c.localRopeTheta !== undefined
+        ? ropeTables(layerRopeConfig(c, c.slidingWindowLayers?.[0] ?? 0, ropePositions))
+        : undefined;
     const next: Scratch = {
       tokens,
       logits,
@@ -399,10 +436,16 @@ class GpuForward implements Executor {
       }),
       cos: buf('cos', rope.cos.byteLength),
       sin: buf('sin', rope.sin.byteLength),
+      cosLocal: buf('cos-local', localRope?.cos.byteLength ?? 16),
+      sinLocal: buf('sin-local', localRope?.sin.byteLength ?? 16),
       blockTmp: buf('blockTmp', copies * this.kv.blockWords * 4),
     };
     dev.queue.writeBuffer(next.cos, 0, rope.cos);
     dev.queue.writeBuffer(next.sin, 0, rope.sin);
+    if (localRope) {
+      dev.queue.writeBuffer(next.cosLocal, 0, localRope.cos);
+      dev.queue.writeBuffer(next.sinLocal, 0, localRope.sin);
+    }
     this.#scratch = next;
     this.#ops = this.#buildOps(next);
     return next;
@@ -437,10 +480,44 @@ class GpuForward implements Executor {
     const tp = this.#tokParams;
     const role = this.role;
     const embed = role.embed
-      ? k.embedding({ ids: s.ids, table: w.embed as GpuWeight, y: s.x })
+      ? k.embedding({
+          ids: s.ids,
+          table: w.embed as GpuWeight,
+          y: s.x,
+          ...(c.embeddingScale !== undefined ? { scale: c.embeddingScale } : {}),
+        })
       : undefined;
+    const gate = c.mlpActivation === 'gelu-tanh' ? 'geglu' : 'swiglu';
+    // With a sandwich norm, a projection is stored into xn (free by then), normalized and
+    // added into x; otherwise the residual add is fused into the matmul.
+    const project = (
+      x: GPUBuffer,
+      wt: GpuWeight,
+      norm: Float32Array | undefined,
+      bias: GPUBuffer | undefined,
+    ) => {
+      if (!norm) {
+        const op = k.matmul({ x, w: wt, y: s.x, params: tp, bias, epilogue: 'residual' });
+        return [op];
+      }
+      return [
+        k.matmul({ x, w: wt, y: s.xn, params: tp, bias }),
+        k.rmsNorm({
+          x: s.xn,
+          weight: this.#vec(norm),
+          y: s.x,
+          h: c.hiddenSize,
+          eps: c.rmsNormEps,
+          add: true,
+        }),
+      ];
+    };
     const layers = w.layers.map((lw, l) => {
       const cache = this.#caches[l] as GPUBuffer;
+      const local = layerWindow(c, role.first + l) !== null;
+      const localRope = usesLocalRope(c, role.first + l);
+      const cos = localRope ? s.cosLocal : s.cos;
+      const sin = localRope ? s.sinLocal : s.sin;
       const opt = (v: Float32Array | undefined) => (v ? this.#vec(v) : undefined);
       return {
         norm1: k.rmsNorm({
@@ -479,8 +556,8 @@ class GpuForward implements Executor {
                 [
                   [0, s.q],
                   [1, s.k],
-                  [4, s.cos],
-                  [5, s.sin],
+                  [4, cos],
+                  [5, sin],
                   [6, s.positions],
                 ] as const
               ).map(([binding, buffer]) => ({ binding, resource: { buffer } })),
@@ -490,19 +567,13 @@ class GpuForward implements Executor {
               s.k,
               s.v,
               cache,
-              s.cos,
-              s.sin,
+              cos,
+              sin,
               s.positions,
               s.slots,
             ]),
-        o: k.matmul({
-          x: s.attn,
-          w: lw.o,
-          y: s.x,
-          params: tp,
-          bias: opt(lw.oBias),
-          epilogue: 'residual',
-        }),
+        local,
+        o: project(s.attn, lw.o, lw.attnOutNorm, opt(lw.oBias)),
         norm2: k.rmsNorm({
           x: s.x,
           weight: this.#vec(lw.postNorm),
@@ -510,8 +581,8 @@ class GpuForward implements Executor {
           h: c.hiddenSize,
           eps: c.rmsNormEps,
         }),
-        gateUp: k.matmul({ x: s.xn, w: lw.gateUp, y: s.act, params: tp, epilogue: 'swiglu' }),
-        down: k.matmul({ x: s.act, w: lw.down, y: s.x, params: tp, epilogue: 'residual' }),
+        gateUp: k.matmul({ x: s.xn, w: lw.gateUp, y: s.act, params: tp, epilogue: gate }),
+        down: project(s.act, lw.down, lw.mlpOutNorm, undefined),
       };
     });
     const finalNorm = role.head
@@ -527,7 +598,7 @@ class GpuForward implements Executor {
     const head = role.head
       ? k.matmul({ x: s.fin, w: w.lmHead as GpuWeight, y: s.logitsBuf, params: this.#logitParams })
       : undefined;
-    return (enc, plan, attnStep, after) => {
+    return (enc, plan, steps, after) => {
       const t = plan.numTokens;
       let pass = enc.beginComputePass({ label: 'kvasir-forward' });
       embed?.encode(pass, t);
@@ -555,16 +626,17 @@ class GpuForward implements Executor {
             numTokens: t,
           });
           const io = { query: s.q, kvCache: cache, output: s.attn };
-          if (attnStep.kind === 'decode')
-            this.attention.decode.encode(enc, { ...io, plan: attnStep.plan });
-          else this.attention.prefill.encode(enc, { ...io, plan: attnStep.plan });
+          const set = L.local ? (this.attention.local as AttentionSet) : this.attention;
+          const attnStep = L.local ? (steps.local as AttentionStep) : steps.global;
+          if (attnStep.kind === 'decode') set.decode.encode(enc, { ...io, plan: attnStep.plan });
+          else set.prefill.encode(enc, { ...io, plan: attnStep.plan });
           after?.(enc, l, s.q, cache);
           pass = enc.beginComputePass({ label: 'kvasir-forward' });
         }
-        L.o.encode(pass, t);
+        for (const op of L.o) op.encode(pass, t);
         L.norm2.encode(pass, t);
         L.gateUp.encode(pass, t);
-        L.down.encode(pass, t);
+        for (const op of L.down) op.encode(pass, t);
       }
       const n = plan.logitsIndices.length;
       finalNorm?.encode(pass, n);
@@ -574,8 +646,7 @@ class GpuForward implements Executor {
   }
 
   /** Plans the step's attention once for all layers (decode kernel for pure-decode steps). */
-  #attentionStep(plan: NormalizedPlan): AttentionStep {
-    const a = this.attention;
+  #attentionStep(plan: NormalizedPlan, a: AttentionSet): AttentionStep {
     let pureDecode = plan.numTokens === plan.numSeqs;
     for (let r = 0; pureDecode && r < plan.numSeqs; r++) {
       pureDecode = plan.queryLens[r] === 1 && plan.queryStarts[r] === r;
@@ -626,13 +697,21 @@ class GpuForward implements Executor {
     dev.pushErrorScope('out-of-memory');
     const enc = dev.createCommandEncoder({ label: 'kvasir-forward' });
     encodeBlockCopies(enc, this.#caches, this.kv.blockWords * 4, plan.copies, s.blockTmp);
-    const attnStep = this.#attentionStep(plan);
+    const local = this.attention.local;
+    const steps: AttentionSteps = {
+      global: this.#attentionStep(plan, this.attention),
+      local: local ? this.#attentionStep(plan, local) : undefined,
+    };
+    const releaseSteps = () => {
+      steps.global.plan.release();
+      steps.local?.plan.release();
+    };
     let extra: StepExtras | undefined;
     try {
       extra = await this.#extras(plan, s, enc);
-      ops(enc, plan, attnStep, extra?.after);
+      ops(enc, plan, steps, extra?.after);
     } catch (e) {
-      attnStep?.plan.release();
+      releaseSteps();
       extra?.release();
       if (e instanceof ModelError) throw e;
       throw new ModelError(
@@ -667,9 +746,12 @@ class GpuForward implements Executor {
       await s.readback.mapAsync(0x1, 0, bytes);
       const out = new Float32Array(s.readback.getMappedRange(0, bytes).slice(0));
       s.readback.unmap();
+      if (this.config.finalLogitSoftcap !== undefined) {
+        softcapLogits(out, this.config.finalLogitSoftcap);
+      }
       return out;
     } finally {
-      attnStep?.plan.release();
+      releaseSteps();
       extra?.release();
     }
   }
@@ -703,17 +785,22 @@ class GpuForward implements Executor {
         const shift = await this.#shift;
         const shifts = shift.upload(plan.keyShifts);
         owned.push(shifts);
-        const ropeTables = { cos: s.cos, sin: s.sin, maxPosition: s.ropePositions };
         // A NoPE layer's keys carry no position: nothing to shift.
         const noRope = this.config.noRopeLayers ?? [];
         const first = this.role.first;
-        for (const cache of this.#caches.filter((_, l) => !noRope.includes(first + l))) {
+        for (const [l, cache] of this.#caches.entries()) {
+          if (noRope.includes(first + l)) continue;
+          const local = usesLocalRope(this.config, first + l);
           shift.encode(enc, {
             kvCache: cache,
             shifts,
             numShifts: plan.keyShifts.length,
             shiftsHost: plan.keyShifts,
-            ropeTables,
+            ropeTables: {
+              cos: local ? s.cosLocal : s.cos,
+              sin: local ? s.sinLocal : s.sin,
+              maxPosition: s.ropePositions,
+            },
           });
         }
       }
