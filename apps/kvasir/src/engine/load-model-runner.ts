@@ -239,14 +239,17 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     await closeReader();
     throw error;
   }
-  // The kernels attend over the whole context. A sliding-window model (Mistral, Qwen2 with
-  // use_sliding_window) attends over its last `slidingWindow` tokens only, which is the same
-  // thing while the context fits the window: the window bounds the context instead of the
-  // model silently computing something else past it.
+  // The kernels attend over the whole context, except on the layers a config lists in
+  // `slidingWindowLayers` (Gemma 3), whose window the model applies. Another sliding-window model
+  // (Mistral, Qwen2 with use_sliding_window) attends over its last `slidingWindow` tokens only,
+  // which is the same thing while the context fits the window: the window bounds the context
+  // instead of the model silently computing something else past it.
   const maxModelLen = Math.min(
     config.maxModelLen ?? c.maxPositionEmbeddings,
     c.maxPositionEmbeddings,
-    c.slidingWindow ?? Number.POSITIVE_INFINITY,
+    c.slidingWindowLayers === undefined
+      ? (c.slidingWindow ?? Number.POSITIVE_INFINITY)
+      : Number.POSITIVE_INFINITY,
   );
   const modelId = basename(path).replace(/\.gguf$/i, '');
   // More threads than CPUs only costs memory (a wasm stack each) and start-up time.
