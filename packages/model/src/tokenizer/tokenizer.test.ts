@@ -258,6 +258,25 @@ describe('GGUF SentencePiece tokenizer', () => {
     expect(deltas[ids.indexOf(id('<0xC3>'))]).toBe('');
   });
 
+  it("leaves unused tokens (a padded vocabulary's [PAD…] rows) out of text and grammars", () => {
+    const padded = new Map(md);
+    const tokens = [...pieces.map((p) => p[0]), '[PAD20]', '[PAD21]'];
+    padded.set('tokenizer.ggml.tokens', tokens);
+    padded.set('tokenizer.ggml.scores', [...pieces.map((p) => p[1]), 0, 0]);
+    padded.set('tokenizer.ggml.token_type', [...pieces.map((p) => p[2]), 5, 5]);
+    const t = ModelTokenizer.fromGguf(padded);
+    const pad = tokens.indexOf('[PAD21]');
+    const hello = t.encode('hello', { addSpecialTokens: false });
+    expect(t.decode([...hello, pad], { skipSpecialTokens: true })).toBe('hello');
+    const d = t.createDetokenizer({ skipSpecialTokens: true });
+    expect([...hello, pad, ...hello].map((i) => d.push(i)).join('') + d.flush()).toBe(
+      'hello hello',
+    );
+    expect(t.tokenBytes(pad)).toBeNull();
+    expect(t.isSpecial(pad)).toBe(true);
+    expect(t.encode('hello world')).toEqual(ModelTokenizer.fromGguf(md).encode('hello world'));
+  });
+
   it('refuses tokenizer models it does not implement', () => {
     const bad = new Map(md);
     bad.set('tokenizer.ggml.model', 'bert');

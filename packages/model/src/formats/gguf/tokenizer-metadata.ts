@@ -165,7 +165,14 @@ export function tokenizerJsonFromGguf(md: ReadonlyMap<string, unknown>): GgufTok
     const t = tokens[i]!;
     const type = types[i] ?? TOKEN_TYPE.normal;
     if (vocab[t] === undefined) vocab[t] = i;
-    if (type === TOKEN_TYPE.control || type === TOKEN_TYPE.userDefined) {
+    // Control and unused tokens (the `[PAD…]` rows a converter pads the vocabulary with) never
+    // stand for text: as special tokens they are left out of decoded text and grammars, as
+    // llama.cpp leaves them out of a token's piece.
+    if (
+      type === TOKEN_TYPE.control ||
+      type === TOKEN_TYPE.userDefined ||
+      type === TOKEN_TYPE.unused
+    ) {
       added.push({
         id: i,
         content: t,
@@ -173,7 +180,7 @@ export function tokenizerJsonFromGguf(md: ReadonlyMap<string, unknown>): GgufTok
         lstrip: false,
         rstrip: false,
         normalized: false,
-        special: type === TOKEN_TYPE.control,
+        special: type !== TOKEN_TYPE.userDefined,
       });
     }
   }
