@@ -17,6 +17,8 @@ export {
 export {
   type BuiltinRoutingName,
   builtinRoutingPolicy,
+  type CacheAwareOptions,
+  cacheAwarePolicy,
   type KvAwareOptions,
   kvAwarePolicy,
   leastLoadedPolicy,

@@ -1,6 +1,13 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { RouterError } from './errors.js';
-import { kvAwarePolicy, leastLoadedPolicy, roundRobinPolicy } from './policies.js';
+import {
+  builtinRoutingPolicy,
+  cacheAwarePolicy,
+  kvAwarePolicy,
+  leastLoadedPolicy,
+  roundRobinPolicy,
+} from './policies.js';
 import {
   defineRoutingPolicy,
   type ReplicaCandidate,
@@ -64,6 +71,78 @@ describe('kvAwarePolicy', () => {
     const cs = [candidate(0), candidate(1), candidate(2)];
     const chosen = Array.from({ length: 6 }, () => urlOf(p.choose(request, cs)));
     expect(new Set(chosen).size).toBe(3);
+  });
+});
+
+describe('cacheAwarePolicy', () => {
+  it('keeps a prompt on its cache while the replicas are in balance, where kv-aware moves it', () => {
+    // r1 holds 8 of 10 blocks and is busier; r0 is idle.
+    const cs = [
+      candidate(0),
+      candidate(1, { cachedBlocks: 8, cachedWeighted: 8, inFlight: 3, activeBlocks: 30 }),
+    ];
+    expect(urlOf(cacheAwarePolicy().choose(request, cs))).toBe('http://r1');
+    expect(urlOf(kvAwarePolicy().choose(request, cs))).toBe('http://r0');
+    expect(builtinRoutingPolicy('cache-aware').name).toBe('cache-aware');
+  });
+
+  it('sends a new prompt where the index holds the fewest blocks, then the fewest in flight', () => {
+    const p = cacheAwarePolicy();
+    // 2 of 10 blocks (a shared opening) is under the 0.3 threshold: a new prompt.
+    const cs = [
+      candidate(0, { cachedBlocks: 2, cachedWeighted: 2, indexedBlocks: 64 }),
+      candidate(1, { indexedBlocks: 40, inFlight: 2 }),
+      candidate(2, { indexedBlocks: 40, inFlight: 1 }),
+    ];
+    expect(urlOf(p.choose(request, cs))).toBe('http://r2');
+    // At 3 of 10 the cache decides.
+    const warm = [candidate(0, { cachedBlocks: 3, cachedWeighted: 3, indexedBlocks: 64 }), cs[2]!];
+    expect(urlOf(p.choose(request, warm))).toBe('http://r0');
+  });
+
+  it('weighs a lower tier as a partial hit: 10 host blocks lose to 9 device blocks', () => {
+    const host = candidate(0, { cachedBlocks: 10, cachedWeighted: 8 });
+    const gpu = candidate(1, { cachedBlocks: 9, cachedWeighted: 9 });
+    expect(urlOf(cacheAwarePolicy().choose(request, [host, gpu]))).toBe('http://r1');
+  });
+
+  it('goes to the idlest replica once the busiest is more than abs and rel times ahead', () => {
+    const p = cacheAwarePolicy({ balanceAbsThreshold: 4, balanceRelThreshold: 1.5 });
+    const hot = (inFlight: number) =>
+      candidate(0, { cachedBlocks: 10, cachedWeighted: 10, inFlight });
+    expect(urlOf(p.choose(request, [hot(6), candidate(1, { inFlight: 2 })]))).toBe('http://r0');
+    expect(urlOf(p.choose(request, [hot(7), candidate(1, { inFlight: 2 })]))).toBe('http://r1');
+    // 4 ahead but not 1.5 times: still the cache.
+    expect(urlOf(p.choose(request, [hot(20), candidate(1, { inFlight: 15 })]))).toBe('http://r0');
+  });
+
+  it('always picks a candidate: the idlest when out of balance, else the most cached when the cache decides', () => {
+    const arbCandidates = fc
+      .array(
+        fc.record({
+          inFlight: fc.nat(12),
+          cachedWeighted: fc.integer({ min: 0, max: 10 }),
+          indexedBlocks: fc.nat(100),
+        }),
+        { minLength: 1, maxLength: 5 },
+      )
+      .map((rs) => rs.map((r, i) => candidate(i, { ...r, cachedBlocks: r.cachedWeighted })));
+    fc.assert(
+      fc.property(arbCandidates, fc.nat(10), fc.integer({ min: 1, max: 4 }), (cs, abs, rel) => {
+        const p = cacheAwarePolicy({ balanceAbsThreshold: abs, balanceRelThreshold: rel });
+        const chosen = p.choose(request, cs);
+        expect(cs).toContain(chosen);
+        const c = chosen as ReplicaCandidate;
+        const loads = cs.map((x) => x.inFlight);
+        const max = Math.max(...loads);
+        const min = Math.min(...loads);
+        const top = Math.max(...cs.map((x) => x.cachedWeighted));
+        if (max - min > abs && max > rel * min) expect(c.inFlight).toBe(min);
+        else if (top / request.promptBlocks >= 0.3) expect(c.cachedWeighted).toBe(top);
+        else expect(c.indexedBlocks).toBe(Math.min(...cs.map((x) => x.indexedBlocks ?? 0)));
+      }),
+      { numRuns: 300 },
+    );
   });
 });
 

@@ -6,7 +6,7 @@ import {
 } from './routing-policy.js';
 
 /** The built-in policies, by the name `--routing` takes. */
-export type BuiltinRoutingName = 'kv-aware' | 'round-robin' | 'least-loaded';
+export type BuiltinRoutingName = 'kv-aware' | 'cache-aware' | 'round-robin' | 'least-loaded';
 
 /** Options of {@link kvAwarePolicy}. */
 export interface KvAwareOptions {
@@ -72,6 +72,78 @@ export function kvAwarePolicy(options: KvAwareOptions = {}): RoutingPolicy {
   });
 }
 
+/** Options of {@link cacheAwarePolicy} (the SGLang model gateway's names and defaults). */
+export interface CacheAwareOptions {
+  /**
+   * Share of the prompt's blocks (weighted by tier) the best replica must hold for the cache to
+   * decide (default 0.3); below it the prompt is new, and goes where the index holds the fewest
+   * blocks (the most room), then to the fewest requests in flight.
+   */
+  readonly cacheThreshold?: number;
+  /**
+   * Load decides instead of the cache only when the replicas are out of balance: the busiest
+   * has more than `balanceAbsThreshold` requests in flight beyond the idlest (default 64) and
+   * more than `balanceRelThreshold` times as many (default 1.5).
+   */
+  readonly balanceAbsThreshold?: number;
+  readonly balanceRelThreshold?: number;
+}
+
+/**
+ * Cache-aware routing, after the SGLang model gateway's default policy: the cache decides unless
+ * the replicas are out of balance. A prompt whose best cached share reaches `cacheThreshold`
+ * goes to the replica holding most of it (ties: fewest in flight, then in turn); a new prompt
+ * goes where the index holds the fewest blocks; while the busiest replica is more than
+ * `balanceAbsThreshold` requests and `balanceRelThreshold` times ahead of the idlest, every
+ * request goes to the idlest.
+ *
+ * Against {@link kvAwarePolicy}: load never outweighs a cache hit on balanced replicas, so a
+ * shared prompt stays on its replica while the others are as busy (the right trade where
+ * replicas share compute, or where a recompute costs more than a short queue); the imbalance
+ * guard still keeps a hot prompt from piling everything on one replica.
+ */
+export function cacheAwarePolicy(options: CacheAwareOptions = {}): RoutingPolicy {
+  const threshold = options.cacheThreshold ?? 0.3;
+  const abs = options.balanceAbsThreshold ?? 64;
+  const rel = options.balanceRelThreshold ?? 1.5;
+  const tie = tieBreaker();
+  /** The candidates of best `key` (higher first), then fewest in flight. */
+  const best = (candidates: readonly ReplicaCandidate[], key: (c: ReplicaCandidate) => number) => {
+    let out: ReplicaCandidate[] = [];
+    for (const c of candidates) {
+      const b = out[0];
+      const k = b === undefined ? 0 : key(c) - key(b);
+      if (b === undefined || k > 1e-9 || (Math.abs(k) <= 1e-9 && c.inFlight < b.inFlight)) {
+        out = [c];
+      } else if (Math.abs(k) <= 1e-9 && c.inFlight === b.inFlight) {
+        out.push(c);
+      }
+    }
+    return out;
+  };
+  const share = (r: RoutingRequest, c: ReplicaCandidate) =>
+    r.promptBlocks === 0 ? 0 : c.cachedWeighted / r.promptBlocks;
+  const mode = (r: RoutingRequest, candidates: readonly ReplicaCandidate[]) => {
+    const loads = candidates.map((c) => c.inFlight);
+    const max = Math.max(...loads);
+    const min = Math.min(...loads);
+    if (max - min > abs && max > rel * min) return 'balance';
+    return Math.max(...candidates.map((c) => share(r, c))) >= threshold ? 'cache' : 'new';
+  };
+  return defineRoutingPolicy({
+    name: 'cache-aware',
+    choose(request, candidates) {
+      const m = mode(request, candidates);
+      if (m === 'balance') return tie(best(candidates, (c) => -c.inFlight));
+      if (m === 'cache') return tie(best(candidates, (c) => c.cachedWeighted));
+      return tie(best(candidates, (c) => -(c.indexedBlocks ?? 0)));
+    },
+    explain(request, c) {
+      return `cache-aware: ${c.cachedBlocks}/${request.promptBlocks} prompt blocks cached (weighted ${c.cachedWeighted.toFixed(1)}), ${c.inFlight} in flight, ${c.indexedBlocks ?? 0} blocks indexed`;
+    },
+  });
+}
+
 /** Each healthy replica in turn, blind to caches and load: the baseline to compare with. */
 export function roundRobinPolicy(): RoutingPolicy {
   let last = -1;
@@ -116,8 +188,9 @@ export function leastLoadedPolicy(): RoutingPolicy {
 /** A built-in policy by name. */
 export function builtinRoutingPolicy(
   name: BuiltinRoutingName,
-  options: KvAwareOptions = {},
+  options: KvAwareOptions & CacheAwareOptions = {},
 ): RoutingPolicy {
+  if (name === 'cache-aware') return cacheAwarePolicy(options);
   if (name === 'round-robin') return roundRobinPolicy();
   if (name === 'least-loaded') return leastLoadedPolicy();
   return kvAwarePolicy(options);

@@ -87,9 +87,9 @@ describe('PrefixIndex', () => {
     const index = new PrefixIndex();
     const [h0, h1, h2] = HASHES as [string, string, string];
     index.predict('a', [h0, h1], 1000, 0);
-    expect(index.match('a', [h0, h1, h2], 500)).toEqual({ blocks: 2, weighted: 2 });
+    expect(index.match('a', [h0, h1, h2], 500)).toEqual({ blocks: 2, weighted: 2, predicted: 2 });
     expect(index.blocks('a').size).toBe(0); // predictions are not what events said
-    expect(index.match('a', [h0, h1], 1000)).toEqual({ blocks: 0, weighted: 0 });
+    expect(index.match('a', [h0, h1], 1000)).toEqual({ blocks: 0, weighted: 0, predicted: 0 });
     index.predict('a', [h0, h1], 1000, 0);
     index.apply('a', { type: 'BlockRemoved', blockHashes: [h1], medium: 'GPU' });
     expect(index.match('a', [h0, h1], 500).blocks).toBe(1);
@@ -101,6 +101,6 @@ describe('PrefixIndex', () => {
       blockSize: 16,
       medium: 'CPU',
     });
-    expect(index.match('a', [h0], 500)).toEqual({ blocks: 1, weighted: 0.8 });
+    expect(index.match('a', [h0], 500)).toEqual({ blocks: 1, weighted: 0.8, predicted: 0 });
   });
 });

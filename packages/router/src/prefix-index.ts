@@ -18,6 +18,8 @@ export interface PrefixMatch {
   readonly blocks: number;
   /** The same blocks, each counted by its best tier's weight (≤ `blocks`). */
   readonly weighted: number;
+  /** Of `blocks`, those only predicted (a request sent there, its events not in yet). */
+  readonly predicted: number;
 }
 
 /** Options of {@link PrefixIndex}. */
@@ -175,6 +177,7 @@ export class PrefixIndex {
     const predicted = this.#predicted.get(replica);
     let n = 0;
     let weighted = 0;
+    let fromPredictions = 0;
     for (const hash of hashes) {
       let w = 0;
       const mask = blocks?.get(hash);
@@ -182,12 +185,15 @@ export class PrefixIndex {
       if (this.#shared.has(hash)) w = Math.max(w, this.#weightOf(this.#sharedMask));
       if (w === 0) {
         const until = predicted?.get(hash);
-        if (until !== undefined && until > now) w = 1;
+        if (until !== undefined && until > now) {
+          w = 1;
+          fromPredictions++;
+        }
       }
       if (w === 0) break;
       n++;
       weighted += w;
     }
-    return { blocks: n, weighted };
+    return { blocks: n, weighted, predicted: fromPredictions };
   }
 }

@@ -1,7 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { engineChainRoot, promptBlockHashes } from './block-hashes.js';
+import { RouterError } from './errors.js';
 import { KvRouter } from './router.js';
+import { defineRoutingPolicy } from './routing-policy.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
 
@@ -225,5 +228,112 @@ describe('KvRouter proxy (stand-in replicas on loopback)', () => {
     expect(await (await fetch(`${url}/metrics`)).text()).toContain(
       `kvasir_router_replica_up{replica="${a.url}"} 1`,
     );
+  });
+
+  it('explains each route in x-kvasir-route when asked: cached blocks by events and by prediction, and load', async () => {
+    const json = (_req: IncomingMessage, res: ServerResponse) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{}');
+    };
+    const a = await fakeReplica(json);
+    const b = await fakeReplica(json);
+    cleanup.push(
+      () => a.server.close(),
+      () => b.server.close(),
+    );
+    const router = new KvRouter({
+      replicas: [{ url: a.url }, { url: b.url }],
+      port: 0,
+      healthIntervalMs: 60_000,
+      explainRoutes: true,
+      log: () => {},
+    });
+    const url = await router.listen();
+    cleanup.push(() => router.close());
+    const tokens = Array.from({ length: 64 }, (_, i) => i + 1);
+    const hashes = promptBlockHashes(tokens, 16, engineChainRoot('m'));
+    router.index.apply(b.url, {
+      type: 'BlockStored',
+      blockHashes: hashes.slice(0, 3),
+      parentBlockHash: null,
+      tokenIds: tokens.slice(0, 48),
+      blockSize: 16,
+      medium: 'GPU',
+    });
+    const first = await post(url, { model: 'm', prompt: tokens, max_tokens: 16 });
+    expect(first.headers.get('x-kvasir-replica')).toBe(b.url);
+    expect(JSON.parse(first.headers.get('x-kvasir-route')!)).toEqual({
+      promptBlocks: 4,
+      chosen: 1,
+      why: 'kv-aware: 3/4 prompt blocks cached (weighted 3.0), cost 1.0 = 1 x (1.0 + 0 queued) + 0 active',
+      candidates: [
+        [0, 0, 0, 0, 0, 0],
+        [1, 3, 0, 0, 0, 0],
+      ],
+    });
+    // The first request's fourth block is predicted on b until b's events name it.
+    const second = await post(url, { model: 'm', prompt: tokens, max_tokens: 16 });
+    const route = JSON.parse(second.headers.get('x-kvasir-route')!) as { candidates: number[][] };
+    expect(route.candidates[1]!.slice(0, 3)).toEqual([1, 4, 1]);
+    // Requests the policy does not route (other paths) are not explained.
+    expect((await fetch(`${url}/v1/models`)).headers.get('x-kvasir-route')).toBeNull();
+  });
+
+  it('keeps x-kvasir-route a valid header whatever a plug-in policy explains, and leaves it out by default', async () => {
+    const a = await fakeReplica((_req, res) => res.end('{}'));
+    cleanup.push(() => a.server.close());
+    const policy = defineRoutingPolicy({
+      name: 'odd',
+      choose: (_request, candidates) => candidates[0]!,
+      explain: () => 'préfixe → 3 blocs\r\nx-injected: 1',
+    });
+    const explained = new KvRouter({
+      replicas: [{ url: a.url }],
+      policy,
+      port: 0,
+      explainRoutes: true,
+      log: () => {},
+    });
+    const url = await explained.listen();
+    cleanup.push(() => explained.close());
+    const res = await post(url, { model: 'm', prompt: 'x' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-injected')).toBeNull();
+    expect(JSON.parse(res.headers.get('x-kvasir-route')!).why).toBe(
+      'pr?fixe ? 3 blocs\r\nx-injected: 1',
+    );
+    const { url: plain } = await startRouter([a.url]);
+    expect(
+      (await post(plain, { model: 'm', prompt: 'x' })).headers.get('x-kvasir-route'),
+    ).toBeNull();
+  });
+});
+
+describe('KvRouter options', () => {
+  it.each([
+    [{ replicas: [] }, /at least one replica/],
+    [{ replicas: [{ url: 'http://a:1' }, { url: 'http://a:1' }] }, /listed twice/],
+    [
+      { replicas: [{ url: 'http://a:1' }], blockSize: 0 },
+      /blockSize must be a positive integer, got 0/,
+    ],
+    [
+      { replicas: [{ url: 'http://a:1' }], unhealthyAfter: 0 },
+      /unhealthyAfter must be a positive integer, got 0/,
+    ],
+    [
+      { replicas: [{ url: 'http://a:1' }], unhealthyAfter: 1.5 },
+      /unhealthyAfter must be a positive integer, got 1.5/,
+    ],
+  ])('refuses %j with INVALID_OPTIONS naming the option', (options, message) => {
+    let error: unknown;
+    try {
+      new KvRouter(options);
+    } catch (e) {
+      error = e;
+    }
+    expect(RouterError.isInstance(error)).toBe(true);
+    expect((error as RouterError).code).toBe('INVALID_OPTIONS');
+    expect((error as Error).message).toMatch(message);
   });
 });

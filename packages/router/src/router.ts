@@ -1,139 +1,28 @@
-import {
-  createServer,
-  request as httpRequest,
-  type IncomingHttpHeaders,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { BlockHash } from '@kvasir/kv-allocator';
 import { engineChainRoot, promptBlockHashes } from './block-hashes.js';
 import { RouterError } from './errors.js';
+import { HealthChecker } from './health-checker.js';
 import type { KvEventBatch } from './kv-event-decoder.js';
 import { KvEventSubscriber } from './kv-event-subscriber.js';
-import { type BuiltinRoutingName, builtinRoutingPolicy, leastLoadedPolicy } from './policies.js';
-import { PrefixIndex, type TierWeights } from './prefix-index.js';
-import { type PromptTokenizer, promptOf } from './prompt.js';
-import { Replica, type ReplicaSpec } from './replica.js';
-import { renderRouterMetrics } from './router-metrics.js';
+import { builtinRoutingPolicy, leastLoadedPolicy } from './policies.js';
+import { PrefixIndex } from './prefix-index.js';
+import { promptOf } from './prompt.js';
+import { Replica } from './replica.js';
+import { type Attempt, forwardToReplica } from './replica-attempt.js';
+import { routeExplanation } from './route-explanation.js';
+import { answerRouterEndpoint } from './router-endpoints.js';
+import { errorBody, forwardHeaders, maxTokensOf, readBody } from './router-http.js';
+import {
+  checkRouterOptions,
+  type KvRouterOptions,
+  type ReplicaState,
+  type RouterCounters,
+} from './router-options.js';
 import type { ReplicaCandidate, RoutingPolicy, RoutingRequest } from './routing-policy.js';
 
-/** Options of {@link KvRouter}. */
-export interface KvRouterOptions {
-  /** The replicas (at least one), each with its KV events endpoints when it publishes them. */
-  readonly replicas: readonly ReplicaSpec[];
-  /** A built-in policy by name, or a {@link RoutingPolicy} (default `kv-aware`). */
-  readonly policy?: BuiltinRoutingName | RoutingPolicy;
-  /** Dynamo's `overlap_weight` for `kv-aware` (default 1). */
-  readonly overlapWeight?: number;
-  /** The model's tokenizer; without it only token-id prompts are matched against caches. */
-  readonly tokenizer?: PromptTokenizer;
-  /**
-   * Tokens per KV block, as the replicas run (default: the `block_size` of their first
-   * `BlockStored` event, 16 until one arrives).
-   */
-  readonly blockSize?: number;
-  /** The root of the replicas' hash chain for a model (default {@link engineChainRoot}). */
-  readonly chainRoot?: (model: string) => BlockHash;
-  readonly tierWeights?: TierWeights;
-  /** Media every replica can read (a Redis all replicas share), e.g. `['REDIS']`. */
-  readonly sharedMedia?: readonly string[];
-  /** Interface and port to listen on (default 127.0.0.1:8080; port 0 = any free port). */
-  readonly host?: string;
-  readonly port?: number;
-  /** `GET /health` of every replica this often (default 1 s). */
-  readonly healthIntervalMs?: number;
-  /** A health check slower than this fails (default 5 s). */
-  readonly healthTimeoutMs?: number;
-  /**
-   * Failed health checks in a row (timeouts, non-200) before a replica is taken out (default
-   * 3): a replica busy with a long step answers late, and is not dead. A refused connection
-   * takes it out at once.
-   */
-  readonly unhealthyAfter?: number;
-  /** How long a routed request's blocks count as on its replica before events confirm (default 10 s). */
-  readonly predictionTtlMs?: number;
-  /** Largest request body (default 16 MiB; 413 beyond). */
-  readonly maxBodyBytes?: number;
-  readonly log?: (line: string) => void;
-}
-
-/** A replica's state, as `GET /router/replicas` and {@link KvRouter.replicas} give it. */
-export interface ReplicaState {
-  readonly url: string;
-  readonly healthy: boolean;
-  readonly inFlight: number;
-  readonly pendingPrefillBlocks: number;
-  readonly activeBlocks: number;
-  readonly routed: number;
-  readonly failures: number;
-  readonly indexedBlocks: number;
-  readonly events: {
-    readonly batches: number;
-    readonly snapshots: number;
-    readonly replayed: number;
-    readonly sequence: string;
-  } | null;
-}
-
-/** Router-wide counters. */
-export interface RouterCounters {
-  requests: number;
-  retries: number;
-  noReplica: number;
-  brokenStreams: number;
-  policyFailures: number;
-  promptBlocks: number;
-  cachedBlocks: number;
-}
-
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'host',
-  'content-length',
-]);
-
-/** Answers a replica may give that another replica could do better with (full queue, draining). */
-const RETRY_STATUSES = new Set([429, 502, 503]);
-
-function forwardHeaders(headers: IncomingHttpHeaders): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  for (const [k, v] of Object.entries(headers)) {
-    if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
-  }
-  return out;
-}
-
-/** `max_tokens` (or chat's `max_completion_tokens`) of a body, 16 when absent or malformed. */
-function maxTokensOf(body: unknown): number {
-  const b = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
-  const n = b.max_completion_tokens ?? b.max_tokens;
-  return typeof n === 'number' && Number.isFinite(n) && n >= 0 ? n : 16;
-}
-
-function errorBody(message: string, code: string, type = 'server_error'): string {
-  return JSON.stringify({ error: { message, type, param: null, code } });
-}
-
-/** What one attempt on one replica came to. */
-type Attempt =
-  | { readonly kind: 'done' }
-  /** Nothing reached the client: another replica may take the request. */
-  | {
-      readonly kind: 'retry';
-      readonly status?: number;
-      readonly headers?: IncomingHttpHeaders;
-      readonly body?: Buffer;
-      readonly reason: string;
-    };
+export type { KvRouterOptions, ReplicaState, RouterCounters } from './router-options.js';
 
 /**
  * `kvasir router`'s engine: an OpenAI-compatible HTTP front for several replicas that routes
@@ -158,7 +47,7 @@ export class KvRouter {
   readonly #fallback = leastLoadedPolicy();
   readonly #log: (line: string) => void;
   readonly #server: Server;
-  #timer: NodeJS.Timeout | undefined;
+  readonly #health: HealthChecker;
   #blockSize: number;
   #closed = false;
   /** What events said, and what the router predicts from the requests it sent. */
@@ -175,24 +64,7 @@ export class KvRouter {
 
   /** @throws RouterError `INVALID_OPTIONS` for no replica, a duplicate, or a bad option. */
   constructor(options: KvRouterOptions) {
-    if (options.replicas.length === 0) {
-      throw new RouterError('INVALID_OPTIONS', 'a router needs at least one replica');
-    }
-    const urls = new Set<string>();
-    for (const r of options.replicas) {
-      if (urls.has(r.url))
-        throw new RouterError('INVALID_OPTIONS', `replica ${r.url} is listed twice`);
-      urls.add(r.url);
-    }
-    if (
-      options.blockSize !== undefined &&
-      !(Number.isInteger(options.blockSize) && options.blockSize > 0)
-    ) {
-      throw new RouterError(
-        'INVALID_OPTIONS',
-        `blockSize must be a positive integer, got ${options.blockSize}`,
-      );
-    }
+    checkRouterOptions(options);
     this.#options = options;
     this.#log = options.log ?? ((line) => process.stderr.write(`[kvasir router] ${line}\n`));
     this.#replicas = options.replicas.map((spec, i) => new Replica(spec, i));
@@ -208,6 +80,13 @@ export class KvRouter {
     this.index = new PrefixIndex({
       ...(options.tierWeights ? { tierWeights: options.tierWeights } : {}),
       ...(options.sharedMedia ? { sharedMedia: options.sharedMedia } : {}),
+    });
+    this.#health = new HealthChecker(this.#replicas, {
+      timeoutMs: options.healthTimeoutMs ?? 5000,
+      unhealthyAfter: options.unhealthyAfter ?? 3,
+      // It may have restarted with an empty cache: take its state again.
+      onBack: (r) => this.#subscribers.get(r)?.resync(),
+      log: this.#log,
     });
     this.#server = createServer((req, res) => void this.#handle(req, res));
     this.#server.keepAliveTimeout = 30_000;
@@ -241,10 +120,7 @@ export class KvRouter {
       this.#subscribers.set(replica, sub);
       sub.start();
     }
-    await this.#checkHealth();
-    const interval = this.#options.healthIntervalMs ?? 1000;
-    this.#timer = setInterval(() => void this.#checkHealth(), interval);
-    this.#timer.unref();
+    await this.#health.start(this.#options.healthIntervalMs ?? 1000);
     await new Promise<void>((resolve, reject) => {
       this.#server.once('error', reject);
       this.#server.listen(this.#options.port ?? 8080, this.#options.host ?? '127.0.0.1', () => {
@@ -268,37 +144,6 @@ export class KvRouter {
       }
       this.index.apply(replica.url, e);
     }
-  }
-
-  async #checkHealth(): Promise<void> {
-    const timeout = this.#options.healthTimeoutMs ?? 5000;
-    const after = this.#options.unhealthyAfter ?? 3;
-    await Promise.all(
-      this.#replicas.map(async (r) => {
-        if (r.probing) return;
-        r.probing = true;
-        const result = await r.probe(timeout);
-        r.probing = false;
-        if (this.#closed) return;
-        r.consecutiveFailures = result === 'ok' ? 0 : r.consecutiveFailures + 1;
-        // Until its first answer, a replica is out; then only a dead one, or one failing in a row.
-        const ok =
-          result === 'ok' ||
-          (r.checked && result === 'failed' && r.consecutiveFailures < after && r.healthy);
-        if (ok && !r.healthy && r.checked) {
-          this.#log(`replica ${r.url} is back`);
-          // It may have restarted with an empty cache: take its state again.
-          this.#subscribers.get(r)?.resync();
-        } else if (!ok && r.healthy) {
-          this.#log(
-            `replica ${r.url} failed its health check (${result === 'down' ? 'not listening' : `${r.consecutiveFailures} in a row`}); not routing to it`,
-          );
-        }
-        r.healthy = ok;
-        r.down = result === 'down';
-        r.checked = true;
-      }),
-    );
   }
 
   /** Each replica's state. */
@@ -332,42 +177,8 @@ export class KvRouter {
     });
     try {
       const path = (req.url ?? '/').split('?')[0]!;
-      if (req.method === 'GET' && path === '/health') {
-        const up = this.#replicas.filter((r) => r.healthy).length;
-        res.writeHead(up > 0 ? 200 : 503, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ status: up > 0 ? 'ok' : 'no healthy replica', replicas: up }));
-        return;
-      }
-      if (req.method === 'GET' && path === '/metrics') {
-        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
-        res.end(renderRouterMetrics(this.replicas(), this.counters));
-        return;
-      }
-      if (req.method === 'GET' && path === '/router/replicas') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(
-          JSON.stringify({
-            policy: this.#policy.name,
-            blockSize: this.#blockSize,
-            replicas: this.replicas(),
-          }),
-        );
-        return;
-      }
-      if (req.method === 'GET' && path === '/router/index') {
-        // The index as events built it, per replica: for checks against the replicas' own state.
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(
-          JSON.stringify({
-            replicas: this.#replicas.map((r) => ({
-              url: r.url,
-              blocks: [...this.index.blocks(r.url)].sort(),
-            })),
-          }),
-        );
-        return;
-      }
-      const body = await this.#readBody(req);
+      if (answerRouterEndpoint(req.method, path, res, this)) return;
+      const body = await readBody(req, this.#maxBody());
       if (body === undefined) {
         res.writeHead(413, { 'content-type': 'application/json' });
         res.end(
@@ -397,21 +208,6 @@ export class KvRouter {
 
   #maxBody(): number {
     return this.#options.maxBodyBytes ?? 16 * 2 ** 20;
-  }
-
-  #readBody(req: IncomingMessage): Promise<Buffer | undefined> {
-    return new Promise((resolve, reject) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      let over = false;
-      req.on('data', (c: Buffer) => {
-        size += c.length;
-        if (size > this.#maxBody()) over = true;
-        else chunks.push(c);
-      });
-      req.on('end', () => resolve(over ? undefined : Buffer.concat(chunks)));
-      req.on('error', reject);
-    });
   }
 
   async #route(
@@ -465,15 +261,23 @@ export class KvRouter {
           activeBlocks: r.activeBlocks,
           cachedBlocks: m.blocks,
           cachedWeighted: m.weighted,
+          indexedBlocks: this.index.size(r.url),
         };
       });
+      const predicted = this.#options.explainRoutes
+        ? candidates.map((r) => this.index.match(r.url, hashes).predicted)
+        : [];
       const chosen =
         kind === undefined ? this.#fallback.choose(request, views) : this.#choose(request, views);
       const view = typeof chosen === 'string' ? views.find((v) => v.url === chosen)! : chosen;
       const replica = candidates.find((r) => r.url === view.url)!;
       tried.add(replica);
       if (tried.size > 1) this.counters.retries++;
-      const attempt = await this.#attempt(req, res, body, replica, request, view, hashes);
+      const explain =
+        this.#options.explainRoutes && kind !== undefined
+          ? routeExplanation(this.#policy, request, views, predicted, view)
+          : undefined;
+      const attempt = await this.#attempt(req, res, body, replica, request, view, hashes, explain);
       if (attempt.kind === 'done') return;
       last = attempt;
     }
@@ -517,7 +321,11 @@ export class KvRouter {
     }
   }
 
-  #attempt(
+  /**
+   * One attempt on `replica`: its load counted while the request runs (prefill until the first
+   * byte), its prompt's blocks predicted there, then the request forwarded.
+   */
+  async #attempt(
     req: IncomingMessage,
     res: ServerResponse,
     body: Buffer,
@@ -525,6 +333,7 @@ export class KvRouter {
     request: RoutingRequest,
     view: ReplicaCandidate,
     hashes: readonly BlockHash[],
+    explain: string | undefined,
   ): Promise<Attempt> {
     const uncached = Math.max(0, request.promptBlocks - view.cachedBlocks);
     // What the request adds to the replica's cache: a cached prefix is already held there.
@@ -538,139 +347,36 @@ export class KvRouter {
       prefilling = false;
       replica.pendingPrefillBlocks -= uncached;
     };
-    let released = false;
-    const release = () => {
-      if (released) return;
-      released = true;
-      prefilled();
-      replica.inFlight--;
-      replica.activeBlocks -= added;
-    };
     if (hashes.length > 0)
       this.index.predict(replica.url, hashes, this.#options.predictionTtlMs ?? 10_000);
-    return new Promise<Attempt>((resolve) => {
-      let settled = false;
-      const settle = (a: Attempt) => {
-        if (settled) return;
-        settled = true;
-        release();
-        if (a.kind === 'done') {
-          replica.routed++;
-          if (request.promptBlocks > 0) {
-            this.counters.promptBlocks += request.promptBlocks;
-            this.counters.cachedBlocks += view.cachedBlocks;
-          }
-        }
-        resolve(a);
-      };
-      const headers = forwardHeaders(req.headers);
-      headers['content-length'] = String(body.length);
-      const upstream = httpRequest(`${replica.url}${req.url ?? '/'}`, {
-        method: req.method,
-        headers,
-        agent: replica.agent,
-      });
-      // The client left: stop the replica's work too (it aborts on disconnect).
-      const onClientClose = () => {
-        if (!res.writableFinished) upstream.destroy();
-      };
-      res.on('close', onClientClose);
-      let started = false;
-      let failed = false;
-      let contentType = '';
-      const fail = (error: Error) => {
-        if (failed || settled) return;
-        failed = true;
-        res.off('close', onClientClose);
-        if (!started) {
-          replica.failures++;
-          // Nothing listens there: out at once. A reset connection is retried elsewhere, but
-          // the replica stays in (a keep-alive race or one failed request is not a dead one;
-          // its health check decides).
-          const refused = (error as NodeJS.ErrnoException).code === 'ECONNREFUSED';
-          if (refused) replica.down = true;
-          if (refused && replica.healthy && !res.destroyed) {
-            replica.healthy = false;
-            this.#log(
-              `replica ${replica.url} refused a connection; not routing to it until its health check passes`,
-            );
-          }
-          settle({ kind: 'retry', reason: `${replica.url}: ${error.message}` });
-          return;
-        }
-        this.#breakStream(res, replica, contentType, error.message);
-        settle({ kind: 'done' });
-      };
-      upstream.on('error', fail);
-      upstream.on('response', (up) => {
-        const status = up.statusCode ?? 502;
-        if (RETRY_STATUSES.has(status)) {
-          const chunks: Buffer[] = [];
-          up.on('data', (c: Buffer) => chunks.push(c));
-          up.on('end', () => {
-            res.off('close', onClientClose);
-            settle({
-              kind: 'retry',
-              status,
-              headers: up.headers,
-              body: Buffer.concat(chunks),
-              reason: `${replica.url} answered ${status}`,
-            });
-          });
-          return;
-        }
-        // Headers wait for the first byte of the body: until then the request can still move.
-        const start = () => {
-          if (started) return;
-          started = true;
-          prefilled();
-          contentType = String(up.headers['content-type'] ?? '');
-          res.writeHead(status, { ...forwardHeaders(up.headers), 'x-kvasir-replica': replica.url });
-          res.flushHeaders();
-        };
-        up.on('data', (chunk: Buffer) => {
-          start();
-          if (!res.write(chunk)) {
-            up.pause();
-            res.once('drain', () => up.resume());
-          }
-        });
-        up.on('end', () => {
-          if (!up.complete) {
-            fail(new Error('the replica closed the response'));
-            return;
-          }
-          res.off('close', onClientClose);
-          start();
-          res.end();
-          settle({ kind: 'done' });
-        });
-        up.on('aborted', () => fail(new Error('the replica closed the response')));
-        up.on('error', fail);
-      });
-      upstream.end(body);
+    const attempt = await forwardToReplica({
+      req,
+      res,
+      body,
+      replica,
+      ...(explain === undefined ? {} : { explain }),
+      onStarted: prefilled,
+      onBroken: () => this.counters.brokenStreams++,
+      log: this.#log,
     });
-  }
-
-  /** Ends a response the replica broke after its first byte: an SSE error event, else a reset. */
-  #breakStream(res: ServerResponse, replica: Replica, contentType: string, reason: string): void {
-    this.counters.brokenStreams++;
-    replica.failures++;
-    if (res.destroyed || res.writableEnded) return;
-    if (contentType.startsWith('text/event-stream')) {
-      const message = `replica ${replica.url} failed during the stream (${reason})`;
-      res.end(`data: ${errorBody(message, 'replica_failed')}\n\ndata: [DONE]\n\n`);
-    } else {
-      // A JSON body cut in the middle cannot be completed honestly.
-      res.destroy();
+    prefilled();
+    replica.inFlight--;
+    replica.activeBlocks -= added;
+    if (attempt.kind === 'done') {
+      replica.routed++;
+      if (request.promptBlocks > 0) {
+        this.counters.promptBlocks += request.promptBlocks;
+        this.counters.cachedBlocks += view.cachedBlocks;
+      }
     }
+    return attempt;
   }
 
   /** Stops listening, unsubscribes, and closes the connection pools. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    clearInterval(this.#timer);
+    this.#health.stop();
     for (const sub of this.#subscribers.values()) sub.close();
     await new Promise<void>((resolve) => {
       this.#server.close(() => resolve());

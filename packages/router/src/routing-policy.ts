@@ -36,6 +36,11 @@ export interface ReplicaCandidate {
   readonly cachedBlocks: number;
   /** The same blocks each weighted by its tier (GPU 1, host 0.8, ...): prefill it saves. */
   readonly cachedWeighted: number;
+  /**
+   * Blocks the replica holds by its events, all prompts (a full cache holds its pool's size);
+   * absent from candidates made by hand.
+   */
+  readonly indexedBlocks?: number;
 }
 
 /**
