@@ -9,11 +9,18 @@
 // the configurations alternate (A B C, B C A, ...). Replicas: `kvasir serve --model random` on
 // the cpu backend (its prefill is slow enough that a cached prefix shows).
 //
+// `--policies` lists the routers to compare over the same 3 replicas: `kv-aware` (at
+// `--overlap-weight`, else the router's default), `kv-aware@W` (at weight W), `round-robin`,
+// `least-loaded`, `longest-prefix` (bench/longest-prefix-policy.mjs: the load term off). Every
+// router runs with --explain-routes, so each request's routing is checked against what the
+// replica reported: where the router's index saw the longest cached prefix, where the request
+// went, and the cached_tokens the replica answered with (`routing` in the JSON).
+//
 //   pnpm --filter kvasir exec tsx bench/router.ts [--rounds 2] [--blocks 64] [--requests 24]
 //     [--prompts 6] [--system-words 60] [--concurrency 4] [--latency-pairs 60]
-//     [--overlap-weight W] [-- <serve flags>]
+//     [--policies kv-aware,round-robin] [--overlap-weight W] [-- <serve flags>]
 //
-// Prints one JSON object, with /proc/loadavg before and after.
+// Prints one JSON object, with /proc/loadavg before and after each run.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createWriteStream, existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -40,8 +47,11 @@ const numPrompts = arg('--prompts', 6);
 const systemWords = arg('--system-words', 60);
 const concurrency = arg('--concurrency', 4);
 const latencyPairs = arg('--latency-pairs', 60);
-/** The kv-aware router's `--overlap-weight` (absent: the router's default). */
+const blockSize = 16;
+/** The plain kv-aware router's `--overlap-weight` (absent: the router's default). */
 const overlapWeight = argv.includes('--overlap-weight') ? arg('--overlap-weight', 1) : undefined;
+const policiesArg = argv.indexOf('--policies');
+const policies = (policiesArg >= 0 ? argv[policiesArg + 1]! : 'kv-aware,round-robin').split(',');
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const cli = join(root, 'dist', 'cli.js');
@@ -86,7 +96,7 @@ async function serve(numBlocks: number): Promise<{ url: string; spec: string }> 
       '--backend',
       'cpu',
       '--block-size',
-      '16',
+      String(blockSize),
       '--num-gpu-blocks',
       String(numBlocks),
       '--max-num-seqs',
@@ -102,7 +112,17 @@ async function serve(numBlocks: number): Promise<{ url: string; spec: string }> 
   return { url: m[1]!, spec: `${m[1]},events=${m[2]},replay=${m[3]}` };
 }
 
-async function router(routing: string, specs: readonly string[]): Promise<string> {
+/** `kvasir router` args for a `--policies` entry. */
+function routingArgs(policy: string): string[] {
+  if (policy === 'longest-prefix') {
+    return ['--routing', join(root, 'bench', 'longest-prefix-policy.mjs')];
+  }
+  const [name, weight] = policy.split('@');
+  const w = weight ?? (name === 'kv-aware' ? overlapWeight?.toString() : undefined);
+  return ['--routing', name!, ...(w === undefined ? [] : ['--overlap-weight', w])];
+}
+
+async function router(policy: string, specs: readonly string[]): Promise<string> {
   const m = await start(
     [
       'router',
@@ -112,11 +132,8 @@ async function router(routing: string, specs: readonly string[]): Promise<string
       cacheDir,
       '--model',
       'random',
-      '--routing',
-      routing,
-      ...(routing === 'kv-aware' && overlapWeight !== undefined
-        ? ['--overlap-weight', String(overlapWeight)]
-        : []),
+      '--explain-routes',
+      ...routingArgs(policy),
       ...specs.flatMap((s) => ['--replica', s]),
     ],
     /router is listening on (http:\/\/\S+)/,
@@ -135,16 +152,55 @@ const WORDS =
   );
 
 /** A shared-prefix workload: `requests` users over `numPrompts` fresh system prompts. */
-function workload(tag: string): string[] {
+function workload(tag: string): { prompts: string[]; systemOf: number[] } {
   const systems = Array.from(
     { length: numPrompts },
     (_, p) =>
       `System ${tag}-${p}: ${Array.from({ length: systemWords }, () => WORDS[rand(WORDS.length)]).join(' ')}.`,
   );
-  return Array.from(
-    { length: requests },
-    (_, i) => `${systems[rand(numPrompts)]}\nUser ${i}: ${WORDS[rand(20)]} ${WORDS[rand(20)]}?`,
-  );
+  const systemOf = Array.from({ length: requests }, () => rand(numPrompts));
+  return {
+    prompts: systemOf.map(
+      (s, i) => `${systems[s]}\nUser ${i}: ${WORDS[rand(20)]} ${WORDS[rand(20)]}?`,
+    ),
+    systemOf,
+  };
+}
+
+/** `x-kvasir-route`, as the router writes it with --explain-routes. */
+interface Route {
+  readonly promptBlocks: number;
+  readonly chosen: number;
+  /** Per candidate: [index, cached, predicted, inFlight, pendingPrefill, active]. */
+  readonly candidates: readonly (readonly number[])[];
+}
+
+/**
+ * Each routed request checked against the replica's answer: did it go where the index saw the
+ * longest prefix, and did the replica's cached_tokens match what the index said?
+ */
+interface RoutingCheck {
+  readonly requests: number;
+  /** Whose system prompt an earlier request of the run had (the only ones that can hit). */
+  readonly repeats: number;
+  /** Of those, whose earlier request had not answered its first token when this one started. */
+  readonly repeatsWhileFirstPrefilling: number;
+  /** Sent to a replica with the longest indexed prefix (> 0 blocks). */
+  readonly toLongestPrefix: number;
+  /** Sent elsewhere although some replica held more of the prompt (the load term won). */
+  readonly awayFromPrefix: number;
+  /** A repeat for which no replica had any of its blocks indexed (events and predictions missed it). */
+  readonly repeatsNotIndexed: number;
+  /** Prompt blocks the index said the chosen replica held (of them, only predicted). */
+  readonly expectedBlocks: number;
+  readonly expectedPredicted: number;
+  /** Prompt blocks the replicas reported cached (cached_tokens / block size). */
+  readonly actualBlocks: number;
+  /** Requests whose replica hit fewer blocks than the index said (stale or evicted), or more (events late). */
+  readonly actualBelowExpected: number;
+  readonly actualAboveExpected: number;
+  /** Requests sent to each replica. */
+  readonly perReplica: readonly number[];
 }
 
 interface RunFigures {
@@ -152,9 +208,74 @@ interface RunFigures {
   readonly meanTtftMs: number;
   readonly failed: number;
   readonly errors: Readonly<Record<string, number>>;
+  readonly loadavg: string;
+  /** KV blocks evicted on the run's replicas during the run (kvasir_kv_cache_evictions_total). */
+  readonly evictions: number;
+  readonly routing?: RoutingCheck;
 }
 
-async function run(url: string, tag: string): Promise<RunFigures> {
+function checkRouting(report: LoadReport, systemOf: readonly number[]): RoutingCheck | undefined {
+  // Requests are issued in prompt order, so start order gives each record its prompt.
+  const records = [...report.records].sort((a, b) => a.startMs - b.startMs);
+  if (!records.some((r) => r.route !== undefined)) return undefined;
+  const firstOf = new Map<number, (typeof records)[number]>();
+  const c = {
+    requests: 0,
+    repeats: 0,
+    repeatsWhileFirstPrefilling: 0,
+    toLongestPrefix: 0,
+    awayFromPrefix: 0,
+    repeatsNotIndexed: 0,
+    expectedBlocks: 0,
+    expectedPredicted: 0,
+    actualBlocks: 0,
+    actualBelowExpected: 0,
+    actualAboveExpected: 0,
+    perReplica: [0, 0, 0],
+  };
+  records.forEach((r, i) => {
+    const system = systemOf[i]!;
+    const first = firstOf.get(system);
+    if (first === undefined) firstOf.set(system, r);
+    if (r.route === undefined || r.error !== undefined) return;
+    const route = JSON.parse(r.route) as Route;
+    c.requests++;
+    c.perReplica[route.chosen] = (c.perReplica[route.chosen] ?? 0) + 1;
+    const chosen = route.candidates.find((x) => x[0] === route.chosen)!;
+    const best = Math.max(...route.candidates.map((x) => x[1]!));
+    const repeat = first !== undefined;
+    if (repeat) {
+      c.repeats++;
+      if (first.startMs + first.ttftMs > r.startMs) c.repeatsWhileFirstPrefilling++;
+      if (best === 0) c.repeatsNotIndexed++;
+    }
+    if (best > 0 && chosen[1] === best) c.toLongestPrefix++;
+    if (chosen[1]! < best) c.awayFromPrefix++;
+    const actual = Math.floor(r.cachedTokens / blockSize);
+    c.expectedBlocks += chosen[1]!;
+    c.expectedPredicted += chosen[2]!;
+    c.actualBlocks += actual;
+    if (actual < chosen[1]!) c.actualBelowExpected++;
+    if (actual > chosen[1]!) c.actualAboveExpected++;
+  });
+  return c;
+}
+
+/** Sum of `name` over the servers' /metrics. */
+async function metricSum(urls: readonly string[], name: string): Promise<number> {
+  let sum = 0;
+  for (const url of urls) {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    for (const line of text.split('\n')) {
+      if (line.startsWith(name)) sum += Number(line.slice(line.lastIndexOf(' ') + 1)) || 0;
+    }
+  }
+  return sum;
+}
+
+async function run(url: string, replicaUrls: readonly string[], tag: string): Promise<RunFigures> {
+  const { prompts, systemOf } = workload(tag);
+  const evictedBefore = await metricSum(replicaUrls, 'kvasir_kv_cache_evictions_total');
   const report: LoadReport = await runLoad({
     url,
     model: RANDOM_MODEL_NAME,
@@ -162,17 +283,22 @@ async function run(url: string, tag: string): Promise<RunFigures> {
     concurrency,
     durationSec: 600,
     maxRequests: requests,
-    prompts: workload(tag),
+    prompts,
     maxTokens: 8,
   });
+  const evicted = (await metricSum(replicaUrls, 'kvasir_kv_cache_evictions_total')) - evictedBefore;
   const ok = report.records.filter((r) => r.error === undefined);
   const prompt = ok.reduce((s, r) => s + r.promptTokens, 0);
   const cached = ok.reduce((s, r) => s + r.cachedTokens, 0);
+  const routing = checkRouting(report, systemOf);
   return {
     hitRate: prompt === 0 ? 0 : cached / prompt,
     meanTtftMs: ok.reduce((s, r) => s + r.ttftMs, 0) / Math.max(1, ok.length),
     failed: report.failed_requests,
     errors: report.errors,
+    loadavg: loadavg(),
+    evictions: evicted,
+    ...(routing ? { routing } : {}),
   };
 }
 
@@ -191,23 +317,26 @@ async function timed(url: string, prompt: string): Promise<number> {
 const loadBefore = loadavg();
 const replicas = await Promise.all([serve(blocks), serve(blocks), serve(blocks)]);
 const single = await serve(3 * blocks);
-const kvAware = await router(
-  'kv-aware',
-  replicas.map((r) => r.spec),
-);
-const roundRobin = await router(
-  'round-robin',
-  replicas.map((r) => r.spec),
-);
+const replicaUrls = replicas.map((r) => r.url);
+const configs: Record<string, { url: string; replicas: readonly string[] }> = {};
+for (const policy of policies) {
+  configs[policy] = {
+    url: await router(
+      policy,
+      replicas.map((r) => r.spec),
+    ),
+    replicas: replicaUrls,
+  };
+}
+configs.single = { url: single.url, replicas: [single.url] };
 
-const configs = { kvAware, roundRobin, single: single.url } as const;
-type Name = keyof typeof configs;
-const figures: Record<Name, RunFigures[]> = { kvAware: [], roundRobin: [], single: [] };
-const order: Name[] = ['kvAware', 'roundRobin', 'single'];
+const order = Object.keys(configs);
+const figures: Record<string, RunFigures[]> = Object.fromEntries(order.map((n) => [n, []]));
 for (let round = 0; round < rounds; round++) {
   for (let k = 0; k < order.length; k++) {
     const name = order[(k + round) % order.length]!;
-    figures[name].push(await run(configs[name], `${round}${name}`));
+    const c = configs[name]!;
+    figures[name]!.push(await run(c.url, c.replicas, `${round}${name}`));
   }
 }
 
@@ -215,20 +344,23 @@ for (let round = 0; round < rounds; round++) {
 const direct: number[] = [];
 const routed: number[] = [];
 const shortPrompt = 'How far is the moon?';
+const firstRouter = configs[policies[0]!]!.url;
 await timed(replicas[0]!.url, shortPrompt);
-await timed(kvAware, shortPrompt);
+await timed(firstRouter, shortPrompt);
 for (let i = 0; i < latencyPairs; i++) {
   direct.push(await timed(replicas[0]!.url, shortPrompt));
-  routed.push(await timed(kvAware, shortPrompt));
+  routed.push(await timed(firstRouter, shortPrompt));
 }
 const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
 const p = (xs: number[], q: number) => percentile(sorted(xs), q);
 
 const mean = (xs: RunFigures[], f: (r: RunFigures) => number) =>
   xs.reduce((s, r) => s + f(r), 0) / xs.length;
-const hit = (n: Name) => mean(figures[n], (r) => r.hitRate);
-const ttft = (n: Name) => mean(figures[n], (r) => r.meanTtftMs);
+const hit = (n: string) => mean(figures[n]!, (r) => r.hitRate);
+const ttft = (n: string) => mean(figures[n]!, (r) => r.meanTtftMs);
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
+const kvAware = policies.find((x) => x.startsWith('kv-aware')) ?? policies[0]!;
+const baseline = policies.includes('round-robin') ? 'round-robin' : undefined;
 process.stdout.write(
   `${JSON.stringify(
     {
@@ -246,22 +378,26 @@ process.stdout.write(
         maxTokens: 8,
         backend: 'cpu',
         model: 'random',
+        policies,
         overlapWeight: overlapWeight ?? 'router default',
       },
       loadavg: { before: loadBefore, after: loadavg() },
-      hitRate: {
-        kvAware: round3(hit('kvAware')),
-        roundRobin: round3(hit('roundRobin')),
-        single: round3(hit('single')),
-      },
-      clusterHitRateOverSingle: round3(hit('kvAware') / hit('single')),
-      meanTtftMs: {
-        kvAware: round3(ttft('kvAware')),
-        roundRobin: round3(ttft('roundRobin')),
-        single: round3(ttft('single')),
-      },
-      kvAwareOverRoundRobinTtft: round3(ttft('kvAware') / ttft('roundRobin')),
+      hitRate: Object.fromEntries(order.map((n) => [n, round3(hit(n))])),
+      hitRateOverSingle: Object.fromEntries(
+        policies.map((n) => [n, round3(hit(n) / hit('single'))]),
+      ),
+      clusterHitRateOverSingle: round3(hit(kvAware) / hit('single')),
+      meanTtftMs: Object.fromEntries(order.map((n) => [n, round3(ttft(n))])),
+      ...(baseline
+        ? {
+            ttftOverRoundRobin: Object.fromEntries(
+              policies.map((n) => [n, round3(ttft(n) / ttft(baseline))]),
+            ),
+            kvAwareOverRoundRobinTtft: round3(ttft(kvAware) / ttft(baseline)),
+          }
+        : {}),
       routerAddedLatencyMs: {
+        router: policies[0],
         pairs: latencyPairs,
         direct: { p50: round3(p(direct, 0.5)), p99: round3(p(direct, 0.99)) },
         routed: { p50: round3(p(routed, 0.5)), p99: round3(p(routed, 0.99)) },
@@ -271,7 +407,7 @@ process.stdout.write(
         },
       },
       failedRequests: Object.fromEntries(
-        order.map((n) => [n, figures[n].reduce((s, r) => s + r.failed, 0)]),
+        order.map((n) => [n, figures[n]!.reduce((s, r) => s + r.failed, 0)]),
       ),
       rounds: figures,
     },

@@ -212,7 +212,7 @@ program
   )
   .option(
     '--routing <policy>',
-    'kv-aware (prefix overlap and load), round-robin, least-loaded, or a JS module exporting a routing policy',
+    'kv-aware (prefix overlap against load, one cost), cache-aware (the cache decides unless replicas are out of balance), round-robin, least-loaded, or a JS module exporting a routing policy',
     'kv-aware',
   )
   .option(
@@ -239,6 +239,17 @@ program
   .option('--host <host>', 'interface to bind', '127.0.0.1')
   .option('-p, --port <port>', 'port (0 = any free port)', int(0), 8080)
   .option('--health-interval-ms <ms>', "how often each replica's /health is checked", int(50), 1000)
+  .option(
+    '--unhealthy-after <n>',
+    'failed health checks in a row (timeouts, errors) before a replica is taken out; a refused connection takes it out at once',
+    int(1),
+    3,
+  )
+  .option(
+    '--explain-routes',
+    'add x-kvasir-route to each routed response: the cached prefix and load the policy saw per replica',
+    false,
+  )
   .action(async (opts) => {
     await routerCommand({
       replicas: opts.replica,
@@ -251,6 +262,8 @@ program
       host: opts.host,
       port: opts.port,
       healthIntervalMs: opts.healthIntervalMs,
+      unhealthyAfter: opts.unhealthyAfter,
+      explainRoutes: opts.explainRoutes,
     });
   });
 

@@ -94,6 +94,9 @@ beforeAll(async () => {
   router = await startRouterProcess([
     '--health-interval-ms',
     '200',
+    '--unhealthy-after',
+    '2',
+    '--explain-routes',
     ...replicas.flatMap((r) => ['--replica', r.spec]),
   ]);
 });
@@ -104,6 +107,10 @@ afterAll(async () => {
 });
 
 describe('kvasir router in front of two kvasir serve replicas', () => {
+  it('shows its health threshold in the banner', () => {
+    expect(router.output()).toMatch(/out after 2 failed checks in a row/);
+  });
+
   it('sends a request to the replica that has its system prompt cached', async () => {
     // Each replica learns one system prompt directly, not through the router.
     const topics = ['astronomy and the planets', 'cooking with rice and beans'];
@@ -120,7 +127,7 @@ describe('kvasir router in front of two kvasir serve replicas', () => {
     expect(await routerCaughtUp(router)).toBe(true);
     for (let round = 0; round < 3; round++) {
       for (const i of [1, 0]) {
-        const { response } = await router.client.chat.completions
+        const { data, response } = await router.client.chat.completions
           .create({
             model: RANDOM_MODEL_NAME,
             messages: [
@@ -131,6 +138,17 @@ describe('kvasir router in front of two kvasir serve replicas', () => {
           })
           .withResponse();
         expect(response.headers.get('x-kvasir-replica')).toBe(replicas[i]!.url);
+        // What the router's index said the replica held is what the replica reports it reused.
+        const route = JSON.parse(response.headers.get('x-kvasir-route')!) as {
+          chosen: number;
+          candidates: number[][];
+        };
+        expect(route.chosen).toBe(i);
+        const cached = route.candidates.find((c) => c[0] === i)![1]!;
+        expect(cached).toBeGreaterThan(0);
+        expect(Math.floor((data.usage?.prompt_tokens_details?.cached_tokens ?? 0) / 16)).toBe(
+          cached,
+        );
       }
     }
     // Completions prompts are matched too (the tokenizer's encode, not the chat template).

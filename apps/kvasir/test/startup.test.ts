@@ -182,6 +182,19 @@ describe('flags and config files are checked and errors name the fix (built CLI)
     for (const flag of ['--port', '--host', '--api-key']) expect(serve).toContain(flag);
   });
 
+  it('router --unhealthy-after 0 is refused before anything starts', async () => {
+    const run = await kvasir([
+      'router',
+      '--replica',
+      'http://127.0.0.1:1',
+      '--unhealthy-after',
+      '0',
+    ]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/--unhealthy-after <n>.*expected an integer ≥ 1/);
+    expect(run.stderr).not.toMatch(/^ {4}at /m);
+  });
+
   it('bench --concurrency 0 is refused instead of running nothing and exiting 0', async () => {
     const run = await kvasir(['bench', ...cpu, '--concurrency', '0', '--duration', '1']);
     expect(run.code).toBe(1);

@@ -33,6 +33,10 @@ export interface RequestRecord {
   readonly promptTokens: number;
   readonly cachedTokens: number;
   readonly error?: string;
+  /** Behind `kvasir router`: the replica that answered (`x-kvasir-replica`). */
+  readonly replica?: string;
+  /** Behind `kvasir router --explain-routes`: what the policy saw (`x-kvasir-route`). */
+  readonly route?: string;
 }
 
 /** What {@link runLoad} measured. */
@@ -132,6 +136,8 @@ async function oneRequest(
       }
     }
     const e2e = performance.now() - start;
+    const replica = res.headers.get('x-kvasir-replica');
+    const route = res.headers.get('x-kvasir-route');
     return {
       startMs,
       ttftMs: ttft ?? e2e,
@@ -140,6 +146,8 @@ async function oneRequest(
       promptTokens,
       cachedTokens,
       ...(error ? { error } : {}),
+      ...(replica === null ? {} : { replica }),
+      ...(route === null ? {} : { route }),
     };
   } catch (e) {
     return {

@@ -15,12 +15,17 @@ import { KvasirAppError } from '../errors.js';
 import { listenError } from '../listen-error.js';
 import { loadPlugin } from '../plugins/plugin-loader.js';
 
-const BUILTIN_ROUTING: readonly BuiltinRoutingName[] = ['kv-aware', 'round-robin', 'least-loaded'];
+const BUILTIN_ROUTING: readonly BuiltinRoutingName[] = [
+  'kv-aware',
+  'cache-aware',
+  'round-robin',
+  'least-loaded',
+];
 
 /** `kvasir router`'s settings, as the command line gives them. */
 export interface RouterCommandOptions {
   readonly replicas: readonly string[];
-  /** `kv-aware`, `round-robin`, `least-loaded`, or a JS module exporting a routing policy. */
+  /** `kv-aware`, `cache-aware`, `round-robin`, `least-loaded`, or a JS module exporting a routing policy. */
   readonly routing: string;
   readonly overlapWeight?: number;
   /** The replicas' model, for its tokenizer (as `serve --model`; default kvasir-mini). */
@@ -31,6 +36,10 @@ export interface RouterCommandOptions {
   readonly host: string;
   readonly port: number;
   readonly healthIntervalMs?: number;
+  /** Failed health checks in a row before a replica is taken out (default 3). */
+  readonly unhealthyAfter?: number;
+  /** `x-kvasir-route` on each routed response. */
+  readonly explainRoutes?: boolean;
 }
 
 /**
@@ -118,6 +127,8 @@ export async function routerCommand(options: RouterCommandOptions): Promise<void
       ...(options.healthIntervalMs === undefined
         ? {}
         : { healthIntervalMs: options.healthIntervalMs }),
+      ...(options.unhealthyAfter === undefined ? {} : { unhealthyAfter: options.unhealthyAfter }),
+      ...(options.explainRoutes ? { explainRoutes: true } : {}),
       host: options.host,
       port: options.port,
     });
@@ -137,6 +148,7 @@ export async function routerCommand(options: RouterCommandOptions): Promise<void
     '',
     `Kvasir router is listening on ${url}`,
     `  routing    ${router.policy.name}${router.policy.name === 'kv-aware' ? ` (overlap weight ${options.overlapWeight ?? 1})` : ''}`,
+    `  health     every ${options.healthIntervalMs ?? 1000} ms; out after ${options.unhealthyAfter ?? 3} failed checks in a row, at once when refused`,
     `  tokenizer  ${path}`,
     ...replicas.map(
       (r, i) =>
