@@ -212,14 +212,25 @@ program
   )
   .option(
     '--routing <policy>',
-    'kv-aware (prefix overlap against load, one cost), cache-aware (the cache decides unless replicas are out of balance), round-robin, least-loaded, or a JS module exporting a routing policy',
-    'kv-aware',
+    'cache-aware (the cache decides unless replicas are out of balance), kv-aware (prefix overlap against load, one cost), round-robin, least-loaded, or a JS module exporting a routing policy',
+    'cache-aware',
   )
   .option(
     '--overlap-weight <w>',
     'kv-aware: cost of a block to prefill against a block decoding (default 1)',
     num({ positive: true }),
   )
+  .option(
+    '--cache-threshold <share>',
+    'cache-aware: share of the prompt (0-1) the best replica must hold for the cache to decide; below it the prompt is new (default 0.3)',
+    num(),
+  )
+  .option(
+    '--balance-abs-threshold <n>',
+    'cache-aware: load decides when the busiest replica has more than n requests in flight beyond the idlest (default 64) ...',
+    num(),
+  )
+  .option('--balance-rel-threshold <x>', '... and more than x times as many (default 1.5)', num())
   .option(
     '-m, --model <path>',
     "the replicas' model, for its tokenizer only (as serve --model; default kvasir-mini)",
@@ -255,6 +266,15 @@ program
       replicas: opts.replica,
       routing: opts.routing,
       ...(opts.overlapWeight === undefined ? {} : { overlapWeight: opts.overlapWeight }),
+      cacheAware: {
+        ...(opts.cacheThreshold === undefined ? {} : { cacheThreshold: opts.cacheThreshold }),
+        ...(opts.balanceAbsThreshold === undefined
+          ? {}
+          : { balanceAbsThreshold: opts.balanceAbsThreshold }),
+        ...(opts.balanceRelThreshold === undefined
+          ? {}
+          : { balanceRelThreshold: opts.balanceRelThreshold }),
+      },
       ...(opts.model === undefined ? {} : { model: opts.model }),
       ...(opts.cacheDir === undefined ? {} : { cacheDir: opts.cacheDir }),
       ...(opts.blockSize === undefined ? {} : { blockSize: opts.blockSize }),

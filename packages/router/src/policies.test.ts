@@ -86,12 +86,12 @@ describe('cacheAwarePolicy', () => {
     expect(builtinRoutingPolicy('cache-aware').name).toBe('cache-aware');
   });
 
-  it('sends a new prompt where the index holds the fewest blocks, then the fewest in flight', () => {
+  it('sends a new prompt to the fewest in flight, then where the index holds the fewest blocks', () => {
     const p = cacheAwarePolicy();
     // 2 of 10 blocks (a shared opening) is under the 0.3 threshold: a new prompt.
     const cs = [
-      candidate(0, { cachedBlocks: 2, cachedWeighted: 2, indexedBlocks: 64 }),
-      candidate(1, { indexedBlocks: 40, inFlight: 2 }),
+      candidate(0, { cachedBlocks: 2, cachedWeighted: 2, indexedBlocks: 64, inFlight: 1 }),
+      candidate(1, { indexedBlocks: 10, inFlight: 2 }),
       candidate(2, { indexedBlocks: 40, inFlight: 1 }),
     ];
     expect(urlOf(p.choose(request, cs))).toBe('http://r2');
@@ -116,7 +116,7 @@ describe('cacheAwarePolicy', () => {
     expect(urlOf(p.choose(request, [hot(20), candidate(1, { inFlight: 15 })]))).toBe('http://r0');
   });
 
-  it('always picks a candidate: the idlest when out of balance, else the most cached when the cache decides', () => {
+  it('always picks a candidate: the idlest when out of balance, the most cached when the cache decides, else the idlest with the most room', () => {
     const arbCandidates = fc
       .array(
         fc.record({
@@ -139,7 +139,11 @@ describe('cacheAwarePolicy', () => {
         const top = Math.max(...cs.map((x) => x.cachedWeighted));
         if (max - min > abs && max > rel * min) expect(c.inFlight).toBe(min);
         else if (top / request.promptBlocks >= 0.3) expect(c.cachedWeighted).toBe(top);
-        else expect(c.indexedBlocks).toBe(Math.min(...cs.map((x) => x.indexedBlocks ?? 0)));
+        else {
+          expect(c.inFlight).toBe(min);
+          const idle = cs.filter((x) => x.inFlight === min);
+          expect(c.indexedBlocks).toBe(Math.min(...idle.map((x) => x.indexedBlocks ?? 0)));
+        }
       }),
       { numRuns: 300 },
     );

@@ -1,3 +1,4 @@
+import { RouterError } from './errors.js';
 import {
   defineRoutingPolicy,
   type ReplicaCandidate,
@@ -76,8 +77,8 @@ export function kvAwarePolicy(options: KvAwareOptions = {}): RoutingPolicy {
 export interface CacheAwareOptions {
   /**
    * Share of the prompt's blocks (weighted by tier) the best replica must hold for the cache to
-   * decide (default 0.3); below it the prompt is new, and goes where the index holds the fewest
-   * blocks (the most room), then to the fewest requests in flight.
+   * decide (default 0.3); below it the prompt is new, and goes to the fewest requests in flight,
+   * then where the index holds the fewest blocks (the most room).
    */
   readonly cacheThreshold?: number;
   /**
@@ -90,10 +91,12 @@ export interface CacheAwareOptions {
 }
 
 /**
- * Cache-aware routing, after the SGLang model gateway's default policy: the cache decides unless
+ * Cache-aware routing (the router's default), after the SGLang model gateway's default policy: the cache decides unless
  * the replicas are out of balance. A prompt whose best cached share reaches `cacheThreshold`
  * goes to the replica holding most of it (ties: fewest in flight, then in turn); a new prompt
- * goes where the index holds the fewest blocks; while the busiest replica is more than
+ * goes to the fewest in flight, then where the index holds the fewest blocks (SGLang takes the
+ * smallest cache first; its tree grows as it routes, while this index grows only when events
+ * come, so a burst of new prompts would pile on one replica); while the busiest replica is more than
  * `balanceAbsThreshold` requests and `balanceRelThreshold` times ahead of the idlest, every
  * request goes to the idlest.
  *
@@ -101,11 +104,18 @@ export interface CacheAwareOptions {
  * shared prompt stays on its replica while the others are as busy (the right trade where
  * replicas share compute, or where a recompute costs more than a short queue); the imbalance
  * guard still keeps a hot prompt from piling everything on one replica.
+ * @throws RouterError `INVALID_OPTIONS` for a threshold out of its range.
  */
 export function cacheAwarePolicy(options: CacheAwareOptions = {}): RoutingPolicy {
   const threshold = options.cacheThreshold ?? 0.3;
   const abs = options.balanceAbsThreshold ?? 64;
   const rel = options.balanceRelThreshold ?? 1.5;
+  const bad = (what: string, value: number) => {
+    throw new RouterError('INVALID_OPTIONS', `cache-aware: ${what}, got ${value}`);
+  };
+  if (!(threshold >= 0 && threshold <= 1)) bad('cacheThreshold must be from 0 to 1', threshold);
+  if (!(abs >= 0 && Number.isFinite(abs))) bad('balanceAbsThreshold must be a number ≥ 0', abs);
+  if (!(rel >= 1 && Number.isFinite(rel))) bad('balanceRelThreshold must be a number ≥ 1', rel);
   const tie = tieBreaker();
   /** The candidates of best `key` (higher first), then fewest in flight. */
   const best = (candidates: readonly ReplicaCandidate[], key: (c: ReplicaCandidate) => number) => {
@@ -136,7 +146,9 @@ export function cacheAwarePolicy(options: CacheAwareOptions = {}): RoutingPolicy
       const m = mode(request, candidates);
       if (m === 'balance') return tie(best(candidates, (c) => -c.inFlight));
       if (m === 'cache') return tie(best(candidates, (c) => c.cachedWeighted));
-      return tie(best(candidates, (c) => -(c.indexedBlocks ?? 0)));
+      // A new prompt: the fewest in flight, then the most room.
+      const idle = best(candidates, (c) => -c.inFlight);
+      return tie(best(idle, (c) => -(c.indexedBlocks ?? 0)));
     },
     explain(request, c) {
       return `cache-aware: ${c.cachedBlocks}/${request.promptBlocks} prompt blocks cached (weighted ${c.cachedWeighted.toFixed(1)}), ${c.inFlight} in flight, ${c.indexedBlocks ?? 0} blocks indexed`;
@@ -185,7 +197,10 @@ export function leastLoadedPolicy(): RoutingPolicy {
   });
 }
 
-/** A built-in policy by name. */
+/**
+ * A built-in policy by name.
+ * @throws RouterError `INVALID_OPTIONS` for `cache-aware` thresholds out of their range.
+ */
 export function builtinRoutingPolicy(
   name: BuiltinRoutingName,
   options: KvAwareOptions & CacheAwareOptions = {},

@@ -1,6 +1,6 @@
 import type { BlockHash } from '@kvasir/kv-allocator';
 import { RouterError } from './errors.js';
-import type { BuiltinRoutingName } from './policies.js';
+import type { BuiltinRoutingName, CacheAwareOptions } from './policies.js';
 import type { TierWeights } from './prefix-index.js';
 import type { PromptTokenizer } from './prompt.js';
 import type { ReplicaSpec } from './replica.js';
@@ -10,10 +10,12 @@ import type { RoutingPolicy } from './routing-policy.js';
 export interface KvRouterOptions {
   /** The replicas (at least one), each with its KV events endpoints when it publishes them. */
   readonly replicas: readonly ReplicaSpec[];
-  /** A built-in policy by name, or a {@link RoutingPolicy} (default `kv-aware`). */
+  /** A built-in policy by name, or a {@link RoutingPolicy} (default `cache-aware`). */
   readonly policy?: BuiltinRoutingName | RoutingPolicy;
   /** Dynamo's `overlap_weight` for `kv-aware` (default 1). */
   readonly overlapWeight?: number;
+  /** The thresholds of `cache-aware` (the SGLang gateway's defaults: 0.3, 64, 1.5). */
+  readonly cacheAware?: CacheAwareOptions;
   /** The model's tokenizer; without it only token-id prompts are matched against caches. */
   readonly tokenizer?: PromptTokenizer;
   /**

@@ -243,6 +243,7 @@ describe('KvRouter proxy (stand-in replicas on loopback)', () => {
     );
     const router = new KvRouter({
       replicas: [{ url: a.url }, { url: b.url }],
+      policy: 'kv-aware',
       port: 0,
       healthIntervalMs: 60_000,
       explainRoutes: true,
@@ -310,6 +311,10 @@ describe('KvRouter proxy (stand-in replicas on loopback)', () => {
 });
 
 describe('KvRouter options', () => {
+  it('routes with cache-aware unless told otherwise', () => {
+    expect(new KvRouter({ replicas: [{ url: 'http://a:1' }] }).policy.name).toBe('cache-aware');
+  });
+
   it.each([
     [{ replicas: [] }, /at least one replica/],
     [{ replicas: [{ url: 'http://a:1' }, { url: 'http://a:1' }] }, /listed twice/],
@@ -324,6 +329,14 @@ describe('KvRouter options', () => {
     [
       { replicas: [{ url: 'http://a:1' }], unhealthyAfter: 1.5 },
       /unhealthyAfter must be a positive integer, got 1.5/,
+    ],
+    [
+      { replicas: [{ url: 'http://a:1' }], cacheAware: { cacheThreshold: 1.2 } },
+      /cacheThreshold must be from 0 to 1, got 1.2/,
+    ],
+    [
+      { replicas: [{ url: 'http://a:1' }], cacheAware: { balanceRelThreshold: 0.5 } },
+      /balanceRelThreshold must be a number ≥ 1, got 0.5/,
     ],
   ])('refuses %j with INVALID_OPTIONS naming the option', (options, message) => {
     let error: unknown;

@@ -62,7 +62,7 @@ export class KvRouter {
     cachedBlocks: 0,
   };
 
-  /** @throws RouterError `INVALID_OPTIONS` for no replica, a duplicate, or a bad option. */
+  /** @throws RouterError `INVALID_OPTIONS` for no replica, a duplicate, or a bad option or threshold. */
   constructor(options: KvRouterOptions) {
     checkRouterOptions(options);
     this.#options = options;
@@ -71,10 +71,11 @@ export class KvRouter {
     this.#policy =
       typeof options.policy === 'object'
         ? options.policy
-        : builtinRoutingPolicy(options.policy ?? 'kv-aware', {
+        : builtinRoutingPolicy(options.policy ?? 'cache-aware', {
             ...(options.overlapWeight === undefined
               ? {}
               : { overlapWeight: options.overlapWeight }),
+            ...options.cacheAware,
           });
     this.#blockSize = options.blockSize ?? 16;
     this.index = new PrefixIndex({

@@ -50,7 +50,11 @@ function installer(name: string): () => Promise<InstalledPackage> {
 }
 
 test('the workspace has packages to release', () => {
-  expect(released.map((p) => p.name)).toContain('@kvasir/errors');
+  const names = released.map((p) => p.name);
+  expect(names).toContain('@kvasir/errors');
+  // Its native dependency (zeromq's prebuilt binaries) is the one a fresh install most often
+  // breaks on: the router must stay in the rehearsal.
+  expect(names).toContain('@kvasir/router');
 });
 
 describe.each(released)('$name', (pkg) => {

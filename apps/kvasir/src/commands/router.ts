@@ -1,6 +1,7 @@
 import { ModelTokenizer, openCheckpoint } from '@kvasir/model';
 import {
   type BuiltinRoutingName,
+  type CacheAwareOptions,
   KvRouter,
   type PromptTokenizer,
   parseReplicaSpec,
@@ -16,8 +17,8 @@ import { listenError } from '../listen-error.js';
 import { loadPlugin } from '../plugins/plugin-loader.js';
 
 const BUILTIN_ROUTING: readonly BuiltinRoutingName[] = [
-  'kv-aware',
   'cache-aware',
+  'kv-aware',
   'round-robin',
   'least-loaded',
 ];
@@ -25,9 +26,11 @@ const BUILTIN_ROUTING: readonly BuiltinRoutingName[] = [
 /** `kvasir router`'s settings, as the command line gives them. */
 export interface RouterCommandOptions {
   readonly replicas: readonly string[];
-  /** `kv-aware`, `cache-aware`, `round-robin`, `least-loaded`, or a JS module exporting a routing policy. */
+  /** `cache-aware`, `kv-aware`, `round-robin`, `least-loaded`, or a JS module exporting a routing policy. */
   readonly routing: string;
   readonly overlapWeight?: number;
+  /** `cache-aware`'s thresholds (those given). */
+  readonly cacheAware?: CacheAwareOptions;
   /** The replicas' model, for its tokenizer (as `serve --model`; default kvasir-mini). */
   readonly model?: string;
   readonly cacheDir?: string;
@@ -97,6 +100,14 @@ async function routingPolicy(setting: string): Promise<BuiltinRoutingName | Rout
   return make();
 }
 
+/** The banner's parameters of a built-in policy. */
+function routingDetails(name: string, options: RouterCommandOptions): string {
+  if (name === 'kv-aware') return ` (overlap weight ${options.overlapWeight ?? 1})`;
+  if (name !== 'cache-aware') return '';
+  const c = options.cacheAware ?? {};
+  return ` (cache threshold ${c.cacheThreshold ?? 0.3}; load decides past ${c.balanceAbsThreshold ?? 64} requests and ${c.balanceRelThreshold ?? 1.5}x apart)`;
+}
+
 /** `kvasir router`: an OpenAI-compatible front routing over `kvasir serve` replicas. */
 export async function routerCommand(options: RouterCommandOptions): Promise<void> {
   if (options.replicas.length === 0) {
@@ -122,6 +133,7 @@ export async function routerCommand(options: RouterCommandOptions): Promise<void
       policy,
       tokenizer,
       ...(options.overlapWeight === undefined ? {} : { overlapWeight: options.overlapWeight }),
+      ...(options.cacheAware === undefined ? {} : { cacheAware: options.cacheAware }),
       ...(options.blockSize === undefined ? {} : { blockSize: options.blockSize }),
       ...(options.sharedMedia.length > 0 ? { sharedMedia: options.sharedMedia } : {}),
       ...(options.healthIntervalMs === undefined
@@ -147,7 +159,7 @@ export async function routerCommand(options: RouterCommandOptions): Promise<void
   const lines = [
     '',
     `Kvasir router is listening on ${url}`,
-    `  routing    ${router.policy.name}${router.policy.name === 'kv-aware' ? ` (overlap weight ${options.overlapWeight ?? 1})` : ''}`,
+    `  routing    ${router.policy.name}${routingDetails(router.policy.name, options)}`,
     `  health     every ${options.healthIntervalMs ?? 1000} ms; out after ${options.unhealthyAfter ?? 3} failed checks in a row, at once when refused`,
     `  tokenizer  ${path}`,
     ...replicas.map(
