@@ -1,7 +1,13 @@
 // One short generation on the wasm backend, run the same way in Node and in a browser's Web
 // Worker (wasm-browser.test.ts bundles it for chromium), so the two logits can be compared bit
 // for bit. Imports only the package's public entry.
-import { type CheckpointReader, loadModel, ModelTokenizer, makeModelConfig } from '../../index.js';
+import {
+  type CheckpointReader,
+  type DevicePlacement,
+  loadModel,
+  ModelTokenizer,
+  makeModelConfig,
+} from '../../index.js';
 
 /** The tiny random model both sides run (written as a Q8_0 GGUF by the test). */
 export const TINY_CONFIG = makeModelConfig({
@@ -28,16 +34,19 @@ export interface TinyStepsResult {
 }
 
 /**
- * Loads `reader` on the wasm backend with `threads` threads, prefills a chat prompt in one
- * step (several blocks, out of order) and decodes {@link DECODE_STEPS} greedy tokens.
+ * Loads `reader` on the wasm backend with `threads` threads (or split by layer over
+ * `devices`), prefills a chat prompt in one step (several blocks, out of order) and decodes
+ * {@link DECODE_STEPS} greedy tokens.
  */
 export async function runTinySteps(
   reader: CheckpointReader,
   threads: number,
+  devices?: readonly DevicePlacement[],
 ): Promise<TinyStepsResult> {
   const model = await loadModel(reader, {
     backend: 'wasm',
     threads,
+    ...(devices === undefined ? {} : { devices }),
     numBlocks: 8,
     blockSize: BLOCK_SIZE,
     kvFormat: 'f32',
