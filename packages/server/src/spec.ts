@@ -52,4 +52,5 @@ export {
   INFERENCE_ENGINE_SPECIFICATION_VERSION,
   validateInferenceEngine,
 } from './inference-engine.js';
-export { detectToolCallFormat } from './tools/tool-call-format.js';
+export type { ToolCallSyntax } from './tools/tool-call-format.js';
+export { detectToolCallFormat, toolCallSyntax } from './tools/tool-call-format.js';

@@ -32,6 +32,7 @@ import { KvasirAppError } from '../errors.js';
 import { templateMessage } from './chat-template-messages.js';
 import { asAppError, chooseBackend, openPlacementGpus, placeDevices } from './device-choice.js';
 import type { ModelRunner, TextCodec } from './model-runner.js';
+import { decoderShowing, toolCallControlTokens } from './tool-call-token.js';
 
 /** A model whose weights are loaded, before its KV cache is allocated. */
 export interface LoadedModel {
@@ -98,6 +99,8 @@ function toolCallFormatOf(template: string | null): { toolCallFormat?: ToolCallF
 export function codecFor(tokenizer: ModelTokenizer): TextCodec {
   const thread = new TokenizerThread(tokenizer);
   const maxTextBytesPerToken = tokenizer.maxTextBytesPerToken;
+  const format = toolCallFormatOf(tokenizer.chatTemplate);
+  const shown = toolCallControlTokens(tokenizer, format.toolCallFormat);
   return {
     encode: (text) => tokenizer.encode(text),
     encodeText: (text) => tokenizer.encode(text, { addSpecialTokens: false }),
@@ -106,7 +109,7 @@ export function codecFor(tokenizer: ModelTokenizer): TextCodec {
         messages.map(templateMessage),
         options?.tools ? { tools: options.tools } : undefined,
       ),
-    ...toolCallFormatOf(tokenizer.chatTemplate),
+    ...format,
     ...(maxTextBytesPerToken === undefined ? {} : { maxTextBytesPerToken }),
     encodeOffThread: (text, addSpecialTokens) => thread.encode(text, { addSpecialTokens }),
     renderChat: (messages, options) =>
@@ -115,9 +118,9 @@ export function codecFor(tokenizer: ModelTokenizer): TextCodec {
         options?.tools ? { tools: options.tools } : undefined,
       ),
     close: () => thread.close(),
-    decoder: () => tokenizer.createDetokenizer({ skipSpecialTokens: true }),
+    decoder: () => decoderShowing(tokenizer, shown),
     tokenText: (id) => tokenizer.decode([id]),
-    vocabulary: (options) => tokenVocabulary(tokenizer, options),
+    vocabulary: (options) => tokenVocabulary(tokenizer, { ...options, textTokens: shown }),
   };
 }
 
