@@ -17,12 +17,15 @@
 #
 #   tooling/llama.cpp/build.sh && /usr/bin/python3 tooling/ggml-fixtures/make_tokenizer_fixtures.py
 #   tooling/ggml-fixtures/make_arch_fixtures.sh    # PYTHON: a python3 with numpy and jinja2
+#   ONLY=tiny-qwen3moe tooling/ggml-fixtures/make_arch_fixtures.sh   # one fixture's record only
+#   ONLY=tiny-qwen3moe SEED=7 OUT_DIR=/tmp/try tooling/ggml-fixtures/make_arch_fixtures.sh
+#                             # another seed, recorded elsewhere (searching for clear margins)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 bin="$root/tooling/llama.cpp/build/bin"
-out="$here/arch"
+out="${OUT_DIR:-$here/arch}"
 for tool in llama-greedy llama-quantize; do
   [[ -x "$bin/$tool" ]] || { echo "missing $bin/$tool: run tooling/llama.cpp/build.sh" >&2; exit 1; }
 done
@@ -30,7 +33,8 @@ done
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$out"
-(cd "$root/packages/model" && pnpm exec tsx "$here/write-arch-fixtures.ts" "$tmp")
+(cd "$root/packages/model" && pnpm exec tsx "$here/write-arch-fixtures.ts" "$tmp" \
+  ${ONLY:+"--only=$ONLY"} ${SEED:+"--seed=$SEED"})
 "${PYTHON:-python3}" - "$tmp" "$out" "$bin" "$root/tooling/llama.cpp/src/gguf-py" "$here" <<'PY'
 import hashlib, json, subprocess, sys
 from pathlib import Path

@@ -15,17 +15,38 @@ import {
   writeArchFixture,
 } from '../../packages/model/src/testing/arch-fixtures.js';
 
-const [dir, type] = process.argv.slice(2) as [string | undefined, QuantizedType | undefined];
+// --only=<name>[,<name>]: just those fixtures (a new one recorded without redoing the others);
+// --seed=<n> with it: that seed instead of the fixture's (to search for one with clear margins).
+const flags = new Map(
+  process.argv
+    .slice(2)
+    .filter((a) => a.startsWith('--'))
+    .map((a) => a.slice(2).split('=') as [string, string]),
+);
+const [dir, type] = process.argv.slice(2).filter((a) => !a.startsWith('--')) as [
+  string | undefined,
+  QuantizedType | undefined,
+];
 if (!dir) {
-  console.error('usage: write-arch-fixtures.ts <dir> [F16|Q8_0|Q4_K_M]');
+  console.error(
+    'usage: write-arch-fixtures.ts <dir> [F16|Q8_0|Q4_K_M] [--only=<names>] [--seed=<n>]',
+  );
   process.exit(2);
 }
+const only = flags.get('only')?.split(',');
+const seed = only && flags.has('seed') ? Number(flags.get('seed')) : undefined;
 const out = [];
 for (const fx of ARCH_FIXTURES) {
   if (type && !fx.quantized?.includes(type)) continue;
+  if (only && !only.includes(fx.name)) continue;
   const path = resolve(join(dir, type ? `${fx.name}-${type}.gguf` : `${fx.name}.gguf`));
   const types = type ? await quantizedTensorTypes(fx, type) : undefined;
-  const { sha256 } = await writeArchFixture(fx, path, undefined, types);
+  const { sha256 } = await writeArchFixture(
+    seed === undefined ? fx : { ...fx, seed },
+    path,
+    undefined,
+    types,
+  );
   out.push({
     name: fx.name,
     path,

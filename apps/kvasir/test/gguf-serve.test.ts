@@ -62,7 +62,7 @@ describe.each(['cpu', 'wasm', 'webgpu'] as const)('kvasir serve a Q4_K_M GGUF (%
 // recorded per-tensor types (the model tests check each tensor's bytes against llama-quantize's),
 // and a chat through the official client (the file's chat template, then greedy decoding)
 // gives llama.cpp's prompt and greedy tokens on that file.
-const FAMILIES = ['tiny-qwen3', 'tiny-smollm3', 'tiny-gemma3'] as const;
+const FAMILIES = ['tiny-qwen3', 'tiny-smollm3', 'tiny-gemma3', 'tiny-qwen3moe'] as const;
 const ARCH = join(here, '../../../tooling/ggml-fixtures/arch');
 
 interface FamilyRecord {
@@ -76,7 +76,7 @@ interface FamilyRecord {
   };
 }
 
-describe('kvasir serve the qwen3, smollm3 and gemma3 Q4_K_M fixtures', () => {
+describe('kvasir serve the qwen3, smollm3, gemma3 and qwen3moe Q4_K_M fixtures', () => {
   let dir: string;
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'kvasir-families-'));

@@ -150,6 +150,42 @@ const QWEN3_06B = {
   use_sliding_window: false,
   vocab_size: 151936,
 };
+// Qwen/Qwen3-30B-A3B's config.json.
+const QWEN3_30B_A3B = {
+  architectures: ['Qwen3MoeForCausalLM'],
+  attention_bias: false,
+  attention_dropout: 0.0,
+  bos_token_id: 151643,
+  decoder_sparse_step: 1,
+  eos_token_id: 151645,
+  head_dim: 128,
+  hidden_act: 'silu',
+  hidden_size: 2048,
+  initializer_range: 0.02,
+  intermediate_size: 6144,
+  max_position_embeddings: 40960,
+  max_window_layers: 48,
+  mlp_only_layers: [],
+  model_type: 'qwen3_moe',
+  moe_intermediate_size: 768,
+  norm_topk_prob: true,
+  num_attention_heads: 32,
+  num_experts: 128,
+  num_experts_per_tok: 8,
+  num_hidden_layers: 48,
+  num_key_value_heads: 4,
+  output_router_logits: false,
+  rms_norm_eps: 1e-6,
+  rope_scaling: null,
+  rope_theta: 1000000.0,
+  router_aux_loss_coef: 0.001,
+  sliding_window: null,
+  tie_word_embeddings: false,
+  torch_dtype: 'bfloat16',
+  use_cache: true,
+  use_sliding_window: false,
+  vocab_size: 151936,
+};
 // HuggingFaceTB/SmolLM3-3B's config.json (its no_rope_layers: 0 on every fourth layer).
 const SMOLLM3_3B = {
   architectures: ['SmolLM3ForCausalLM'],
@@ -323,6 +359,46 @@ describe('parseHfConfig', () => {
     ).toBe('INVALID_CONFIG');
   });
 
+  it('reads Qwen3-30B-A3B (128 experts, top 8, renormalized; Q/K norm; every layer sparse)', () => {
+    const c = parseHfConfig(QWEN3_30B_A3B);
+    expect(c.architecture).toBe('qwen3moe');
+    expect(c.qkNorm).toBe(true);
+    expect(c.moe).toEqual({
+      numExperts: 128,
+      numExpertsPerToken: 8,
+      expertIntermediateSize: 768,
+      normTopkProb: true,
+    });
+    const names = expectedTensors(c).map((t) => t.name);
+    expect(names).toContain('model.layers.47.mlp.experts.127.down_proj.weight');
+    expect(names).toContain('model.layers.0.mlp.gate.weight');
+    expect(names).not.toContain('model.layers.0.mlp.gate_proj.weight');
+    // 30.5B parameters in all, as its model card says.
+    expect(Math.round(parameterCount(c) / 1e8)).toBe(305);
+    for (const [key, value] of [
+      ['decoder_sparse_step', 2],
+      ['mlp_only_layers', [0, 1]],
+    ] as const) {
+      let error: unknown;
+      try {
+        parseHfConfig({ ...QWEN3_30B_A3B, [key]: value });
+      } catch (e) {
+        error = e;
+      }
+      expect((error as ModelError).code, key).toBe('UNSUPPORTED_ARCHITECTURE');
+      expect((error as Error).message).toContain('dense MLP layers');
+    }
+    expect(codeOf(() => parseHfConfig({ ...QWEN3_30B_A3B, num_experts: undefined }))).toBe(
+      'INVALID_CONFIG',
+    );
+    expect(codeOf(() => parseHfConfig({ ...QWEN3_30B_A3B, num_experts_per_tok: 129 }))).toBe(
+      'INVALID_CONFIG',
+    );
+    expect(codeOf(() => makeModelConfig({ ...c, architecture: 'qwen3' }))).toBe('INVALID_CONFIG');
+    const { moe: _, ...dense } = c;
+    expect(codeOf(() => makeModelConfig(dense))).toBe('INVALID_CONFIG');
+  });
+
   it('reads SmolLM (9 heads over 3 KV heads) and TinyLlama (GQA 32/4)', () => {
     const s = parseHfConfig(SMOLLM_135M);
     expect([s.numHeads, s.numKvHeads, s.headDim]).toEqual([9, 3, 64]);
@@ -423,6 +499,8 @@ describe('toHfConfig', () => {
       MISTRAL_7B,
       QWEN25_05B,
       QWEN3_06B,
+      QWEN3_30B_A3B,
+      { ...QWEN3_30B_A3B, norm_topk_prob: false },
       SMOLLM3_3B,
       SMOLLM_135M,
       TINYLLAMA,

@@ -11,9 +11,34 @@ import {
  * Model families this package runs; all share the Llama block structure. `qwen3` adds a
  * per-head RMSNorm of Q and K before RoPE ({@link ModelConfig.qkNorm}); `smollm3` skips RoPE on
  * every fourth layer ({@link ModelConfig.noRopeLayers}); `gemma3` adds scaled embeddings,
- * GELU-tanh, sandwich norms and interleaved sliding-window layers (the fields below it sets).
+ * GELU-tanh, sandwich norms and interleaved sliding-window layers (the fields below it sets);
+ * `qwen3moe` is qwen3 with a mixture of experts in place of every MLP ({@link ModelConfig.moe}).
  */
-export type Architecture = 'llama' | 'mistral' | 'qwen2' | 'qwen3' | 'smollm3' | 'gemma3';
+export type Architecture =
+  | 'llama'
+  | 'mistral'
+  | 'qwen2'
+  | 'qwen3'
+  | 'smollm3'
+  | 'gemma3'
+  | 'qwen3moe';
+
+/**
+ * A mixture-of-experts MLP (Qwen3 MoE): every layer's MLP is `numExperts` SwiGLU experts of
+ * width `expertIntermediateSize` and a router (`mlp.gate`, `[numExperts, hiddenSize]`). Each
+ * token goes to the `numExpertsPerToken` experts of highest softmax probability, and their
+ * outputs are summed weighted by those probabilities (renormalized to sum to 1 when
+ * `normTopkProb`).
+ */
+export interface MoeConfig {
+  readonly numExperts: number;
+  readonly numExpertsPerToken: number;
+  readonly expertIntermediateSize: number;
+  readonly normTopkProb: boolean;
+}
+
+/** Upper bound of a config's expert count (the largest MoE models have 256 to 384). */
+const MAX_EXPERTS = 1 << 12;
 
 /**
  * RoPE frequency scaling.
@@ -109,6 +134,8 @@ export interface ModelConfig {
   readonly localRopeTheta?: number;
   /** When set, logits become `tanh(l / cap) · cap` (a final logit soft cap). */
   readonly finalLogitSoftcap?: number;
+  /** Every layer's MLP is a mixture of experts (`qwen3moe`). Absent: dense MLPs. */
+  readonly moe?: MoeConfig;
 }
 
 /** Name, shape (row-major, HF order: `[out, in]` for projections) of one expected tensor. */
@@ -156,6 +183,7 @@ const ARCH_BY_HF: Record<string, Architecture> = {
   Qwen3ForCausalLM: 'qwen3',
   SmolLM3ForCausalLM: 'smollm3',
   Gemma3ForCausalLM: 'gemma3',
+  Qwen3MoeForCausalLM: 'qwen3moe',
 };
 const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   llama: 'llama',
@@ -164,6 +192,8 @@ const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   qwen3: 'qwen3',
   smollm3: 'smollm3',
   gemma3_text: 'gemma3',
+  qwen3_moe: 'qwen3moe',
+  qwen3moe: 'qwen3moe',
 };
 
 /** SmolLM3's NoPE layers: every `interval`-th (1-based), as llama.cpp and transformers place them. */
@@ -315,7 +345,7 @@ export function parseHfConfig(json: unknown): ModelConfig {
     slidingWindow = readInt(c, 'sliding_window');
   }
   if (
-    (architecture === 'qwen2' || architecture === 'qwen3') &&
+    (architecture === 'qwen2' || architecture === 'qwen3' || architecture === 'qwen3moe') &&
     readBool(c, 'use_sliding_window', false) &&
     c.sliding_window != null
   ) {
@@ -349,9 +379,37 @@ export function parseHfConfig(json: unknown): ModelConfig {
     ...(architecture === 'smollm3' ? { noRopeLayers: smolNoRopeLayers(c, numLayers) } : {}),
     ...gemma,
     ...(gemma ? { tieWordEmbeddings: readBool(c, 'tie_word_embeddings', true) } : {}),
+    ...(architecture === 'qwen3moe' ? { qkNorm: true, moe: hfMoe(c, numLayers) } : {}),
   };
   validateModelConfig(config);
   return config;
+}
+
+/**
+ * Qwen3 MoE's experts from `config.json`. Every layer must be sparse (`decoder_sparse_step` 1,
+ * no `mlp_only_layers`), as in every released Qwen3 MoE model and as llama.cpp runs them.
+ */
+function hfMoe(c: Record<string, unknown>, numLayers: number): MoeConfig {
+  const step = readInt(c, 'decoder_sparse_step', 1);
+  const dense = c.mlp_only_layers;
+  if (step !== 1 || (Array.isArray(dense) && dense.length > 0)) {
+    throw new ModelError(
+      'UNSUPPORTED_ARCHITECTURE',
+      `config.json: Qwen3 MoE with dense MLP layers (decoder_sparse_step ${step}, mlp_only_layers ${JSON.stringify(dense ?? [])}) is not supported: every one of the ${numLayers} layers must be a mixture of experts`,
+      { details: { key: step !== 1 ? 'decoder_sparse_step' : 'mlp_only_layers' } },
+    );
+  }
+  return {
+    numExperts: readInt(c, 'num_experts', undefined, MAX_EXPERTS),
+    numExpertsPerToken: readInt(c, 'num_experts_per_tok', undefined, MAX_EXPERTS),
+    expertIntermediateSize: readInt(
+      c,
+      'moe_intermediate_size',
+      undefined,
+      MODEL_CONFIG_LIMITS.intermediateSize,
+    ),
+    normTopkProb: readBool(c, 'norm_topk_prob', false),
+  };
 }
 
 /**
@@ -442,6 +500,7 @@ export function validateModelConfig(c: ModelConfig): void {
     }
   }
   validateGemmaFields(c);
+  validateMoe(c);
   const s = c.ropeScaling;
   if (s?.type === 'freq-factors' && s.factors.length !== c.headDim / 2) {
     throw bad(
@@ -467,6 +526,35 @@ export function validateModelConfig(c: ModelConfig): void {
       ropeScaling: s,
     });
   }
+}
+
+/** A `qwen3moe` config has experts (and only it), at most 4,096, top-k within them. */
+function validateMoe(c: ModelConfig): void {
+  const m = c.moe;
+  if ((m !== undefined) !== (c.architecture === 'qwen3moe')) {
+    throw bad(
+      m
+        ? `model config: ${c.architecture} has no mixture of experts`
+        : 'model config: qwen3moe needs its experts (moe)',
+    );
+  }
+  if (m === undefined) return;
+  const sizes: [string, number, number][] = [
+    ['numExperts', m.numExperts, MAX_EXPERTS],
+    ['numExpertsPerToken', m.numExpertsPerToken, m.numExperts],
+    ['expertIntermediateSize', m.expertIntermediateSize, MODEL_CONFIG_LIMITS.intermediateSize],
+  ];
+  for (const [k, v, limit] of sizes) {
+    if (!Number.isInteger(v) || v <= 0 || v > limit) {
+      throw bad(`model config: moe.${k} is ${v}; it must be a positive integer up to ${limit}`, {
+        key: `moe.${k}`,
+        value: v,
+        limit,
+      });
+    }
+  }
+  if (typeof m.normTopkProb !== 'boolean')
+    throw bad('model config: moe.normTopkProb must be a boolean');
 }
 
 /**
@@ -499,6 +587,7 @@ export function makeModelConfig(
     ...(architecture === 'qwen3' ? { qkNorm: true } : {}),
     ...(architecture === 'smollm3' ? { noRopeLayers: everyNthNoRope(partial.numLayers) } : {}),
     ...(architecture === 'gemma3' ? gemma3Defaults(partial.numLayers, partial.hiddenSize) : {}),
+    ...(architecture === 'qwen3moe' ? { qkNorm: true } : {}),
     ...partial,
   };
   validateModelConfig(config);
@@ -519,6 +608,7 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
     qwen3: 'Qwen3ForCausalLM',
     smollm3: 'SmolLM3ForCausalLM',
     gemma3: 'Gemma3ForCausalLM',
+    qwen3moe: 'Qwen3MoeForCausalLM',
   }[c.architecture];
   let ropeScaling: Record<string, unknown> | null = null;
   const s = c.ropeScaling;
@@ -537,7 +627,7 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
   }
   const out: Record<string, unknown> = {
     architectures: [hfArch],
-    model_type: c.architecture,
+    model_type: c.architecture === 'qwen3moe' ? 'qwen3_moe' : c.architecture,
     hidden_act: 'silu',
     hidden_size: c.hiddenSize,
     intermediate_size: c.intermediateSize,
@@ -582,17 +672,30 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
       );
     }
     out.attention_bias = c.attentionBias;
-    if (c.architecture === 'qwen3') {
+    if (c.architecture === 'qwen3' || c.architecture === 'qwen3moe') {
       if (!c.qkNorm) throw bad('model config: Qwen3 always normalizes Q and K per head');
       out.use_sliding_window = c.slidingWindow !== null;
       out.sliding_window = c.slidingWindow;
+      if (c.moe) {
+        out.num_experts = c.moe.numExperts;
+        out.num_experts_per_tok = c.moe.numExpertsPerToken;
+        out.moe_intermediate_size = c.moe.expertIntermediateSize;
+        out.norm_topk_prob = c.moe.normTopkProb;
+        out.decoder_sparse_step = 1;
+        out.mlp_only_layers = [];
+      }
     } else {
       if (c.qkNorm) throw bad('model config: SmolLM3 has no Q/K norm');
       const nope = new Set(c.noRopeLayers ?? []);
       out.no_rope_layers = Array.from({ length: c.numLayers }, (_, l) => (nope.has(l) ? 0 : 1));
     }
   }
-  if (c.architecture !== 'qwen3' && c.architecture !== 'gemma3' && c.qkNorm) {
+  if (
+    c.architecture !== 'qwen3' &&
+    c.architecture !== 'gemma3' &&
+    c.architecture !== 'qwen3moe' &&
+    c.qkNorm
+  ) {
     throw bad(`model config: ${hfArch} has no Q/K norm`);
   }
   if (c.architecture !== 'smollm3' && (c.noRopeLayers?.length ?? 0) > 0) {
@@ -631,6 +734,17 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
     if (c.sandwichNorms) {
       out.push({ name: `${p}pre_feedforward_layernorm.weight`, shape: [h] });
       out.push({ name: `${p}post_feedforward_layernorm.weight`, shape: [h] });
+    }
+    if (c.moe) {
+      const ff = c.moe.expertIntermediateSize;
+      out.push({ name: `${p}mlp.gate.weight`, shape: [c.moe.numExperts, h] });
+      for (let e = 0; e < c.moe.numExperts; e++) {
+        const x = `${p}mlp.experts.${e}.`;
+        out.push({ name: `${x}gate_proj.weight`, shape: [ff, h] });
+        out.push({ name: `${x}up_proj.weight`, shape: [ff, h] });
+        out.push({ name: `${x}down_proj.weight`, shape: [h, ff] });
+      }
+      continue;
     }
     out.push({ name: `${p}mlp.gate_proj.weight`, shape: [c.intermediateSize, h] });
     out.push({ name: `${p}mlp.up_proj.weight`, shape: [c.intermediateSize, h] });

@@ -2,7 +2,13 @@
 // formats are in `@kvasir/model/formats`, the kernels and backend pieces in `@kvasir/model/kernels`.
 
 export { wasmMemoryLimit } from './backends/wasm/wasm-arena.js';
-export type { Architecture, ExpectedTensor, ModelConfig, RopeScaling } from './config.js';
+export type {
+  Architecture,
+  ExpectedTensor,
+  ModelConfig,
+  MoeConfig,
+  RopeScaling,
+} from './config.js';
 export {
   expectedTensors,
   makeModelConfig,

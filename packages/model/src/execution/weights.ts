@@ -62,9 +62,22 @@ export interface LayerWeights<W> {
    */
   readonly attnOutNorm?: Float32Array | undefined;
   readonly mlpOutNorm?: Float32Array | undefined;
-  /** gate and up projections interleaved by row (row 2j = gate_j, 2j+1 = up_j). */
-  readonly gateUp: W;
-  readonly down: W;
+  /**
+   * gate and up projections interleaved by row (row 2j = gate_j, 2j+1 = up_j); undefined in a
+   * mixture-of-experts layer, whose experts are in `moe`.
+   */
+  readonly gateUp: W | undefined;
+  readonly down: W | undefined;
+  /** A mixture-of-experts layer's router and experts (configs with `moe`). */
+  readonly moe?: MoeLayerWeights<W>;
+}
+
+/** The MLP of a mixture-of-experts layer. */
+export interface MoeLayerWeights<W> {
+  /** Router logits `[numExperts][hiddenSize]`. */
+  readonly router: W;
+  /** Each expert's gate and up interleaved as a dense layer's `gateUp`, and its `down`. */
+  readonly experts: readonly { readonly gateUp: W; readonly down: W }[];
 }
 
 /** All weights of a model. `lmHead` is the embedding object itself when tied. */
@@ -345,6 +358,20 @@ async function load<W>(
     return sink.finish();
   }
 
+  // Each expert is a matrix of its own: a GGUF file's 3-D expert tensors are read per expert.
+  async function moeLayer(p: string, numExperts: number): Promise<MoeLayerWeights<W>> {
+    const router = await matrix(`${p}mlp.gate.weight`);
+    const experts: { gateUp: W; down: W }[] = [];
+    for (let e = 0; e < numExperts; e++) {
+      const x = `${p}mlp.experts.${e}.`;
+      experts.push({
+        gateUp: await gateUp(`${x}gate_proj.weight`, `${x}up_proj.weight`),
+        down: await matrix(`${x}down_proj.weight`),
+      });
+    }
+    return { router, experts };
+  }
+
   const vector = async (name: string): Promise<Float32Array> => {
     const v = await reader.readTensorF32(name);
     progress?.advance(name, reader.tensor(name).byteLength, true);
@@ -386,8 +413,11 @@ async function load<W>(
         ),
         attnOutNorm: sandwich ? await norm(`${p}post_attention_layernorm.weight`) : undefined,
         mlpOutNorm: sandwich ? await norm(`${p}post_feedforward_layernorm.weight`) : undefined,
-        gateUp: await gateUp(`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`),
-        down: await matrix(`${p}mlp.down_proj.weight`),
+        gateUp: c.moe
+          ? undefined
+          : await gateUp(`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`),
+        down: c.moe ? undefined : await matrix(`${p}mlp.down_proj.weight`),
+        ...(c.moe ? { moe: await moeLayer(p, c.moe.numExperts) } : {}),
       });
     }
     if (!heads) return { embed, layers, finalNorm: undefined, lmHead: undefined };

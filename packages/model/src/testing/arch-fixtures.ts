@@ -29,7 +29,8 @@ export interface ArchFixture {
     | 'tiny-ministral3'
     | 'tiny-qwen3'
     | 'tiny-smollm3'
-    | 'tiny-gemma3';
+    | 'tiny-gemma3'
+    | 'tiny-qwen3moe';
   /** Cut vocabulary under `tooling/ggml-fixtures/tokenizers/`. */
   readonly vocab: string;
   /** The family the GGUF reader should run it as. */
@@ -277,6 +278,37 @@ export const GEMMA3_FIXTURE: ArchFixture = {
   quantized: ['F16', 'Q8_0', 'Q4_K_M'],
 };
 
+/**
+ * Qwen3 MoE (Qwen3-30B-A3B's shape at tiny size): qwen3's attention, and in each of the two
+ * layers a router over 8 SwiGLU experts of which every token takes the top 2, weights
+ * renormalized; the experts are one 3-D tensor per projection in the file.
+ */
+export const QWEN3MOE_FIXTURE: ArchFixture = {
+  name: 'tiny-qwen3moe',
+  vocab: 'qwen2',
+  runsAs: 'qwen3moe',
+  config: {
+    ...wide,
+    architecture: 'qwen3moe',
+    numLayers: 2,
+    rmsNormEps: 1e-6,
+    ropeTheta: 1_000_000,
+    qkNorm: true,
+    moe: { numExperts: 8, numExpertsPerToken: 2, expertIntermediateSize: 256, normTopkProb: true },
+  },
+  seed: 567,
+  chatTemplate: null,
+  // Seed found as the qwen3 fixture's, by a longer search (a routing decision that flips under
+  // llama.cpp's 8-bit activations changes a mixture of experts' logits more than a dense
+  // model's): every margin of every run above 0.026, llama-quantize's files' tokens equal to
+  // those of their weights decoded to f32.
+  messages: [
+    { role: 'system', content: 'You are a helpful assistant.' },
+    { role: 'user', content: 'Why rain?' },
+  ],
+  quantized: ['F16', 'Q8_0', 'Q4_K_M'],
+};
+
 export const ARCH_FIXTURES = [
   QWEN2_FIXTURE,
   QWEN2_TIED_FIXTURE,
@@ -285,6 +317,7 @@ export const ARCH_FIXTURES = [
   QWEN3_FIXTURE,
   SMOLLM3_FIXTURE,
   GEMMA3_FIXTURE,
+  QWEN3MOE_FIXTURE,
 ] as const;
 
 const tooling = new URL('../../../../tooling/ggml-fixtures/', import.meta.url);

@@ -1,4 +1,4 @@
-// Test-only: Qwen3's Q/K norm and SmolLM3's NoPE layers on one backend, against the independent
+// Test-only: Qwen3's Q/K norm, SmolLM3's NoPE layers and Qwen3 MoE's experts on one backend, against the independent
 // dense forward (naive-forward.ts) and through KV compression's key shifts and the GGUF round
 // trip. Run by model-family-*.test.ts for each backend.
 import { join } from 'node:path';
@@ -35,6 +35,25 @@ export const FAMILY_CONFIGS: readonly (readonly [string, ModelConfig])[] = [
       slidingWindowLayers: [0, 1],
       ropeScaling: { type: 'linear', factor: 4 },
       finalLogitSoftcap: 30,
+    }),
+  ],
+  [
+    'qwen3moe (8 experts, top 3)',
+    tinyConfig({
+      architecture: 'qwen3moe',
+      moe: { numExperts: 8, numExpertsPerToken: 3, expertIntermediateSize: 64, normTopkProb: true },
+    }),
+  ],
+  [
+    'qwen3moe (4 experts, top 2, weights not renormalized)',
+    tinyConfig({
+      architecture: 'qwen3moe',
+      moe: {
+        numExperts: 4,
+        numExpertsPerToken: 2,
+        expertIntermediateSize: 96,
+        normTopkProb: false,
+      },
     }),
   ],
 ];
@@ -92,6 +111,16 @@ export function familySuite(
 
     it('the GGUF conversion (llama.cpp layout) gives the safetensors logits', async () => {
       const gguf = join(ckpt.root, 'model.gguf');
+      if (config.moe && !config.moe.normTopkProb) {
+        // llama.cpp's qwen3moe always renormalizes: such a model has no GGUF form.
+        await expect(
+          convertToGguf(ckpt.dir, gguf, { withoutTokenizer: true }),
+        ).rejects.toMatchObject({
+          code: 'INVALID_ARGUMENT',
+          message: expect.stringContaining('norm_topk_prob'),
+        });
+        return;
+      }
       await convertToGguf(ckpt.dir, gguf, { withoutTokenizer: true });
       const reader = await openCheckpoint(gguf);
       expect(reader.config.architecture).toBe(config.architecture);
@@ -100,6 +129,7 @@ export function familySuite(
       expect(reader.config.slidingWindowLayers ?? []).toEqual(config.slidingWindowLayers ?? []);
       expect(reader.config.slidingWindow).toBe(config.slidingWindow);
       expect(reader.config.finalLogitSoftcap).toBe(config.finalLogitSoftcap);
+      expect(reader.config.moe).toEqual(config.moe);
       await reader.close();
       const plan = seqPlan(tokens.slice(0, 20), 0, [0, 1, 2], bs, 'last');
       const a = await (await load()).forward(plan);

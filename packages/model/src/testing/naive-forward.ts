@@ -1,4 +1,4 @@
-// Test-only: a plain dense transformer forward over a whole sequence, with no paging, no KV
+// Test-only: a plain dense transformer forward (a mixture of experts token by token) over a whole sequence, with no paging, no KV
 // cache, no packed weights and no shared code with the engine's kernels: the independent
 // "full recompute" the paged forward is checked against.
 
@@ -167,6 +167,38 @@ export async function naiveForward(
         `${p}${gemma ? 'pre_feedforward_layernorm' : 'post_attention_layernorm'}.weight`,
       ),
     );
+    if (c.moe) {
+      // Every token through its top-k experts one at a time, in f64.
+      const m = c.moe;
+      const ff = m.expertIntermediateSize;
+      const logits = linear(xn2, t, await get(`${p}mlp.gate.weight`), m.numExperts, hs);
+      for (let i = 0; i < t; i++) {
+        const row = Array.from(logits.subarray(i * m.numExperts, (i + 1) * m.numExperts));
+        const mx = Math.max(...row);
+        const ex = row.map((v) => Math.exp(v - mx));
+        const total = ex.reduce((a, b) => a + b, 0);
+        const top = ex
+          .map((v, e) => [v / total, e] as const)
+          .sort((a, b) => b[0] - a[0] || a[1] - b[1])
+          .slice(0, m.numExpertsPerToken);
+        const picked = top.reduce((a, [pr]) => a + pr, 0);
+        const xi = xn2.slice(i * hs, (i + 1) * hs);
+        for (const [pr, e] of top) {
+          const wgt = m.normTopkProb ? pr / picked : pr;
+          const ep = `${p}mlp.experts.${e}.`;
+          const g = linear(xi, 1, await get(`${ep}gate_proj.weight`), ff, hs);
+          const u = linear(xi, 1, await get(`${ep}up_proj.weight`), ff, hs);
+          for (let j = 0; j < ff; j++) {
+            const gv = g[j] as number;
+            g[j] = (gv / (1 + Math.exp(-gv))) * (u[j] as number);
+          }
+          const dn = linear(g, 1, await get(`${ep}down_proj.weight`), hs, ff);
+          for (let j = 0; j < hs; j++)
+            x[i * hs + j] = (x[i * hs + j] as number) + wgt * (dn[j] as number);
+        }
+      }
+      continue;
+    }
     const im = c.intermediateSize;
     const g = linear(xn2, t, await get(`${p}mlp.gate_proj.weight`), im, hs);
     const u = linear(xn2, t, await get(`${p}mlp.up_proj.weight`), im, hs);

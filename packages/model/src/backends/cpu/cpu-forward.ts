@@ -10,6 +10,7 @@ import {
   layerRopeConfig,
   layerWindow,
   type ModelConfig,
+  type MoeConfig,
   ropeConfig,
   usesLocalRope,
 } from '../../config.js';
@@ -17,7 +18,13 @@ import { checkHidden, type LayerSlice, sliceRole } from '../../execution/executo
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { copyHostBlocks } from '../../execution/kv-blocks.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
-import type { LayerWeights, ModelWeights, ShardWeights } from '../../execution/weights.js';
+import { addExpertOutputs, gatherExpertRows, routeExperts } from '../../execution/moe-routing.js';
+import type {
+  LayerWeights,
+  ModelWeights,
+  MoeLayerWeights,
+  ShardWeights,
+} from '../../execution/weights.js';
 import {
   addRef,
   embeddingRef,
@@ -160,6 +167,36 @@ export function pagedAttentionCpu(
 }
 
 /**
+ * A mixture-of-experts MLP on the CPU: `xn` (`[t][h]`) routed, each expert run once over the
+ * rows of the tokens it was chosen for, the weighted sums added into `x`.
+ */
+export function moeFfnCpu(
+  moe: MoeConfig,
+  w: MoeLayerWeights<StoredWeight>,
+  xn: Float32Array,
+  t: number,
+  h: number,
+  x: Float32Array,
+): void {
+  const route = routeExperts(matmulRef(xn, t, w.router), t, moe);
+  const rows = t * moe.numExpertsPerToken;
+  const xe = new Float32Array(rows * h);
+  gatherExpertRows(route, xn, h, xe);
+  const y = new Float32Array(rows * h);
+  for (let e = 0; e < moe.numExperts; e++) {
+    const start = route.offsets[e] as number;
+    const n = (route.offsets[e + 1] as number) - start;
+    if (n === 0) continue;
+    const expert = w.experts[e] as { gateUp: StoredWeight; down: StoredWeight };
+    const act = matmulRef(xe.subarray(start * h, (start + n) * h), n, expert.gateUp, {
+      epilogue: 'swiglu',
+    });
+    y.set(matmulRef(act, n, expert.down), start * h);
+  }
+  addExpertOutputs(route, y, h, x);
+}
+
+/**
  * The forward pass on the CPU with the reference kernels, over a host-side paged cache in
  * the same layout as the GPU's (one `Uint32Array` per layer). Given a `layers` slice, it runs
  * those layers only (one shard of a model split by layer), with `weights` and `spec` of the
@@ -275,8 +312,12 @@ export class CpuForward {
       });
       this.#project(attn, t, lw.o, x, lw.attnOutNorm, lw.oBias);
       const xn2 = rmsNormRef(x, t, h, lw.postNorm, c.rmsNormEps);
-      const act = matmulRef(xn2, t, lw.gateUp, { epilogue: gate });
-      this.#project(act, t, lw.down, x, lw.mlpOutNorm);
+      if (lw.moe && c.moe) {
+        moeFfnCpu(c.moe, lw.moe, xn2, t, h, x);
+        continue;
+      }
+      const act = matmulRef(xn2, t, lw.gateUp as StoredWeight, { epilogue: gate });
+      this.#project(act, t, lw.down as StoredWeight, x, lw.mlpOutNorm);
     }
     for (const [r, m] of mass.entries()) if (m !== undefined) plan.massOut[r]?.set(m);
     if (!role.head) return x;

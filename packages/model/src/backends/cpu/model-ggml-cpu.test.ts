@@ -29,23 +29,24 @@ describe('GGUF k-quant files', () => {
           maxBatchElements: 1,
         });
         const layer = whole.layers[0]!;
-        expect(layer.down.format).toBe(byGguf.get('blk.0.ffn_down.weight'));
+        const gateUp = layer.gateUp!;
+        expect(layer.down!.format).toBe(byGguf.get('blk.0.ffn_down.weight'));
         expect(layer.q.format).toBe(byGguf.get('blk.0.attn_q.weight'));
         for (const [a, b] of [
           [whole.embed, tiny.embed],
           [layer.q, tiny.layers[0]!.q],
-          [layer.gateUp, tiny.layers[0]!.gateUp],
+          [gateUp, tiny.layers[0]!.gateUp!],
           [whole.lmHead, tiny.lmHead],
         ] as const) {
           expect(b.data).toEqual(a.data);
         }
         // Decoded, the kept blocks are the tensors as the reader dequantizes them (Q/K
         // un-permuted, gate and up interleaved row by row).
-        const cols = layer.gateUp.cols;
+        const cols = gateUp.cols;
         const gate = await reader.readTensorF32('model.layers.0.mlp.gate_proj.weight');
         const up = await reader.readTensorF32('model.layers.0.mlp.up_proj.weight');
-        const gu = unpackWeight(layer.gateUp);
-        for (const r of [0, 1, 7, layer.gateUp.rows / 2 - 1]) {
+        const gu = unpackWeight(gateUp);
+        for (const r of [0, 1, 7, gateUp.rows / 2 - 1]) {
           expect(gu.subarray(2 * r * cols, (2 * r + 1) * cols)).toEqual(
             gate.subarray(r * cols, (r + 1) * cols),
           );

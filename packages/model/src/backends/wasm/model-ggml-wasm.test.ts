@@ -27,12 +27,12 @@ describe('GGUF block weights on the wasm backend', () => {
       const before = rt.arena.top;
       const w = await loadBlockWeights(reader, wasmAllocator(rt.arena));
       const byGguf = new Map(fx.tensors.map((t) => [t.name, t.type]));
-      expect(w.layers[0]!.down.format).toBe(byGguf.get('blk.0.ffn_down.weight'));
+      expect(w.layers[0]!.down!.format).toBe(byGguf.get('blk.0.ffn_down.weight'));
       expect(w.lmHead.format).toBe(byGguf.get('output.weight'));
       const matrices = [
         w.embed,
         w.lmHead,
-        ...w.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gateUp, l.down]),
+        ...w.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gateUp!, l.down!]),
       ];
       const stored = matrices.reduce((a, m) => a + weightBytes(m), 0);
       // Everything the loader allocated is the blocks (plus word and 64-byte alignment).

@@ -21,6 +21,7 @@ import {
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { copyHostBlocks, cpuKvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
+import { addExpertOutputs, gatherExpertRows, routeExperts } from '../../execution/moe-routing.js';
 import {
   type LayerWeights,
   loadShardWeights,
@@ -160,7 +161,30 @@ function stepBytes(c: ModelConfig, t: number): number {
   const d = c.headDim;
   const floats =
     t * (2 * c.hiddenSize + 2 * c.numHeads * d + 2 * c.numKvHeads * d + c.intermediateSize);
-  return floats * 4 + t * 6 * 4;
+  return (floats + moeStepFloats(c, t)) * 4 + t * 6 * 4;
+}
+
+/**
+ * Floats of a mixture of experts' per-step buffers: router logits, and per grouped row (a
+ * token's input to one of its experts) its input, activation, output and quantized input.
+ */
+function moeStepFloats(c: ModelConfig, t: number): number {
+  const m = c.moe;
+  if (!m) return 0;
+  const rows = t * m.numExpertsPerToken;
+  const h = c.hiddenSize;
+  const ff = m.expertIntermediateSize;
+  return t * m.numExperts + rows * (2 * h + ff) + (rows * quantizedRowBytes(Math.max(h, ff))) / 4;
+}
+
+/** The widest input of any matmul of the model (what the matmul scratch is sized by). */
+function matmulWidth(c: ModelConfig): number {
+  return Math.max(
+    c.hiddenSize,
+    c.intermediateSize,
+    c.numHeads * c.headDim,
+    c.moe?.expertIntermediateSize ?? 0,
+  );
 }
 
 /** Per-step buffers for up to `tokens` tokens (byte offsets). */
@@ -179,6 +203,12 @@ interface StepBuffers {
   readonly act: number;
   /** Activation rows quantized for the GGML matmuls (quantizedRowBytes of the widest input). */
   readonly xq: number;
+  /** Mixture of experts (0 without): router logits, grouped rows' inputs, activations, outputs, quantized inputs. */
+  readonly router: number;
+  readonly xe: number;
+  readonly eact: number;
+  readonly ye: number;
+  readonly xeq: number;
 }
 
 /** Buffers whose size follows the plan's sequences, rows and context. */
@@ -296,8 +326,10 @@ class WasmForward {
       this.#cachePtrs.push(p);
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
-    // Up to 19 ops a layer (sandwich norms and Q/K norms included), key shifts and the head.
-    this.#program = rt.program(layers * 20 + 12);
+    // Up to 19 ops a layer (sandwich norms and Q/K norms included), key shifts and the head. A
+    // mixture-of-experts layer runs its experts as a program of their own (at most two ops per
+    // expert and two quantizations), after the host has routed the tokens.
+    this.#program = rt.program(layers * 20 + 12 + (c.moe ? 2 * c.moe.numExperts + 4 : 0));
     this.#mass = new AttentionMass(rt.arena, c.numHeads, kv.blockSize);
     // Local indices of this executor's layers that have RoPE (`role.first + l` is the model's).
     const roped = this.#cachePtrs.flatMap((_, l) =>
@@ -425,10 +457,24 @@ class WasmForward {
       v: a(tokens * c.numKvHeads * d),
       attn: a(tokens * c.numHeads * d),
       act: a(tokens * c.intermediateSize),
-      xq: a(
-        (tokens * quantizedRowBytes(Math.max(c.hiddenSize, c.intermediateSize, c.numHeads * d))) /
-          4,
-      ),
+      xq: a((tokens * quantizedRowBytes(matmulWidth(c))) / 4),
+      ...this.#moeBuffers(tokens),
+    };
+  }
+
+  #moeBuffers(tokens: number) {
+    const m = this.#c.moe;
+    if (!m) return { router: 0, xe: 0, eact: 0, ye: 0, xeq: 0 };
+    const a = (n: number) => this.#arena.alloc(n * 4, 'step activations (experts)');
+    const rows = tokens * m.numExpertsPerToken;
+    const h = this.#c.hiddenSize;
+    const ff = m.expertIntermediateSize;
+    return {
+      router: a(tokens * m.numExperts),
+      xe: a(rows * h),
+      eact: a(rows * ff),
+      ye: a(rows * h),
+      xeq: a((rows * quantizedRowBytes(Math.max(h, ff))) / 4),
     };
   }
 
@@ -459,7 +505,7 @@ class WasmForward {
     const context = grow(need.context, have?.context);
     const c = this.#c;
     const a = (n: number) => this.#arena.alloc(n * 4, 'step buffers');
-    const maxK = Math.max(c.hiddenSize, c.intermediateSize, c.numHeads * c.headDim);
+    const maxK = matmulWidth(c);
     // Attention's share: scores per query head of the group (with one spare float each), the
     // rotated queries and the accumulators of the group, one loaded K or V row; or, for its
     // query tiles (attention.c's QT = 4 tokens of a prompt sharing each K/V row), four tokens'
@@ -518,6 +564,12 @@ class WasmForward {
     arena.i32(pb.logitRows, rows).set(plan.logitsIndices.subarray(0, rows));
 
     const p = this.#program.reset();
+    // Runs the program built so far and starts the next one empty.
+    const run = () => {
+      if (this.#profile) this.#rt.runProfiled(p, this.#profile);
+      else this.#rt.run(p);
+      p.reset();
+    };
     if (plan.keyShifts.length > 0) this.#shiftKeys(plan, p);
     const h = c.hiddenSize;
     const d = c.headDim;
@@ -662,7 +714,7 @@ class WasmForward {
           kv.slabWords,
           window,
           scale,
-          pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * Math.max(h, c.intermediateSize, c.numHeads * d),
+          pb.scratch + MATMUL_SCRATCH_PER_COL * 4 * matmulWidth(c),
           pb.scratchStride,
           pb.scoreStride,
           ...mass,
@@ -671,9 +723,77 @@ class WasmForward {
       ).barrier();
       project(s.attn, lw.o, vec.attnOutNorm, 'o', vec.oBias, quantize(s.attn, t, [lw.o]));
       p.push(Op.rmsNorm, [s.x, t, h, vec.postNorm, eps, s.xn, 0], 'rms_norm').barrier();
-      matmul(s.xn, t, lw.gateUp, s.act, gate, 'gate_up', 0, quantize(s.xn, t, [lw.gateUp]));
+      if (lw.moe && c.moe) {
+        const { router, experts } = lw.moe;
+        matmul(s.xn, t, router, s.router, 'store', 'router', 0, quantize(s.xn, t, [router]));
+        p.barrier();
+        // Routing needs the router's logits: the program so far runs, the host groups the
+        // tokens by expert, and each chosen expert multiplies only its tokens' rows.
+        run();
+        const route = routeExperts(arena.f32(s.router, t * c.moe.numExperts), t, c.moe);
+        const rows = t * c.moe.numExpertsPerToken;
+        gatherExpertRows(route, arena.f32(s.xn, t * h), h, arena.f32(s.xe, rows * h));
+        const ff = c.moe.expertIntermediateSize;
+        const active: [WasmWeight, WasmWeight, number, number][] = [];
+        for (let e = 0; e < c.moe.numExperts; e++) {
+          const start = route.offsets[e] as number;
+          const n = (route.offsets[e + 1] as number) - start;
+          const ex = experts[e] as { gateUp: WasmWeight; down: WasmWeight };
+          if (n > 0) active.push([ex.gateUp, ex.down, start, n]);
+        }
+        // One quantization of every grouped row serves every expert's GGML matmul.
+        const shared = (x: number, width: number, ws: WasmWeight[]) => {
+          if (rows < SHARED_QUANTIZE_TOKENS || !ws.some((wt) => isGgmlFormat(wt.format))) return 0;
+          p.push(Op.quantize, [x, rows, width, s.xeq], 'quantize').barrier();
+          return s.xeq;
+        };
+        const xq1 = shared(
+          s.xe,
+          h,
+          active.map((a) => a[0]),
+        );
+        for (const [gateUp, , start, n] of active) {
+          const xq = xq1 && xq1 + start * quantizedRowBytes(h);
+          matmul(
+            s.xe + start * h * 4,
+            n,
+            gateUp,
+            s.eact + start * ff * 4,
+            'swiglu',
+            'expert gate_up',
+            0,
+            xq,
+          );
+        }
+        p.barrier();
+        const xq2 = shared(
+          s.eact,
+          ff,
+          active.map((a) => a[1]),
+        );
+        for (const [, down, start, n] of active) {
+          const xq = xq2 && xq2 + start * quantizedRowBytes(ff);
+          matmul(
+            s.eact + start * ff * 4,
+            n,
+            down,
+            s.ye + start * h * 4,
+            'store',
+            'expert down',
+            0,
+            xq,
+          );
+        }
+        p.barrier();
+        run();
+        addExpertOutputs(route, arena.f32(s.ye, rows * h), h, arena.f32(s.x, t * h));
+        continue;
+      }
+      const gateUp = lw.gateUp as WasmWeight;
+      const down = lw.down as WasmWeight;
+      matmul(s.xn, t, gateUp, s.act, gate, 'gate_up', 0, quantize(s.xn, t, [gateUp]));
       p.barrier();
-      project(s.act, lw.down, vec.mlpOutNorm, 'down', 0, quantize(s.act, t, [lw.down]));
+      project(s.act, down, vec.mlpOutNorm, 'down', 0, quantize(s.act, t, [down]));
     }
     const lmHead = w.lmHead as WasmWeight;
     if (rows > 0) {
@@ -686,8 +806,7 @@ class WasmForward {
       const xql = quantize(pb.finalNorm, rows, [lmHead]);
       matmul(pb.finalNorm, rows, lmHead, pb.logits, 'store', 'lm_head', 0, xql);
     }
-    if (this.#profile) this.#rt.runProfiled(p, this.#profile);
-    else this.#rt.run(p);
+    run();
     if (mass[0] !== 0) this.#mass.collect(plan);
     if (!role.head) return arena.f32(s.x, t * h).slice();
     if (rows === 0) return new Float32Array(0);

@@ -15,6 +15,7 @@ import {
   layerRopeConfig,
   layerWindow,
   type ModelConfig,
+  type MoeConfig,
   ropeConfig,
   usesLocalRope,
 } from '../../config.js';
@@ -28,12 +29,15 @@ import {
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { encodeBlockCopies, gpuKvBlockIo, type KvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
+import { addExpertOutputs, gatherExpertRows, routeExperts } from '../../execution/moe-routing.js';
 import {
+  type LayerWeights,
   loadShardWeights,
+  type MoeLayerWeights,
   type ShardWeights,
   type WeightAllocator,
 } from '../../execution/weights.js';
-import { DenseKernels, type GpuWeight } from '../../kernels/dense-kernels.js';
+import { DenseKernels, type DenseOp, type GpuWeight } from '../../kernels/dense-kernels.js';
 import { softcapLogits } from '../../kernels/reference.js';
 import { ropeKvWriteWgsl } from '../../kernels/rope-kv-write.wgsl.js';
 import { type StoredFormat, weightRowBytes, weightWords } from '../../kernels/weight-format.js';
@@ -267,12 +271,29 @@ interface AttentionSteps {
   readonly local: AttentionStep | undefined;
 }
 
+/**
+ * Records a step into `enc`; returns the encoder the step ends in (another one when a
+ * mixture-of-experts layer submitted the work so far to route its tokens on the host).
+ */
 type StepOps = (
   enc: GPUCommandEncoder,
   plan: NormalizedPlan,
   attn: AttentionSteps,
   after?: AfterAttention,
-) => void;
+) => Promise<GPUCommandEncoder>;
+
+/** One expert's rows of a step (buffers shared by every layer's expert of that index). */
+interface ExpertScratch {
+  /** Rows the buffers hold. */
+  rows: number;
+  xe: GPUBuffer;
+  act: GPUBuffer;
+  ye: GPUBuffer;
+  /** Uniform: the expert's row count this step. */
+  params: GPUBuffer;
+  /** Each layer's matmuls of this expert over these buffers. */
+  ops: Map<number, { gateUp: DenseOp; down: DenseOp }>;
+}
 
 /** What {@link GpuForward}'s `#extras` adds to a step. */
 interface StepExtras {
@@ -298,6 +319,8 @@ interface Scratch {
   v: GPUBuffer;
   attn: GPUBuffer;
   act: GPUBuffer;
+  /** Router logits of a mixture-of-experts layer (16 bytes without). */
+  router: GPUBuffer;
   fin: GPUBuffer;
   logitsBuf: GPUBuffer;
   readback: GPUBuffer;
@@ -324,6 +347,7 @@ class GpuForward implements Executor {
   readonly #tokParams: GPUBuffer;
   readonly #logitParams: GPUBuffer;
   #scratch: Scratch | undefined;
+  readonly #expertBuffers: ExpertScratch[] = [];
   #ops: StepOps | undefined;
   #queue: Promise<unknown> = Promise.resolve();
   // Built on the first step that needs them (KV compression's key shifts and attention mass), so a
@@ -422,6 +446,7 @@ class GpuForward implements Executor {
       v: buf('v', tokens * c.numKvHeads * d * 4),
       attn: buf('attn', tokens * c.numHeads * d * 4),
       act: buf('act', tokens * c.intermediateSize * 4),
+      router: buf('router', tokens * (c.moe?.numExperts ?? 0) * 4),
       fin: buf('fin', logits * c.hiddenSize * 4),
       logitsBuf: buf('logits', this.role.head ? logits * c.vocabSize * 4 : 16),
       readback: dev.createBuffer({
@@ -581,8 +606,13 @@ class GpuForward implements Executor {
           h: c.hiddenSize,
           eps: c.rmsNormEps,
         }),
-        gateUp: k.matmul({ x: s.xn, w: lw.gateUp, y: s.act, params: tp, epilogue: gate }),
-        down: project(s.act, lw.down, lw.mlpOutNorm, undefined),
+        router: lw.moe
+          ? k.matmul({ x: s.xn, w: lw.moe.router, y: s.router, params: tp })
+          : undefined,
+        gateUp: lw.gateUp
+          ? k.matmul({ x: s.xn, w: lw.gateUp, y: s.act, params: tp, epilogue: gate })
+          : undefined,
+        down: lw.down ? project(s.act, lw.down, lw.mlpOutNorm, undefined) : undefined,
       };
     });
     const finalNorm = role.head
@@ -598,7 +628,7 @@ class GpuForward implements Executor {
     const head = role.head
       ? k.matmul({ x: s.fin, w: w.lmHead as GpuWeight, y: s.logitsBuf, params: this.#logitParams })
       : undefined;
-    return (enc, plan, steps, after) => {
+    return async (enc, plan, steps, after) => {
       const t = plan.numTokens;
       let pass = enc.beginComputePass({ label: 'kvasir-forward' });
       embed?.encode(pass, t);
@@ -635,14 +665,115 @@ class GpuForward implements Executor {
         }
         for (const op of L.o) op.encode(pass, t);
         L.norm2.encode(pass, t);
-        L.gateUp.encode(pass, t);
-        for (const op of L.down) op.encode(pass, t);
+        L.gateUp?.encode(pass, t);
+        for (const op of L.down ?? []) op.encode(pass, t);
+        if (L.router) {
+          L.router.encode(pass, t);
+          pass.end();
+          enc = await this.#runExperts(enc, l, s, t);
+          pass = enc.beginComputePass({ label: 'kvasir-forward' });
+        }
       }
       const n = plan.logitsIndices.length;
       finalNorm?.encode(pass, n);
       head?.encode(pass, n);
       pass.end();
+      return enc;
     };
+  }
+
+  /**
+   * Layer `l`'s experts, after its router recorded into `enc`: the work so far is submitted,
+   * the router's logits read back and the tokens grouped by expert on the host; each chosen
+   * expert multiplies its tokens' rows on the device (straight from its blocks), and their
+   * weighted sum is added to the residual on the host. Returns a fresh encoder for the rest.
+   */
+  async #runExperts(
+    enc: GPUCommandEncoder,
+    l: number,
+    s: Scratch,
+    t: number,
+  ): Promise<GPUCommandEncoder> {
+    const c = this.config;
+    const moe = c.moe as MoeConfig;
+    const lw = this.weights.layers[l] as LayerWeights<GpuWeight>;
+    const experts = (lw.moe as MoeLayerWeights<GpuWeight>).experts;
+    const h = c.hiddenSize;
+    const gpu = this.gpu;
+    gpu.submit(enc);
+    const [logits, xn, x] = await Promise.all([
+      gpu.readBuffer(s.router, 0, t * moe.numExperts * 4),
+      gpu.readBuffer(s.xn, 0, t * h * 4),
+      gpu.readBuffer(s.x, 0, t * h * 4),
+    ]);
+    const route = routeExperts(new Float32Array(logits), t, moe);
+    const rows = t * moe.numExpertsPerToken;
+    const xe = new Float32Array(rows * h);
+    gatherExpertRows(route, new Float32Array(xn), h, xe);
+    const q = this.#device.queue;
+    const next = this.#device.createCommandEncoder({ label: 'kvasir-experts' });
+    const pass = next.beginComputePass({ label: 'kvasir-experts' });
+    const active: [ExpertScratch, number, number][] = [];
+    for (let e = 0; e < moe.numExperts; e++) {
+      const start = route.offsets[e] as number;
+      const n = (route.offsets[e + 1] as number) - start;
+      if (n === 0) continue;
+      const es = this.#expertScratch(e, n);
+      let ops = es.ops.get(l);
+      if (!ops) {
+        const ex = experts[e] as { gateUp: GpuWeight; down: GpuWeight };
+        const k = this.#kernels;
+        ops = {
+          gateUp: k.matmul({
+            x: es.xe,
+            w: ex.gateUp,
+            y: es.act,
+            params: es.params,
+            epilogue: 'swiglu',
+          }),
+          down: k.matmul({ x: es.act, w: ex.down, y: es.ye, params: es.params }),
+        };
+        es.ops.set(l, ops);
+      }
+      q.writeBuffer(es.xe, 0, xe, start * h, n * h);
+      q.writeBuffer(es.params, 0, Uint32Array.of(n, 0, 0, 0));
+      ops.gateUp.encode(pass, n);
+      ops.down.encode(pass, n);
+      active.push([es, start, n]);
+    }
+    pass.end();
+    gpu.submit(next);
+    const y = new Float32Array(rows * h);
+    const outs = await Promise.all(active.map(([es, , n]) => gpu.readBuffer(es.ye, 0, n * h * 4)));
+    for (const [i, [, start]] of active.entries())
+      y.set(new Float32Array(outs[i] as ArrayBuffer), start * h);
+    const residual = new Float32Array(x);
+    addExpertOutputs(route, y, h, residual);
+    q.writeBuffer(s.x, 0, residual);
+    return this.#device.createCommandEncoder({ label: 'kvasir-forward' });
+  }
+
+  /** Expert `e`'s buffers, grown to hold `rows` rows (its matmuls rebuilt when they grow). */
+  #expertScratch(e: number, rows: number): ExpertScratch {
+    const have = this.#expertBuffers[e];
+    if (have && have.rows >= rows) return have;
+    if (have) for (const b of [have.xe, have.act, have.ye, have.params]) b.destroy();
+    const c = this.config;
+    const ff = (c.moe as MoeConfig).expertIntermediateSize;
+    const cap = Math.max(rows, 2 * (have?.rows ?? 0), 4);
+    const dev = this.#device;
+    const buf = (label: string, bytes: number) =>
+      dev.createBuffer({ label, size: Math.max(16, bytes), usage: STORAGE });
+    const es: ExpertScratch = {
+      rows: cap,
+      xe: buf(`expert.${e}.x`, cap * c.hiddenSize * 4),
+      act: buf(`expert.${e}.act`, cap * ff * 4),
+      ye: buf(`expert.${e}.y`, cap * c.hiddenSize * 4),
+      params: dev.createBuffer({ size: 16, usage: UNIFORM }),
+      ops: new Map(),
+    };
+    this.#expertBuffers[e] = es;
+    return es;
   }
 
   /** Plans the step's attention once for all layers (decode kernel for pure-decode steps). */
@@ -695,7 +826,7 @@ class GpuForward implements Executor {
     qw.writeBuffer(this.#logitParams, 0, Uint32Array.of(n, 0, 0, 0));
     dev.pushErrorScope('validation');
     dev.pushErrorScope('out-of-memory');
-    const enc = dev.createCommandEncoder({ label: 'kvasir-forward' });
+    let enc = dev.createCommandEncoder({ label: 'kvasir-forward' });
     encodeBlockCopies(enc, this.#caches, this.kv.blockWords * 4, plan.copies, s.blockTmp);
     const local = this.attention.local;
     const steps: AttentionSteps = {
@@ -709,7 +840,7 @@ class GpuForward implements Executor {
     let extra: StepExtras | undefined;
     try {
       extra = await this.#extras(plan, s, enc);
-      ops(enc, plan, steps, extra?.after);
+      enc = await ops(enc, plan, steps, extra?.after);
     } catch (e) {
       releaseSteps();
       extra?.release();
@@ -857,8 +988,19 @@ class GpuForward implements Executor {
     const mats = [
       ws.embed,
       ws.lmHead,
-      ...ws.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gateUp, l.down]),
+      ...ws.layers.flatMap((l) => [
+        l.q,
+        l.k,
+        l.v,
+        l.o,
+        l.gateUp,
+        l.down,
+        l.moe?.router,
+        ...(l.moe?.experts.flatMap((x) => [x.gateUp, x.down]) ?? []),
+      ]),
     ];
+    for (const es of this.#expertBuffers)
+      for (const b of [es.xe, es.act, es.ye, es.params]) b.destroy();
     for (const m of new Set(mats)) {
       if (m === undefined) continue;
       m.data.destroy();

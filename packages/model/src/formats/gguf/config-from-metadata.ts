@@ -3,6 +3,7 @@ import {
   everyNthNoRope,
   MODEL_CONFIG_LIMITS,
   type ModelConfig,
+  type MoeConfig,
   type RopeScaling,
   validateModelConfig,
 } from '../../config.js';
@@ -61,9 +62,11 @@ function metaSize(
  * mistral3 (Ministral 3's text model: llama's block with YaRN RoPE and Llama 4-style attention
  * temperature scaling; its MoE variant is refused below), qwen3 (qwen2's block without QKV
  * bias, with Q/K RMSNorm per head before RoPE), smollm3 (llama's block with no RoPE on
- * every fourth layer, which llama.cpp fixes at 4: the file has no key for it) and gemma3 (Gemma
+ * every fourth layer, which llama.cpp fixes at 4: the file has no key for it), gemma3 (Gemma
  * 3's text model: scaled embeddings, GELU-tanh, Q/K and sandwich norms, its norm weights stored
- * as `1 + w`, five sliding-window layers to one global layer; see `gemma3FromGguf`).
+ * as `1 + w`, five sliding-window layers to one global layer; see `gemma3FromGguf`) and qwen3moe
+ * (qwen3's attention, a mixture of experts in every layer: softmax router, top
+ * `expert_used_count` of `expert_count`, weights always renormalized, as llama.cpp runs it).
  */
 export const GGUF_ARCHITECTURES = [
   'llama',
@@ -72,6 +75,7 @@ export const GGUF_ARCHITECTURES = [
   'qwen3',
   'smollm3',
   'gemma3',
+  'qwen3moe',
 ] as const;
 
 const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architecture> = {
@@ -81,6 +85,7 @@ const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architec
   qwen3: 'qwen3',
   smollm3: 'smollm3',
   gemma3: 'gemma3',
+  qwen3moe: 'qwen3moe',
 };
 
 /**
@@ -89,8 +94,8 @@ const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architec
  */
 const REFUSED_GGUF: Readonly<Record<string, string>> = {
   phi3: 'Phi-3 / Phi-4-mini (fused QKV and gate/up, partial rotary, LongRoPE)',
-  qwen3moe: 'a mixture of experts (Qwen3 MoE)',
-  'gpt-oss': 'a mixture of experts with attention sinks (gpt-oss)',
+  'gpt-oss':
+    'gpt-oss (MXFP4 experts, attention sinks, alternating sliding-window layers, the harmony template)',
 };
 
 /** GGUF architectures whose converter permutes Q/K rows for llama.cpp's interleaved RoPE. */
@@ -136,6 +141,45 @@ function yarnFromMetadata(
   });
 }
 
+/**
+ * The experts of a GGUF mixture of experts. llama.cpp's `qwen3moe` takes an expert's width
+ * from `expert_feed_forward_length`, else `feed_forward_length / expert_used_count`, and always
+ * renormalizes the chosen experts' weights.
+ */
+function ggufMoe(
+  md: Map<string, unknown>,
+  arch: string,
+  file: string,
+  intermediateSize: number,
+): MoeConfig {
+  const numExperts = metaNum(md, `${arch}.expert_count`, file);
+  const used = metaNum(md, `${arch}.expert_used_count`, file);
+  for (const [key, v] of [
+    ['expert_count', numExperts],
+    ['expert_used_count', used],
+  ] as const) {
+    if (!Number.isInteger(v) || v <= 0 || v > numExperts) {
+      throw new ModelError(
+        'INVALID_CONFIG',
+        `${basename(file)}: GGUF metadata "${arch}.${key}" is ${v}; it must be a positive integer${key === 'expert_used_count' ? ` up to expert_count (${numExperts})` : ''}`,
+        { details: { file, key: `${arch}.${key}`, value: v } },
+      );
+    }
+  }
+  return {
+    numExperts,
+    numExpertsPerToken: used,
+    expertIntermediateSize: metaSize(
+      md,
+      `${arch}.expert_feed_forward_length`,
+      file,
+      'intermediateSize',
+      Math.max(1, Math.floor(intermediateSize / used)),
+    ),
+    normTopkProb: true,
+  };
+}
+
 function unsupported(file: string, what: string, key: string): ModelError {
   return new ModelError('UNSUPPORTED_ARCHITECTURE', `${basename(file)}: ${what} is not supported`, {
     details: { file, key },
@@ -175,7 +219,7 @@ export function configFromGguf(
     );
   }
   const experts = md.get(`${arch}.expert_count`);
-  if (typeof experts === 'number' && experts > 0) {
+  if (arch !== 'qwen3moe' && typeof experts === 'number' && experts > 0) {
     throw unsupported(file, `a mixture of experts (${experts} experts)`, `${arch}.expert_count`);
   }
   const window = md.get(`${arch}.attention.sliding_window`);
@@ -250,10 +294,11 @@ export function configFromGguf(
     if (typeof v === 'number' && !eos.includes(v)) eos.push(v);
   }
   const bos = md.get('tokenizer.ggml.bos_token_id');
+  const intermediateSize = metaSize(md, `${arch}.feed_forward_length`, file, 'intermediateSize');
   const config: ModelConfig = {
     architecture: ARCHITECTURE_BY_GGUF[arch as (typeof GGUF_ARCHITECTURES)[number]],
     hiddenSize,
-    intermediateSize: metaSize(md, `${arch}.feed_forward_length`, file, 'intermediateSize'),
+    intermediateSize,
     numLayers,
     numHeads,
     numKvHeads,
@@ -280,6 +325,9 @@ export function configFromGguf(
           numHeads,
           headDim,
         })
+      : {}),
+    ...(arch === 'qwen3moe'
+      ? { qkNorm: true, moe: ggufMoe(md, arch, file, intermediateSize) }
       : {}),
   };
   try {

@@ -15,7 +15,7 @@ import { isBlockDtype, type TensorDtype } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
 import { GGUF_PERMUTED_QK } from './config-from-metadata.js';
 import { permuteQkRows } from './qk-permute.js';
-import { hfToGgufName } from './tensor-names.js';
+import { hfToGgufExpert, hfToGgufName } from './tensor-names.js';
 import { ggufTokenizerMetadata } from './tokenizer-metadata.js';
 import type { GgufTypedValue } from './value-types.js';
 import { type GgufTensorToWrite, writeGguf } from './writer.js';
@@ -38,6 +38,16 @@ const LLAMA_FTYPE: Record<TensorDtype, number> = {
   IQ4_NL: 25,
   BF16: 32,
 };
+
+function checkBlockRows(dtype: TensorDtype, shape: readonly number[], name: string): void {
+  if (isBlockDtype(dtype) && shape[1]! % GGML_BLOCK_FORMATS[dtype].blockSize !== 0) {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `${dtype} needs rows that are multiples of ${GGML_BLOCK_FORMATS[dtype].blockSize}; "${name}" has rows of ${shape[1]}`,
+      { details: { tensor: name } },
+    );
+  }
+}
 
 /** Options of {@link convertToGguf}. */
 export interface ConvertToGgufOptions {
@@ -63,8 +73,8 @@ export interface ConvertToGgufOptions {
 
 /**
  * Converts a Hugging Face checkpoint directory (or an open reader) into a GGUF v3 file the way
- * llama.cpp's `convert_hf_to_gguf.py` lays it out: llama (qwen2, qwen3, smollm3) metadata keys,
- * GGUF tensor names, Q/K rows permuted for interleaved RoPE (llama and smollm3), Llama 3 RoPE scaling as a
+ * llama.cpp's `convert_hf_to_gguf.py` lays it out: llama (qwen2, qwen3, smollm3, qwen3moe) metadata keys,
+ * GGUF tensor names (a mixture of experts' matrices as one 3-D tensor per projection), Q/K rows permuted for interleaved RoPE (llama and smollm3), Llama 3 RoPE scaling as a
  * `rope_freqs` tensor, optional Q8_0 quantization, and the byte-level BPE tokenizer with its
  * chat template. Reading the result with {@link openGgufCheckpoint} gives back the HF tensors
  * (exactly for F32; within the format's rounding otherwise).
@@ -114,6 +124,17 @@ export async function convertToGguf(
       [`${arch}.rope.dimension_count`]: c.headDim,
       [`${arch}.vocab_size`]: c.vocabSize,
     };
+    if (c.moe) {
+      md[`${arch}.expert_count`] = c.moe.numExperts;
+      md[`${arch}.expert_used_count`] = c.moe.numExpertsPerToken;
+      md[`${arch}.expert_feed_forward_length`] = c.moe.expertIntermediateSize;
+      if (!c.moe.normTopkProb) {
+        throw new ModelError(
+          'INVALID_ARGUMENT',
+          "a mixture of experts without norm_topk_prob has no GGUF form: llama.cpp's qwen3moe always renormalizes the chosen experts' weights",
+        );
+      }
+    }
     if (c.ropeScaling?.type === 'linear') {
       md[`${arch}.rope.scaling.type`] = 'linear';
       md[`${arch}.rope.scaling.factor`] = { type: 'f32', value: c.ropeScaling.factor };
@@ -159,18 +180,38 @@ export async function convertToGguf(
     }
     // Gemma's `1 + w` norms: llama.cpp's converter stores the sum.
     const normShift = normWeightShift(reader);
+    const written = new Set<string>();
     for (const t of expectedTensors(c)) {
+      const expert = hfToGgufExpert(t.name);
+      if (expert) {
+        // Every expert of a projection in one 3-D tensor, expert-major, as llama.cpp stores them.
+        if (written.has(expert.gguf)) continue;
+        written.add(expert.gguf);
+        const n = c.moe?.numExperts ?? 0;
+        const names = Array.from({ length: n }, (_, e) =>
+          t.name.replace(/\.experts\.\d+\./, `.experts.${e}.`),
+        );
+        const tdtype: TensorDtype = options?.tensorDtypes?.[expert.gguf] ?? dtype;
+        checkBlockRows(tdtype, t.shape, t.name);
+        tensors.push({
+          name: expert.gguf,
+          dtype: tdtype,
+          shape: [n, ...t.shape],
+          data: async () => {
+            const per = t.shape.reduce((a, b) => a * b, 1);
+            const all = new Float32Array(n * per);
+            for (const [e, name] of names.entries())
+              all.set(await reader.readTensorF32(name), e * per);
+            return all;
+          },
+        });
+        continue;
+      }
       const gname = hfToGgufName(t.name, c.architecture);
       if (!gname) throw new ModelError('INVALID_ARGUMENT', `no GGUF name for tensor "${t.name}"`);
       const matrix = t.shape.length === 2;
       let tdtype: TensorDtype = options?.tensorDtypes?.[gname] ?? (matrix ? dtype : 'F32');
-      if (isBlockDtype(tdtype) && t.shape[1]! % GGML_BLOCK_FORMATS[tdtype].blockSize !== 0) {
-        throw new ModelError(
-          'INVALID_ARGUMENT',
-          `${tdtype} needs rows that are multiples of ${GGML_BLOCK_FORMATS[tdtype].blockSize}; "${t.name}" has rows of ${t.shape[1]}`,
-          { details: { tensor: t.name } },
-        );
-      }
+      checkBlockRows(tdtype, t.shape, t.name);
       if (tdtype === 'BF16' && !matrix) tdtype = 'F32';
       const permute = GGUF_PERMUTED_QK.has(arch) && /\.self_attn\.[qk]_proj\./.test(t.name);
       tensors.push({

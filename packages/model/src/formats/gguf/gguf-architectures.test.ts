@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeModelConfig } from '../../config.js';
+import { sliceWeightBytes } from '../../execution/weights.js';
+import { modelLimits } from '../../model/device-limits.js';
 import { loadModel } from '../../model/model.js';
 import { expectModelError } from '../../testing/checkpoint.js';
 import { seqPlan } from '../../testing/model.js';
@@ -174,14 +176,13 @@ describe('GGUF architectures', () => {
     await expectModelError(
       openCheckpoint(file),
       'UNSUPPORTED_ARCHITECTURE',
-      'supported: llama, qwen2, mistral3, qwen3, smollm3, gemma3',
+      'supported: llama, qwen2, mistral3, qwen3, smollm3, gemma3, qwen3moe',
     );
   });
 
   it.each([
     ['phi3', 'partial rotary, LongRoPE'],
-    ['qwen3moe', 'mixture of experts'],
-    ['gpt-oss', 'attention sinks'],
+    ['gpt-oss', 'MXFP4 experts, attention sinks, alternating sliding-window layers'],
   ])('refuses %s naming what it lacks (%s)', async (arch, feature) => {
     const file = await rewrite(llamaFile, `${arch}.gguf`, asArch(arch));
     await expectModelError(openCheckpoint(file), 'UNSUPPORTED_ARCHITECTURE', feature);
@@ -190,6 +191,53 @@ describe('GGUF architectures', () => {
   it('a gemma3 file without its Q/K and sandwich norms is refused naming the first missing one', async () => {
     const file = await rewrite(llamaFile, 'gemma3.gguf', asArch('gemma3'));
     await expectModelError(openCheckpoint(file), 'MISSING_TENSOR', 'q_norm');
+  });
+
+  it('qwen3moe: experts split from their 3-D tensors; a bad expert count is refused, naming the key or tensor', async () => {
+    const moeConfig = makeModelConfig({
+      architecture: 'qwen3moe',
+      hiddenSize: 64,
+      intermediateSize: 96,
+      numLayers: 2,
+      numHeads: 4,
+      numKvHeads: 2,
+      vocabSize: 300,
+      moe: { numExperts: 4, numExpertsPerToken: 2, expertIntermediateSize: 32, normTopkProb: true },
+    });
+    await writeRandomCheckpoint(join(root, 'hf-moe'), moeConfig, 12);
+    const file = join(root, 'qwen3moe.gguf');
+    await convertToGguf(join(root, 'hf-moe'), file);
+    const fh = await open(file, 'r');
+    const header = await readGgufHeader(fh, file);
+    await fh.close();
+    const exps = header.tensors.find((t) => t.name === 'blk.1.ffn_down_exps.weight');
+    // ggml's ne: [n_ff, n_embd, n_expert], as llama.cpp's loader wants it.
+    expect(exps?.dims).toEqual([32, 64, 4]);
+    expect(header.metadata.get('qwen3moe.expert_used_count')).toBe(2);
+    const hf = await openCheckpoint(join(root, 'hf-moe'));
+    const gg = await openCheckpoint(file);
+    try {
+      expect(gg.config).toEqual({ ...hf.config, rmsNormEps: Math.fround(hf.config.rmsNormEps) });
+      // The memory plan counts every expert: the file's tensor bytes, all of them.
+      const fileBytes = header.tensors.reduce((a, t) => a + t.byteLength, 0);
+      expect(gg.totalBytes).toBe(fileBytes);
+      expect(sliceWeightBytes(gg, {})).toBe(fileBytes);
+      expect((await modelLimits(gg, { backend: 'cpu' })).devices[0]?.weightBytes).toBe(fileBytes);
+      const name = 'model.layers.1.mlp.experts.3.down_proj.weight';
+      expect(gg.tensor(name).shape).toEqual([64, 32]);
+      expect(await gg.readTensorF32(name)).toEqual(await hf.readTensorF32(name));
+    } finally {
+      await hf.close();
+      await gg.close();
+    }
+    const tooMany = await rewrite(file, 'qwen3moe-used.gguf', (md) =>
+      md.set('qwen3moe.expert_used_count', 5),
+    );
+    await expectModelError(openCheckpoint(tooMany), 'INVALID_CONFIG', 'expert_used_count');
+    const fewer = await rewrite(file, 'qwen3moe-count.gguf', (md) =>
+      md.set('qwen3moe.expert_count', 3),
+    );
+    await expectModelError(openCheckpoint(fewer), 'SHAPE_MISMATCH', 'ffn_gate_exps');
   });
 
   it('a qwen3 file without its Q/K norm tensors is refused naming the first missing one', async () => {

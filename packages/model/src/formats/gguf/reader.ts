@@ -15,8 +15,9 @@ import {
 import { decodeToF32 } from '../dtype.js';
 import { checkRegularFile } from '../regular-file.js';
 import { configFromGguf, GGUF_PERMUTED_QK } from './config-from-metadata.js';
+import type { GgufTensorEntry } from './header.js';
 import { readGgufHeader } from './header.js';
-import { ggufToHfName } from './tensor-names.js';
+import { ggufExpertTensor, ggufToHfName, hfExpertName } from './tensor-names.js';
 
 /**
  * Opens a GGUF checkpoint (GGUF v2/v3, architecture llama, qwen2 or mistral3; F32/F16/BF16 tensors and
@@ -112,6 +113,11 @@ async function openGguf(
   const tensors = new Map<string, TensorInfo>();
   const locations = new Map<string, TensorLocation>();
   for (const t of header.tensors) {
+    const expert = config.moe ? ggufExpertTensor(t.name) : undefined;
+    if (expert) {
+      splitExperts(t, expert, config.moe?.numExperts ?? 0, path, tensors, locations);
+      continue;
+    }
     const name = ggufToHfName(t.name, config.architecture) ?? t.name;
     const shape = [...t.dims].reverse();
     tensors.set(name, { name, dtype: t.dtype, shape, byteLength: t.byteLength });
@@ -133,4 +139,33 @@ async function openGguf(
     metadata: header.metadata,
     handles: new Map([[path, fh]]),
   });
+}
+
+/**
+ * A 3-D expert tensor (ggml dims `[cols, rows, experts]`, expert-major) as one `[rows, cols]`
+ * tensor per expert, each at its slice of the file: every backend loads, stores and multiplies
+ * an expert as any other matrix, straight from its blocks.
+ */
+function splitExperts(
+  t: GgufTensorEntry,
+  expert: NonNullable<ReturnType<typeof ggufExpertTensor>>,
+  numExperts: number,
+  path: string,
+  tensors: Map<string, TensorInfo>,
+  locations: Map<string, TensorLocation>,
+): void {
+  const [cols, rows, experts] = t.dims as [number, number, number];
+  if (t.dims.length !== 3 || experts !== numExperts || t.byteLength % experts !== 0) {
+    throw new ModelError(
+      'SHAPE_MISMATCH',
+      `${basename(path)}: tensor "${t.name}" has shape [${[...t.dims].reverse().join(', ')}]; a mixture-of-experts tensor is [experts (${numExperts}), rows, cols]`,
+      { details: { file: path, tensor: t.name } },
+    );
+  }
+  const slice = t.byteLength / experts;
+  for (let e = 0; e < experts; e++) {
+    const name = hfExpertName(expert.layer, e, expert.proj);
+    tensors.set(name, { name, dtype: t.dtype, shape: [rows, cols], byteLength: slice });
+    locations.set(name, { file: path, offset: t.offset + e * slice });
+  }
 }

@@ -10,6 +10,7 @@ const LAYER_MAP: Record<string, string> = {
   ffn_gate: 'mlp.gate_proj',
   ffn_up: 'mlp.up_proj',
   ffn_down: 'mlp.down_proj',
+  ffn_gate_inp: 'mlp.gate',
 };
 const GLOBAL_MAP: Record<string, string> = {
   token_embd: 'model.embed_tokens',
@@ -67,4 +68,29 @@ export function hfToGgufName(name: string, architecture?: string): string | unde
     return gg ? `${gg}.${g[2]}` : undefined;
   }
   return undefined;
+}
+
+/**
+ * A GGUF mixture-of-experts tensor (`blk.N.ffn_{gate,up,down}_exps.weight`: one 3-D tensor of
+ * every expert's matrix, expert-major) as its layer and projection, or `undefined`. Expert `e`'s
+ * slice is the HF tensor `model.layers.N.mlp.experts.e.<proj>.weight`.
+ */
+export function ggufExpertTensor(
+  name: string,
+): { layer: number; proj: 'gate_proj' | 'up_proj' | 'down_proj' } | undefined {
+  const m = /^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$/.exec(name);
+  if (!m) return undefined;
+  return { layer: Number(m[1]), proj: `${m[2] as 'gate' | 'up' | 'down'}_proj` };
+}
+
+/** The HF name of expert `e`'s slice of a GGUF expert tensor (see {@link ggufExpertTensor}). */
+export function hfExpertName(layer: number, e: number, proj: string): string {
+  return `model.layers.${layer}.mlp.experts.${e}.${proj}.weight`;
+}
+
+/** The GGUF expert tensor an HF expert matrix belongs to, with its expert index, or `undefined`. */
+export function hfToGgufExpert(name: string): { gguf: string; expert: number } | undefined {
+  const m = /^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$/.exec(name);
+  if (!m) return undefined;
+  return { gguf: `blk.${m[1]}.ffn_${m[3]}_exps.weight`, expert: Number(m[2]) };
 }
