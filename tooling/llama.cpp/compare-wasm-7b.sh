@@ -4,7 +4,7 @@
 # split over two wasm memories by the placement `kvasir serve --backend wasm` chooses. Not for
 # CI (the file is 4.7 GB). Needs build.sh's llama-bench and llama-greedy.
 #
-#   tooling/llama.cpp/compare-wasm-7b.sh                      # /work/big/..., 2 threads, 3 rounds, 16 tokens
+#   tooling/llama.cpp/compare-wasm-7b.sh                      # .kvasir-cache/, 2 threads, 3 rounds, 16 tokens
 #   GGUF=/path/big.gguf THREADS=2 ROUNDS=3 TG=16 GREEDY=8 tooling/llama.cpp/compare-wasm-7b.sh
 #
 # First greedy tokens: llama-greedy (one thread) and Kvasir's split model from the same prompt
@@ -19,7 +19,7 @@ tg="${TG:-16}"
 greedy_n="${GREEDY:-8}"
 prompt="${PROMPT:-The quick brown fox}"
 bin="${LLAMA_BIN:-$here/build/bin}"
-gguf="${GGUF:-/work/big/random-qwen2.5-7b-Q4_K_M.gguf}"
+gguf="${GGUF:-$root/.kvasir-cache/random-qwen2.5-7b-Q4_K_M.gguf}"
 tsx="$root/packages/model/node_modules/.bin/tsx"
 for tool in llama-bench llama-greedy; do
   [[ -x "$bin/$tool" ]] || { echo "no $bin/$tool: $here/build.sh" >&2; exit 1; }
