@@ -109,6 +109,45 @@ export function familySuite(
       }
     });
 
+    // Sliding-window layers must not read the blocks their window left: the precondition of
+    // freeing them. With every layer windowed, blocks before the window are poisoned with NaN; the
+    // next decode gives the unpoisoned logits bit for bit. WebGPU reads such blocks and masks
+    // them (its kernels start at the context's first block), so it runs only the control.
+    if (config.slidingWindowLayers !== undefined) {
+      it('a decode never reads the blocks before the window of every layer (poisoned with NaN)', async () => {
+        const windowed = await tempCheckpoint(
+          {
+            ...config,
+            slidingWindowLayers: Array.from({ length: config.numLayers }, (_, l) => l),
+          },
+          33,
+        );
+        const clean = await load({}, windowed.dir);
+        const poisoned = await load({}, windowed.dir);
+        const table = [7, 2, 11, 5];
+        const n = 26; // window 6: position 26 reads 21..26, logical blocks 2 and 3 (bs 8)
+        for (const m of [clean, poisoned])
+          await m.forward(seqPlan(tokens.slice(0, n), 0, table, bs));
+        const blockBytes = (await poisoned.readBlocks([7])).byteLength;
+        const nan = new Uint8Array(new Float32Array(blockBytes / 4).fill(Number.NaN).buffer);
+        const decode = seqPlan([tokens[n] as number], n, table, bs);
+        // Control: poisoning a block inside the window reaches the logits.
+        const inside = await poisoned.readBlocks([11]);
+        await poisoned.writeBlocks([11], nan);
+        expect((await poisoned.forward(decode)).some(Number.isNaN)).toBe(true);
+        await poisoned.writeBlocks([11], inside);
+        if (backend === 'webgpu') return;
+        const both = new Uint8Array(2 * blockBytes);
+        both.set(nan, 0);
+        both.set(nan, blockBytes);
+        await poisoned.writeBlocks([7, 2], both);
+        expect(Array.from(await poisoned.forward(decode))).toEqual(
+          Array.from(await clean.forward(decode)),
+        );
+        await windowed.cleanup();
+      });
+    }
+
     it('the GGUF conversion (llama.cpp layout) gives the safetensors logits', async () => {
       const gguf = join(ckpt.root, 'model.gguf');
       if (config.moe && !config.moe.normTopkProb) {
