@@ -29,8 +29,9 @@ export interface AttentionShaderOptions {
   /** Soft-cap, when set: s = tanh(s / cap) * cap, then times log2(e). */
   readonly softCap: number | undefined;
   /**
-   * Sliding window, when set: a key more than `window - 1` positions before its query scores
-   * MASK (its block is still read; its weight is 0).
+   * Sliding window, when set: a kernel starts at the first block its rows' windows reach (blocks
+   * wholly before are never read) and a key more than `window - 1` positions before its query
+   * scores MASK.
    */
   readonly window: number | undefined;
   /**
@@ -136,17 +137,20 @@ export function rotateQSh(
  * [key_begin, key_end); workgroups past a short sequence's last split return (uniformly,
  * before any barrier). Expects `wid`, `G` and `HEAD_CHUNKS`.
  */
-export const DECODE_WORKGROUP_KEYS = `  let split = wid.x;
+export function decodeWorkgroupKeys(o: { readonly window: number | undefined }): string {
+  return `  let split = wid.x;
   let seq = wid.z;
   let kvh = wid.y / HEAD_CHUNKS;
   let head0 = wid.y * G;
   let ctx = meta_[params.ctx_offset + seq];
-  let key_begin = split * params.chunk_tokens;
+  var key_begin = split * params.chunk_tokens;
   // Whole workgroups past a short sequence's last split leave before any barrier.
   if (key_begin >= ctx && split > 0u) {
     return;
   }
-  let key_end = min(ctx, key_begin + params.chunk_tokens);`;
+  let key_end = min(ctx, key_begin + params.chunk_tokens);
+${windowStart(o, 'ctx')}`;
+}
 
 /**
  * The params struct and bindings of every pass-1 kernel (both decode shapes and prefill): the
@@ -174,4 +178,18 @@ export function windowMask(
   limit: string,
 ): string {
   return o.window === undefined ? '' : ` || ${key} + ${o.window}u < ${limit}`;
+}
+
+/**
+ * With a sliding window, the statement that moves `key_begin` up to the first block the window
+ * below the exclusive bound `limit` reaches: blocks wholly before it are never read (a block
+ * allocator may have released them). Keys of that block before the window are masked by
+ * {@link windowMask}. Nothing without a window.
+ */
+export function windowStart(
+  o: { readonly window: number | undefined; readonly blockSize?: number },
+  limit: string,
+): string {
+  if (o.window === undefined) return '';
+  return `  key_begin = max(key_begin, select(0u, (${limit} - ${o.window}u) / BLOCK_SIZE * BLOCK_SIZE, ${limit} > ${o.window}u));`;
 }

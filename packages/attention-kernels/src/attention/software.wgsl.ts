@@ -27,6 +27,7 @@ import {
   rep,
   scoreExpr,
   windowMask,
+  windowStart,
 } from './shader-common.wgsl.js';
 
 /** Invocations per workgroup: one SIMD vector of llvmpipe (8 lanes of 32 bits on AVX2). */
@@ -167,12 +168,13 @@ ${rep(GW, (g) => `        a${g}_${2 * c} += p${g}_${j} * v8[0];\n        a${g}_$
     return;
   }
   let ctx = meta_[params.ctx_offset + seq];
-  let key_begin = split * params.chunk_tokens;
+  var key_begin = split * params.chunk_tokens;
   // A short sequence's splits past its last key have nothing to do (pass 2 skips them).
   if (key_begin >= ctx && split > 0u) {
     return;
   }
-  let key_end = min(ctx, key_begin + params.chunk_tokens);`;
+  let key_end = min(ctx, key_begin + params.chunk_tokens);
+${windowStart(o, 'ctx')}`;
   const locatePrefill = `  let unit = gid.x % UNITS;
   let item = gid.x / UNITS;
   if (item >= params.chunk_tokens) {
@@ -185,10 +187,11 @@ ${rep(GW, (g) => `        a${g}_${2 * c} += p${g}_${j} * v8[0];\n        a${g}_$
   let past = ctx - q_len;
   let n_tok = min(${TOK}u, q_len - tok0);
   let q_row0 = meta_[params.qstart_offset + seq] + tok0;
-  let key_begin = 0u;
+  var key_begin = 0u;
   // Keys up to the causal bound of the item's last token; row (token t) sees past + t + 1.
   let key_end = past + tok0 + n_tok;
-${rep(TOK, (t) => `  let lim${t} = past + tok0 + ${t + 1}u;`)}`;
+${rep(TOK, (t) => `  let lim${t} = past + tok0 + ${t + 1}u;`)}
+${windowStart(o, 'lim0')}`;
   return /* wgsl */ `
 ${pass1Bindings(o.mode)}
 

@@ -35,6 +35,7 @@ import {
   rotateRunFn,
   scoreExpr,
   windowMask,
+  windowStart,
 } from './shader-common.wgsl.js';
 
 /** Keys per tile and invocations per pass-1 workgroup. */
@@ -82,20 +83,22 @@ export function tiledAttentionShader(o: AttentionShaderOptions): string {
   let ctx = meta_[params.ctx_offset + seq];
   let past = ctx - q_len;
   let n_tok = min(TOK, q_len - tok0);
-  let key_begin = 0u;
+  var key_begin = 0u;
   // Keys up to the causal bound of the item's last token.
   let key_end = past + tok0 + n_tok;
 ${rep(TOK, (t) => `  let lim${t} = past + tok0 + ${t + 1}u;`)}
+${windowStart(o, 'lim0')}
   let q_row0 = q_start + tok0;`
     : `  let split = wid.x;
   let seq = wid.z;
   let ctx = meta_[params.ctx_offset + seq];
-  let key_begin = split * params.chunk_tokens;
+  var key_begin = split * params.chunk_tokens;
   // Whole workgroups past a short sequence's last split leave before any barrier.
   if (key_begin >= ctx && split > 0u) {
     return;
   }
   let key_end = min(ctx, key_begin + params.chunk_tokens);
+${windowStart(o, 'ctx')}
   let n_tok = 1u;
   let q_row0 = seq;`;
 

@@ -21,7 +21,7 @@
  */
 import {
   type AttentionShaderOptions,
-  DECODE_WORKGROUP_KEYS,
+  decodeWorkgroupKeys,
   f32Literal,
   kvLoadFn,
   MASK,
@@ -164,7 +164,7 @@ fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
   @builtin(local_invocation_index) lane: u32,
 ) {
-${DECODE_WORKGROUP_KEYS}
+${decodeWorkgroupKeys(o)}
 
   for (var i = lane; i < G * D4; i += WG) {
     q_sh[i] = query[(seq * NUM_Q_HEADS + head0) * D4 + i] * ${f32Literal(o.qScale)};

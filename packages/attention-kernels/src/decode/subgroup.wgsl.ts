@@ -20,7 +20,7 @@
  */
 import {
   type AttentionShaderOptions,
-  DECODE_WORKGROUP_KEYS,
+  decodeWorkgroupKeys,
   f32Literal,
   kvLoadFn,
   MASK,
@@ -185,7 +185,7 @@ fn main(
   @builtin(subgroup_invocation_id) sg_lane: u32,
   @builtin(subgroup_size) sg_size: u32,
 ) {
-${DECODE_WORKGROUP_KEYS}
+${decodeWorkgroupKeys(o)}
   let bt = params.bt_offset + seq * params.max_blocks;
 
   for (var i = lane; i < G * D4; i += WG) {
