@@ -110,6 +110,41 @@ describe('kvasir CLI commands (built CLI)', () => {
     }
   });
 
+  it('info of a mixture of experts: experts per layer and token, weights active per token beside KV per token', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kvasir-info-qwen3moe-'));
+    const config = makeModelConfig({
+      architecture: 'qwen3moe',
+      hiddenSize: 64,
+      intermediateSize: 128,
+      numLayers: 2,
+      numHeads: 2,
+      vocabSize: 300,
+      moe: { numExperts: 8, numExpertsPerToken: 2, expertIntermediateSize: 32, normTopkProb: true },
+    });
+    try {
+      await writeRandomCheckpoint(join(dir, 'hf'), config, 1);
+      const gguf = join(dir, 'qwen3moe.gguf');
+      await convertToGguf(join(dir, 'hf'), gguf);
+      const args = ['info', '--backend', 'cpu', '--model', gguf, '--gpu-memory-bytes', '64MiB'];
+      const info = JSON.parse((await kvasir([...args, '--json'])).stdout);
+      // F32: each of the 2 layers' 8 experts holds 3 matrices of 32 x 64 floats; a token uses 2.
+      const expertBytes = 2 * 8 * 3 * 32 * 64 * 4;
+      expect(info.model.architecture).toBe('qwen3moe');
+      expect(info.model.experts).toEqual({
+        per_layer: 8,
+        per_token: 2,
+        active_weight_bytes_per_token: info.weights.bytes - (expertBytes * 6) / 8,
+      });
+      // The memory plan holds every expert.
+      expect(info.model.weight_bytes).toBe(info.weights.bytes);
+      expect((await kvasir(args)).stdout).toMatch(
+        /experts +8 per layer, 2 per token: \S+ KiB of weights active per token, \S+ KiB of KV per token/,
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('generate prints a continuation and its token accounting', async () => {
     const { stdout, stderr } = await kvasir([
       'generate',

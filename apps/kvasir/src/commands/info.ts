@@ -20,6 +20,15 @@ interface CheckpointFacts {
   readonly ggufArchitecture: string | null;
   /** GGUF: `tokenizer.ggml.model` and `.pre` (e.g. `gpt2/qwen2`, `llama`); else null. */
   readonly ggufTokenizer: string | null;
+  /**
+   * A mixture of experts: experts per layer, per token, and the weight bytes one token runs
+   * through (every expert's bytes stay in memory); else null.
+   */
+  readonly experts: {
+    readonly perLayer: number;
+    readonly perToken: number;
+    readonly activeWeightBytes: number;
+  } | null;
 }
 
 /** Reads {@link CheckpointFacts} from the header only. */
@@ -32,11 +41,24 @@ async function checkpointFacts(path: string): Promise<CheckpointFacts> {
     };
     const model = str('tokenizer.ggml.model');
     const pre = str('tokenizer.ggml.pre');
+    const moe = reader.config.moe;
+    let expertBytes = 0;
+    for (const [name, t] of reader.tensors) {
+      if (name.includes('.mlp.experts.')) expertBytes += t.byteLength;
+    }
+    const idle = moe ? 1 - moe.numExpertsPerToken / moe.numExperts : 0;
     return {
       weights: summarizeWeights(reader),
       architecture: reader.config.architecture,
       ggufArchitecture: reader.format === 'gguf' ? str('general.architecture') : null,
       ggufTokenizer: model === null ? null : pre === null ? model : `${model}/${pre}`,
+      experts: moe
+        ? {
+            perLayer: moe.numExperts,
+            perToken: moe.numExpertsPerToken,
+            activeWeightBytes: Math.round(reader.totalBytes - expertBytes * idle),
+          }
+        : null,
     };
   } finally {
     await reader.close();
@@ -98,6 +120,14 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         head_dim: layout.headDim,
         max_model_len: model.maxModelLen,
         weight_bytes: model.weightBytes,
+        experts:
+          facts.experts === null
+            ? null
+            : {
+                per_layer: facts.experts.perLayer,
+                per_token: facts.experts.perToken,
+                active_weight_bytes_per_token: facts.experts.activeWeightBytes,
+              },
       },
       weights: {
         types: weights.types.map((t) => ({
@@ -158,6 +188,11 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       ...(isDefault ? describeDefaultModel().map((line) => `                 ${line}`) : []),
       `architecture     ${facts.architecture}${fromFile.length > 0 ? ` (${fromFile.join(', ')})` : ''}`,
       `shape            ${layout.numLayers} layers, ${layout.numKvHeads} KV heads × ${layout.headDim}, context ${model.maxModelLen}`,
+      ...(facts.experts === null
+        ? []
+        : [
+            `experts          ${facts.experts.perLayer} per layer, ${facts.experts.perToken} per token: ${formatBytes(facts.experts.activeWeightBytes)} of weights active per token, ${formatBytes(plan.kvBytesPerToken)} of KV per token`,
+          ]),
       `weights          ${formatBytes(model.weightBytes)}: ${count(weights.parameters)} parameters, ${report.weights.bits_per_weight} bits per weight`,
       ...report.weights.types.map(
         (t) =>
