@@ -2,8 +2,9 @@
 // (hidden 768, 12 layers, 12 heads, MLP 2048, vocab 32000, tied) as a GGUF file; with an
 // architecture, the same shape as qwen3 (Q/K norm) or smollm3 (NoPE every fourth layer), or as
 // qwen3moe: each MLP 16 experts of width 256 of which a token takes 4 (Qwen3-30B-A3B's shape
-// scaled down: 166M parameters, 81M of them active per token, embedding included).
-//   tsx make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe]
+// scaled down: 166M parameters, 81M of them active per token, embedding included), or as gemma3
+// (GELU, sandwich norms, layers 0-4 and 6-10 sliding over 512 positions, 5 and 11 global).
+//   tsx make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3]
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,10 +14,11 @@ import { convertToGguf } from '../../packages/model/src/formats/gguf/convert.js'
 import { writeRandomCheckpoint } from '../../packages/model/src/formats/random-checkpoint.js';
 
 const USAGE =
-  'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe]';
+  'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3]';
 const [out, dtype = 'F16', kvHeads = '12', arch = 'llama'] = process.argv.slice(2);
 if (!out) fail(USAGE);
-if (arch !== 'llama' && arch !== 'qwen3' && arch !== 'smollm3' && arch !== 'qwen3moe') fail(USAGE);
+const ARCHS = ['llama', 'qwen3', 'smollm3', 'qwen3moe', 'gemma3'] as const;
+if (!(ARCHS as readonly string[]).includes(arch)) fail(USAGE);
 // The comparison's other files are llama-quantize's, made from this F16 file as llama.cpp's
 // users make theirs (build.sh builds it).
 if (dtype !== 'F16' && dtype !== 'Q8_0') {
@@ -29,7 +31,7 @@ if (dtype !== 'F16' && dtype !== 'Q8_0') {
 const config = makeModelConfig({
   ...LLAMA_110M,
   numKvHeads: Number(kvHeads),
-  architecture: arch,
+  architecture: arch as (typeof ARCHS)[number],
   ...(arch === 'qwen3moe'
     ? {
         moe: {
