@@ -266,7 +266,87 @@ function codeOf(f: () => unknown): string | undefined {
   return undefined;
 }
 
+/** google/gemma-3-1b-it's config.json (text-only Gemma3ForCausalLM). */
+const GEMMA3_1B = {
+  architectures: ['Gemma3ForCausalLM'],
+  attention_bias: false,
+  attn_logit_softcapping: null,
+  bos_token_id: 2,
+  eos_token_id: [1, 106],
+  final_logit_softcapping: null,
+  head_dim: 256,
+  hidden_activation: 'gelu_pytorch_tanh',
+  hidden_size: 1152,
+  intermediate_size: 6912,
+  max_position_embeddings: 32768,
+  model_type: 'gemma3_text',
+  num_attention_heads: 4,
+  num_hidden_layers: 26,
+  num_key_value_heads: 1,
+  query_pre_attn_scalar: 256,
+  rms_norm_eps: 1e-6,
+  rope_local_base_freq: 10000,
+  rope_scaling: null,
+  rope_theta: 1000000,
+  sliding_window: 512,
+  sliding_window_pattern: 6,
+  vocab_size: 262144,
+};
+
 describe('parseHfConfig', () => {
+  it('reads Gemma 3 1B (five sliding layers to one global, GELU, sandwich norms, scaled embeddings)', () => {
+    const c = parseHfConfig(GEMMA3_1B);
+    expect(c).toMatchObject({
+      architecture: 'gemma3',
+      qkNorm: true,
+      sandwichNorms: true,
+      mlpActivation: 'gelu-tanh',
+      embeddingScale: Math.sqrt(1152),
+      attentionScale: 1 / 16,
+      slidingWindow: 512,
+      localRopeTheta: 10000,
+      ropeTheta: 1e6,
+      tieWordEmbeddings: true,
+      eosTokenIds: [1, 106],
+    });
+    const globals = [5, 11, 17, 23];
+    expect(c.slidingWindowLayers).toEqual(
+      Array.from({ length: 26 }, (_, l) => l).filter((l) => !globals.includes(l)),
+    );
+    expect(c.finalLogitSoftcap).toBeUndefined();
+    expect(Math.round(parameterCount(c) / 1e6)).toBe(1000);
+    // Transformers' newer layer_types list says the same.
+    const { sliding_window_pattern: _, ...rest } = GEMMA3_1B;
+    const layerTypes = Array.from({ length: 26 }, (_, l) =>
+      globals.includes(l) ? 'full_attention' : 'sliding_attention',
+    );
+    expect(parseHfConfig({ ...rest, layer_types: layerTypes })).toEqual(c);
+    // Gemma 3 4B's text model: linear RoPE scaling (global layers), its own query scalar.
+    const four = parseHfConfig({
+      ...GEMMA3_1B,
+      rope_scaling: { rope_type: 'linear', factor: 8 },
+      query_pre_attn_scalar: 168,
+      final_logit_softcapping: 30,
+    });
+    expect(four.ropeScaling).toEqual({ type: 'linear', factor: 8 });
+    expect(four.attentionScale).toBeCloseTo(1 / Math.sqrt(168), 12);
+    expect(four.finalLogitSoftcap).toBe(30);
+    // What Gemma 3 does not have is refused with a typed code naming it.
+    expect(codeOf(() => parseHfConfig({ ...GEMMA3_1B, attn_logit_softcapping: 50 }))).toBe(
+      'UNSUPPORTED_ARCHITECTURE',
+    );
+    expect(codeOf(() => parseHfConfig({ ...GEMMA3_1B, hidden_activation: 'silu' }))).toBe(
+      'UNSUPPORTED_ARCHITECTURE',
+    );
+    expect(
+      codeOf(() => parseHfConfig({ ...rest, layer_types: ['sliding_attention'] })),
+      'one type per layer',
+    ).toBe('INVALID_CONFIG');
+    expect(codeOf(() => parseHfConfig({ ...GEMMA3_1B, sliding_window: null }))).toBe(
+      'INVALID_CONFIG',
+    );
+  });
+
   it('reads Llama 2 (MHA, defaults for absent rope_theta)', () => {
     const c = parseHfConfig(LLAMA2_7B);
     expect(c).toMatchObject({
@@ -504,6 +584,12 @@ describe('toHfConfig', () => {
       SMOLLM3_3B,
       SMOLLM_135M,
       TINYLLAMA,
+      GEMMA3_1B,
+      {
+        ...GEMMA3_1B,
+        rope_scaling: { rope_type: 'linear', factor: 8 },
+        final_logit_softcapping: 30,
+      },
     ]) {
       const c = parseHfConfig(j);
       expect(parseHfConfig(JSON.parse(JSON.stringify(toHfConfig(c))))).toEqual(c);
