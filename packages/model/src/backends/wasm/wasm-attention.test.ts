@@ -259,6 +259,7 @@ function wasmAttention(
   plan: NormalizedPlan,
   q: Float32Array,
   mass = false,
+  window = 0,
 ): Float32Array {
   const t = plan.numTokens;
   const d = kv.headDim;
@@ -295,7 +296,7 @@ function wasmAttention(
     kv.blockSize,
     kv.blockWords,
     kv.slabWords,
-    0,
+    window,
     f32Word(1 / Math.sqrt(d)),
     rt.arena.alloc(stride * rt.pool.threads),
     stride,
@@ -327,6 +328,26 @@ describe('wasm paged attention', () => {
         }
       });
     }
+    it(`${format}: a sliding window of 11 (decode, chunked and fresh prefill rows, mass) equals the CPU backend's`, async () => {
+      const shape = SHAPES[0] as (typeof SHAPES)[number];
+      const rt = await runtime(2);
+      const b = batch(spec(format, shape.hkv, 64, shape.blockSize), shape.hq, shape.hq * 7);
+      const c = tinyConfig({ numHeads: shape.hq, numKvHeads: shape.hkv, headDim: 64 });
+      const want = new Float32Array(b.q.length);
+      const wantMass = b.plan.massOut.map((m) => (m ? new Float64Array(m.length) : undefined));
+      pagedAttentionCpu(c, b.kv, b.cache, b.q, b.plan, want, wantMass, { window: 11 });
+      const got = wasmAttention(rt, b.kv, shape.hq, b.cache, b.plan, b.q, true, 11);
+      expect(maxRelDiff(got, want)).toBeLessThan(ATTENTION_TOL);
+      for (const [s, m] of b.plan.massOut.entries()) {
+        if (m === undefined) continue;
+        const tol = format.startsWith('int8') ? INT8_KEYS_MASS_TOL : MASS_TOL;
+        expect(maxRelDiff(m, Float32Array.from(wantMass[s] as Float64Array))).toBeLessThan(tol);
+      }
+      // The window decides: the whole context gives other rows.
+      const whole = new Float32Array(b.q.length);
+      pagedAttentionCpu(c, b.kv, b.cache, b.q, b.plan, whole);
+      expect(maxRelDiff(got, whole)).toBeGreaterThan(10 * ATTENTION_TOL);
+    });
     for (const shape of SHAPES) {
       it(`${format} ${shape.name} (block ${shape.blockSize}): decode, chunked and fresh prefill rows equal the CPU backend's`, async () => {
         const rt = await runtime(2);
