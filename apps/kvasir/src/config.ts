@@ -1,10 +1,10 @@
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { parseKvCompressionSetting } from '@kvasir/engine';
 import { checkRedisUrl } from '@kvasir/offload';
 import { z } from 'zod';
 import { KvasirAppError } from './errors.js';
-import { parseKvCompressionSetting } from './plugins/kv-compression.js';
 
 const positiveInt = z.number().int().min(1);
 

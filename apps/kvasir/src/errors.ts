@@ -1,3 +1,4 @@
+import { describeError } from '@kvasir/engine';
 import { KvasirError } from '@kvasir/errors';
 
 /** Stable codes of the app's own errors. */
@@ -17,22 +18,6 @@ export type KvasirAppErrorCode =
 
 /** An error of the `kvasir` app (configuration, policy loading, engine life cycle). */
 export class KvasirAppError extends KvasirError<KvasirAppErrorCode> {}
-
-/** Codes after which the device can run nothing more: the only step failures that are fatal. */
-const FATAL_CODES: ReadonlySet<string> = new Set(['DEVICE_LOST', 'DESTROYED']);
-
-/** True when `error` (or an error it was caused by) says the device is gone. */
-export function isDeviceLost(error: unknown): boolean {
-  for (let e = error, depth = 0; e !== undefined && depth < 8; depth++) {
-    if (KvasirError.isInstance(e) && FATAL_CODES.has(e.code)) return true;
-    e = e instanceof Error ? e.cause : undefined;
-  }
-  return false;
-}
-
-/** `Name: message` of an error, for one-line logs (no stack). */
-export const describeError = (error: unknown): string =>
-  error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 
 /**
  * The line a user sees for an error that ends a command: a typed error's message and code; for

@@ -1,3 +1,15 @@
+export type {
+  IncrementalDecoder,
+  KvasirEngineOptions,
+  MemoryPlan,
+  MemoryPlanInput,
+  MemorySource,
+  ModelFacts,
+  ModelRunner,
+  PrefixOffloadStats,
+  TextCodec,
+} from '@kvasir/engine';
+export { formatBytes, KvasirEngine, loadEvictionPolicy, planMemory } from '@kvasir/engine';
 export type { LoadOptions, LoadReport, RequestRecord } from './bench/load.js';
 export { runLoad } from './bench/load.js';
 export { seededRandom, syntheticPrompts } from './bench/prompts.js';
@@ -22,18 +34,7 @@ export {
 } from './default-model.js';
 export type { BuiltEngine } from './engine/bootstrap.js';
 export { buildEngine, loadAndPlan, resolveModelPath } from './engine/bootstrap.js';
-export type { KvasirEngineOptions, PrefixOffloadStats } from './engine/engine.js';
-export { KvasirEngine } from './engine/engine.js';
 export type { LoadedModel } from './engine/load-model-runner.js';
 export { loadModelRunner } from './engine/load-model-runner.js';
-export type { MemoryPlan, MemoryPlanInput, MemorySource } from './engine/memory-plan.js';
-export { formatBytes, planMemory } from './engine/memory-plan.js';
-export type {
-  IncrementalDecoder,
-  ModelFacts,
-  ModelRunner,
-  TextCodec,
-} from './engine/model-runner.js';
 export type { KvasirAppErrorCode } from './errors.js';
 export { KvasirAppError } from './errors.js';
-export { loadEvictionPolicy } from './plugins/eviction.js';

@@ -1,12 +1,12 @@
 import { performance } from 'node:perf_hooks';
+import type { ModelRunner } from '@kvasir/engine';
+import { loadKvCompression } from '@kvasir/engine';
 import type { EngineConfig } from '../config.js';
 import { resolveModelPath } from '../engine/bootstrap.js';
 import { type LoadedModel, loadModelRunner } from '../engine/load-model-runner.js';
-import type { ModelRunner } from '../engine/model-runner.js';
 import { KvasirAppError } from '../errors.js';
 import { PerplexityAccumulator } from '../eval/perplexity.js';
 import { type StreamingEvalStats, streamingEval } from '../eval/streaming-eval.js';
-import { loadKvCompression } from '../plugins/kv-compression.js';
 import { readEvalText } from './eval.js';
 
 /** Options of `kvasir eval` with `--kv-compression`. */

@@ -1,10 +1,10 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
+import type { ModelRunner } from '@kvasir/engine';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { EngineConfig } from '../config.js';
 import { resolveModelPath } from '../engine/bootstrap.js';
 import { type LoadedModel, loadModelRunner } from '../engine/load-model-runner.js';
-import type { ModelRunner } from '../engine/model-runner.js';
 import { KvasirAppError } from '../errors.js';
 import { EvalLogitsReader, EvalLogitsWriter } from '../eval/eval-logits-file.js';
 import { type EvalWindow, PerplexityAccumulator, slidingWindows } from '../eval/perplexity.js';

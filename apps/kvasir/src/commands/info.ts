@@ -1,8 +1,8 @@
+import { deviceBudgetText, formatBytes, type MemorySource } from '@kvasir/engine';
 import { openCheckpoint, summarizeWeights, type WeightSummary } from '@kvasir/model';
 import type { EngineConfig } from '../config.js';
 import { DEFAULT_MODEL_NAME, describeDefaultModel, RANDOM_MODEL_NAME } from '../default-model.js';
 import { loadAndPlan } from '../engine/bootstrap.js';
-import { deviceBudgetText, formatBytes, type MemorySource } from '../engine/memory-plan.js';
 
 const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
   configured: '--gpu-memory-bytes',

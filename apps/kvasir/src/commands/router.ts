@@ -1,3 +1,4 @@
+import { loadPlugin } from '@kvasir/engine';
 import { ModelTokenizer, openCheckpoint } from '@kvasir/model';
 import {
   type BuiltinRoutingName,
@@ -14,7 +15,6 @@ import { resolveModelPath } from '../engine/bootstrap.js';
 import { codecFor } from '../engine/load-model-runner.js';
 import { KvasirAppError } from '../errors.js';
 import { listenError } from '../listen-error.js';
-import { loadPlugin } from '../plugins/plugin-loader.js';
 
 const BUILTIN_ROUTING: readonly BuiltinRoutingName[] = [
   'cache-aware',

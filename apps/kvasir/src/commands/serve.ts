@@ -1,10 +1,10 @@
+import type { PrefixOffloadStats } from '@kvasir/engine';
+import { deviceBudgetText, formatBytes, type MemoryPlan } from '@kvasir/engine';
 import { createServer, handleShutdownSignals } from '@kvasir/server';
 import type { EngineConfig } from '../config.js';
 import { describeDefaultModel } from '../default-model.js';
 import { buildEngine } from '../engine/bootstrap.js';
-import type { PrefixOffloadStats } from '../engine/engine.js';
 import type { LoadedModel } from '../engine/load-model-runner.js';
-import { deviceBudgetText, formatBytes, type MemoryPlan } from '../engine/memory-plan.js';
 import { listenError } from '../listen-error.js';
 
 type Registry = ReturnType<typeof createServer>['metrics']['registry'];

@@ -1,6 +1,7 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { KvasirEngine } from '@kvasir/engine';
 import {
   defineKvConnector,
   type KvConnectorContext,
@@ -10,7 +11,6 @@ import type { GenerationRequest } from '@kvasir/server/spec';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseEngineConfig } from '../config.js';
 import { type BuiltEngine, buildEngine } from '../engine/bootstrap.js';
-import { KvasirEngine } from '../engine/engine.js';
 
 // A user's connector through the engine's `connectors` option, on the real engine and runner
 // (the seeded random-weight model on the wasm backend).

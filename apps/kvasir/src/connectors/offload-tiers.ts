@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { formatBytes, type MemoryPlan, type OffloadTiers, swapSpaceBlocks } from '@kvasir/engine';
 import {
   DiskStore,
   HostMemoryStore,
@@ -10,38 +11,9 @@ import {
 } from '@kvasir/offload';
 import type { EngineConfig } from '../config.js';
 import type { LoadedModel } from '../engine/load-model-runner.js';
-import { formatBytes, type MemoryPlan } from '../engine/memory-plan.js';
-import type { ModelFacts } from '../engine/model-runner.js';
 import { KvasirAppError } from '../errors.js';
 import { TIER_MEDIUM } from './kv-events.js';
 import { AnnouncingStore, type TierEventSink } from './tier-events.js';
-
-/** The offload store and its tiers (host, disk, Redis), top first. */
-export interface OffloadTiers {
-  readonly store: TieredStore;
-  readonly tiers: readonly KvBlockStore[];
-}
-
-/** With only a host tier, swap slots and prefix blocks would compete for one budget. */
-export const isHostOnly = (offload: OffloadTiers | undefined): boolean =>
-  (offload?.tiers.length ?? 0) === 1;
-
-/**
- * Blocks swap preemption may move out of the device (0: every preemption recomputes). With the
- * host tier alone, what its budget holds; with a disk or Redis tier below (write-through keeps
- * there the blocks the host tier evicts), four times the device's blocks.
- */
-export function swapSpaceBlocks(
-  config: EngineConfig,
-  facts: Pick<ModelFacts, 'blockBytes' | 'numBlocks'>,
-  tiers: readonly string[],
-): number {
-  if (config.preemptionMode !== 'swap' || tiers.length === 0) return 0;
-  if (config.offload.swapBlocks !== undefined) return config.offload.swapBlocks;
-  return tiers.every((t) => t === 'host')
-    ? Math.floor(config.offload.hostBytes / facts.blockBytes)
-    : 4 * facts.numBlocks;
-}
 
 /**
  * Opens every configured offload tier (host memory, disk, Redis), checking each one now so that

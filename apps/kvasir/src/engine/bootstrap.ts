@@ -1,4 +1,17 @@
 import { basename, resolve } from 'node:path';
+import {
+  checkDefaultCompression,
+  type DeviceMemoryInput,
+  deviceMemory,
+  hostAvailableBytes,
+  KvasirEngine,
+  type KvCompressionSetup,
+  loadEvictionPolicy,
+  loadKvCompression,
+  loadKvConnectors,
+  type MemoryPlan,
+  planMemory,
+} from '@kvasir/engine';
 import { defaultCacheDir, type EngineConfig } from '../config.js';
 import { KvEventPublisher } from '../connectors/kv-events.js';
 import {
@@ -15,22 +28,7 @@ import {
   RANDOM_MODEL_NAME,
 } from '../default-model.js';
 import { KvasirAppError } from '../errors.js';
-import { loadEvictionPolicy } from '../plugins/eviction.js';
-import {
-  checkDefaultCompression,
-  type KvCompressionSetup,
-  loadKvCompression,
-} from '../plugins/kv-compression.js';
-import { loadKvConnectors } from '../plugins/kv-connector.js';
-import { KvasirEngine } from './engine.js';
 import { type LoadedModel, loadModelRunner } from './load-model-runner.js';
-import {
-  type DeviceMemoryInput,
-  deviceMemory,
-  hostAvailableBytes,
-  type MemoryPlan,
-  planMemory,
-} from './memory-plan.js';
 
 /** An engine with everything it was built from, for banners, `info` and shutdown. */
 export interface BuiltEngine {

@@ -1,10 +1,14 @@
+import {
+  type DeviceMemoryInput,
+  KvasirEngineError,
+  planMemory,
+  WEBGPU_DEFAULT_MEMORY_BYTES,
+} from '@kvasir/engine';
 import { kvBytesPerBlock } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { KvasirAppError } from '../errors.js';
 import { splitDeviceInputs } from './bootstrap.js';
 import type { PlacedDevice } from './load-model-runner.js';
-import { type DeviceMemoryInput, planMemory, WEBGPU_DEFAULT_MEMORY_BYTES } from './memory-plan.js';
 
 // A model split by layer: each device's memory holds its weights and its layers' part of every
 // block, so the device with the least room bounds the block count, and one that cannot hold its
@@ -88,9 +92,9 @@ describe('the memory plan of a model split by layer', () => {
             plan = hostPlan(devices, override);
           } catch (error) {
             // Refused only naming a device that cannot hold its share, or a forced count.
-            expect(KvasirAppError.isInstance(error)).toBe(true);
-            expect((error as KvasirAppError).code).toBe('INVALID_CONFIG');
-            const i = (error as KvasirAppError).details?.device as number;
+            expect(KvasirEngineError.isInstance(error)).toBe(true);
+            expect((error as KvasirEngineError).code).toBe('INVALID_CONFIG');
+            const i = (error as KvasirEngineError).details?.device as number;
             expect((error as Error).message).toContain(`device ${i} (`);
             const s = specs[i] as (typeof specs)[number];
             const budget = Math.floor(s.memory * s.fraction);
@@ -124,7 +128,7 @@ describe('the memory plan of a model split by layer', () => {
       try {
         hostPlan([device(0, 4), device(1, 4, { weightBytes: 61 * MiB })]);
       } catch (error) {
-        return error as KvasirAppError;
+        return error as KvasirEngineError;
       }
       throw new Error('planned');
     })();

@@ -2,6 +2,7 @@ import { mkdtempSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { forcedTokens } from '@kvasir/engine';
 import {
   type CompiledConstraint,
   type ConstraintCompiler,
@@ -16,7 +17,6 @@ import { Ajv } from 'ajv';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { parseEngineConfig } from '../config.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
-import { forcedTokens } from './output-constraints.js';
 
 // Jump-forward decoding through the real engine (random model, greedy, a 14-block cache that an
 // unconstrained neighbour's two choices cannot share, so requests are preempted and

@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { basename } from 'node:path';
+import type { ModelRunner, TextCodec } from '@kvasir/engine';
+import { templateMessage } from '@kvasir/engine';
 import type { Gpu } from '@kvasir/gpu';
 import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
 import {
@@ -29,9 +31,7 @@ import {
 } from '@kvasir/server/spec';
 import type { EngineConfig } from '../config.js';
 import { KvasirAppError } from '../errors.js';
-import { templateMessage } from './chat-template-messages.js';
 import { asAppError, chooseBackend, openPlacementGpus, placeDevices } from './device-choice.js';
-import type { ModelRunner, TextCodec } from './model-runner.js';
 import { decoderShowing, toolCallControlTokens } from './tool-call-token.js';
 
 /** A model whose weights are loaded, before its KV cache is allocated. */

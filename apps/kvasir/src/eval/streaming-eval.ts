@@ -1,9 +1,9 @@
 import { performance } from 'node:perf_hooks';
+import type { ModelRunner } from '@kvasir/engine';
+import { createScheduler } from '@kvasir/engine';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import type { BatchPlan, KvCompressionSpec } from '@kvasir/scheduler';
 import type { EngineConfig } from '../config.js';
-import type { ModelRunner } from '../engine/model-runner.js';
-import { createScheduler } from '../engine/scheduler-setup.js';
 import { KvasirAppError } from '../errors.js';
 
 /** What one streaming evaluation measured besides the scored logits. */

@@ -9,8 +9,8 @@ import {
   SwapConnector,
   validateKvConnector,
 } from '@kvasir/offload/connectors';
-import type { EngineConfig } from '../config.js';
-import type { ModelRunner } from '../engine/model-runner.js';
+import type { EngineSettings } from './engine-settings.js';
+import type { ModelRunner } from './model-runner.js';
 import { isHostOnly, type OffloadTiers } from './offload-tiers.js';
 
 /** Reports a connector's failure: its name and what went wrong. */
@@ -149,7 +149,7 @@ export function blockIoOf(runner: ModelRunner): KvBlockIo {
  * @throws {OffloadError} INVALID_CONNECTOR for a user factory that returns no valid connector.
  */
 export function createEngineConnectors(
-  config: EngineConfig,
+  config: EngineSettings,
   offload: OffloadTiers | undefined,
   context: KvConnectorContext,
   user: readonly KvConnectorFactory[],

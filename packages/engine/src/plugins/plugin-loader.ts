@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from '../errors.js';
 
 /**
  * How long a plug-in module may take to load. A top-level `await` that never settles would
@@ -33,7 +33,7 @@ export interface PluginKind<T> {
  * @returns a factory of validated plug-ins (an exported object is returned by every call); it
  *   throws `POLICY_LOAD` naming the module when the module's factory throws or breaks the
  *   contract.
- * @throws KvasirAppError `POLICY_LOAD` when the module cannot be imported (or does not finish
+ * @throws KvasirEngineError `POLICY_LOAD` when the module cannot be imported (or does not finish
  *   loading within `importTimeoutMs`), exports nothing usable, or what it makes breaks the
  *   contract.
  */
@@ -51,7 +51,7 @@ export async function loadPlugin<T, Args extends unknown[] = []>(
       timer = setTimeout(
         () =>
           reject(
-            new KvasirAppError(
+            new KvasirEngineError(
               'POLICY_LOAD',
               `${plugin.kind} module ${path} did not finish loading within ${importTimeoutMs / 1000} s (a top-level await that never settles?)`,
             ),
@@ -64,8 +64,8 @@ export async function loadPlugin<T, Args extends unknown[] = []>(
       unknown
     >;
   } catch (error) {
-    if (KvasirAppError.isInstance(error)) throw error;
-    throw new KvasirAppError(
+    if (KvasirEngineError.isInstance(error)) throw error;
+    throw new KvasirEngineError(
       'POLICY_LOAD',
       `cannot load ${plugin.kind} module ${path}: ${(error as Error).message}${plugin.alternatives ? ` (expected ${plugin.alternatives})` : ''}`,
       { cause: error },
@@ -75,7 +75,7 @@ export async function loadPlugin<T, Args extends unknown[] = []>(
   }
   const exported = mod.default ?? mod.plugin;
   const fail = (why: string, cause?: unknown): never => {
-    throw new KvasirAppError('POLICY_LOAD', `${plugin.kind} module ${path} ${why}`, { cause });
+    throw new KvasirEngineError('POLICY_LOAD', `${plugin.kind} module ${path} ${why}`, { cause });
   };
   const check = (value: unknown): T => {
     try {

@@ -9,7 +9,7 @@ import {
 } from '@kvasir/scheduler';
 import type { KvCompressionRequest } from '@kvasir/server/spec';
 import { EngineError } from '@kvasir/server/spec';
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from '../errors.js';
 import { DEFAULT_PLUGIN_BUDGET_MS, PluginGuard } from './plugin-guard.js';
 import { loadPlugin } from './plugin-loader.js';
 
@@ -40,7 +40,7 @@ function isModulePath(text: string): boolean {
  * Parses a `--kv-compression` setting without loading anything: a built-in spec, or the module
  * path and the positions that follow it. Every command that reads the setting (`serve`, `info`,
  * `eval`, the config file's check) goes through this one parser.
- * @throws KvasirAppError `INVALID_CONFIG` naming `--kv-compression` and what is wrong.
+ * @throws KvasirEngineError `INVALID_CONFIG` naming `--kv-compression` and what is wrong.
  */
 export function parseKvCompressionSetting(
   setting: string,
@@ -54,7 +54,7 @@ export function parseKvCompressionSetting(
     if (options === '') return { modulePath: path!, positions: 'cache' };
     const m = /^positions=(cache|original)$/.exec(options);
     if (!m) {
-      throw new KvasirAppError(
+      throw new KvasirEngineError(
         'INVALID_CONFIG',
         `--kv-compression: after a module path only positions=cache|original may follow, got ${JSON.stringify(options)}`,
       );
@@ -64,7 +64,7 @@ export function parseKvCompressionSetting(
   try {
     return { spec: parseKvCompression(setting, { blockSize }) };
   } catch (error) {
-    throw new KvasirAppError('INVALID_CONFIG', `--kv-compression: ${(error as Error).message}`, {
+    throw new KvasirEngineError('INVALID_CONFIG', `--kv-compression: ${(error as Error).message}`, {
       cause: error,
     });
   }
@@ -75,7 +75,7 @@ export function parseKvCompressionSetting(
  * `h2o:budget=256`), or the path of a JavaScript module whose default export is a
  * `KvCompressionPolicy` (or a factory of one), optionally followed by `:positions=original`.
  * A module's policy runs under a {@link PluginGuard} (`budgetMs` per call).
- * @throws KvasirAppError `INVALID_CONFIG` for a bad built-in spec, `POLICY_LOAD` for a module
+ * @throws KvasirEngineError `INVALID_CONFIG` for a bad built-in spec, `POLICY_LOAD` for a module
  *   that does not load, exports no valid policy, takes a built-in's name or whose `maxBlocks`
  *   fails.
  */
@@ -94,7 +94,7 @@ export async function loadKvCompression(
   });
   const loaded = make();
   const refuse = (why: string, cause?: unknown): never => {
-    throw new KvasirAppError(
+    throw new KvasirEngineError(
       'POLICY_LOAD',
       `KV compression policy module ${parsed.modulePath} (policy ${loaded.name}) ${why}`,
       { cause },
@@ -210,7 +210,7 @@ export function kvCompressionSetup(
 /**
  * Refuses, at start-up, a default policy that every request would be refused for: in cache
  * positions its cache must stay below the context (positions run up to its size).
- * @throws KvasirAppError `INVALID_CONFIG` naming `--kv-compression`, the sizes and the way out.
+ * @throws KvasirEngineError `INVALID_CONFIG` naming `--kv-compression`, the sizes and the way out.
  */
 export function checkDefaultCompression(
   setup: KvCompressionSetup,
@@ -221,7 +221,7 @@ export function checkDefaultCompression(
   if (!spec || spec.positions === 'original') return;
   const tokens = spec.policy.maxBlocks(blockSize) * blockSize;
   if (tokens >= maxModelLen) {
-    throw new KvasirAppError(
+    throw new KvasirEngineError(
       'INVALID_CONFIG',
       `--kv-compression: ${spec.policy.name} holds up to ${tokens} tokens (whole blocks of ${blockSize}), so cache positions would reach the context of ${maxModelLen}: keep its budget under ${maxModelLen} tokens, or add positions=original`,
     );

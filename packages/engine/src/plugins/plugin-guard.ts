@@ -1,4 +1,4 @@
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from '../errors.js';
 
 /** Default time budget of one call into a user's plug-in, in milliseconds. */
 export const DEFAULT_PLUGIN_BUDGET_MS = 250;
@@ -32,12 +32,12 @@ export class PluginGuard {
 
   /**
    * Runs `hook` of the plug-in. A throw passes through as is.
-   * @throws KvasirAppError `PLUGIN_FAILED` when the plug-in is disabled, or this call overran
+   * @throws KvasirEngineError `PLUGIN_FAILED` when the plug-in is disabled, or this call overran
    *   the budget (which disables it).
    */
   call<R>(hook: string, run: () => R): R {
     if (this.#disabled !== undefined) {
-      throw new KvasirAppError('PLUGIN_FAILED', `${this.label} is disabled: ${this.#disabled}`, {
+      throw new KvasirEngineError('PLUGIN_FAILED', `${this.label} is disabled: ${this.#disabled}`, {
         details: { plugin: this.label, hook },
       });
     }
@@ -52,7 +52,7 @@ export class PluginGuard {
       }
     }
     if (this.#disabled !== undefined) {
-      throw new KvasirAppError('PLUGIN_FAILED', `${this.label} ${this.#disabled}; disabled`, {
+      throw new KvasirEngineError('PLUGIN_FAILED', `${this.label} ${this.#disabled}; disabled`, {
         details: { plugin: this.label, hook },
       });
     }

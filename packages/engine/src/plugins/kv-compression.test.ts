@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EngineError, type KvCompressionRequest } from '@kvasir/server/spec';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from '../errors.js';
 import { checkDefaultCompression, loadKvCompression } from './kv-compression.js';
 
 let dir: string;
@@ -86,8 +86,8 @@ describe('--kv-compression and kv_compression', () => {
       try {
         await loadKvCompression(setting, 16);
       } catch (error) {
-        expect(KvasirAppError.isInstance(error)).toBe(true);
-        return error as KvasirAppError;
+        expect(KvasirEngineError.isInstance(error)).toBe(true);
+        return error as KvasirEngineError;
       }
       throw new Error(`expected ${setting} to be refused`);
     };

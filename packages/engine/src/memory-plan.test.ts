@@ -1,7 +1,7 @@
 import { kvBytesPerBlock } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from './errors.js';
 import { planMemory } from './memory-plan.js';
 
 const layout = { numLayers: 4, numKvHeads: 2, headDim: 32, blockSize: 16, bytesPerElement: 4 };
@@ -41,7 +41,7 @@ describe('planMemory', () => {
               maxBindingBytes: binding,
             });
           } catch (error) {
-            expect(KvasirAppError.isInstance(error)).toBe(true);
+            expect(KvasirEngineError.isInstance(error)).toBe(true);
             return;
           }
           expect(plan.numBlocks).toBeGreaterThanOrEqual(1);

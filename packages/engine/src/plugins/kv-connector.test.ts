@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { defineKvConnector, type KvConnectorStep } from '@kvasir/offload/connectors';
 import { describe, expect, it } from 'vitest';
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from '../errors.js';
 import { guardKvConnector, loadKvConnectors } from './kv-connector.js';
 import { PluginGuard } from './plugin-guard.js';
 
@@ -71,7 +71,7 @@ describe('guardKvConnector', () => {
     } catch (e) {
       error = e;
     }
-    expect(KvasirAppError.isInstance(error) && error.code).toBe('PLUGIN_FAILED');
+    expect(KvasirEngineError.isInstance(error) && error.code).toBe('PLUGIN_FAILED');
     expect(guard.disabled).toMatch(/afterForward took \d+ ms/);
     // Off: it brings nothing, has no work, and none of its code runs again.
     expect(await guarded.onAdmit?.(request)).toBe(0);

@@ -34,7 +34,7 @@ import { loadPlugin } from './plugin-loader.js';
  * synchronous part is timed: what a hook awaits (its storage) is the connector's to bound.
  * @returns one factory per module, in order; each throws `POLICY_LOAD` naming its module when
  *   the module's factory throws or returns no valid connector.
- * @throws KvasirAppError `POLICY_LOAD` when a module cannot be imported or exports neither a
+ * @throws KvasirEngineError `POLICY_LOAD` when a module cannot be imported or exports neither a
  *   connector nor a function.
  */
 export async function loadKvConnectors(

@@ -1,13 +1,13 @@
 import type { KvCacheManager } from '@kvasir/kv-allocator';
 import { queuePolicies, Scheduler } from '@kvasir/scheduler';
 import type { EngineStats } from '@kvasir/server/spec';
-import type { EngineConfig } from '../config.js';
-import { type OffloadTiers, swapSpaceBlocks } from '../connectors/offload-tiers.js';
+import type { EngineSettings } from './engine-settings.js';
 import type { ModelFacts } from './model-runner.js';
+import { type OffloadTiers, swapSpaceBlocks } from './offload-tiers.js';
 
 /** The scheduler an engine runs, configured from the engine config and the model's facts. */
 export function createScheduler(
-  config: EngineConfig,
+  config: EngineSettings,
   kvCache: KvCacheManager,
   facts: ModelFacts,
   offload: OffloadTiers | undefined,

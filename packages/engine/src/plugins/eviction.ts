@@ -32,7 +32,7 @@ import { loadPlugin } from './plugin-loader.js';
  *
  * A module's policy runs under a {@link PluginGuard}: a hook that overruns `budgetMs` throws, and
  * the block pool then goes on with its built-in LRU policy, as it does for a hook that throws.
- * @throws KvasirAppError `POLICY_LOAD` when the module cannot be imported or exports no valid
+ * @throws KvasirEngineError `POLICY_LOAD` when the module cannot be imported or exports no valid
  *   policy.
  */
 export async function loadEvictionPolicy(

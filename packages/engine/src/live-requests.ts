@@ -1,6 +1,6 @@
 import type { BatchPlan, RequestOutput, Scheduler } from '@kvasir/scheduler';
 import { EngineError } from '@kvasir/server/spec';
-import { describeError } from '../errors.js';
+import { describeError } from './errors.js';
 import type { LiveRequest } from './live-request.js';
 
 /**

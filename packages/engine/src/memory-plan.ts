@@ -5,7 +5,7 @@ import {
   kvBytesPerBlock,
   kvBytesPerToken,
 } from '@kvasir/kv-allocator';
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from './errors.js';
 
 /** What WebGPU gets planned with when not told: it cannot report its memory. */
 export const WEBGPU_DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024;
@@ -128,7 +128,7 @@ export interface MemoryPlan {
  * single storage binding.
  * A model split by layer is bounded as well by each device's own memory (see
  * {@link MemoryPlanInput.devices}).
- * @throws KvasirAppError `OUT_OF_MEMORY` when not even one block fits after the weights;
+ * @throws KvasirEngineError `OUT_OF_MEMORY` when not even one block fits after the weights;
  *   `INVALID_CONFIG` when a forced block count exceeds what one buffer per layer holds, or
  *   when a device of a split model cannot hold its weights and one block (the message names
  *   the device and its numbers).
@@ -147,7 +147,7 @@ export function planMemory(input: MemoryPlanInput): MemoryPlan {
   const devices = input.devices?.map((d) => deviceShare(d, perLayerBlock));
   for (const [i, d] of (devices ?? []).entries()) {
     if (d.maxBlocks < 1) {
-      throw new KvasirAppError(
+      throw new KvasirEngineError(
         'INVALID_CONFIG',
         `${d.name}: its weights (${formatBytes(d.weightBytes)}) and activations (${formatBytes(d.reservedBytes)}) leave no room for its part of one KV block (${formatBytes(perLayerBlock * d.numLayers)}) in its budget of ${formatBytes(d.budgetBytes)} (${budgetWords(d)}): give it fewer layers`,
         { details: { device: i, budget: d.budgetBytes, weights: d.weightBytes } },
@@ -162,7 +162,7 @@ export function planMemory(input: MemoryPlanInput): MemoryPlan {
   if (input.numBlocksOverride !== undefined) {
     for (const [i, d] of (devices ?? []).entries()) {
       if (input.numBlocksOverride > d.maxBlocks) {
-        throw new KvasirAppError(
+        throw new KvasirEngineError(
           'INVALID_CONFIG',
           `--num-gpu-blocks: ${input.numBlocksOverride} blocks do not fit ${d.name}, whose budget of ${formatBytes(d.budgetBytes)} (${budgetWords(d)}) holds its weights (${formatBytes(d.weightBytes)}), activations and ${d.maxBlocks} blocks`,
           { details: { numGpuBlocks: input.numBlocksOverride, device: i, max: d.maxBlocks } },
@@ -170,7 +170,7 @@ export function planMemory(input: MemoryPlanInput): MemoryPlan {
       }
     }
     if (input.numBlocksOverride > byBinding) {
-      throw new KvasirAppError(
+      throw new KvasirEngineError(
         'INVALID_CONFIG',
         `--num-gpu-blocks: ${input.numBlocksOverride} blocks do not fit: one layer's cache must fit one buffer of at most ${input.maxBindingBytes} B on this backend, which holds ${byBinding} blocks`,
         { details: { numGpuBlocks: input.numBlocksOverride, max: byBinding } },
@@ -181,7 +181,7 @@ export function planMemory(input: MemoryPlanInput): MemoryPlan {
     limitingDevice = undefined;
   }
   if (numBlocks < 1) {
-    throw new KvasirAppError(
+    throw new KvasirEngineError(
       'OUT_OF_MEMORY',
       `no room for the KV cache: budget ${budget} B, weights ${input.weightBytes} B, activations ${input.activationBytes} B, one block ${perBlock} B; raise --gpu-memory-fraction or --gpu-memory-bytes`,
       { details: { budget, perBlock } },

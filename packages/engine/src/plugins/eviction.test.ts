@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { describe, expect, it } from 'vitest';
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from '../errors.js';
 import { loadEvictionPolicy } from './eviction.js';
 
 const MRU_MODULE = `
@@ -94,7 +94,7 @@ export default defineEvictionPolicy({
       await writeFile(join(dir, file), source);
       await expect(loadEvictionPolicy(file, dir)).rejects.toSatisfy(
         (e: unknown) =>
-          KvasirAppError.isInstance(e) && e.code === 'POLICY_LOAD' && message.test(e.message),
+          KvasirEngineError.isInstance(e) && e.code === 'POLICY_LOAD' && message.test(e.message),
       );
     }
   });
@@ -107,11 +107,11 @@ export default defineEvictionPolicy({
     );
     await expect(loadEvictionPolicy('bad.mjs', dir)).rejects.toSatisfy(
       (e: unknown) =>
-        KvasirAppError.isInstance(e) && e.code === 'POLICY_LOAD' && /touch/.test(e.message),
+        KvasirEngineError.isInstance(e) && e.code === 'POLICY_LOAD' && /touch/.test(e.message),
     );
     await expect(loadEvictionPolicy('missing.mjs', dir)).rejects.toSatisfy(
       (e: unknown) =>
-        KvasirAppError.isInstance(e) &&
+        KvasirEngineError.isInstance(e) &&
         e.code === 'POLICY_LOAD' &&
         /expected lru, lfu, fifo or a path/.test(e.message),
     );

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { KvasirAppError } from '../errors.js';
+import { KvasirEngineError } from '../errors.js';
 import { PluginGuard } from './plugin-guard.js';
 
 const spin = (ms: number) => {
@@ -36,7 +36,7 @@ describe('PluginGuard', () => {
     } catch (e) {
       error = e;
     }
-    expect(KvasirAppError.isInstance(error) && error.code).toBe('PLUGIN_FAILED');
+    expect(KvasirEngineError.isInstance(error) && error.code).toBe('PLUGIN_FAILED');
     expect((error as Error).message).toMatch(/is disabled: select took/);
     expect(runs).toBe(1);
   });

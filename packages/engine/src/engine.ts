@@ -19,21 +19,17 @@ import {
   type InferenceEngine,
   type ModelCard,
 } from '@kvasir/server/spec';
-import type { EngineConfig } from '../config.js';
-import {
-  blockIoOf,
-  createEngineConnectors,
-  type EngineConnectors,
-} from '../connectors/engine-connectors.js';
-import type { OffloadTiers } from '../connectors/offload-tiers.js';
-import { describeError, isDeviceLost } from '../errors.js';
-import { type KvCompressionSetup, kvCompressionSetup } from '../plugins/kv-compression.js';
 import { admitRequest, schedulerRefusal, schedulerRequest } from './admission.js';
+import { blockIoOf, createEngineConnectors, type EngineConnectors } from './engine-connectors.js';
+import type { EngineSettings } from './engine-settings.js';
+import { describeError, isDeviceLost } from './errors.js';
 import { LiveRequest } from './live-request.js';
 import { LiveRequests } from './live-requests.js';
 import type { ModelRunner } from './model-runner.js';
+import type { OffloadTiers } from './offload-tiers.js';
 import { ENGINE_CAPABILITIES, OutputConstraints } from './output-constraints.js';
 import { compressionPolicyFailure, PluginFailures } from './plugin-failures.js';
+import { type KvCompressionSetup, kvCompressionSetup } from './plugins/kv-compression.js';
 import { forwardAndSample } from './sample-step.js';
 import { createScheduler, engineStats } from './scheduler-setup.js';
 import { StepLoop } from './step-loop.js';
@@ -43,7 +39,7 @@ export type { PrefixOffloadStats } from '@kvasir/offload/connectors';
 /** Options of {@link KvasirEngine}. */
 export interface KvasirEngineOptions {
   readonly runner: ModelRunner;
-  readonly config: EngineConfig;
+  readonly config: EngineSettings;
   /** Eviction policy of the GPU block pool (from {@link loadEvictionPolicy}). */
   readonly evictionPolicy?: EvictionPolicy<number>;
   /** Where swapped-out blocks go: the tiered store and its tiers (host, disk, Redis). */
@@ -83,7 +79,7 @@ export class KvasirEngine implements InferenceEngine {
   readonly specificationVersion = 'v1';
   readonly capabilities: EngineCapabilities = ENGINE_CAPABILITIES;
   readonly runner: ModelRunner;
-  readonly config: EngineConfig;
+  readonly config: EngineSettings;
   readonly kvCache: KvCacheManager;
   readonly scheduler: Scheduler;
   readonly modelCard: ModelCard;

@@ -1,0 +1,4 @@
+import { kvasirTsupOptions } from '@kvasir/tsup-config';
+import { defineConfig } from 'tsup';
+
+export default defineConfig(kvasirTsupOptions(['src/index.ts']));
