@@ -46,7 +46,7 @@ export interface KvasirEngineOptions {
   readonly offload?: OffloadTiers;
   /** Name clients use; default the runner's model id. */
   readonly servedModelName?: string;
-  /** Where the engine reports failures it survived (a failed step); default stderr. */
+  /** Where the engine reports failures it survived (a failed step); default `console.error` (stderr in Node). */
   readonly log?: (line: string) => void;
   /** Token-level KV compression: the default and a user's policy (from {@link loadKvCompression}). */
   readonly kvCompression?: KvCompressionSetup;
@@ -103,7 +103,7 @@ export class KvasirEngine implements InferenceEngine {
     this.runner = runner;
     this.config = config;
     this.#offload = options.offload;
-    this.#log = options.log ?? ((line) => process.stderr.write(`kvasir: ${line}\n`));
+    this.#log = options.log ?? ((line) => console.error(`kvasir: ${line}`));
     this.#pluginFailures = new PluginFailures(this.#log);
     const facts = runner.facts;
     this.kvCache = new KvCacheManager({

@@ -21,7 +21,6 @@ export {
   deviceBudgetText,
   deviceMemory,
   formatBytes,
-  hostAvailableBytes,
   planMemory,
   WEBGPU_DEFAULT_MEMORY_BYTES,
 } from './memory-plan.js';
@@ -39,8 +38,12 @@ export {
 } from './plugins/kv-compression.js';
 export { guardKvConnector, loadKvConnectors } from './plugins/kv-connector.js';
 export { DEFAULT_PLUGIN_BUDGET_MS, PluginGuard } from './plugins/plugin-guard.js';
-export type { PluginKind } from './plugins/plugin-loader.js';
-export { loadPlugin, PLUGIN_IMPORT_TIMEOUT_MS } from './plugins/plugin-loader.js';
+export type { PluginKind, PluginSource } from './plugins/plugin-loader.js';
+export {
+  loadPlugin,
+  PLUGIN_IMPORT_TIMEOUT_MS,
+  URL_PLUGIN_SOURCE,
+} from './plugins/plugin-loader.js';
 export { createScheduler, engineStats } from './scheduler-setup.js';
 export type { StopMatchResult } from './stop-strings.js';
 export { StopStringMatcher } from './stop-strings.js';

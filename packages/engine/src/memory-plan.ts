@@ -1,4 +1,3 @@
-import { freemem } from 'node:os';
 import {
   blocksThatFit,
   type KvLayout,
@@ -14,24 +13,15 @@ export const WEBGPU_DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024;
 export type MemorySource = 'configured' | 'webgpu-default' | 'host-available';
 
 /**
- * Host memory this process may still take: what the OS reports available, within a cgroup
- * (container) limit when there is one.
- */
-export function hostAvailableBytes(): number {
-  const available = freemem();
-  const limit = process.constrainedMemory?.() ?? 0;
-  return limit > 0 && limit < available ? limit : available;
-}
-
-/**
  * The memory to plan with: the configured bytes; else, on the CPU backend (whose weights, KV
  * cache and activations are all host memory), the host's available memory; else WebGPU's
- * fixed default.
+ * fixed default. `hostBytes` reads the host's available memory (the app's `hostAvailableBytes`
+ * in Node; a page passes what it may use).
  */
 export function deviceMemory(
   configured: number | undefined,
   device: 'webgpu' | 'cpu',
-  hostBytes: () => number = hostAvailableBytes,
+  hostBytes: () => number,
 ): { readonly bytes: number; readonly source: MemorySource } {
   if (configured !== undefined) return { bytes: configured, source: 'configured' };
   if (device === 'cpu') return { bytes: hostBytes(), source: 'host-available' };

@@ -7,6 +7,7 @@ import { type LoadedModel, loadModelRunner } from '../engine/load-model-runner.j
 import { KvasirAppError } from '../errors.js';
 import { PerplexityAccumulator } from '../eval/perplexity.js';
 import { type StreamingEvalStats, streamingEval } from '../eval/streaming-eval.js';
+import { nodePluginSource } from '../plugins/node-plugin-source.js';
 import { readEvalText } from './eval.js';
 
 /** Options of `kvasir eval` with `--kv-compression`. */
@@ -69,6 +70,7 @@ export async function streamingEvalCommand(
   const text = await readEvalText(options.file);
   const setup = await loadKvCompression(config.kvCompression, config.blockSize, {
     budgetMs: config.pluginBudgetMs,
+    source: nodePluginSource(),
   });
   const spec = setup.defaultSpec!;
   const started = performance.now();

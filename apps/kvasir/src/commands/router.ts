@@ -15,6 +15,7 @@ import { resolveModelPath } from '../engine/bootstrap.js';
 import { codecFor } from '../engine/load-model-runner.js';
 import { KvasirAppError } from '../errors.js';
 import { listenError } from '../listen-error.js';
+import { nodePluginSource } from '../plugins/node-plugin-source.js';
 
 const BUILTIN_ROUTING: readonly BuiltinRoutingName[] = [
   'cache-aware',
@@ -92,11 +93,15 @@ async function loadTokenizer(
 async function routingPolicy(setting: string): Promise<BuiltinRoutingName | RoutingPolicy> {
   if ((BUILTIN_ROUTING as readonly string[]).includes(setting))
     return setting as BuiltinRoutingName;
-  const make = await loadPlugin(setting, {
-    kind: 'routing policy',
-    validate: validateRoutingPolicy,
-    alternatives: BUILTIN_ROUTING.join(', '),
-  });
+  const make = await loadPlugin(
+    setting,
+    {
+      kind: 'routing policy',
+      validate: validateRoutingPolicy,
+      alternatives: BUILTIN_ROUTING.join(', '),
+    },
+    nodePluginSource(),
+  );
   return make();
 }
 

@@ -3,7 +3,6 @@ import {
   checkDefaultCompression,
   type DeviceMemoryInput,
   deviceMemory,
-  hostAvailableBytes,
   KvasirEngine,
   type KvCompressionSetup,
   loadEvictionPolicy,
@@ -28,6 +27,8 @@ import {
   RANDOM_MODEL_NAME,
 } from '../default-model.js';
 import { KvasirAppError } from '../errors.js';
+import { nodePluginSource } from '../plugins/node-plugin-source.js';
+import { hostAvailableBytes } from './host-memory.js';
 import { type LoadedModel, loadModelRunner } from './load-model-runner.js';
 
 /** An engine with everything it was built from, for banners, `info` and shutdown. */
@@ -131,8 +132,9 @@ export async function loadAndPlan(config: EngineConfig): Promise<{
     ? deviceMemory(
         model.devices.some((d) => !d.hostMemory) ? undefined : config.gpuMemoryBytes,
         'cpu',
+        hostAvailableBytes,
       )
-    : deviceMemory(config.gpuMemoryBytes, model.device);
+    : deviceMemory(config.gpuMemoryBytes, model.device, hostAvailableBytes);
   let plan: MemoryPlan;
   try {
     plan = planMemory({
@@ -180,9 +182,13 @@ export async function buildEngine(
         };
   try {
     const budget = { budgetMs: config.pluginBudgetMs };
-    evictionPolicy = await loadEvictionPolicy(config.evictionPolicy, process.cwd(), budget);
-    kvCompression = await loadKvCompression(config.kvCompression, config.blockSize, budget);
-    connectors = await loadKvConnectors(config.kvConnectors, process.cwd(), budget);
+    const source = nodePluginSource();
+    evictionPolicy = await loadEvictionPolicy(config.evictionPolicy, source, budget);
+    kvCompression = await loadKvCompression(config.kvCompression, config.blockSize, {
+      ...budget,
+      source,
+    });
+    connectors = await loadKvConnectors(config.kvConnectors, source, budget);
     checkDefaultCompression(
       kvCompression,
       config.blockSize,

@@ -1,11 +1,18 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { KvCacheManager } from '@kvasir/kv-allocator';
 import { describe, expect, it } from 'vitest';
 import { KvasirEngineError } from '../errors.js';
 import { loadEvictionPolicy } from './eviction.js';
+import type { PluginSource } from './plugin-loader.js';
+
+/** Module names relative to `dir`, as the app's Node source resolves them against its cwd. */
+const inDir = (dir: string): PluginSource => ({
+  resolve: (name) => join(dir, name),
+  import: (path) => import(pathToFileURL(path).href),
+});
 
 const MRU_MODULE = `
 export default function createPolicy() {
@@ -32,7 +39,7 @@ describe('loadEvictionPolicy', () => {
   it('loads a user module and the allocator evicts by it', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'kvasir-policy-'));
     await writeFile(join(dir, 'mru.mjs'), MRU_MODULE);
-    const policy = await loadEvictionPolicy('mru.mjs', dir);
+    const policy = await loadEvictionPolicy('mru.mjs', inDir(dir));
     expect(policy.name).toBe('mru');
     // Two cached prefixes; a third request needs one block reclaimed: MRU gives up the newest.
     const kv = new KvCacheManager({ numBlocks: 2, blockSize: 2, evictionPolicy: policy });
@@ -62,7 +69,7 @@ export default defineEvictionPolicy({
 });
 `,
       );
-      const policy = await loadEvictionPolicy('newest.mjs', dir);
+      const policy = await loadEvictionPolicy('newest.mjs', inDir(dir));
       expect(policy.name).toBe('newest');
       expect(policy.specificationVersion).toBe('v1');
     } finally {
@@ -92,7 +99,7 @@ export default defineEvictionPolicy({
     ];
     for (const [file, source, message] of cases) {
       await writeFile(join(dir, file), source);
-      await expect(loadEvictionPolicy(file, dir)).rejects.toSatisfy(
+      await expect(loadEvictionPolicy(file, inDir(dir))).rejects.toSatisfy(
         (e: unknown) =>
           KvasirEngineError.isInstance(e) && e.code === 'POLICY_LOAD' && message.test(e.message),
       );
@@ -105,11 +112,11 @@ export default defineEvictionPolicy({
       join(dir, 'bad.mjs'),
       "export default { specificationVersion: 'v1', name: 'bad', insert() {} };\n",
     );
-    await expect(loadEvictionPolicy('bad.mjs', dir)).rejects.toSatisfy(
+    await expect(loadEvictionPolicy('bad.mjs', inDir(dir))).rejects.toSatisfy(
       (e: unknown) =>
         KvasirEngineError.isInstance(e) && e.code === 'POLICY_LOAD' && /touch/.test(e.message),
     );
-    await expect(loadEvictionPolicy('missing.mjs', dir)).rejects.toSatisfy(
+    await expect(loadEvictionPolicy('missing.mjs', inDir(dir))).rejects.toSatisfy(
       (e: unknown) =>
         KvasirEngineError.isInstance(e) &&
         e.code === 'POLICY_LOAD' &&

@@ -7,7 +7,7 @@ import {
   validateEvictionPolicy,
 } from '@kvasir/kv-allocator';
 import { DEFAULT_PLUGIN_BUDGET_MS, PluginGuard } from './plugin-guard.js';
-import { loadPlugin } from './plugin-loader.js';
+import { loadPlugin, type PluginSource, URL_PLUGIN_SOURCE } from './plugin-loader.js';
 
 /**
  * Resolves the `evictionPolicy` setting: a built-in name from `@kvasir/kv-allocator`'s registry
@@ -37,7 +37,7 @@ import { loadPlugin } from './plugin-loader.js';
  */
 export async function loadEvictionPolicy(
   setting: string,
-  baseDir = process.cwd(),
+  source: PluginSource = URL_PLUGIN_SOURCE,
   options: { readonly budgetMs?: number } = {},
 ): Promise<EvictionPolicy<BlockId>> {
   if (isEvictionPolicyName(setting)) return createEvictionPolicy(setting);
@@ -48,7 +48,7 @@ export async function loadEvictionPolicy(
       validate: (v) => validateEvictionPolicy<BlockId>(v),
       alternatives: `${Object.keys(evictionPolicies).join(', ')} or a path to a JavaScript module`,
     },
-    baseDir,
+    source,
   );
   return guardEvictionPolicy(make(), options.budgetMs ?? DEFAULT_PLUGIN_BUDGET_MS);
 }

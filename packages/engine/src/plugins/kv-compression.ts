@@ -11,7 +11,7 @@ import type { KvCompressionRequest } from '@kvasir/server/spec';
 import { EngineError } from '@kvasir/server/spec';
 import { KvasirEngineError } from '../errors.js';
 import { DEFAULT_PLUGIN_BUDGET_MS, PluginGuard } from './plugin-guard.js';
-import { loadPlugin } from './plugin-loader.js';
+import { loadPlugin, type PluginSource } from './plugin-loader.js';
 
 /**
  * The engine's token-level KV compression: the server-wide default (`--kv-compression`) and a
@@ -82,16 +82,20 @@ export function parseKvCompressionSetting(
 export async function loadKvCompression(
   setting: string | undefined,
   blockSize: number,
-  options: { readonly budgetMs?: number } = {},
+  options: { readonly budgetMs?: number; readonly source?: PluginSource } = {},
 ): Promise<KvCompressionSetup> {
   if (setting === undefined) return kvCompressionSetup(blockSize);
   const parsed = parseKvCompressionSetting(setting, blockSize);
   if ('spec' in parsed) return kvCompressionSetup(blockSize, parsed.spec, undefined, setting);
-  const make = await loadPlugin(parsed.modulePath, {
-    kind: 'KV compression policy',
-    validate: validateKvCompressionPolicy,
-    alternatives: 'a built-in such as sinks:sinks=4,window=1020, or a module path',
-  });
+  const make = await loadPlugin(
+    parsed.modulePath,
+    {
+      kind: 'KV compression policy',
+      validate: validateKvCompressionPolicy,
+      alternatives: 'a built-in such as sinks:sinks=4,window=1020, or a module path',
+    },
+    options.source,
+  );
   const loaded = make();
   const refuse = (why: string, cause?: unknown): never => {
     throw new KvasirEngineError(

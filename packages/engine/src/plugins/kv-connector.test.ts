@@ -95,7 +95,7 @@ describe('loadKvConnectors', () => {
 });
 `,
     );
-    const [make, ...rest] = await loadKvConnectors([path], dir, { budgetMs: 50 });
+    const [make, ...rest] = await loadKvConnectors([path], undefined, { budgetMs: 50 });
     expect(rest).toHaveLength(0);
     const connector = make!({ extraKeys: { modelId: 'm' } } as never);
     expect(connector.name).toBe('seen-m');
@@ -106,7 +106,7 @@ describe('loadKvConnectors', () => {
     const dir = await mkdtemp(join(tmpdir(), 'kvasir-connector-unit-'));
     const path = join(dir, 'empty.mjs');
     await writeFile(path, 'export default () => ({ name: "x" });\n');
-    const [make] = await loadKvConnectors([path], dir);
+    const [make] = await loadKvConnectors([path]);
     expect(() => make!({} as never)).toThrow(
       expect.objectContaining({
         code: 'POLICY_LOAD',

@@ -7,7 +7,7 @@ import {
   validateKvConnector,
 } from '@kvasir/offload/connectors';
 import { DEFAULT_PLUGIN_BUDGET_MS, PluginGuard } from './plugin-guard.js';
-import { loadPlugin } from './plugin-loader.js';
+import { loadPlugin, type PluginSource, URL_PLUGIN_SOURCE } from './plugin-loader.js';
 
 /**
  * Loads the `--kv-connector` modules (the config file's `kvConnectors`). Each module's default
@@ -39,7 +39,7 @@ import { loadPlugin } from './plugin-loader.js';
  */
 export async function loadKvConnectors(
   modulePaths: readonly string[],
-  baseDir = process.cwd(),
+  source: PluginSource = URL_PLUGIN_SOURCE,
   options: { readonly budgetMs?: number } = {},
 ): Promise<KvConnectorFactory[]> {
   const budgetMs = options.budgetMs ?? DEFAULT_PLUGIN_BUDGET_MS;
@@ -53,7 +53,7 @@ export async function loadKvConnectors(
         alternatives: 'a path to a JavaScript module',
         factoryTakesArguments: true,
       },
-      baseDir,
+      source,
     );
     factories.push((context) => {
       const connector = make(context);

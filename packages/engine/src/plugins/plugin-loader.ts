@@ -1,12 +1,29 @@
-import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { KvasirEngineError } from '../errors.js';
 
 /**
  * How long a plug-in module may take to load. A top-level `await` that never settles would
- * otherwise leave nothing for Node to wait on, and the process would exit 0 without a word.
+ * otherwise leave nothing for Node to wait on, and the process would exit 0 without a word
+ * (and leave a page waiting forever).
  */
 export const PLUGIN_IMPORT_TIMEOUT_MS = 5_000;
+
+/**
+ * Where plug-in modules come from: how a setting's name becomes the module's full name (shown in
+ * errors), and how that module is imported. The app's Node source resolves paths against the
+ * working directory; {@link URL_PLUGIN_SOURCE}, the default, imports URLs as a page or worker does.
+ */
+export interface PluginSource {
+  /** The module's full name: an absolute path in Node, a URL in a page. */
+  resolve(specifier: string): string;
+  /** Imports the module {@link resolve} named; rejects when it cannot. */
+  import(resolved: string): Promise<unknown>;
+}
+
+/** Imports modules by URL (absolute, or relative to the running script), as `import()` does. */
+export const URL_PLUGIN_SOURCE: PluginSource = {
+  resolve: (specifier) => specifier,
+  import: (url) => import(/* @vite-ignore */ url),
+};
 
 /** What {@link loadPlugin} needs to know of one kind of plug-in. */
 export interface PluginKind<T> {
@@ -40,12 +57,12 @@ export interface PluginKind<T> {
 export async function loadPlugin<T, Args extends unknown[] = []>(
   modulePath: string,
   plugin: PluginKind<T>,
-  baseDir = process.cwd(),
+  source: PluginSource = URL_PLUGIN_SOURCE,
   importTimeoutMs = PLUGIN_IMPORT_TIMEOUT_MS,
 ): Promise<(...args: Args) => T> {
-  const path = resolve(baseDir, modulePath);
+  const path = source.resolve(modulePath);
   let mod: Record<string, unknown>;
-  let timer: NodeJS.Timeout | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(
@@ -59,10 +76,7 @@ export async function loadPlugin<T, Args extends unknown[] = []>(
         importTimeoutMs,
       );
     });
-    mod = (await Promise.race([import(pathToFileURL(path).href), timeout])) as Record<
-      string,
-      unknown
-    >;
+    mod = (await Promise.race([source.import(path), timeout])) as Record<string, unknown>;
   } catch (error) {
     if (KvasirEngineError.isInstance(error)) throw error;
     throw new KvasirEngineError(

@@ -1,5 +1,6 @@
+import { deviceMemory, WEBGPU_DEFAULT_MEMORY_BYTES } from '@kvasir/engine';
 import { describe, expect, it } from 'vitest';
-import { deviceMemory, hostAvailableBytes, WEBGPU_DEFAULT_MEMORY_BYTES } from './memory-plan.js';
+import { hostAvailableBytes } from './host-memory.js';
 
 describe('the memory a plan splits', () => {
   const host = () => 23 * 1024 ** 3;
