@@ -1,19 +1,21 @@
 import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { basename } from 'node:path';
-import type { ModelRunner, TextCodec } from '@kvasir/engine';
-import { templateMessage } from '@kvasir/engine';
+import {
+  kvLayoutFor,
+  type ModelRunner,
+  runnerForModel,
+  type TextCodec,
+  textCodecFor,
+} from '@kvasir/engine';
 import type { Gpu } from '@kvasir/gpu';
-import type { BlockCopy, KvLayout } from '@kvasir/kv-allocator';
+import type { KvLayout } from '@kvasir/kv-allocator';
 import {
   type BackendName,
   type CheckpointReader,
   type DevicePlacement,
   type KvFormatName,
-  kvBlockBytes,
-  kvCacheSpec,
   loadModel,
-  type ModelConfig,
   type ModelLimits,
   ModelTokenizer,
   modelLimits,
@@ -21,18 +23,10 @@ import {
   probeBackends,
   summarizeWeights,
   TokenizerThread,
-  tokenVocabulary,
 } from '@kvasir/model';
-import type { BatchPlan } from '@kvasir/scheduler';
-import {
-  type ChatMessage,
-  detectToolCallFormat,
-  type ToolCallFormatName,
-} from '@kvasir/server/spec';
 import type { EngineConfig } from '../config.js';
 import { KvasirAppError } from '../errors.js';
 import { asAppError, chooseBackend, openPlacementGpus, placeDevices } from './device-choice.js';
-import { decoderShowing, toolCallControlTokens } from './tool-call-token.js';
 
 /** A model whose weights are loaded, before its KV cache is allocated. */
 export interface LoadedModel {
@@ -90,63 +84,13 @@ const KV_FORMATS: Readonly<Record<EngineConfig['kvDtype'], KvFormatName>> = {
   'int4-h32': 'int4-g32-h32',
 };
 
-function toolCallFormatOf(template: string | null): { toolCallFormat?: ToolCallFormatName } {
-  const format = template === null ? undefined : detectToolCallFormat(template);
-  return format === undefined ? {} : { toolCallFormat: format };
-}
-
-/** The engine's text side over a @kvasir/model tokenizer. */
+/** The engine's text side over a @kvasir/model tokenizer, long texts tokenized on a worker thread. */
 export function codecFor(tokenizer: ModelTokenizer): TextCodec {
   const thread = new TokenizerThread(tokenizer);
-  const maxTextBytesPerToken = tokenizer.maxTextBytesPerToken;
-  const format = toolCallFormatOf(tokenizer.chatTemplate);
-  const shown = toolCallControlTokens(tokenizer, format.toolCallFormat);
-  return {
-    encode: (text) => tokenizer.encode(text),
-    encodeText: (text) => tokenizer.encode(text, { addSpecialTokens: false }),
-    applyChatTemplate: (messages: readonly ChatMessage[], options) =>
-      tokenizer.encodeChat(
-        messages.map(templateMessage),
-        options?.tools ? { tools: options.tools } : undefined,
-      ),
-    ...format,
-    ...(maxTextBytesPerToken === undefined ? {} : { maxTextBytesPerToken }),
-    encodeOffThread: (text, addSpecialTokens) => thread.encode(text, { addSpecialTokens }),
-    renderChat: (messages, options) =>
-      tokenizer.applyChatTemplate(
-        messages.map(templateMessage),
-        options?.tools ? { tools: options.tools } : undefined,
-      ),
+  return textCodecFor(tokenizer, {
+    encode: (text, addSpecialTokens) => thread.encode(text, { addSpecialTokens }),
     close: () => thread.close(),
-    decoder: () => decoderShowing(tokenizer, shown),
-    tokenText: (id) => tokenizer.decode([id]),
-    vocabulary: (options) => tokenVocabulary(tokenizer, { ...options, textTokens: shown }),
-  };
-}
-
-/**
- * The KV layout the allocator and memory plan count with, from @kvasir/model's cache layout:
- * the row words per element and the scale words per slab spread over its tokens, so that
- * `kvBytesPerBlock` equals the model's bytes per block exactly (block sizes are powers of two).
- * @throws KvasirAppError `INVALID_CONFIG` for a format the model's shape cannot store.
- */
-export function kvLayoutFor(c: ModelConfig, kvFormat: KvFormatName, blockSize: number): KvLayout {
-  let spec: ReturnType<typeof kvCacheSpec>;
-  try {
-    spec = kvCacheSpec(c, { kvFormat, blockSize, numBlocks: 1 });
-  } catch (error) {
-    throw new KvasirAppError('INVALID_CONFIG', `--kv-dtype: ${(error as Error).message}`, {
-      cause: error,
-    });
-  }
-  return {
-    numLayers: c.numLayers,
-    numKvHeads: c.numKvHeads,
-    headDim: c.headDim,
-    blockSize,
-    bytesPerElement: (spec.rowWords * 4) / c.headDim,
-    scaleBytesPerTokenHead: ((spec.slabWords - blockSize * spec.rowWords) * 4) / blockSize,
-  };
+  });
 }
 
 /** SHA-256 over every tensor's stored bytes in name order (offload namespaces key on it). */
@@ -363,53 +307,21 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
           throw asAppError(error, `cannot run model ${modelId}`);
         })
         .finally(closeReader);
-      const blockBytes = model.kvBlockBytes;
-      if (blockBytes !== kvBlockBytes(model.kvCache) || blockBytes * config.blockSize === 0) {
-        throw new KvasirAppError('MODEL_LOAD', 'inconsistent KV block size');
-      }
-      const runner: ModelRunner = {
-        facts: {
+      return runnerForModel(
+        model,
+        {
           modelId,
           vocabSize: c.vocabSize,
           maxModelLen,
           eosTokenIds: c.eosTokenIds,
           kvLayout,
-          blockBytes,
-          numBlocks,
           weightBytes: reader.totalBytes,
           weightDigest: digest,
           backend: backendText,
         },
-        codec: codecFor(tokenizer),
-        // Copy-on-write runs in copyBlocks (also for a plan with no tokens), not again here.
-        forward: (plan: BatchPlan) => model.forward({ ...plan, copies: [] }),
-        copyBlocks: (copies: readonly BlockCopy[]) => model.copyBlocks(copies),
-        async readBlocks(blocks) {
-          const all = await model.readBlocks(blocks);
-          // One copy per block: a store may keep a block long after the others are gone.
-          return blocks.map((_, i) => all.slice(i * blockBytes, (i + 1) * blockBytes));
-        },
-        async writeBlocks(blocks, data) {
-          const all = new Uint8Array(blocks.length * blockBytes);
-          blocks.forEach((b, i) => {
-            const bytes = data[i];
-            if (bytes?.byteLength !== blockBytes) {
-              throw new KvasirAppError(
-                'SWAP_LOST',
-                `block ${b}: ${bytes?.byteLength ?? 0} bytes, expected ${blockBytes}`,
-              );
-            }
-            all.set(bytes, i * blockBytes);
-          });
-          await model.writeBlocks(blocks, all);
-        },
-        async dispose() {
-          await runner.codec.close?.();
-          await model.destroy();
-          releaseGpu();
-        },
-      };
-      return runner;
+        codecFor(tokenizer),
+        releaseGpu,
+      );
     },
     async dispose() {
       await closeReader();

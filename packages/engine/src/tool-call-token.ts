@@ -3,9 +3,9 @@
 // where the format asks for that text, and the output must show the text for the tool-call
 // parser to find, while every other special token stays out of the output.
 
-import type { IncrementalDecoder } from '@kvasir/engine';
 import { IncrementalDetokenizer, type ModelTokenizer, type TokenDecoder } from '@kvasir/model';
 import { type ToolCallFormatName, toolCallSyntax } from '@kvasir/server/spec';
+import type { IncrementalDecoder } from './model-runner.js';
 
 /**
  * The control token that opens `format`'s calls, by id, when the vocabulary has one whose
