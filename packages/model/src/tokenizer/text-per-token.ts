@@ -5,7 +5,9 @@
 
 type Json = Record<string, unknown>;
 
-const utf8Length = (s: string) => Buffer.byteLength(s, 'utf8');
+// TextEncoder, not Node's Buffer: the tokenizer also runs in browsers and workers.
+const encoder = new TextEncoder();
+const utf8Length = (s: string) => encoder.encode(s).byteLength;
 
 /**
  * The most a normalizer can shrink text, as a factor on UTF-8 bytes (1: never), or undefined
