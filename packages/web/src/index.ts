@@ -1,0 +1,18 @@
+export type { BackendReport, PageCapabilities, WebBackendChoice } from './backend-choice.js';
+export { chooseWebBackend } from './backend-choice.js';
+export type {
+  ChatCompletion,
+  ChatCompletionChunk,
+  ChatCompletionRequest,
+  Completion,
+  CompletionChunk,
+  CompletionRequest,
+  CreateEngineOptions,
+  RequestOptions,
+  Usage,
+} from './create-engine.js';
+export { createEngine, WebEngine } from './create-engine.js';
+export type { WebEngineErrorCode } from './errors.js';
+export { WebEngineError } from './errors.js';
+export type { SamplingFields } from './openai-request.js';
+export type { ModelInfo, WebEngineStats } from './protocol.js';

@@ -1,0 +1,90 @@
+// The messages between the page's WebEngine and its worker (structured-clone data only).
+import type { EngineSettings } from '@kvasir/engine';
+import type { ChatMessage, EngineStats, GenerationEvent } from '@kvasir/server/spec';
+import type { BackendReport, WebBackendChoice } from './backend-choice.js';
+import type { ErrorData } from './errors.js';
+
+/** Where the model's GGUF comes from. */
+export type ModelSourceData =
+  | { readonly kind: 'url'; readonly url: string }
+  | { readonly kind: 'file'; readonly file: Blob; readonly name: string }
+  | { readonly kind: 'bytes'; readonly bytes: ArrayBuffer; readonly name: string };
+
+export interface InitMessage {
+  readonly type: 'init';
+  readonly model: ModelSourceData;
+  readonly backend: WebBackendChoice;
+  readonly threads?: number;
+  readonly kvCacheBytes: number;
+  readonly blockSize: number;
+  readonly settings: Partial<EngineSettings>;
+  /** Keep a downloaded model in Cache Storage (and look there first). */
+  readonly cache: boolean;
+}
+
+/** Sampling and limits of one request, as the engine takes them. */
+export interface GenerateParams {
+  readonly n: number;
+  readonly maxTokens: number;
+  readonly temperature: number;
+  readonly topP: number;
+  readonly topK: number;
+  readonly minP: number;
+  readonly presencePenalty: number;
+  readonly frequencyPenalty: number;
+  readonly repetitionPenalty: number;
+  readonly seed?: number;
+  readonly stop: readonly string[];
+  readonly logitBias?: Readonly<Record<number, number>>;
+  readonly ignoreEos: boolean;
+  readonly kvCompression?: { readonly policy: string; readonly [key: string]: unknown };
+}
+
+export interface GenerateMessage {
+  readonly type: 'generate';
+  readonly id: string;
+  readonly input:
+    | { readonly kind: 'chat'; readonly messages: readonly ChatMessage[] }
+    | { readonly kind: 'completion'; readonly prompt: string | readonly number[] };
+  readonly params: GenerateParams;
+}
+
+export type ToWorker =
+  | InitMessage
+  | GenerateMessage
+  | { readonly type: 'abort'; readonly id: string }
+  | { readonly type: 'stats'; readonly id: string }
+  | { readonly type: 'dispose'; readonly id: string };
+
+/** The engine's statistics, with the steps it has run (continuous batching shows there). */
+export interface WebEngineStats extends EngineStats {
+  readonly steps: number;
+}
+
+/** The loaded model, as the page sees it. */
+export interface ModelInfo {
+  readonly id: string;
+  readonly maxModelLen: number;
+  readonly vocabSize: number;
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  /** Bytes of the GGUF, and whether they came from Cache Storage (no download). */
+  readonly bytes: number;
+  readonly fromCache: boolean;
+}
+
+export type FromWorker =
+  | {
+      readonly type: 'progress';
+      readonly phase: 'download' | 'load';
+      readonly loaded: number;
+      readonly total?: number;
+    }
+  | { readonly type: 'ready'; readonly backend: BackendReport; readonly model: ModelInfo }
+  | { readonly type: 'init-error'; readonly error: ErrorData }
+  | { readonly type: 'started'; readonly id: string; readonly created: number }
+  | { readonly type: 'event'; readonly id: string; readonly event: GenerationEvent }
+  | { readonly type: 'end'; readonly id: string }
+  | { readonly type: 'error'; readonly id: string; readonly error: ErrorData }
+  | { readonly type: 'stats'; readonly id: string; readonly stats: WebEngineStats }
+  | { readonly type: 'disposed'; readonly id: string };

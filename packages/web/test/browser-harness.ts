@@ -1,0 +1,99 @@
+// A loopback server for the browser tests: the page, its bundled script and worker, and the
+// model, with or without cross-origin isolation, counting the model's downloads.
+import { existsSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+import { type Browser, chromium } from 'playwright-core';
+
+const CHROMIUM = '/usr/bin/chromium';
+// ARCHITECTURE.md's flags ("Where the system runs").
+const BASE_ARGS = [
+  '--headless=new',
+  '--no-sandbox',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
+
+async function bundle(entry: string): Promise<string> {
+  const out = await build({
+    entryPoints: [fileURLToPath(new URL(entry, import.meta.url))],
+    bundle: true,
+    format: 'esm',
+    platform: 'browser',
+    write: false,
+    // The model's `browser` field disables its Node-only modules; esbuild warns about them.
+    logLevel: 'error',
+  });
+  return out.outputFiles[0]!.text;
+}
+
+/** The served site: `/coi/` pages are cross-origin isolated, `/plain/` pages are not. */
+export interface TestSite {
+  readonly origin: string;
+  /** GETs of the model so far. */
+  modelRequests(): number;
+  close(): Promise<void>;
+}
+
+export async function startSite(model: Uint8Array): Promise<TestSite> {
+  const [pageJs, workerJs] = await Promise.all([
+    bundle('./browser/page.ts'),
+    bundle('../src/worker.ts'),
+  ]);
+  let modelRequests = 0;
+  const html = '<!doctype html><meta charset="utf-8"><script type="module" src="page.js"></script>';
+  const server: Server = createServer((req, res) => {
+    const url = req.url ?? '';
+    const isolated = url.startsWith('/coi/');
+    const headers: Record<string, string> = isolated
+      ? {
+          'Cross-Origin-Opener-Policy': 'same-origin',
+          'Cross-Origin-Embedder-Policy': 'require-corp',
+        }
+      : {};
+    const path = url.replace(/^\/(coi|plain)\//, '/');
+    const routes: Record<string, [string, Uint8Array]> = {
+      '/': ['text/html', Buffer.from(html)],
+      '/page.js': ['text/javascript', Buffer.from(pageJs)],
+      '/worker.js': ['text/javascript', Buffer.from(workerJs)],
+      '/tiny.gguf': ['application/octet-stream', model],
+    };
+    const route = routes[path];
+    if (!route) {
+      res.writeHead(404, headers).end();
+      return;
+    }
+    if (path === '/tiny.gguf') modelRequests++;
+    res
+      .writeHead(200, {
+        ...headers,
+        'Content-Type': route[0],
+        'Content-Length': String(route[1].byteLength),
+      })
+      .end(route[1]);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('no server address');
+  return {
+    origin: `http://127.0.0.1:${address.port}`,
+    modelRequests: () => modelRequests,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** Debian's chromium, headless; `webgpu: false` leaves WebGPU off (no `--enable-unsafe-webgpu`). */
+export async function launchChromium(options: { webgpu: boolean }): Promise<Browser> {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(
+      `${CHROMIUM} is missing: run tooling/scripts/setup.sh as root (it installs Debian's chromium), or apt-get install -y chromium`,
+    );
+  }
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: [...BASE_ARGS, options.webgpu ? '--enable-unsafe-webgpu' : '--disable-webgpu'],
+  });
+}
