@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { ModelTokenizer } from '@kvasir/model';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ServerProcess, startServer } from './harness.js';
+import { API_KEY, type ServerProcess, startServer } from './harness.js';
 
 // A GGUF as people download it: llama.cpp's own llama-quantize output in its default preset,
 // Q4_K_M (Q4_K with Q6_K tensors), served by `kvasir serve --model file.gguf` on every backend
@@ -118,6 +118,38 @@ describe('kvasir serve the qwen3, smollm3, gemma3 and qwen3moe Q4_K_M fixtures',
       expect(res.usage!.completion_tokens).toBe(run.tokens.length);
       const content = res.choices[0]!.logprobs!.content!;
       expect(content.map((c) => c.token)).toEqual(run.tokens.map((t) => tok.decode([t])));
+    }, 120_000);
+
+    it('KV compression the sliding-window layers cannot run is refused with a 400, the rest runs', async () => {
+      const ask = async (kv: object) => {
+        const res = await fetch(`${server.url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}` },
+          body: JSON.stringify({
+            model: `${name}-Q4_K_M`,
+            prompt: 'one two',
+            max_tokens: 3,
+            kv_compression: kv,
+          }),
+        });
+        return { status: res.status, body: (await res.json()) as { error?: { message: string } } };
+      };
+      const sliding = name === 'tiny-gemma3';
+      const original = await ask({ policy: 'window', window: 32, positions: 'original' });
+      expect(original.status, JSON.stringify(original.body)).toBe(sliding ? 400 : 200);
+      if (sliding)
+        expect(original.body.error?.message).toMatch(
+          /positions 'original' is not supported with gemma3's sliding-window layers/,
+        );
+      const h2o = await ask({ policy: 'h2o', budget: 32 });
+      expect(h2o.status, JSON.stringify(h2o.body)).toBe(
+        sliding && backend === 'webgpu' ? 400 : 200,
+      );
+      if (h2o.status === 400)
+        expect(h2o.body.error?.message).toMatch(
+          /^kv_compression: h2o: policies that read attention mass/,
+        );
+      expect((await ask({ policy: 'sinks', sinks: 4, window: 28 })).status).toBe(200);
     }, 120_000);
   });
 });

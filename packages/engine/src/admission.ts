@@ -2,6 +2,7 @@ import type { ExtraKeys } from '@kvasir/kv-allocator';
 import { type KvCompressionSpec, SchedulerError, type SchedulerRequest } from '@kvasir/scheduler';
 import { EngineError, type GenerationRequest } from '@kvasir/server/spec';
 import type { ModelFacts } from './model-runner.js';
+import { compressionLimitFor } from './plugins/kv-compression.js';
 
 /** What a request is checked against before it is queued. */
 export interface AdmissionLimits {
@@ -21,7 +22,8 @@ export interface AdmissionLimits {
 /**
  * Checks a request, with the KV compression it resolved to, before it is queued, and returns the
  * token ids that end its choices (its own stop tokens, plus EOS unless ignored).
- * @throws EngineError `INVALID_REQUEST` for KV compression with echo and logprobs, and what
+ * @throws EngineError `INVALID_REQUEST` for KV compression with echo and logprobs or one the
+ *   model cannot run (its `kvCompressionLimits`), and what
  *   {@link admit} throws: a policy that drops blocks between prefill chunks streams any prompt,
  *   and only one in 'cache' positions may take a prompt past the context.
  */
@@ -38,6 +40,12 @@ export function admitRequest(
       'kv_compression: not supported with echo and logprobs (use kvasir eval --kv-compression to score a compressed context)',
       { details: { param: 'kv_compression' } },
     );
+  }
+  const limit = compressionLimitFor(kvCompression, limits.facts.kvCompressionLimits);
+  if (limit) {
+    throw new EngineError('INVALID_REQUEST', `kv_compression: ${limit}`, {
+      details: { param: 'kv_compression' },
+    });
   }
   const streams = kvCompression !== undefined && kvCompression.policy.attention !== 'prefill-end';
   return admit(

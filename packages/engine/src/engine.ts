@@ -29,7 +29,7 @@ import type { ModelRunner } from './model-runner.js';
 import type { OffloadTiers } from './offload-tiers.js';
 import { ENGINE_CAPABILITIES, OutputConstraints } from './output-constraints.js';
 import { compressionPolicyFailure, PluginFailures } from './plugin-failures.js';
-import { type KvCompressionSetup, kvCompressionSetup } from './plugins/kv-compression.js';
+import { engineKvCompression, type KvCompressionSetup } from './plugins/kv-compression.js';
 import { forwardAndSample } from './sample-step.js';
 import { createScheduler, engineStats } from './scheduler-setup.js';
 import { StepLoop } from './step-loop.js';
@@ -119,7 +119,7 @@ export class KvasirEngine implements InferenceEngine {
     this.#live = new LiveRequests(this.scheduler, this.#log);
     const scheduler = config.jumpForward ? this.scheduler : undefined;
     this.#constraints = new OutputConstraints(runner, scheduler);
-    this.#kvCompression = options.kvCompression ?? kvCompressionSetup(facts.kvLayout.blockSize);
+    this.#kvCompression = engineKvCompression(options.kvCompression, facts);
     this.modelCard = {
       id: options.servedModelName ?? config.servedModelName ?? facts.modelId,
       created: Math.floor(Date.now() / 1000),

@@ -25,8 +25,19 @@ export {
   WEBGPU_DEFAULT_MEMORY_BYTES,
 } from './memory-plan.js';
 export type { OffThreadEncoder } from './model-adapter.js';
-export { kvLayoutFor, runnerForModel, textCodecFor } from './model-adapter.js';
-export type { IncrementalDecoder, ModelFacts, ModelRunner, TextCodec } from './model-runner.js';
+export {
+  kvCompressionLimitsOf,
+  kvLayoutFor,
+  runnerForModel,
+  textCodecFor,
+} from './model-adapter.js';
+export type {
+  IncrementalDecoder,
+  KvCompressionLimits,
+  ModelFacts,
+  ModelRunner,
+  TextCodec,
+} from './model-runner.js';
 export type { OffloadTiers } from './offload-tiers.js';
 export { isHostOnly, swapSpaceBlocks } from './offload-tiers.js';
 export { forcedTokens } from './output-constraints.js';

@@ -16,12 +16,38 @@ import {
 } from '@kvasir/server/spec';
 import { templateMessage } from './chat-template-messages.js';
 import { KvasirEngineError } from './errors.js';
-import type { ModelFacts, ModelRunner, TextCodec } from './model-runner.js';
+import type { KvCompressionLimits, ModelFacts, ModelRunner, TextCodec } from './model-runner.js';
 import { decoderShowing, toolCallControlTokens } from './tool-call-token.js';
 
 function toolCallFormatOf(template: string | null): { toolCallFormat?: ToolCallFormatName } {
   const format = template === null ? undefined : detectToolCallFormat(template);
   return format === undefined ? {} : { toolCallFormat: format };
+}
+
+/**
+ * What KV compression a model's sliding-window layers cannot run: their window counts cache
+ * entries, so in original positions (entries with holes) it reaches further back than the
+ * model's window; and WebGPU's kernels sum attention mass over the whole context on those layers.
+ */
+export function kvCompressionLimitsOf(
+  model: Pick<Model, 'config' | 'devices'>,
+): KvCompressionLimits | undefined {
+  const sliding = model.config.slidingWindowLayers ?? [];
+  if (sliding.length === 0) return undefined;
+  const what = `${model.config.architecture}'s sliding-window layers`;
+  const onGpu = sliding.some((l) =>
+    model.devices.some(
+      (d) => d.backend === 'webgpu' && l >= d.firstLayer && l < d.firstLayer + d.numLayers,
+    ),
+  );
+  return {
+    originalPositions: `positions 'original' is not supported with ${what} (their window counts cache entries, which original positions leave holes in): use positions 'cache'`,
+    ...(onGpu
+      ? {
+          attentionMass: `policies that read attention mass are not supported with ${what} on webgpu (the mass would count the whole context): use a policy without attention (sinks, window) or the wasm backend`,
+        }
+      : {}),
+  };
 }
 
 /**
@@ -109,8 +135,14 @@ export function runnerForModel(
   if (blockBytes !== kvBlockBytes(model.kvCache) || blockBytes * blockSize === 0) {
     throw new KvasirEngineError('MODEL_LOAD', 'inconsistent KV block size');
   }
+  const limits = kvCompressionLimitsOf(model);
   const runner: ModelRunner = {
-    facts: { ...facts, blockBytes, numBlocks: model.kvCache.numBlocks },
+    facts: {
+      ...facts,
+      blockBytes,
+      numBlocks: model.kvCache.numBlocks,
+      ...(limits ? { kvCompressionLimits: limits } : {}),
+    },
     codec,
     // Copy-on-write runs in copyBlocks (also for a plan with no tokens), not again here.
     forward: (plan: BatchPlan) => model.forward({ ...plan, copies: [] }),

@@ -68,6 +68,17 @@ export interface ModelFacts {
   readonly weightDigest: string;
   /** Backend description for banners and `kvasir info`. */
   readonly backend: string;
+  /** KV compression the model cannot run correctly (absent: every policy runs). */
+  readonly kvCompressionLimits?: KvCompressionLimits;
+}
+
+/**
+ * KV compression a model cannot run correctly, each with the reason a request is refused for:
+ * policies in original positions, and policies that read attention mass.
+ */
+export interface KvCompressionLimits {
+  readonly originalPositions?: string;
+  readonly attentionMass?: string;
 }
 
 /**

@@ -1,10 +1,17 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ModelConfig, ModelDevice } from '@kvasir/model';
 import { EngineError, type KvCompressionRequest } from '@kvasir/server/spec';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KvasirEngineError } from '../errors.js';
-import { checkDefaultCompression, loadKvCompression } from './kv-compression.js';
+import { kvCompressionLimitsOf } from '../model-adapter.js';
+import {
+  checkDefaultCompression,
+  compressionLimitFor,
+  engineKvCompression,
+  loadKvCompression,
+} from './kv-compression.js';
 
 let dir: string;
 
@@ -125,5 +132,54 @@ describe('--kv-compression and kv_compression', () => {
     expect(() => checkDefaultCompression(original, 16, 1024)).not.toThrow();
     const none = await loadKvCompression(undefined, 16);
     expect(() => checkDefaultCompression(none, 16, 8)).not.toThrow();
+  });
+});
+
+describe("KV compression a model's sliding-window layers cannot run", () => {
+  const config = (slidingWindowLayers?: number[]) =>
+    ({ architecture: 'gemma3', numLayers: 6, slidingWindowLayers }) as unknown as ModelConfig;
+  const on = (...devices: [ModelDevice['backend'], number, number][]) =>
+    devices.map(([backend, firstLayer, numLayers]) => ({ backend, firstLayer, numLayers }));
+  const kvLayout = { blockSize: 16 } as never;
+
+  it('is none without sliding layers; original positions with them; mass where webgpu holds one', async () => {
+    expect(kvCompressionLimitsOf({ config: config(), devices: on(['webgpu', 0, 6]) })).toBe(
+      undefined,
+    );
+    const wasm = kvCompressionLimitsOf({ config: config([0, 1]), devices: on(['wasm', 0, 6]) });
+    expect(wasm?.originalPositions).toMatch(/gemma3's sliding-window layers/);
+    expect(wasm?.attentionMass).toBe(undefined);
+    // Layers 0-1 slide; a webgpu device holding only the global layers reads no window.
+    const globalOnGpu = on(['wasm', 0, 2], ['webgpu', 2, 4]);
+    expect(
+      kvCompressionLimitsOf({ config: config([0, 1]), devices: globalOnGpu })?.attentionMass,
+    ).toBe(undefined);
+    const slidingOnGpu = on(['wasm', 0, 1], ['webgpu', 1, 5]);
+    const gpu = kvCompressionLimitsOf({ config: config([0, 1]), devices: slidingOnGpu });
+    expect(gpu?.attentionMass).toMatch(/on webgpu/);
+
+    const spec = async (s: string) => (await loadKvCompression(s, 16)).defaultSpec;
+    const sinks = await spec('sinks:sinks=4,window=28');
+    const original = await spec('window:window=32,positions=original');
+    const h2o = await spec('h2o:budget=64');
+    expect(compressionLimitFor(sinks, gpu)).toBe(undefined);
+    expect(compressionLimitFor(original, wasm)).toBe(wasm?.originalPositions);
+    expect(compressionLimitFor(h2o, wasm)).toBe(undefined);
+    expect(compressionLimitFor(h2o, gpu)).toMatch(/^h2o: policies that read attention mass/);
+    expect(compressionLimitFor(original, undefined)).toBe(undefined);
+  });
+
+  it('a default the model cannot run stops the engine at start-up with INVALID_CONFIG', async () => {
+    const limits = kvCompressionLimitsOf({ config: config([0]), devices: on(['webgpu', 0, 6]) });
+    const setup = await loadKvCompression('h2o:budget=64', 16);
+    expect(() => engineKvCompression(setup, { kvLayout, kvCompressionLimits: limits })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_CONFIG',
+        message: expect.stringMatching(/^--kv-compression: h2o: /),
+      }),
+    );
+    expect(() => engineKvCompression(setup, { kvLayout })).not.toThrow();
+    const none = engineKvCompression(undefined, { kvLayout, kvCompressionLimits: limits });
+    expect(none.defaultSpec).toBe(undefined);
   });
 });

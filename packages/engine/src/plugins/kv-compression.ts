@@ -10,6 +10,7 @@ import {
 import type { KvCompressionRequest } from '@kvasir/server/spec';
 import { EngineError } from '@kvasir/server/spec';
 import { KvasirEngineError } from '../errors.js';
+import type { KvCompressionLimits, ModelFacts } from '../model-runner.js';
 import { DEFAULT_PLUGIN_BUDGET_MS, PluginGuard } from './plugin-guard.js';
 import { loadPlugin, type PluginSource } from './plugin-loader.js';
 
@@ -230,4 +231,33 @@ export function checkDefaultCompression(
       `--kv-compression: ${spec.policy.name} holds up to ${tokens} tokens (whole blocks of ${blockSize}), so cache positions would reach the context of ${maxModelLen}: keep its budget under ${maxModelLen} tokens, or add positions=original`,
     );
   }
+}
+
+/**
+ * Why a model cannot run `spec` (see {@link KvCompressionLimits}), or undefined when it can.
+ */
+export function compressionLimitFor(
+  spec: KvCompressionSpec | undefined,
+  limits: KvCompressionLimits | undefined,
+): string | undefined {
+  if (!spec || !limits) return undefined;
+  if (spec.positions === 'original' && limits.originalPositions) return limits.originalPositions;
+  if (spec.policy.attention !== 'none' && limits.attentionMass) {
+    return `${spec.policy.name}: ${limits.attentionMass}`;
+  }
+  return undefined;
+}
+
+/**
+ * The engine's setup: `setup`, or none but the built-ins, checked against the model.
+ * @throws KvasirEngineError `INVALID_CONFIG` for a default policy the model cannot run.
+ */
+export function engineKvCompression(
+  setup: KvCompressionSetup | undefined,
+  facts: Pick<ModelFacts, 'kvLayout' | 'kvCompressionLimits'>,
+): KvCompressionSetup {
+  const chosen = setup ?? kvCompressionSetup(facts.kvLayout.blockSize);
+  const refused = compressionLimitFor(chosen.defaultSpec, facts.kvCompressionLimits);
+  if (refused) throw new KvasirEngineError('INVALID_CONFIG', `--kv-compression: ${refused}`);
+  return chosen;
 }
