@@ -6,42 +6,20 @@
 import { createGpu } from '@kvasir/gpu';
 import { openGgufBytes } from '../../index.js';
 import { runTinySteps } from './tiny-steps.js';
+import { fetchBytes, serveTestWorker } from './worker-scope.js';
 
-interface WorkerScope {
-  onmessage: ((e: { data: { modelUrl: string; f32Url: string; threads: number } }) => void) | null;
-  postMessage(data: unknown): void;
-  Worker: new (...args: unknown[]) => object;
-  fetch(url: string): Promise<{ ok: boolean; status: number; arrayBuffer(): Promise<ArrayBuffer> }>;
-}
-
-const scope = globalThis as unknown as WorkerScope;
-
-// Counts the Web Workers the thread pools start: each wasm instance starts its own.
-let workersStarted = 0;
-const BaseWorker = scope.Worker;
-scope.Worker = class extends BaseWorker {
-  constructor(...args: unknown[]) {
-    super(...args);
-    workersStarted++;
-  }
-};
-
-scope.onmessage = async (e) => {
-  try {
-    const { modelUrl, f32Url, threads } = e.data;
-    const open = async (url: string) => {
-      const response = await scope.fetch(url);
-      if (!response.ok) throw new Error(`GET ${url}: HTTP ${response.status}`);
-      return openGgufBytes(await response.arrayBuffer(), { name: url.slice(1) });
-    };
+serveTestWorker<{ modelUrl: string; f32Url: string; threads: number }>(
+  async ({ modelUrl, f32Url, threads }, workersStarted) => {
+    const open = async (url: string) =>
+      openGgufBytes(await fetchBytes(url), { name: url.slice(1) });
     const reader = await open(modelUrl);
     const whole = await runTinySteps(reader, threads);
-    const wholeWorkers = workersStarted;
+    const wholeWorkers = workersStarted();
     const wasmWasm = await runTinySteps(reader, threads, [
       { backend: 'wasm' },
       { backend: 'wasm' },
     ]);
-    const splitWorkers = workersStarted - wholeWorkers;
+    const splitWorkers = workersStarted() - wholeWorkers;
     await reader.close();
     const f32 = await open(f32Url);
     const gpu = await createGpu({ label: 'split-worker' });
@@ -57,8 +35,7 @@ scope.onmessage = async (e) => {
       gpu.destroy();
     }
     await f32.close();
-    scope.postMessage({
-      ok: true,
+    return {
       whole,
       wasmWasm,
       webgpuWasm,
@@ -66,8 +43,6 @@ scope.onmessage = async (e) => {
       isSoftware: gpu.isSoftware,
       wholeWorkers,
       splitWorkers,
-    });
-  } catch (err) {
-    scope.postMessage({ ok: false, error: String((err as Error)?.stack ?? err) });
-  }
-};
+    };
+  },
+);

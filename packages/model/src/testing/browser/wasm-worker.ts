@@ -7,34 +7,12 @@ import { createWasmRuntime } from '../../backends/wasm/wasm-runtime.js';
 import { loadModel, ModelError, openGgufBytes } from '../../index.js';
 import { ggmlKernelCaseBits } from '../ggml-harness.js';
 import { runTinySteps } from './tiny-steps.js';
+import { fetchBytes, serveTestWorker } from './worker-scope.js';
 
-interface WorkerScope {
-  onmessage: ((e: { data: { modelUrl: string; threads: number } }) => void) | null;
-  postMessage(data: unknown): void;
-  crossOriginIsolated?: boolean;
-  Worker: new (...args: unknown[]) => object;
-  fetch(url: string): Promise<{ ok: boolean; status: number; arrayBuffer(): Promise<ArrayBuffer> }>;
-}
-
-const scope = globalThis as unknown as WorkerScope;
-
-// Counts the Web Workers the thread pool starts (threads - 1 of them), the one way to see from
-// outside how many threads the backend really runs.
-let workersStarted = 0;
-const BaseWorker = scope.Worker;
-scope.Worker = class extends BaseWorker {
-  constructor(...args: unknown[]) {
-    super(...args);
-    workersStarted++;
-  }
-};
-
-scope.onmessage = async (e) => {
-  try {
-    const response = await scope.fetch(e.data.modelUrl);
-    if (!response.ok) throw new Error(`GET ${e.data.modelUrl}: HTTP ${response.status}`);
-    const reader = await openGgufBytes(await response.arrayBuffer(), { name: 'tiny.gguf' });
-    const result = await runTinySteps(reader, e.data.threads);
+serveTestWorker<{ modelUrl: string; threads: number }>(
+  async ({ modelUrl, threads }, workersStarted) => {
+    const reader = await openGgufBytes(await fetchBytes(modelUrl), { name: 'tiny.gguf' });
+    const result = await runTinySteps(reader, threads);
     await reader.close();
     // A path needs a file system, which a browser bundle does not have: a typed error.
     const pathError = await loadModel('/models/tiny.gguf', { backend: 'wasm', numBlocks: 8 }).then(
@@ -44,28 +22,23 @@ scope.onmessage = async (e) => {
           ? { code: err.code, message: err.message }
           : { code: undefined, message: String(err) },
     );
-    const modelWorkers = workersStarted;
+    // The model's thread pool starts threads - 1 Web Workers.
+    const modelWorkers = workersStarted();
     // The GGML kernel cases in both builds of the kernels (Chromium has relaxed SIMD).
     const kernelBits: Record<string, number[][]> = {};
     for (const build of ['relaxed', 'plain'] as const) {
-      const rt = await createWasmRuntime({
-        threads: e.data.threads,
-        reserveBytes: 16 << 20,
-        build,
-      });
+      const rt = await createWasmRuntime({ threads, reserveBytes: 16 << 20, build });
       kernelBits[build] = ggmlKernelCaseBits(rt);
       await rt.close();
     }
-    scope.postMessage({
-      ok: true,
+    return {
       ...result,
       kernelBits,
       workersStarted: modelWorkers,
       pathError,
-      crossOriginIsolated: scope.crossOriginIsolated === true,
+      crossOriginIsolated:
+        (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated === true,
       features: wasmFeatures(),
-    });
-  } catch (err) {
-    scope.postMessage({ ok: false, error: String((err as Error)?.stack ?? err) });
-  }
-};
+    };
+  },
+);
