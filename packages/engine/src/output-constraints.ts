@@ -186,11 +186,11 @@ export class OutputConstraints {
 /**
  * Jump-forward decoding: the tokens `matcher`'s constraint forces next, accepted by it, at most
  * `room` of them; empty when nothing is forced. The forced text is tokenized with the model's
- * tokenizer (`encode`, adding no special tokens), and tokens are taken while each spells the
- * next bytes of that text (`pieces`: each token's bytes), is not a stop token (those end a
- * choice: the model samples them) and the matcher accepts it. A tokenizer that adds a prefix
- * of its own (SentencePiece's leading space) or text the vocabulary cannot spell (a special
- * token's text) ends the jump there, and what follows is sampled as usual.
+ * tokenizer (`encode`, adding no special tokens) as it would be in the middle of a text (see
+ * {@link textTokens}), and tokens are taken while each spells the next bytes of that text
+ * (`pieces`: each token's bytes), is not a stop token (those end a choice: the model samples
+ * them) and the matcher accepts it. Text the vocabulary cannot spell (a special token's text)
+ * ends the jump there, and what follows is sampled as usual.
  */
 export function forcedTokens(
   matcher: TokenMatcher,
@@ -208,7 +208,7 @@ export function forcedTokens(
   const bytes = UTF8.encode(text);
   const taken: number[] = [];
   let at = 0;
-  for (const id of encode(text)) {
+  for (const id of textTokens(text, bytes, encode, pieces)) {
     if (taken.length >= room || stopTokens.has(id)) break;
     const piece = pieces[id];
     if (!piece || piece.length === 0 || !spells(bytes, at, piece)) break;
@@ -217,6 +217,41 @@ export function forcedTokens(
     at += piece.length;
   }
   return taken;
+}
+
+/** What {@link textTokens} puts before a text to learn how it is tokenized mid-text. */
+const SEPARATOR = '\n';
+const SEPARATOR_BYTE = 0x0a;
+
+/**
+ * `text`'s tokens as they are in the middle of a text. A SentencePiece tokenizer prefixes a
+ * space to what it encodes (`add_space_prefix`: `{"` becomes `▁{"` or `▁`, `{`, `"`), which
+ * the model writes only at the start of a text, and which the text forced here does not have.
+ * Then `text` is encoded after a newline (which SentencePiece and byte-level BPE keep apart from
+ * what follows), and the tokens after the newline's are `text`'s. When neither way spells the
+ * text from its first byte, the first; the caller stops where the bytes part.
+ */
+function textTokens(
+  text: string,
+  bytes: Uint8Array,
+  encode: (text: string) => readonly number[],
+  pieces: TokenVocabulary['tokens'],
+): readonly number[] {
+  const plain = encode(text);
+  const first = pieces[plain[0] ?? -1];
+  if (!first || first.length === 0 || spells(bytes, 0, first)) return plain;
+  const after = encode(SEPARATOR + text);
+  for (let i = 0; i < after.length; i++) {
+    const piece = pieces[after[i]!];
+    if (!piece || piece.length === 0) return plain;
+    // The separator's token ends in the newline, spelled by the bytes before it alone.
+    if (piece[piece.length - 1] === SEPARATOR_BYTE) {
+      const rest = after.slice(i + 1);
+      const next = pieces[rest[0] ?? -1];
+      return next && next.length > 0 && spells(bytes, 0, next) ? rest : plain;
+    }
+  }
+  return plain;
 }
 
 /**
