@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Block fixtures for @kvasir/quantizer's GGML formats, made by llama.cpp's own code.
 
-Dequantization: for every block format, blocks whose f16 fields take edge values (0, -0, 1, f16
+Dequantization: for every block format, blocks whose f16 fields (MXFP4: its E8M0 scale byte,
+every one of the 256 values) take edge values (0, -0, 1, f16
 max and its negative, the smallest and largest subnormals, the smallest normal, infinity,
 negative minimums), whose codes cover every code point (random bodies, all-0x00 and all-0xff
 bodies, and for Q8_0 a sweep of all 256 codes), with sweeps of every 6-bit (Q3_K, Q4_K, Q5_K)
@@ -54,11 +55,13 @@ F16_EDGES = [0x0000, 0x8000, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF, 0x0001, 0x03FF, 0x0
 F16_FIELDS = {
     "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
     "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
-    "IQ4_NL": [0],
+    "IQ4_NL": [0], "MXFP4": [],
 }
 # Byte range of each format's sub-block scale field (k-quants only).
 SCALES = {"Q2_K": (0, 16), "Q3_K": (96, 108), "Q4_K": (4, 16), "Q5_K": (4, 16), "Q6_K": (192, 208)}
-QUANTIZABLE = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"}
+QUANTIZABLE = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4"}
+# MXFP4's only scale is one E8M0 byte (offset 0): blocks 2 .. 257 take every value of it.
+E8M0_FIELD = {"MXFP4": 0}
 
 
 def put_f16(block: np.ndarray, offset: int, bits: int) -> None:
@@ -113,6 +116,8 @@ def make_blocks(name: str, rng: np.random.Generator) -> np.ndarray:
     fields = F16_FIELDS[name]
     sweeps = scale_sweeps(name)
     n_blocks = max(len(F16_EDGES) + 3, len(sweeps) + 4)
+    if name in E8M0_FIELD:
+        n_blocks = 256 + 3
     blocks = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
     blocks[0, :] = 0x00
     blocks[1, :] = 0xFF
@@ -129,9 +134,13 @@ def make_blocks(name: str, rng: np.random.Generator) -> np.ndarray:
         if name == "Q8_0" and 2 <= b < 10:
             # All 256 int8 codes over eight blocks (random bodies would miss some).
             blocks[b, 2:] = np.arange(32 * (b - 2), 32 * (b - 1), dtype=np.uint8)
+        if name in E8M0_FIELD and 2 <= b < 258:
+            blocks[b, E8M0_FIELD[name]] = b - 2
     # A finite, ordinary block last, so a decoder that is wrong only off the edges still fails.
     for off in fields:
         put_f16(blocks[-1], off, 0x2E66)
+    if name in E8M0_FIELD:
+        blocks[-1, E8M0_FIELD[name]] = 124
     return blocks
 
 

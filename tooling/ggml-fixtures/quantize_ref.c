@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
   CASE(Q4_0, q4_0, 32, 18) CASE(Q4_1, q4_1, 32, 20) CASE(Q5_0, q5_0, 32, 22)
   CASE(Q5_1, q5_1, 32, 24) CASE(Q8_0, q8_0, 32, 34) CASE(Q2_K, q2_K, 256, 84)
   CASE(Q3_K, q3_K, 256, 110) CASE(Q4_K, q4_K, 256, 144) CASE(Q5_K, q5_K, 256, 176)
-  CASE(Q6_K, q6_K, 256, 210) CASE(IQ4_NL, iq4_nl, 32, 18) return 3;
+  CASE(Q6_K, q6_K, 256, 210) CASE(IQ4_NL, iq4_nl, 32, 18) CASE(MXFP4, mxfp4, 32, 17) return 3;
   fwrite(y, 1, bytes, stdout);
   return 0;
 }

@@ -16,6 +16,7 @@
 
 import { checkBlocks } from './block-io.js';
 import { IQ4_NL_VALUES } from './iq4-nl.js';
+import { MXFP4_VALUES } from './mxfp4.js';
 import { GGML_BLOCK_FORMATS, type GgmlBlockType } from './types.js';
 
 /** Where a GGML decoder reads its blocks. */
@@ -67,16 +68,41 @@ fn ${p}_f16(b: u32) -> f32 {
 }`;
 }
 
-/** The IQ4_NL table as four u32 words of int8, indexed without a runtime-indexed array. */
-function iq4NlWords(): string {
+/** A 16-entry int8 table as four u32 words, indexed without a runtime-indexed array. */
+function tableWords(values: readonly number[]): string {
   const words: string[] = [];
   for (let w = 0; w < 4; w++) {
     let v = 0;
-    for (let k = 0; k < 4; k++) v |= (IQ4_NL_VALUES[4 * w + k]! & 0xff) << (8 * k);
+    for (let k = 0; k < 4; k++) v |= (values[4 * w + k]! & 0xff) << (8 * k);
     words.push(`${v >>> 0}u`);
   }
   return words.join(', ');
 }
+const iq4NlWords = () => tableWords(IQ4_NL_VALUES);
+const mxfp4Words = () => tableWords(MXFP4_VALUES);
+
+/**
+ * `v`: the int8 table entry that weight `i`'s 4-bit code selects, codes packed as Q4_0's from
+ * byte `codes` of the block (IQ4_NL, MXFP4).
+ */
+const tableCode = (p: string, codes: number, words: string) => `
+  let byte = ${p}_u8(block + ${codes}u + (i & 15u));
+  let idx = select(byte & 15u, byte >> 4u, i >= 16u);
+  let words = vec4<u32>(${words});
+  let v = bitcast<i32>(words[idx >> 2u] << (24u - 8u * (idx & 3u))) >> 24u;`;
+
+/** `q`: {@link tableCode}'s entries of weights `i .. i + 3`, one word read of codes. */
+const tableCode4 = (p: string, codes: number, words: string) => `
+  let v = ${p}_u32(block + ${codes}u + (i & 15u));
+  let idx = ${p}_bytes4(select(v, v >> 4u, i >= 16u)) & vec4<u32>(15u);
+  let words = vec4<u32>(${words});
+  let t = vec4<u32>(words[idx.x >> 2u], words[idx.y >> 2u], words[idx.z >> 2u], words[idx.w >> 2u]);
+  let q = bitcast<vec4<i32>>(t << (vec4<u32>(24u) - 8u * (idx & vec4<u32>(3u)))) >> vec4<u32>(24u);`;
+
+/** MXFP4's scale `2^(e − 128)` from its E8M0 byte at `block` (ggml_e8m0_to_fp32_half). */
+const mxfp4Scale = (p: string) =>
+  `let e = ${p}_u8(block);
+  let d = bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));`;
 
 const BODIES: Record<GgmlBlockType, (p: string) => string> = {
   Q4_0: (p) => `
@@ -157,12 +183,11 @@ const BODIES: Record<GgmlBlockType, (p: string) => string> = {
   let sc = ${p}_i8(block + 192u + 8u * half + (l >> 4u) + 2u * quarter);
   let dl = ${p}_f16(block + 208u) * f32(sc);
   return dl * f32(q);`,
-  IQ4_NL: (p) => `
-  let byte = ${p}_u8(block + 2u + (i & 15u));
-  let idx = select(byte & 15u, byte >> 4u, i >= 16u);
-  let words = vec4<u32>(${iq4NlWords()});
-  let v = bitcast<i32>(words[idx >> 2u] << (24u - 8u * (idx & 3u))) >> 24u;
+  IQ4_NL: (p) => `${tableCode(p, 2, iq4NlWords())}
   return f32(v) * ${p}_f16(block);`,
+  MXFP4: (p) => `${tableCode(p, 1, mxfp4Words())}
+  ${mxfp4Scale(p)}
+  return f32(v) * d;`,
 };
 
 // Four consecutive weights i .. i + 3 (i a multiple of 4) share a scale and four consecutive
@@ -241,13 +266,11 @@ const BODIES_X4: Record<GgmlBlockType, (p: string) => string> = {
   let sc = ${p}_i8(block + 192u + 8u * half + (l >> 4u) + 2u * quarter);
   let dl = ${p}_f16(block + 208u) * f32(sc);
   return dl * vec4<f32>(q);`,
-  IQ4_NL: (p) => `
-  let v = ${p}_u32(block + 2u + (i & 15u));
-  let idx = ${p}_bytes4(select(v, v >> 4u, i >= 16u)) & vec4<u32>(15u);
-  let words = vec4<u32>(${iq4NlWords()});
-  let t = vec4<u32>(words[idx.x >> 2u], words[idx.y >> 2u], words[idx.z >> 2u], words[idx.w >> 2u]);
-  let q = bitcast<vec4<i32>>(t << (vec4<u32>(24u) - 8u * (idx & vec4<u32>(3u)))) >> vec4<u32>(24u);
+  IQ4_NL: (p) => `${tableCode4(p, 2, iq4NlWords())}
   return vec4<f32>(q) * ${p}_f16(block);`,
+  MXFP4: (p) => `${tableCode4(p, 1, mxfp4Words())}
+  ${mxfp4Scale(p)}
+  return vec4<f32>(q) * d;`,
 };
 
 /** `get_scale_min_k4`: the 6-bit scale (x) and min (y) of sub-block `j` from 12 bytes at `s`. */

@@ -7,6 +7,7 @@ export {
   wgslGgmlReaders,
 } from './ggml-decode.wgsl.js';
 export { IQ4_NL_VALUES } from './iq4-nl.js';
+export { MXFP4_VALUES } from './mxfp4.js';
 export {
   GGML_BLOCK_FORMATS,
   GGML_TYPE_IDS,

@@ -27,6 +27,9 @@ const BOUNDS: Record<GgmlBlockType, (amax: number, range: number) => number> = {
   Q5_1: (amax, range) => range / 62 + (range + amax) * U,
   Q8_0: (amax) => amax * (1 / 254 + U),
   IQ4_NL: (amax) => 0.2 * amax,
+  // A power-of-two scale puts amax at 8-16 units of the codes 0-12: clipped to 12 (amax < 16) or
+  // half the widest gap (8 to 12), both at most amax / 4.
+  MXFP4: (amax) => 0.25 * amax,
   Q2_K: (_, range) => 0.75 * range,
   Q3_K: (_, range) => 0.16 * range,
   Q4_K: (_, range) => 0.05 * range,

@@ -26,6 +26,7 @@ describe('GGML block format registry', () => {
       Q5_K: 5.5,
       Q6_K: 6.5625,
       IQ4_NL: 4.5,
+      MXFP4: 4.25,
     });
     for (const f of Object.values(GGML_BLOCK_FORMATS)) {
       expect(ggmlBlockFormat(f.id)).toBe(f);

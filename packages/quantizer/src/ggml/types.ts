@@ -30,6 +30,7 @@ import {
   quantizeQ5_1,
   quantizeQ8_0,
 } from './legacy.js';
+import { dequantizeMxfp4, quantizeMxfp4 } from './mxfp4.js';
 
 /** Every `GGML_TYPE_*` of ggml.h by name (ids 4, 5 and 31–33, 36–38 were removed from ggml). */
 export const GGML_TYPE_IDS = {
@@ -85,7 +86,8 @@ export type GgmlBlockType =
   | 'Q4_K'
   | 'Q5_K'
   | 'Q6_K'
-  | 'IQ4_NL';
+  | 'IQ4_NL'
+  | 'MXFP4';
 
 /**
  * Decodes `n` weights (a multiple of the block size) from the blocks starting at byte
@@ -116,7 +118,7 @@ export interface GgmlBlockFormat {
   readonly name: GgmlBlockType;
   /** `GGML_TYPE_<name>` of ggml.h, as stored in a GGUF tensor info. */
   readonly id: number;
-  /** Weights per block (32 for the legacy formats and IQ4_NL, 256 = QK_K for the k-quants). */
+  /** Weights per block (32 for the legacy formats, IQ4_NL and MXFP4, 256 = QK_K for the k-quants). */
   readonly blockSize: number;
   /** Bytes per block, `sizeof(block_<name>)`. */
   readonly bytesPerBlock: number;
@@ -156,6 +158,7 @@ export const GGML_BLOCK_FORMATS: Readonly<Record<GgmlBlockType, GgmlBlockFormat>
   Q5_K: fmt('Q5_K', 256, 176, dequantizeQ5K, quantizeQ5K),
   Q6_K: fmt('Q6_K', 256, 210, dequantizeQ6K, quantizeQ6K),
   IQ4_NL: fmt('IQ4_NL', 32, 18, dequantizeIq4Nl, quantizeIq4Nl),
+  MXFP4: fmt('MXFP4', 32, 17, dequantizeMxfp4, quantizeMxfp4),
 });
 
 const byId = new Map<number, GgmlBlockFormat>(
@@ -180,7 +183,7 @@ export function isGgmlBlockType(type: number | string): boolean {
  *
  * @throws {QuantizerError} `UNSUPPORTED_GGML_TYPE` for a type that is not a supported block
  * format (F32 / F16 / BF16 are plain arrays, not block formats; IQ2_XXS and the other
- * grid-based i-quants, TQ1_0, MXFP4 etc. are not implemented), naming the type.
+ * grid-based i-quants, TQ1_0, NVFP4 etc. are not implemented), naming the type.
  */
 export function ggmlBlockFormat(type: number | string): GgmlBlockFormat {
   const f =

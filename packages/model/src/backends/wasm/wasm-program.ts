@@ -47,6 +47,7 @@ export const WeightCode = {
   Q5_K: 11,
   Q6_K: 12,
   IQ4_NL: 13,
+  MXFP4: 14,
 } as const satisfies Record<StoredFormat, number>;
 /** Matmul epilogues. */
 export const EpilogueCode = { store: 0, residual: 1, swiglu: 2, geglu: 3 } as const;

@@ -37,6 +37,8 @@ const LLAMA_FTYPE: Record<TensorDtype, number> = {
   Q6_K: 18,
   IQ4_NL: 25,
   BF16: 32,
+  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE (gpt-oss: MXFP4 experts, the rest as the file has them).
+  MXFP4: 38,
 };
 
 function checkBlockRows(dtype: TensorDtype, shape: readonly number[], name: string): void {

@@ -21,7 +21,7 @@ import { ggufExpertTensor, ggufToHfName, hfExpertName } from './tensor-names.js'
 
 /**
  * Opens a GGUF checkpoint (GGUF v2/v3, architecture llama, qwen2 or mistral3; F32/F16/BF16 tensors and
- * GGML's block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K–Q6_K and IQ4_NL, mixed per tensor as
+ * GGML's block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K–Q6_K, IQ4_NL and MXFP4, mixed per tensor as
  * llama-quantize's `_S`/`_M`/`_L` presets mix them). Tensors are exposed under canonical HF
  * names and shapes; llama's (and mistral3's) Q/K rows, which llama.cpp's converter permutes for its interleaved
  * RoPE, are un-permuted on read (whole rows of blocks) so the bytes equal the HF tensors. Block

@@ -77,6 +77,20 @@ static void unpack_iq4_nl(const u8* b, u8* c, i8* sc, float* d, float* m) {
   wasm_v128_store(c + 16, wasm_i8x16_swizzle(IQ4NL_TABLE, wasm_u8x16_shr(v, 4)));
 }
 
+// ggml's kvalues_mxfp4 (E2M1 values doubled), the scale halved to match: 2^(e - 128), as
+// ggml_e8m0_to_fp32_half (subnormal for e < 2).
+#define MXFP4_TABLE wasm_i8x16_const(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+static void unpack_mxfp4(const u8* b, u8* c, i8* sc, float* d, float* m) {
+  sc[0] = sc[1] = 1;
+  m[0] = m[1] = 0.0f;
+  u32 e = b[0];
+  d[0] = bits_f32(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+  v128_t v = ld(b + 1);
+  wasm_v128_store(c, wasm_i8x16_swizzle(MXFP4_TABLE, wasm_v128_and(v, wasm_i8x16_splat(15))));
+  wasm_v128_store(c + 16, wasm_i8x16_swizzle(MXFP4_TABLE, wasm_u8x16_shr(v, 4)));
+}
+
 static void unpack_q4_1(const u8* b, u8* c, i8* sc, float* d, float* m) {
   sc[0] = sc[1] = 1;
   d[0] = f16_at(b);
@@ -273,6 +287,7 @@ static const format_t FORMATS[WF_GGML_END - WF_GGML_FIRST] = {
     [WF_Q5_K - WF_GGML_FIRST] = {unpack_q5_k, 256, 176, CODES_U, 1},
     [WF_Q6_K - WF_GGML_FIRST] = {unpack_q6_k, 256, 210, CODES_U_SCALED, 1},
     [WF_IQ4_NL - WF_GGML_FIRST] = {unpack_iq4_nl, 32, 18, CODES_S, 0},
+    [WF_MXFP4 - WF_GGML_FIRST] = {unpack_mxfp4, 32, 17, CODES_S, 0},
 };
 
 void ggml_decode_row(const u8* w, i32 fmt, i32 k, i32 r, float* out) {

@@ -20,7 +20,8 @@ enum {
   WF_Q5_K = 11,
   WF_Q6_K = 12,
   WF_IQ4_NL = 13,
-  WF_GGML_END = 14,
+  WF_MXFP4 = 14,
+  WF_GGML_END = 15,
 };
 
 // Scratch floats per input column ggml_matmul needs per thread (k = the matrix's columns).
