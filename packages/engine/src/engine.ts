@@ -23,6 +23,7 @@ import { admitRequest, schedulerRefusal, schedulerRequest } from './admission.js
 import { blockIoOf, createEngineConnectors, type EngineConnectors } from './engine-connectors.js';
 import type { EngineSettings } from './engine-settings.js';
 import { describeError, isDeviceLost } from './errors.js';
+import { type KvSnapshot, kvSnapshot } from './kv-snapshot.js';
 import { LiveRequest } from './live-request.js';
 import { LiveRequests } from './live-requests.js';
 import type { ModelRunner } from './model-runner.js';
@@ -211,6 +212,15 @@ export class KvasirEngine implements InferenceEngine {
     }
     if (this.#stopping) return { status: 'draining' };
     return { status: 'ok' };
+  }
+
+  /**
+   * The paged KV cache now: each block's reference count and prefix-cache flag, and each live
+   * request's block table (see {@link KvSnapshot}). Built on each call, O(blocks); nothing is
+   * kept or computed for it between calls.
+   */
+  kvSnapshot(): KvSnapshot {
+    return kvSnapshot(this.kvCache, this.scheduler);
   }
 
   stats(): EngineStats {

@@ -8,6 +8,8 @@ export type { EngineSettings } from './engine-settings.js';
 export { DEFAULT_ENGINE_SETTINGS, engineSettings } from './engine-settings.js';
 export type { KvasirEngineErrorCode } from './errors.js';
 export { describeError, isDeviceLost, KvasirEngineError } from './errors.js';
+export type { KvBlockState, KvSnapshot, KvSnapshotRequest } from './kv-snapshot.js';
+export { blockState, kvSnapshot } from './kv-snapshot.js';
 export type {
   DeviceMemoryInput,
   DeviceMemoryPlan,

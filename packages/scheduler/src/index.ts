@@ -9,6 +9,7 @@ export type {
   FinishReason,
   KeyShift,
   KvCompressionMetrics,
+  LiveRequestSequences,
   PlanRow,
   PreemptionMode,
   RequestOutput,

@@ -22,6 +22,7 @@ import { applyStepResult } from './step-result.js';
 import { SwapSpace } from './swap-space.js';
 import type {
   BatchPlan,
+  LiveRequestSequences,
   PreemptionMode,
   RequestOutput,
   SchedulerEvent,
@@ -315,6 +316,31 @@ export class Scheduler {
     this.lastRows = [];
     this.compressor.afterStep(rows);
     return this.requests.takeFinished();
+  }
+
+  /**
+   * Each live request, in no set order, with its state and unfinished sequences (their ids
+   * key the allocator's block tables). O(live sequences); for pictures of the cache.
+   */
+  liveSequences(): LiveRequestSequences[] {
+    const out: LiveRequestSequences[] = [];
+    for (const g of this.requests.values()) {
+      if (g.state === FINISHED) continue;
+      out.push({
+        requestId: g.requestId,
+        state: g.state === RUNNING ? 'running' : g.state === SWAPPED ? 'swapped' : 'waiting',
+        cachedPromptTokens: g.numCachedPromptTokens,
+        seqs: g.seqs
+          .filter((s) => s.live)
+          .map((s) => ({
+            seqId: s.id,
+            index: s.index,
+            numTokens: s.numTokens,
+            numDropped: s.numDropped,
+          })),
+      });
+    }
+    return out;
   }
 
   /** Gauges and counters; cheap enough to call every step (O(live requests)). */

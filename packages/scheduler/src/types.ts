@@ -222,6 +222,23 @@ export type SchedulerEvent =
     };
 
 /** Counters and gauges (`Scheduler.metrics()`). */
+/** A live request as a picture of the cache shows it: its state and its sequences' allocator ids. */
+export interface LiveRequestSequences {
+  readonly requestId: string;
+  /** `waiting` (queued or preempted by recompute), `running`, or `swapped` (blocks in host slots). */
+  readonly state: 'waiting' | 'running' | 'swapped';
+  /** Prompt tokens found in the prefix cache when it was admitted. */
+  readonly cachedPromptTokens: number;
+  /** Its unfinished sequences (one per sample or beam); `seqId` keys the allocator's block table. */
+  readonly seqs: readonly {
+    readonly seqId: number;
+    readonly index: number;
+    readonly numTokens: number;
+    /** Tokens KV compression dropped from its cache. */
+    readonly numDropped: number;
+  }[];
+}
+
 export interface SchedulerMetrics {
   readonly numRunning: number;
   readonly numWaiting: number;

@@ -10,6 +10,7 @@ import type {
   ModelSourceData,
   ToWorker,
   WebEngineStats,
+  WebKvSnapshot,
 } from './protocol.js';
 
 /** Options of {@link createEngine}. */
@@ -298,7 +299,7 @@ export class WebEngine {
   }
 
   async #call<T extends FromWorker['type']>(
-    type: 'stats' | 'dispose',
+    type: 'stats' | 'kv-snapshot' | 'dispose',
     expect: T,
   ): Promise<Extract<FromWorker, { type: T }>> {
     const { id, inbox } = this.#open(type);
@@ -320,6 +321,15 @@ export class WebEngine {
   /** The engine's statistics: blocks (used, cached, free), requests, prefix hits, and `steps` run. */
   async stats(): Promise<WebEngineStats> {
     return (await this.#call('stats', 'stats')).stats;
+  }
+
+  /**
+   * The paged KV cache now: each block's reference count and whether the prefix cache can find
+   * it, each live request's block table (keyed by the `id` its chunks carry), and the engine's
+   * statistics read at the same moment. The worker builds it only when asked.
+   */
+  async kvSnapshot(): Promise<WebKvSnapshot> {
+    return (await this.#call('kv-snapshot', 'kv-snapshot')).snapshot;
   }
 
   /** Stops the engine (open requests end), frees the model and ends the worker. */

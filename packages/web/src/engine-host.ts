@@ -245,14 +245,21 @@ export function serveEngine(scope: WorkerScope): void {
         running.get(m.id)?.abort();
         return;
       case 'stats':
-        if (engine)
-          post({ type: 'stats', id: m.id, stats: { ...engine.stats(), steps: engine.steps } });
-        else
+      case 'kv-snapshot':
+        if (!engine) {
           post({
             type: 'error',
             id: m.id,
             error: errorData(new WebEngineError('ENGINE_STOPPED', 'the engine is not loaded')),
           });
+        } else {
+          const stats = { ...engine.stats(), steps: engine.steps };
+          post(
+            m.type === 'stats'
+              ? { type: 'stats', id: m.id, stats }
+              : { type: 'kv-snapshot', id: m.id, snapshot: { ...engine.kvSnapshot(), stats } },
+          );
+        }
         return;
       case 'dispose': {
         const e = engine;

@@ -1,3 +1,5 @@
+export type { KvBlockState, KvSnapshot, KvSnapshotRequest } from '@kvasir/engine';
+export { blockState } from '@kvasir/engine';
 export type { BackendReport, PageCapabilities, WebBackendChoice } from './backend-choice.js';
 export { chooseWebBackend } from './backend-choice.js';
 export type {
@@ -15,4 +17,4 @@ export { createEngine, WebEngine } from './create-engine.js';
 export type { WebEngineErrorCode } from './errors.js';
 export { WebEngineError } from './errors.js';
 export type { SamplingFields } from './openai-request.js';
-export type { ModelInfo, WebEngineStats } from './protocol.js';
+export type { ModelInfo, WebEngineStats, WebKvSnapshot } from './protocol.js';

@@ -1,5 +1,5 @@
 // The messages between the page's WebEngine and its worker (structured-clone data only).
-import type { EngineSettings } from '@kvasir/engine';
+import type { EngineSettings, KvSnapshot } from '@kvasir/engine';
 import type { ChatMessage, EngineStats, GenerationEvent } from '@kvasir/server/spec';
 import type { BackendReport, WebBackendChoice } from './backend-choice.js';
 import type { ErrorData } from './errors.js';
@@ -54,11 +54,21 @@ export type ToWorker =
   | GenerateMessage
   | { readonly type: 'abort'; readonly id: string }
   | { readonly type: 'stats'; readonly id: string }
+  | { readonly type: 'kv-snapshot'; readonly id: string }
   | { readonly type: 'dispose'; readonly id: string };
 
 /** The engine's statistics, with the steps it has run (continuous batching shows there). */
 export interface WebEngineStats extends EngineStats {
   readonly steps: number;
+}
+
+/**
+ * The paged KV cache at one moment (each block's reference count and prefix flag, each live
+ * request's block table, by the ids the page's chunks carry) with the engine's statistics
+ * read at the same moment.
+ */
+export interface WebKvSnapshot extends KvSnapshot {
+  readonly stats: WebEngineStats;
 }
 
 /** The loaded model, as the page sees it. */
@@ -87,4 +97,5 @@ export type FromWorker =
   | { readonly type: 'end'; readonly id: string }
   | { readonly type: 'error'; readonly id: string; readonly error: ErrorData }
   | { readonly type: 'stats'; readonly id: string; readonly stats: WebEngineStats }
+  | { readonly type: 'kv-snapshot'; readonly id: string; readonly snapshot: WebKvSnapshot }
   | { readonly type: 'disposed'; readonly id: string };

@@ -208,6 +208,76 @@ describe('@kvasir/web in chromium', () => {
     }
   }, 180_000);
 
+  it("kvSnapshot shows two streaming chats sharing a system prompt's blocks, as the engine counts them", async () => {
+    const { page, model } = await openEngine(browser, '/coi/');
+    try {
+      const result = await page.evaluate(async (greedy) => {
+        const system = 'You are a careful assistant. '.repeat(12);
+        const open = (user: string) =>
+          engine.chat.completions.create({
+            messages: [
+              { role: 'system', content: system },
+              { role: 'user', content: user },
+            ],
+            stream: true,
+            max_tokens: 40,
+            ...greedy,
+          });
+        // The first fills the prefix cache; the second, started while it runs, shares it.
+        const a = (await open('first'))[Symbol.asyncIterator]();
+        const idA = (await a.next()).value!.id;
+        const b = (await open('second'))[Symbol.asyncIterator]();
+        const idB = (await b.next()).value!.id;
+        const during = await engine.kvSnapshot();
+        await a.return?.(undefined);
+        await b.return?.(undefined);
+        let after = await engine.kvSnapshot();
+        for (let i = 0; i < 100 && after.requests.length > 0; i++) {
+          await new Promise((r) => setTimeout(r, 20));
+          after = await engine.kvSnapshot();
+        }
+        const states = (s: Kvasir.WebKvSnapshot) => {
+          const count = { free: 0, cached: 0, used: 0, shared: 0 };
+          for (let i = 0; i < s.refCounts.length; i++) count[kvasir.blockState(s, i)]++;
+          return count;
+        };
+        return {
+          idA,
+          idB,
+          during,
+          after,
+          duringStates: states(during),
+          afterStates: states(after),
+        };
+      }, GREEDY);
+      const { during, after } = result;
+      expect(during.refCounts.length).toBe(model.numBlocks);
+      expect(during.blockSize).toBe(model.blockSize);
+      expect(result.duringStates.used + result.duringStates.shared).toBe(during.stats.blocks.used);
+      expect(result.duringStates.cached).toBe(during.stats.blocks.cached);
+      expect(result.duringStates.free).toBe(during.stats.blocks.free);
+      const table = (id: string) => during.requests.find((r) => r.id === id)!.seqs[0]!.blocks;
+      const [ta, tb] = [table(result.idA), table(result.idB)];
+      const shared = ta.filter((block) => tb.includes(block));
+      // The system prompt is 12 × 6 tokens at least: its first 4 full blocks are in both tables.
+      expect(shared.length).toBeGreaterThanOrEqual(4);
+      for (const block of shared) expect(during.refCounts[block]).toBe(2);
+      expect(during.requests.find((r) => r.id === result.idB)!.cachedPromptTokens).toBe(
+        shared.length * model.blockSize,
+      );
+      // Both ended: nothing is held, the system prompt's blocks stay cached for the next chat.
+      expect(after.requests).toEqual([]);
+      expect(after.stats.blocks.used).toBe(0);
+      for (const block of shared) {
+        expect(after.refCounts[block]).toBe(0);
+        expect(after.hashed[block]).toBe(true);
+      }
+      expect(result.afterStates.cached).toBe(after.stats.blocks.cached);
+    } finally {
+      await page.close();
+    }
+  }, 180_000);
+
   it('keeps the model in Cache Storage: a reload downloads nothing; a truncated entry is fetched again', async () => {
     const context = await browser.newContext();
     try {
