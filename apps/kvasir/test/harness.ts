@@ -1,11 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { open, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { writeRandomCheckpoint } from '@kvasir/model';
-import { convertToGguf } from '@kvasir/model/formats';
+import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
+import { convertToGguf, type GgufTypedValue, readGgufHeader } from '@kvasir/model/formats';
 import OpenAI from 'openai';
 import { randomModelConfig } from '../src/default-model.js';
 
@@ -220,4 +220,80 @@ export async function writeTemplatedGgufs(
       metadata: { 'general.name': name, 'tokenizer.chat_template': template },
     });
   }
+}
+
+/** GGUF token types (llama.cpp's `LLAMA_TOKEN_TYPE_*`). */
+const TOKEN_TYPE = { control: 3, userDefined: 4 } as const;
+
+/** What {@link writeVocabularyGguf} writes. */
+export interface VocabularyGguf {
+  /** A cut real vocabulary under `tooling/ggml-fixtures/tokenizers/` (its stem). */
+  readonly vocab: string;
+  readonly chatTemplate: string;
+  /**
+   * Tokens the cut vocabulary lost, put back: placeholder piece → the real piece (llama.cpp's
+   * cut files name the added tokens they drop `[PAD<id>]`), keeping its id and type.
+   */
+  readonly rename?: Readonly<Record<string, string>>;
+  /** Tokens added after the vocabulary's, with their type. */
+  readonly append?: readonly { readonly piece: string; readonly type: keyof typeof TOKEN_TYPE }[];
+}
+
+/**
+ * Writes the random model (its shape, seed 7, 4,096 positions) as a GGUF file at `path` over a
+ * real family's vocabulary and chat template, with the tokens that family's tool calls start
+ * with (Qwen 2.5's `<tool_call>`, Mistral Nemo's control token `[TOOL_CALLS]`) where they are in
+ * the family's own files; returns the id of each renamed or appended piece.
+ */
+export async function writeVocabularyGguf(
+  path: string,
+  spec: VocabularyGguf,
+): Promise<Record<string, number>> {
+  const file = join(root, `../../tooling/ggml-fixtures/tokenizers/${spec.vocab}.gguf`);
+  const fh = await open(file, 'r');
+  let metadata: ReadonlyMap<string, unknown>;
+  try {
+    metadata = (await readGgufHeader(fh, file)).metadata;
+  } finally {
+    await fh.close();
+  }
+  const tokens = [...(metadata.get('tokenizer.ggml.tokens') as string[])];
+  const types = [...(metadata.get('tokenizer.ggml.token_type') as number[])];
+  const ids: Record<string, number> = {};
+  for (const [placeholder, piece] of Object.entries(spec.rename ?? {})) {
+    const id = tokens.indexOf(placeholder);
+    if (id < 0) throw new Error(`${spec.vocab} has no ${placeholder}`);
+    tokens[id] = piece;
+    ids[piece] = id;
+  }
+  for (const { piece, type } of spec.append ?? []) {
+    ids[piece] = tokens.length;
+    tokens.push(piece);
+    types.push(TOKEN_TYPE[type]);
+  }
+  const tokenizer: Record<string, unknown | GgufTypedValue> = {};
+  for (const [key, value] of metadata) if (key.startsWith('tokenizer.')) tokenizer[key] = value;
+  tokenizer['tokenizer.ggml.tokens'] = tokens;
+  tokenizer['tokenizer.ggml.token_type'] = { type: 'array', itemType: 'i32', value: types };
+  tokenizer['tokenizer.chat_template'] = spec.chatTemplate;
+  const bos = metadata.get('tokenizer.ggml.bos_token_id');
+  const eos = metadata.get('tokenizer.ggml.eos_token_id');
+  const checkpoint = `${path}.checkpoint`;
+  await writeRandomCheckpoint(
+    checkpoint,
+    makeModelConfig({
+      ...randomModelConfig(),
+      vocabSize: tokens.length,
+      maxPositionEmbeddings: 4096,
+      bosTokenId: typeof bos === 'number' ? bos : null,
+      eosTokenIds: typeof eos === 'number' ? [eos] : [],
+    }),
+    7,
+  );
+  await convertToGguf(checkpoint, path, {
+    withoutTokenizer: true,
+    metadata: { 'general.name': spec.vocab, ...tokenizer },
+  });
+  await rm(checkpoint, { recursive: true, force: true });
+  return ids;
 }
