@@ -7,7 +7,7 @@ export interface PageCapabilities {
   readonly webgpu: { readonly isSoftware: boolean; readonly description: string } | null;
   /** `crossOriginIsolated`: shared memory between workers (wasm threads). */
   readonly crossOriginIsolated: boolean;
-  /** WebAssembly SIMD128 and shared memory, as @kvasir/model's wasm backend needs them. */
+  /** WebAssembly SIMD128 (the wasm kernels), and shared memory (their threads). */
   readonly wasmSimd: boolean;
   readonly wasmSharedMemory: boolean;
   /** `navigator.hardwareConcurrency`. */
@@ -23,11 +23,12 @@ export interface BackendReport {
 }
 
 /**
- * `auto`: WebGPU on a hardware adapter; else the wasm kernels with threads when the page is
- * cross-origin isolated; else one thread: the TypeScript `cpu` backend, because the wasm kernels
- * need shared memory, which a page gets only when cross-origin isolated. A software WebGPU
- * adapter (SwiftShader) is slower than wasm, so `auto` passes it by. A named backend is itself,
- * or an error saying what the page lacks.
+ * `auto`: WebGPU on a hardware adapter; else the wasm kernels, with threads when the page is
+ * cross-origin isolated (threads share one memory, which only an isolated page can hand to its
+ * workers), on one thread otherwise (the same kernels over an unshared memory); else, without
+ * WebAssembly SIMD128, the TypeScript `cpu` backend. A software WebGPU adapter (SwiftShader) is
+ * slower than wasm, so `auto` passes it by. A named backend is itself, or an error saying what
+ * the page lacks; `wasm` without isolation runs one thread and says why.
  * @returns the report, or a string saying why the named backend cannot run.
  */
 export function chooseWebBackend(
@@ -35,22 +36,32 @@ export function chooseWebBackend(
   page: PageCapabilities,
   threads?: number,
 ): BackendReport | string {
-  const wasmThreads = Math.max(1, Math.min(threads ?? page.cores, page.cores, 16));
-  const wasmRuns = page.wasmSimd && page.wasmSharedMemory && page.crossOriginIsolated;
-  const noWasm = !page.crossOriginIsolated
-    ? 'the page is not cross-origin isolated (serve it with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp), so WebAssembly has no shared memory'
-    : !page.wasmSimd
-      ? 'WebAssembly SIMD128 is not available'
-      : 'WebAssembly shared memory is not available';
+  const wanted = Math.max(1, Math.min(threads ?? page.cores, page.cores, 16));
+  const threaded = page.wasmSharedMemory && page.crossOriginIsolated;
+  const noThreads = !page.crossOriginIsolated
+    ? 'the page is not cross-origin isolated (serve it with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp for threads), so WebAssembly memory cannot be shared with workers'
+    : 'WebAssembly shared memory is not available';
+  const wasm = (why: string): BackendReport =>
+    threaded || wanted === 1
+      ? {
+          backend: 'wasm',
+          threads: wanted,
+          reason: `${why}WebAssembly SIMD128 with ${wanted} thread${wanted === 1 ? '' : 's'}${threaded ? ' (cross-origin isolated)' : ''}`,
+        }
+      : {
+          backend: 'wasm',
+          threads: 1,
+          reason: `${why}WebAssembly SIMD128 with 1 thread: ${noThreads}`,
+        };
   switch (choice) {
     case 'webgpu':
       return page.webgpu
         ? { backend: 'webgpu', threads: 1, reason: `asked for: ${page.webgpu.description}` }
         : 'webgpu: this page has no WebGPU adapter (navigator.gpu missing or requestAdapter() gave none)';
     case 'wasm':
-      return wasmRuns
-        ? { backend: 'wasm', threads: wasmThreads, reason: `asked for: ${wasmThreads} threads` }
-        : `wasm: ${noWasm}`;
+      return page.wasmSimd
+        ? wasm('asked for: ')
+        : 'wasm: WebAssembly SIMD128 is not available in this browser';
     case 'cpu':
       return { backend: 'cpu', threads: 1, reason: 'asked for' };
     case 'auto': {
@@ -64,14 +75,12 @@ export function chooseWebBackend(
       const noGpu = page.webgpu
         ? `the WebGPU adapter is software (${page.webgpu.description}), slower than WebAssembly`
         : 'no WebGPU adapter';
-      if (wasmRuns) {
-        return {
-          backend: 'wasm',
-          threads: wasmThreads,
-          reason: `${noGpu}; cross-origin isolated: WebAssembly SIMD128 with ${wasmThreads} threads`,
-        };
-      }
-      return { backend: 'cpu', threads: 1, reason: `${noGpu}; single-threaded because ${noWasm}` };
+      if (page.wasmSimd) return wasm(`${noGpu}; `);
+      return {
+        backend: 'cpu',
+        threads: 1,
+        reason: `${noGpu}; WebAssembly SIMD128 is not available, so the TypeScript backend runs`,
+      };
     }
   }
 }

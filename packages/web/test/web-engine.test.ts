@@ -319,31 +319,40 @@ describe('@kvasir/web in chromium', () => {
     }
   }, 180_000);
 
-  it('without cross-origin isolation and without WebGPU runs single-threaded and says why', async () => {
+  it('without cross-origin isolation and without WebGPU runs the wasm kernels on one thread, says why, and gives the threaded greedy tokens', async () => {
     const plain = await launchChromium({ webgpu: false });
     try {
-      const { page, backend } = await openEngine(plain, '/plain/');
-      expect(backend).toMatchObject({ backend: 'cpu', threads: 1 });
-      expect(backend.reason).toMatch(/no WebGPU adapter/);
-      expect(backend.reason).toMatch(/not cross-origin isolated/);
-      const answer = await page.evaluate(() =>
+      const chat = () =>
         engine.chat.completions.create({
           messages: [{ role: 'user', content: 'Hello from a browser' }],
-          max_tokens: 6,
+          max_tokens: 16,
           temperature: 0,
           ignore_eos: true,
-        }),
+        });
+      const single = await openEngine(plain, '/plain/');
+      expect(single.backend).toMatchObject({ backend: 'wasm', threads: 1 });
+      expect(single.backend.reason).toMatch(
+        /^no WebGPU adapter; WebAssembly SIMD128 with 1 thread/,
       );
-      expect(answer.usage.completion_tokens).toBe(6);
-      expect(answer.choices[0]!.message.content.length).toBeGreaterThan(0);
+      expect(single.backend.reason).toMatch(/not cross-origin isolated/);
+      const isolated = await single.page.evaluate(() => globalThis.crossOriginIsolated);
+      expect(isolated).toBe(false);
+      const one = await single.page.evaluate(chat);
+      expect(one.usage.completion_tokens).toBe(16);
+      const threaded = await openEngine(plain, '/coi/');
+      expect(threaded.backend).toMatchObject({ backend: 'wasm', threads: 2 });
+      const two = await threaded.page.evaluate(chat);
+      expect(one.choices[0]!.message.content.length).toBeGreaterThan(0);
+      expect(one.choices[0]!.message.content).toBe(two.choices[0]!.message.content);
+      expect(one.usage).toEqual(two.usage);
       // A backend the page cannot run is a typed error naming what it lacks.
-      const refused = await page.evaluate(() =>
-        kvasir.createEngine({ model: 'tiny.gguf', worker: 'worker.js', backend: 'wasm' }).then(
+      const refused = await single.page.evaluate(() =>
+        kvasir.createEngine({ model: 'tiny.gguf', worker: 'worker.js', backend: 'webgpu' }).then(
           () => 'loaded',
           (e: Kvasir.WebEngineError) => `${e.code}: ${e.message}`,
         ),
       );
-      expect(refused).toMatch(/^BACKEND: wasm: the page is not cross-origin isolated/);
+      expect(refused).toMatch(/^BACKEND: webgpu: this page has no WebGPU adapter/);
     } finally {
       await plain.close();
     }

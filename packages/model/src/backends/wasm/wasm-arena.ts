@@ -31,16 +31,21 @@ export function wasmMemoryLimit(requested?: number): number {
 const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
 
 /**
- * The wasm backend's one shared `WebAssembly.Memory` and a bump allocator over it: weights, the
- * KV cache, activations and the threads' scratch all live here, addressed by byte offsets the
- * kernels take. Nothing is ever freed one by one; the memory goes with the model.
+ * The wasm backend's one `WebAssembly.Memory` (shared for threads, unshared for one) and a bump
+ * allocator over it: weights, the KV cache, activations and the threads' scratch all live here,
+ * addressed by byte offsets the kernels take. Nothing is ever freed one by one; the memory goes
+ * with the model.
+ *
+ * Growing an unshared memory detaches its old `ArrayBuffer` (a shared one keeps its old views
+ * valid): whoever keeps a view across allocations rebuilds it in {@link onGrow}.
  */
 export class WasmArena {
   readonly memory: WasmMemory;
   #top: number;
+  readonly #onGrow: (() => void)[] = [];
 
   /**
-   * @param memory a shared memory (maximum 65536 pages)
+   * @param memory a memory of at most 65536 pages
    * @param base first free byte (the module's `__heap_base`)
    */
   constructor(memory: WasmMemory, base: number) {
@@ -49,15 +54,20 @@ export class WasmArena {
   }
 
   /**
-   * A shared memory with `reserveBytes` committed up front (so loading does not grow it page
-   * by page) and room to grow to 4 GiB.
+   * A memory (shared unless `shared` is false) with `reserveBytes` committed up front (so
+   * loading does not grow it page by page) and room to grow to 4 GiB.
    * @throws {ModelError} `INVALID_CONFIG` when `reserveBytes` exceeds 4 GiB.
    */
-  static createMemory(reserveBytes: number, what: string): WasmMemory {
+  static createMemory(reserveBytes: number, what: string, shared = true): WasmMemory {
     WasmArena.checkFits(reserveBytes, what);
     const pages = Math.min(65536, Math.ceil(reserveBytes / PAGE));
     const api = wasmApi() as NonNullable<ReturnType<typeof wasmApi>>;
-    return new api.Memory({ initial: pages, maximum: 65536, shared: true });
+    return new api.Memory({ initial: pages, maximum: 65536, shared });
+  }
+
+  /** Calls `rebuild` after every growth of the memory, to remake views kept across allocations. */
+  onGrow(rebuild: () => void): void {
+    this.#onGrow.push(rebuild);
   }
 
   /**
@@ -87,8 +97,11 @@ export class WasmArena {
     const end = align(ptr + bytes, 64);
     WasmArena.checkFits(end, what);
     const have = this.memory.buffer.byteLength;
-    if (end > have) this.memory.grow(Math.ceil((end - have) / PAGE));
     this.#top = end;
+    if (end > have) {
+      this.memory.grow(Math.ceil((end - have) / PAGE));
+      for (const rebuild of this.#onGrow) rebuild();
+    }
     return ptr;
   }
 

@@ -326,6 +326,12 @@ class WasmForward {
       this.#cachePtrs.push(p);
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
+    // In place: the block I/O and copies hold this array.
+    this.#arena.onGrow(() => {
+      for (const [l, p] of this.#cachePtrs.entries()) {
+        this.caches[l] = this.#arena.u32(p, kv.layerWords);
+      }
+    });
     // Up to 19 ops a layer (sandwich norms and Q/K norms included), key shifts and the head. A
     // mixture-of-experts layer runs its experts as a program of their own (at most two ops per
     // expert and two quantizations), after the host has routed the tokens.

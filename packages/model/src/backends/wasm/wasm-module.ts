@@ -1,6 +1,7 @@
 import { ModelError } from '../../errors.js';
 import { KERNELS_RELAXED_WASM_BASE64, KERNELS_WASM_BASE64 } from './kernels-wasm.generated.js';
 import { type WasmModule, wasmApi } from './wasm-api.js';
+import { unsharedMemoryImport } from './wasm-unshared.js';
 
 /** What the WebAssembly runtime offers the wasm backend, detected once per process. */
 export interface WasmFeatures {
@@ -84,24 +85,33 @@ function relaxedDotWorks(): boolean {
  */
 export type KernelsBuild = 'relaxed' | 'plain';
 
-const compiled: Partial<Record<KernelsBuild, Promise<WasmModule>>> = {};
+/**
+ * The memory the kernels run over: `shared` for worker threads, `unshared` for one thread (the
+ * same code, its memory import unshared: a page that is not cross-origin isolated runs it).
+ */
+export type KernelsMemory = 'shared' | 'unshared';
+
+const compiled = new Map<string, Promise<WasmModule>>();
 
 /**
  * The compiled kernels module of `build` (default: `relaxed` where the runtime validates it,
- * else `plain`), compiled once per process; a compiled module can be sent to workers, which
- * instantiate it over the same shared memory.
- * @throws {ModelError} `BACKEND` when the runtime lacks SIMD128 or shared memory, or lacks
- *   relaxed SIMD and `build` is `relaxed`.
+ * else `plain`) over a `memory` of that kind (default shared), compiled once per process; a
+ * compiled module can be sent to workers, which instantiate it over the same shared memory.
+ * @throws {ModelError} `BACKEND` when the runtime lacks SIMD128, or shared memory for a
+ *   `shared` module, or lacks relaxed SIMD and `build` is `relaxed`.
  */
 export function kernelsModule(
   build?: KernelsBuild,
+  memory: KernelsMemory = 'shared',
 ): Promise<{ module: WasmModule; build: KernelsBuild }> {
   const f = wasmFeatures();
-  if (!f.simd128 || !f.threads) {
+  if (!f.simd128 || (memory === 'shared' && !f.threads)) {
     return Promise.reject(
       new ModelError(
         'BACKEND',
-        `the wasm backend needs WebAssembly SIMD128 and shared memory (this runtime: simd128 ${f.simd128}, threads ${f.threads})`,
+        memory === 'shared'
+          ? `the wasm backend's threads need WebAssembly SIMD128 and shared memory (this runtime: simd128 ${f.simd128}, threads ${f.threads})`
+          : 'the wasm backend needs WebAssembly SIMD128, which this runtime lacks',
       ),
     );
   }
@@ -114,10 +124,16 @@ export function kernelsModule(
       ),
     );
   }
-  compiled[b] ??= (wasmApi() as NonNullable<ReturnType<typeof wasmApi>>).compile(
-    base64Bytes(b === 'relaxed' ? KERNELS_RELAXED_WASM_BASE64 : KERNELS_WASM_BASE64),
-  );
-  return (compiled[b] as Promise<WasmModule>).then((module) => ({ module, build: b }));
+  const key = `${b} ${memory}`;
+  let module = compiled.get(key);
+  if (!module) {
+    const bytes = base64Bytes(b === 'relaxed' ? KERNELS_RELAXED_WASM_BASE64 : KERNELS_WASM_BASE64);
+    module = (wasmApi() as NonNullable<ReturnType<typeof wasmApi>>).compile(
+      memory === 'shared' ? bytes : unsharedMemoryImport(bytes),
+    );
+    compiled.set(key, module);
+  }
+  return module.then((m) => ({ module: m, build: b }));
 }
 
 function base64Bytes(b64: string): Uint8Array {

@@ -100,6 +100,11 @@ export class ProgramBuilder {
     return this.#count;
   }
 
+  /** Points the builder at a new view of its words (the memory grew: the old one detached). */
+  rebind(view: Int32Array): void {
+    this.#words = view;
+  }
+
   push(op: number, args: readonly number[], label = ''): this {
     if (this.#count >= this.capacity) throw new RangeError('program capacity exceeded');
     if (args.length >= OP_WORDS) throw new RangeError('too many op arguments');

@@ -3,6 +3,7 @@ import { type WasmGlobal, wasmApi } from './wasm-api.js';
 import { WasmArena } from './wasm-arena.js';
 import {
   type KernelsBuild,
+  type KernelsMemory,
   kernelsModule,
   type WasmFeatures,
   wasmFeatures,
@@ -22,9 +23,11 @@ export interface WasmOpProfile {
   empty: number;
 }
 
-/** The wasm backend's machinery: one shared memory, its allocator, and the threads over it. */
+/** The wasm backend's machinery: one memory, its allocator, and the threads over it. */
 export interface WasmRuntime {
   readonly arena: WasmArena;
+  /** `shared` for more than one thread; one thread runs over an unshared memory. */
+  readonly memory: KernelsMemory;
   readonly pool: ThreadPool;
   readonly features: WasmFeatures;
   /** Which build of the kernels runs. */
@@ -43,10 +46,13 @@ export interface WasmRuntime {
 }
 
 /**
- * Compiles (once) and instantiates the kernels over a new shared memory of `reserveBytes`
- * (it grows later as needed, up to 4 GiB) and starts `threads - 1` workers.
- * @throws {ModelError} `BACKEND` without SIMD128 or shared memory, or when a worker cannot
- *   start; `INVALID_CONFIG` past 4 GiB; `INVALID_ARGUMENT` for a bad thread count.
+ * Compiles (once) and instantiates the kernels over a new memory of `reserveBytes` (it grows
+ * later as needed, up to 4 GiB) and starts `threads - 1` workers. The memory is shared for
+ * more than one thread; one thread runs over an unshared memory, so it needs no shared memory
+ * (a page without cross-origin isolation).
+ * @throws {ModelError} `BACKEND` without SIMD128, or without shared memory for threads, or when
+ *   a worker cannot start; `INVALID_CONFIG` past 4 GiB; `INVALID_ARGUMENT` for a bad thread
+ *   count.
  */
 export async function createWasmRuntime(options: {
   threads: number;
@@ -56,10 +62,12 @@ export async function createWasmRuntime(options: {
   /** The kernels' build (default: relaxed where the runtime has it). */
   build?: KernelsBuild;
 }): Promise<WasmRuntime> {
-  const { module, build } = await kernelsModule(options.build);
+  const kind: KernelsMemory = options.threads === 1 ? 'unshared' : 'shared';
+  const { module, build } = await kernelsModule(options.build, kind);
   const memory = WasmArena.createMemory(
     options.reserveBytes + MODULE_BYTES,
     options.what ?? 'the wasm backend',
+    kind === 'shared',
   );
   const api = wasmApi() as NonNullable<ReturnType<typeof wasmApi>>;
   const instance = await api.instantiate(module, { env: { memory } });
@@ -71,12 +79,15 @@ export async function createWasmRuntime(options: {
   let nop = 0;
   return {
     arena,
+    memory: kind,
     pool,
     features: wasmFeatures(),
     build,
     program(capacity) {
       const ptr = arena.alloc(capacity * OP_WORDS * 4, 'a program');
-      return new ProgramBuilder(ptr, arena.i32(ptr, capacity * OP_WORDS), capacity);
+      const builder = new ProgramBuilder(ptr, arena.i32(ptr, capacity * OP_WORDS), capacity);
+      arena.onGrow(() => builder.rebind(arena.i32(ptr, capacity * OP_WORDS)));
+      return builder;
     },
     run(program) {
       pool.run(program.ptr, program.count);
