@@ -290,15 +290,26 @@ export class KvasirEngine implements InferenceEngine {
         ? new EngineError('INVALID_REQUEST', 'request was aborted')
         : new EngineError('DRAINING', 'engine is shutting down');
     }
+    let forced: number[];
     try {
-      this.scheduler.add(schedulerRequest(request, stopTokens, this.#extraKeys, kvCompression));
+      forced = this.#constraints.forcedPrefix(request, constraints, stopTokens);
+      // The forced tokens are prefilled with the prompt (the live request streams them).
+      const scheduled =
+        forced.length === 0
+          ? request
+          : {
+              ...request,
+              promptTokens: [...request.promptTokens, ...forced],
+              maxTokens: request.maxTokens - forced.length,
+            };
+      this.scheduler.add(schedulerRequest(scheduled, stopTokens, this.#extraKeys, kvCompression));
     } catch (error) {
       release();
       throw schedulerRefusal(error, request, this.scheduler.maxModelLen, (plugin, message) =>
         this.#pluginFailures.record(plugin, message),
       );
     }
-    const live = new LiveRequest(request, this.runner.codec, stopTokens, constraints);
+    const live = new LiveRequest(request, this.runner.codec, stopTokens, constraints, forced);
     this.#live.set(request.id, live);
     const onAbort = () => {
       this.#live.abort(live);

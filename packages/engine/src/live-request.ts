@@ -31,6 +31,8 @@ interface Choice {
   readonly matcher: TokenMatcher | undefined;
   generated: number;
   finished: boolean;
+  /** Whether the request's forced prefix is still to be streamed (before its first token). */
+  prefixPending: boolean;
 }
 
 const NOTHING_FORCED = { tokenIds: [], stopped: false } as const;
@@ -54,6 +56,8 @@ export class LiveRequest {
   readonly #stopTokens: ReadonlySet<number>;
   readonly #codec: TextCodec;
   readonly #logitBias: ReadonlyMap<number, number> | undefined;
+  /** Output tokens prefilled with the prompt (jump-forward before the first token). */
+  readonly #forcedPrefix: readonly number[];
   #ended = false;
   /**
    * Echo with log-probabilities: entry i scores prompt token i (entry 0 stays, nothing predicts
@@ -68,9 +72,11 @@ export class LiveRequest {
     codec: TextCodec,
     stopTokens: ReadonlySet<number>,
     constraints?: AdmittedConstraints,
+    forcedPrefix: readonly number[] = [],
   ) {
     this.request = request;
     this.#codec = codec;
+    this.#forcedPrefix = forcedPrefix;
     this.#stopTokens = stopTokens;
     this.#logitBias = constraints?.logitBias;
     this.#choices = Array.from({ length: request.n }, (_, i) => ({
@@ -80,6 +86,7 @@ export class LiveRequest {
       matcher: constraints?.matchers[i],
       generated: 0,
       finished: false,
+      prefixPending: forcedPrefix.length > 0,
     }));
     if (request.echo && request.logprobs !== undefined) {
       const tokens = request.promptTokens;
@@ -239,6 +246,11 @@ export class LiveRequest {
       choice.finished = true;
       return this.#emit(index, [], { text: '', finishReason: 'length' });
     }
+    if (choice.prefixPending) {
+      choice.prefixPending = false;
+      // A stop string in the prefix ends the choice before this token.
+      if (this.#streamForced(index, this.#forcedPrefix)) return true;
+    }
     if (choice.matcher && !choice.matcher.accept(token)) {
       // The mask allowed it, so the matcher must: anything else is a bug, and the request fails.
       throw new Error(`the output constraint refused token ${token} its own mask allowed`);
@@ -300,6 +312,16 @@ export class LiveRequest {
     );
     const tokenIds = force(choice.matcher, room, this.#stopTokens);
     if (tokenIds.length === 0) return NOTHING_FORCED;
+    return { tokenIds, stopped: this.#streamForced(index, tokenIds) };
+  }
+
+  /**
+   * Streams tokens of choice `index` that its matcher already accepted (forced: no sample, no
+   * log-probabilities) as one delta, ending the choice at its limit; true when a stop string
+   * ended it.
+   */
+  #streamForced(index: number, tokenIds: readonly number[]): boolean {
+    const choice = this.#choices[index]!;
     choice.generated += tokenIds.length;
     let text = '';
     for (const id of tokenIds) {
@@ -307,16 +329,15 @@ export class LiveRequest {
       text += choice.decoder.push(id);
     }
     const finishReason: FinishReason | undefined =
-      choice.generated >= request.maxTokens ? 'length' : undefined;
+      choice.generated >= this.request.maxTokens ? 'length' : undefined;
     if (finishReason) {
       text += choice.decoder.flush();
       choice.finished = true;
     }
-    const stopped = this.#emit(index, tokenIds, {
+    return this.#emit(index, tokenIds, {
       text,
       ...(finishReason ? { finishReason } : {}),
     });
-    return { tokenIds, stopped };
   }
 
   /** Ends the stream with the scheduler's output: last deltas, then the usage event. */
@@ -342,10 +363,12 @@ export class LiveRequest {
         seq.finishReason === 'stop' ? 'stop' : seq.finishReason === 'length' ? 'length' : 'abort';
       this.#emit(seq.index, [], { text: choice.decoder.flush(), finishReason: reason });
     }
+    // The scheduler prefilled the forced prefix with the prompt: it is output, not prompt.
+    const promptTokens = output.numPromptTokens - this.#forcedPrefix.length;
     this.queue.push({
       kind: 'usage',
-      promptTokens: output.numPromptTokens,
-      cachedPromptTokens: output.numCachedPromptTokens,
+      promptTokens,
+      cachedPromptTokens: Math.min(output.numCachedPromptTokens, promptTokens),
       completionTokens: this.#choices.reduce((sum, c) => sum + c.generated, 0),
     });
     this.end('abort');

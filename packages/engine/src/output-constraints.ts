@@ -154,6 +154,32 @@ export class OutputConstraints {
     return this.#compiler;
   }
 
+  /**
+   * Jump-forward before the first token: the tokens a request's constraint forces at the start
+   * of its output (a schema's `{"name": "`, a tool call's opening), accepted by every choice's
+   * matcher (they all start alike), to be computed with the prompt's prefill and streamed
+   * before the first sampled token. Empty when jump-forward is off, nothing is forced, or the
+   * request asks for what forced tokens lack (log-probabilities, an echoed prompt); at least one
+   * token is always left to sample, within `max_tokens` and `maxModelLen`.
+   */
+  forcedPrefix(
+    request: GenerationRequest,
+    admitted: AdmittedConstraints,
+    stopTokens: ReadonlySet<number>,
+  ): number[] {
+    const jump = this.jumpForward;
+    const [first, ...others] = admitted.matchers;
+    if (!jump || !first || request.logprobs !== undefined || request.echo) return [];
+    const room = Math.min(request.maxTokens, jump.maxModelLen - request.promptTokens.length) - 1;
+    const ids = jump.force(first, room, stopTokens);
+    for (const matcher of others) {
+      for (const id of ids) {
+        if (!matcher.accept(id)) throw new Error(`a fresh matcher refused forced token ${id}`);
+      }
+    }
+    return ids;
+  }
+
   /** {@link forcedTokens} over the runner's tokenizer and vocabulary. */
   forcedTokens(matcher: TokenMatcher, room: number, stopTokens: ReadonlySet<number>): number[] {
     const encode = this.#runner.codec.encodeText;

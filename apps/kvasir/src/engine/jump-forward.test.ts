@@ -21,7 +21,8 @@ import { type BuiltEngine, buildEngine } from './bootstrap.js';
 // Jump-forward decoding through the real engine (random model, greedy, a 14-block cache that an
 // unconstrained neighbour's two choices cannot share, so requests are preempted and
 // recomputed). Its claim: appending the tokens a constraint forces and computing them as one
-// chunk gives the text that decoding them one per step gives. Greedy decoding without it only
+// chunk (with the prompt, for text forced before the first token) gives the text that
+// decoding them one per step gives. Greedy decoding without it only
 // takes the same tokens where the model's choice agrees with the tokenizer's tokenization of
 // the forced text; so the run it is compared with is one without jump-forward whose matchers
 // allow only those tokens, one per step (everything else, the masks included, is the real
@@ -57,12 +58,12 @@ function only(token: number, vocabSize: number): TokenBitmask {
 }
 
 /**
- * A matcher that, after each sampled token, takes the tokens jump-forward would append one per
- * step: its mask allows only the next of them.
+ * A matcher that, at the start and after each sampled token, takes the tokens jump-forward
+ * would append one per step: its mask allows only the next of them.
  */
 class OnePerStep implements TokenMatcher {
   #queue: number[] = [];
-  #sampled = false;
+  #sampled = true;
   constructor(
     readonly inner: TokenMatcher,
     readonly options: Omit<Parameters<typeof forcedTokens>[1], 'room'>,
@@ -245,6 +246,54 @@ describe('jump-forward decoding', () => {
       expect(jumping.engine.steps).toBeLessThan(oneByOne.engine.steps);
     } finally {
       await oneByOne.close();
+      await jumping.close();
+    }
+  });
+
+  it('prefills text forced before the first token with the prompt and streams it first', async () => {
+    const jumping = await engine(true);
+    try {
+      const vocab = jumping.engine.modelCard.vocabSize!;
+      const promptTokens = Array.from({ length: 9 }, (_, i) => (i * 37 + 5) % vocab);
+      const request: GenerationRequest = {
+        id: 'prefix',
+        model: jumping.engine.modelCard.id,
+        promptTokens,
+        n: 2,
+        maxTokens: 40,
+        sampling: { ...GREEDY, temperature: 1, seed: 9 },
+        stopTokenIds: [],
+        ignoreEos: false,
+        constraint: { kind: 'regex', pattern: '\\{"id": [0-9]{1,3}, "tag": "[a-z]{1,4}"\\}' },
+      };
+      const deltas: { index: number; tokenIds: readonly number[]; text: string }[] = [];
+      let usage: { promptTokens: number; completionTokens: number } | undefined;
+      const before = jumping.engine.steps;
+      for await (const event of await jumping.engine.generate(
+        request,
+        new AbortController().signal,
+      )) {
+        if (event.kind === 'delta') deltas.push(event);
+        if (event.kind === 'usage') usage = event;
+      }
+      for (const index of [0, 1]) {
+        const mine = deltas.filter((d) => d.index === index && d.tokenIds.length > 0);
+        // The first delta is the forced opening, several tokens at once, before any sample.
+        expect(mine[0]!.text).toBe('{"id": ');
+        expect(mine[0]!.tokenIds.length).toBeGreaterThan(1);
+        const text = mine.map((d) => d.text).join('');
+        expect(text).toMatch(/^\{"id": [0-9]{1,3}, "tag": "[a-z]{1,4}"\}$/);
+      }
+      const completion = deltas.reduce((n, d) => n + d.tokenIds.length, 0);
+      expect(usage).toMatchObject({
+        promptTokens: promptTokens.length,
+        completionTokens: completion,
+      });
+      // Prefill, then one step per sampled token: the opening took none.
+      const sampled = deltas.filter((d) => d.index === 0 && d.tokenIds.length > 0).length - 1;
+      expect(jumping.engine.steps - before).toBeLessThanOrEqual(sampled + 1);
+      expect(jumping.engine.kvCache.blocks.numUsed).toBe(0);
+    } finally {
       await jumping.close();
     }
   });
