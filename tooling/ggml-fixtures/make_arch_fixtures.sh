@@ -61,6 +61,14 @@ for fx in json.load(open(f"{tmp}/fixtures.json")):
                                     capture_output=True).stdout)
     record = {"name": fx["name"], "sha256": fx["sha256"], "messages": fx["messages"],
               "prompt": prompt, "llama_cpp": run}
+    if "f32_path" in fx:
+        # Experts shipped in blocks (gpt-oss's MXFP4): llama.cpp also on those blocks decoded to
+        # f32, its arithmetic on exactly the weights Kvasir decodes.
+        deq = f"{tmp}/{fx['name']}-deq.gguf"
+        subprocess.run([sys.executable, f"{here}/dequantize_gguf.py", fx["f32_path"], fx["path"],
+                        deq], check=True)
+        record["dequantized_f32"] = json.loads(subprocess.run(
+            [greedy, deq, prompt, "32", "0"], check=True, capture_output=True).stdout)
     quantized = {}
     for q in fx["quantized"]:
         qpath = f"{tmp}/{fx['name']}-{q}.gguf"

@@ -47,13 +47,32 @@ for (const fx of ARCH_FIXTURES) {
     undefined,
     types,
   );
+  // A fixture whose experts ship in a block type (gpt-oss: MXFP4) also as all-F32, the
+  // template dequantize_gguf.py fills with those blocks' values.
+  let f32Path: string | undefined;
+  if (fx.expertType && !type) {
+    f32Path = resolve(join(dir, `${fx.name}-f32.gguf`));
+    await writeArchFixture(seed === undefined ? fx : { ...fx, seed }, f32Path, undefined, {
+      ...expertTypes(fx, 'F32'),
+    });
+  }
   out.push({
     name: fx.name,
     path,
     sha256,
     messages: fx.messages,
     quantized: fx.quantized ?? [],
+    ...(f32Path ? { f32_path: f32Path } : {}),
   });
 }
+/** Every expert matrix of `fx` in `t`, by GGUF name. */
+function expertTypes(fx: (typeof ARCH_FIXTURES)[number], t: 'F32'): Record<string, 'F32'> {
+  const out: Record<string, 'F32'> = {};
+  for (let l = 0; l < fx.config.numLayers; l++) {
+    for (const p of ['gate', 'up', 'down']) out[`blk.${l}.ffn_${p}_exps.weight`] = t;
+  }
+  return out;
+}
+
 await writeFile(join(dir, 'fixtures.json'), JSON.stringify(out, null, 1));
 console.log(`wrote ${out.map((f) => f.name).join(', ')} in ${dir}`);

@@ -151,6 +151,50 @@ const QWEN3_06B = {
   vocab_size: 151936,
 };
 // Qwen/Qwen3-30B-A3B's config.json.
+/** openai/gpt-oss-20b's config.json (its quantization_config left out). */
+const GPT_OSS_20B = {
+  architectures: ['GptOssForCausalLM'],
+  attention_bias: true,
+  attention_dropout: 0.0,
+  eos_token_id: 200002,
+  experts_per_token: 4,
+  head_dim: 64,
+  hidden_act: 'silu',
+  hidden_size: 2880,
+  initial_context_length: 4096,
+  initializer_range: 0.02,
+  intermediate_size: 2880,
+  layer_types: Array.from({ length: 24 }, (_, l) =>
+    l % 2 === 0 ? 'sliding_attention' : 'full_attention',
+  ),
+  max_position_embeddings: 131072,
+  model_type: 'gpt_oss',
+  num_attention_heads: 64,
+  num_experts_per_tok: 4,
+  num_hidden_layers: 24,
+  num_key_value_heads: 8,
+  num_local_experts: 32,
+  output_router_logits: false,
+  pad_token_id: 199999,
+  rms_norm_eps: 1e-5,
+  rope_scaling: {
+    beta_fast: 32.0,
+    beta_slow: 1.0,
+    factor: 32.0,
+    original_max_position_embeddings: 4096,
+    rope_type: 'yarn',
+    truncate: false,
+  },
+  rope_theta: 150000,
+  router_aux_loss_coef: 0.9,
+  sliding_window: 128,
+  swiglu_limit: 7.0,
+  tie_word_embeddings: false,
+  transformers_version: '4.55.0.dev0',
+  use_cache: true,
+  vocab_size: 201088,
+};
+
 const QWEN3_30B_A3B = {
   architectures: ['Qwen3MoeForCausalLM'],
   attention_bias: false,
@@ -437,6 +481,69 @@ describe('parseHfConfig', () => {
       codeOf(() => parseHfConfig({ ...SMOLLM3_3B, no_rope_layers: [1, 0] })),
       'one flag per layer',
     ).toBe('INVALID_CONFIG');
+  });
+
+  it("reads gpt-oss-20b's shape (sinks, biases, even layers sliding over 128, 32 experts with biases, top 4) and refuses its YaRN in config.json", () => {
+    const { rope_scaling: yarn, ...plain } = GPT_OSS_20B;
+    const c = parseHfConfig(plain);
+    expect(c).toMatchObject({
+      architecture: 'gpt-oss',
+      attentionBias: true,
+      attentionOutputBias: true,
+      attentionSinks: true,
+      slidingWindow: 128,
+      headDim: 64,
+    });
+    expect(c.slidingWindowLayers).toEqual(Array.from({ length: 12 }, (_, i) => 2 * i));
+    expect(c.moe).toEqual({
+      numExperts: 32,
+      numExpertsPerToken: 4,
+      expertIntermediateSize: 2880,
+      normTopkProb: true,
+      expertBias: true,
+      activation: 'swiglu-oai',
+    });
+    const names = expectedTensors(c).map((t) => t.name);
+    for (const n of [
+      'model.layers.0.self_attn.sinks.weight',
+      'model.layers.0.mlp.gate.bias',
+      'model.layers.23.mlp.experts.31.down_proj.bias',
+      'model.layers.0.self_attn.o_proj.bias',
+    ]) {
+      expect(names).toContain(n);
+    }
+    // 20.9B parameters, as its model card says.
+    expect(Math.round(parameterCount(c) / 1e8)).toBe(209);
+    expect(parseHfConfig(toHfConfig(c))).toEqual(c);
+    expect(
+      codeOf(() => parseHfConfig(GPT_OSS_20B)),
+      'YaRN in config.json',
+    ).toBe('UNSUPPORTED_ARCHITECTURE');
+    expect(codeOf(() => parseHfConfig({ ...plain, swiglu_limit: 10 }))).toBe(
+      'UNSUPPORTED_ARCHITECTURE',
+    );
+    expect(codeOf(() => parseHfConfig({ ...plain, layer_types: ['full_attention'] }))).toBe(
+      'INVALID_CONFIG',
+    );
+    expect(
+      codeOf(() => validateModelConfig({ ...c, architecture: 'qwen3moe', qkNorm: true })),
+      'biased OAI experts on qwen3moe',
+    ).toBe('INVALID_CONFIG');
+    expect(
+      codeOf(() =>
+        makeModelConfig({
+          architecture: 'llama',
+          hiddenSize: 64,
+          intermediateSize: 64,
+          numLayers: 1,
+          numHeads: 2,
+          vocabSize: 300,
+          attentionSinks: true,
+        }),
+      ),
+      'sinks on llama',
+    ).toBe('INVALID_CONFIG');
+    expect(yarn.rope_type).toBe('yarn');
   });
 
   it('reads Qwen3-30B-A3B (128 experts, top 8, renormalized; Q/K norm; every layer sparse)', () => {

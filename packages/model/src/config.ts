@@ -6,13 +6,16 @@ import {
   gemma3ToHf,
   validateGemmaFields,
 } from './families/gemma3.js';
+import { gptOssDefaults, gptOssLayersFromHf, gptOssMoe } from './families/gpt-oss.js';
 
 /**
  * Model families this package runs; all share the Llama block structure. `qwen3` adds a
  * per-head RMSNorm of Q and K before RoPE ({@link ModelConfig.qkNorm}); `smollm3` skips RoPE on
  * every fourth layer ({@link ModelConfig.noRopeLayers}); `gemma3` adds scaled embeddings,
  * GELU-tanh, sandwich norms and interleaved sliding-window layers (the fields below it sets);
- * `qwen3moe` is qwen3 with a mixture of experts in place of every MLP ({@link ModelConfig.moe}).
+ * `qwen3moe` is qwen3 with a mixture of experts in place of every MLP ({@link ModelConfig.moe});
+ * `gpt-oss` has attention sinks, biased q/k/v/o, alternating sliding-window layers and experts
+ * with biases and OpenAI's clamped SwiGLU (families/gpt-oss.ts).
  */
 export type Architecture =
   | 'llama'
@@ -21,7 +24,8 @@ export type Architecture =
   | 'qwen3'
   | 'smollm3'
   | 'gemma3'
-  | 'qwen3moe';
+  | 'qwen3moe'
+  | 'gpt-oss';
 
 /**
  * A mixture-of-experts MLP (Qwen3 MoE): every layer's MLP is `numExperts` SwiGLU experts of
@@ -35,6 +39,16 @@ export interface MoeConfig {
   readonly numExpertsPerToken: number;
   readonly expertIntermediateSize: number;
   readonly normTopkProb: boolean;
+  /**
+   * The router and every expert's gate, up and down projections carry biases (gpt-oss).
+   * Absent: no biases.
+   */
+  readonly expertBias?: boolean;
+  /**
+   * The experts' gated activation: `silu` (SwiGLU, the default) or `swiglu-oai` (gpt-oss:
+   * `min(g, 7) · σ(1.702 · min(g, 7)) · (clamp(u, −7, 7) + 1)`).
+   */
+  readonly activation?: 'silu' | 'swiglu-oai';
 }
 
 /** Upper bound of a config's expert count (the largest MoE models have 256 to 384). */
@@ -134,8 +148,14 @@ export interface ModelConfig {
   readonly localRopeTheta?: number;
   /** When set, logits become `tanh(l / cap) · cap` (a final logit soft cap). */
   readonly finalLogitSoftcap?: number;
-  /** Every layer's MLP is a mixture of experts (`qwen3moe`). Absent: dense MLPs. */
+  /** Every layer's MLP is a mixture of experts (`qwen3moe`, `gpt-oss`). Absent: dense MLPs. */
   readonly moe?: MoeConfig;
+  /**
+   * Every layer has a learned logit per query head (`self_attn.sinks.weight`, `[numHeads]`)
+   * that joins the softmax's denominator as one more key with no value (gpt-oss), so a head
+   * may attend to nothing. Absent: false.
+   */
+  readonly attentionSinks?: boolean;
 }
 
 /** Name, shape (row-major, HF order: `[out, in]` for projections) of one expected tensor. */
@@ -184,6 +204,7 @@ const ARCH_BY_HF: Record<string, Architecture> = {
   SmolLM3ForCausalLM: 'smollm3',
   Gemma3ForCausalLM: 'gemma3',
   Qwen3MoeForCausalLM: 'qwen3moe',
+  GptOssForCausalLM: 'gpt-oss',
 };
 const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   llama: 'llama',
@@ -194,6 +215,7 @@ const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   gemma3_text: 'gemma3',
   qwen3_moe: 'qwen3moe',
   qwen3moe: 'qwen3moe',
+  gpt_oss: 'gpt-oss',
 };
 
 /** SmolLM3's NoPE layers: every `interval`-th (1-based), as llama.cpp and transformers place them. */
@@ -380,9 +402,32 @@ export function parseHfConfig(json: unknown): ModelConfig {
     ...gemma,
     ...(gemma ? { tieWordEmbeddings: readBool(c, 'tie_word_embeddings', true) } : {}),
     ...(architecture === 'qwen3moe' ? { qkNorm: true, moe: hfMoe(c, numLayers) } : {}),
+    ...(architecture === 'gpt-oss' ? gptOssFromHf(c, numLayers) : {}),
   };
   validateModelConfig(config);
   return config;
+}
+
+/** gpt-oss's fields from `config.json` (sliding window, layer types, experts). */
+function gptOssFromHf(c: Record<string, unknown>, numLayers: number): Partial<ModelConfig> {
+  const limit = readNum(c, 'swiglu_limit', 7);
+  if (limit !== 7) {
+    throw new ModelError(
+      'UNSUPPORTED_ARCHITECTURE',
+      `config.json: swiglu_limit ${limit} is not supported (llama.cpp and this package fix it at 7)`,
+      { details: { key: 'swiglu_limit' } },
+    );
+  }
+  return {
+    ...gptOssDefaults(numLayers),
+    slidingWindow: readInt(c, 'sliding_window'),
+    slidingWindowLayers: gptOssLayersFromHf(c.layer_types, numLayers),
+    moe: gptOssMoe(
+      readInt(c, 'num_local_experts', undefined, MAX_EXPERTS),
+      readInt(c, 'num_experts_per_tok', undefined, MAX_EXPERTS),
+      readInt(c, 'intermediate_size', undefined, MODEL_CONFIG_LIMITS.intermediateSize),
+    ),
+  };
 }
 
 /**
@@ -501,6 +546,9 @@ export function validateModelConfig(c: ModelConfig): void {
   }
   validateGemmaFields(c);
   validateMoe(c);
+  if (c.attentionSinks && c.architecture !== 'gpt-oss') {
+    throw bad(`model config: ${c.architecture} has no attention sinks`);
+  }
   const s = c.ropeScaling;
   if (s?.type === 'freq-factors' && s.factors.length !== c.headDim / 2) {
     throw bad(
@@ -531,11 +579,12 @@ export function validateModelConfig(c: ModelConfig): void {
 /** A `qwen3moe` config has experts (and only it), at most 4,096, top-k within them. */
 function validateMoe(c: ModelConfig): void {
   const m = c.moe;
-  if ((m !== undefined) !== (c.architecture === 'qwen3moe')) {
+  const moeArch = c.architecture === 'qwen3moe' || c.architecture === 'gpt-oss';
+  if ((m !== undefined) !== moeArch) {
     throw bad(
       m
         ? `model config: ${c.architecture} has no mixture of experts`
-        : 'model config: qwen3moe needs its experts (moe)',
+        : `model config: ${c.architecture} needs its experts (moe)`,
     );
   }
   if (m === undefined) return;
@@ -555,6 +604,14 @@ function validateMoe(c: ModelConfig): void {
   }
   if (typeof m.normTopkProb !== 'boolean')
     throw bad('model config: moe.normTopkProb must be a boolean');
+  const oai = c.architecture === 'gpt-oss';
+  if ((m.expertBias ?? false) !== oai || (m.activation === 'swiglu-oai') !== oai) {
+    throw bad(
+      oai
+        ? 'model config: gpt-oss experts have biases and the swiglu-oai activation'
+        : `model config: ${c.architecture} experts have no biases and use SiLU`,
+    );
+  }
 }
 
 /**
@@ -588,6 +645,7 @@ export function makeModelConfig(
     ...(architecture === 'smollm3' ? { noRopeLayers: everyNthNoRope(partial.numLayers) } : {}),
     ...(architecture === 'gemma3' ? gemma3Defaults(partial.numLayers, partial.hiddenSize) : {}),
     ...(architecture === 'qwen3moe' ? { qkNorm: true } : {}),
+    ...(architecture === 'gpt-oss' ? gptOssDefaults(partial.numLayers) : {}),
     ...partial,
   };
   validateModelConfig(config);
@@ -609,6 +667,7 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
     smollm3: 'SmolLM3ForCausalLM',
     gemma3: 'Gemma3ForCausalLM',
     qwen3moe: 'Qwen3MoeForCausalLM',
+    'gpt-oss': 'GptOssForCausalLM',
   }[c.architecture];
   let ropeScaling: Record<string, unknown> | null = null;
   const s = c.ropeScaling;
@@ -627,7 +686,12 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
   }
   const out: Record<string, unknown> = {
     architectures: [hfArch],
-    model_type: c.architecture === 'qwen3moe' ? 'qwen3_moe' : c.architecture,
+    model_type:
+      c.architecture === 'qwen3moe'
+        ? 'qwen3_moe'
+        : c.architecture === 'gpt-oss'
+          ? 'gpt_oss'
+          : c.architecture,
     hidden_act: 'silu',
     hidden_size: c.hiddenSize,
     intermediate_size: c.intermediateSize,
@@ -660,6 +724,8 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
   } else if (c.architecture === 'gemma3') {
     gemma3ToHf(c, out);
     out.model_type = 'gemma3_text';
+  } else if (c.architecture === 'gpt-oss') {
+    gptOssToHf(c, out);
   } else if (c.architecture === 'mistral') {
     if (c.attentionBias || c.attentionOutputBias)
       throw bad('model config: Mistral has no attention bias');
@@ -704,6 +770,26 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
   return out;
 }
 
+/** gpt-oss's config.json fields (transformers' GptOssConfig). */
+function gptOssToHf(c: ModelConfig, out: Record<string, unknown>): void {
+  const m = c.moe as MoeConfig;
+  if (!c.attentionBias || !c.attentionOutputBias || !c.attentionSinks) {
+    throw bad('model config: gpt-oss always has attention biases and sinks');
+  }
+  const sliding = new Set(c.slidingWindowLayers ?? []);
+  Object.assign(out, {
+    attention_bias: true,
+    intermediate_size: m.expertIntermediateSize,
+    num_local_experts: m.numExperts,
+    num_experts_per_tok: m.numExpertsPerToken,
+    sliding_window: c.slidingWindow,
+    layer_types: Array.from({ length: c.numLayers }, (_, l) =>
+      sliding.has(l) ? 'sliding_attention' : 'full_attention',
+    ),
+    swiglu_limit: 7,
+  });
+}
+
 /**
  * The tensors a checkpoint of this config must hold, with canonical HF names and shapes
  * (`lm_head.weight` only when embeddings are untied).
@@ -726,6 +812,7 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
     }
     out.push({ name: `${p}self_attn.o_proj.weight`, shape: [h, q] });
     if (c.attentionOutputBias) out.push({ name: `${p}self_attn.o_proj.bias`, shape: [h] });
+    if (c.attentionSinks) out.push({ name: `${p}self_attn.sinks.weight`, shape: [c.numHeads] });
     if (c.qkNorm) {
       out.push({ name: `${p}self_attn.q_norm.weight`, shape: [c.headDim] });
       out.push({ name: `${p}self_attn.k_norm.weight`, shape: [c.headDim] });
@@ -737,12 +824,19 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
     }
     if (c.moe) {
       const ff = c.moe.expertIntermediateSize;
+      const bias = c.moe.expertBias ?? false;
       out.push({ name: `${p}mlp.gate.weight`, shape: [c.moe.numExperts, h] });
+      if (bias) out.push({ name: `${p}mlp.gate.bias`, shape: [c.moe.numExperts] });
       for (let e = 0; e < c.moe.numExperts; e++) {
         const x = `${p}mlp.experts.${e}.`;
         out.push({ name: `${x}gate_proj.weight`, shape: [ff, h] });
         out.push({ name: `${x}up_proj.weight`, shape: [ff, h] });
         out.push({ name: `${x}down_proj.weight`, shape: [h, ff] });
+        if (bias) {
+          out.push({ name: `${x}gate_proj.bias`, shape: [ff] });
+          out.push({ name: `${x}up_proj.bias`, shape: [ff] });
+          out.push({ name: `${x}down_proj.bias`, shape: [h] });
+        }
       }
       continue;
     }

@@ -70,14 +70,27 @@ export interface LayerWeights<W> {
   readonly down: W | undefined;
   /** A mixture-of-experts layer's router and experts (configs with `moe`). */
   readonly moe?: MoeLayerWeights<W>;
+  /** One attention-sink logit per query head (configs with `attentionSinks`). */
+  readonly sinks?: Float32Array;
+}
+
+/** One expert of a mixture of experts: as a dense MLP, with gpt-oss's biases when it has them. */
+export interface ExpertWeights<W> {
+  readonly gateUp: W;
+  readonly down: W;
+  /** gate and up biases interleaved as `gateUp`'s rows (row 2j = gate_j, 2j+1 = up_j). */
+  readonly gateUpBias?: Float32Array;
+  readonly downBias?: Float32Array;
 }
 
 /** The MLP of a mixture-of-experts layer. */
 export interface MoeLayerWeights<W> {
   /** Router logits `[numExperts][hiddenSize]`. */
   readonly router: W;
+  /** The router's bias (gpt-oss), `[numExperts]`. */
+  readonly routerBias?: Float32Array;
   /** Each expert's gate and up interleaved as a dense layer's `gateUp`, and its `down`. */
-  readonly experts: readonly { readonly gateUp: W; readonly down: W }[];
+  readonly experts: readonly ExpertWeights<W>[];
 }
 
 /** All weights of a model. `lmHead` is the embedding object itself when tied. */
@@ -361,15 +374,21 @@ async function load<W>(
   // Each expert is a matrix of its own: a GGUF file's 3-D expert tensors are read per expert.
   async function moeLayer(p: string, numExperts: number): Promise<MoeLayerWeights<W>> {
     const router = await matrix(`${p}mlp.gate.weight`);
-    const experts: { gateUp: W; down: W }[] = [];
+    const routerBias = await optVector(`${p}mlp.gate.bias`);
+    const experts: ExpertWeights<W>[] = [];
     for (let e = 0; e < numExperts; e++) {
       const x = `${p}mlp.experts.${e}.`;
+      const gateBias = await optVector(`${x}gate_proj.bias`);
+      const upBias = await optVector(`${x}up_proj.bias`);
+      const downBias = await optVector(`${x}down_proj.bias`);
       experts.push({
         gateUp: await gateUp(`${x}gate_proj.weight`, `${x}up_proj.weight`),
         down: await matrix(`${x}down_proj.weight`),
+        ...(gateBias && upBias ? { gateUpBias: interleave(gateBias, upBias) } : {}),
+        ...(downBias ? { downBias } : {}),
       });
     }
-    return { router, experts };
+    return { router, experts, ...(routerBias ? { routerBias } : {}) };
   }
 
   const vector = async (name: string): Promise<Float32Array> => {
@@ -418,6 +437,7 @@ async function load<W>(
           : await gateUp(`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`),
         down: c.moe ? undefined : await matrix(`${p}mlp.down_proj.weight`),
         ...(c.moe ? { moe: await moeLayer(p, c.moe.numExperts) } : {}),
+        ...(c.attentionSinks ? { sinks: await vector(`${p}self_attn.sinks.weight`) } : {}),
       });
     }
     if (!heads) return { embed, layers, finalNorm: undefined, lmHead: undefined };
@@ -600,4 +620,14 @@ export function checkExecutable(c: ModelConfig): void {
       },
     );
   }
+}
+
+/** `a` and `b` interleaved: `[a0, b0, a1, b1, ...]` (gate and up rows, as `gateUp` holds them). */
+function interleave(a: Float32Array, b: Float32Array): Float32Array {
+  const out = new Float32Array(2 * a.length);
+  for (let i = 0; i < a.length; i++) {
+    out[2 * i] = a[i] as number;
+    out[2 * i + 1] = b[i] as number;
+  }
+  return out;
 }

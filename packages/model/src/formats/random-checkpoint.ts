@@ -58,7 +58,7 @@ export interface RandomCheckpoint {
  * Generates the weights of a random checkpoint as float32, tensor by tensor in
  * {@link expectedTensors} order, from one seeded stream. Projection weights are uniform with
  * standard deviation 1/√fan_in, embeddings uniform with unit standard deviation, norm weights
- * 1 ± 0.1 (Gemma's, stored as w of 1 + w: ± 0.1), biases ± 0.1.
+ * 1 ± 0.1 (Gemma's, stored as w of 1 + w: ± 0.1), biases ± 0.1, attention sinks ± 2.
  */
 export function* randomTensors(
   config: ModelConfig,
@@ -76,6 +76,8 @@ export function* randomTensors(
       // Gemma's norms multiply by 1 + w: the same 1 ± 0.1.
       offset = config.architecture === 'gemma3' ? 0 : 1;
     } else if (t.name.endsWith('.bias')) scale = 0.1;
+    // Attention sinks (one logit per head): ± 2, enough to take a share of every softmax.
+    else if (t.name.endsWith('.sinks.weight')) scale = 2;
     else if (t.name === 'model.embed_tokens.weight') scale = sqrt3;
     else scale = sqrt3 / Math.sqrt(t.shape[1]!);
     for (let i = 0; i < n; i++) {

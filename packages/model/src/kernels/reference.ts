@@ -20,7 +20,12 @@ export type MatmulEpilogue =
    */
   | 'swiglu'
   /** As `'swiglu'` with GELU (tanh approximation) for SiLU: `y[m][j] = gelu(v[2j]) · v[2j+1]`. */
-  | 'geglu';
+  | 'geglu'
+  /**
+   * gpt-oss's clamped SwiGLU on interleaved rows: with `g = min(v[2j], 7)`,
+   * `y[m][j] = g · σ(1.702 · g) · (clamp(v[2j+1], −7, 7) + 1)`.
+   */
+  | 'swiglu-oai';
 
 /** SiLU as the kernels compute it. */
 export function silu(x: number): number {
@@ -32,11 +37,24 @@ export function geluTanh(x: number): number {
   return 0.5 * x * (1 + Math.tanh(0.7978845608028654 * x * (1 + 0.044715 * x * x)));
 }
 
-/** The gate activation of a gated epilogue. */
-const gateAct = (epilogue: MatmulEpilogue) => (epilogue === 'geglu' ? geluTanh : silu);
+/** gpt-oss's clamped SwiGLU of a gate and an up value (ggml's `swiglu_oai`, alpha 1.702, limit 7). */
+export function swigluOai(gate: number, up: number): number {
+  const x = Math.min(gate, 7);
+  const y = Math.min(Math.max(up, -7), 7);
+  return (x / (1 + Math.exp(-1.702 * x))) * (y + 1);
+}
+
+/** The combination of gate and up values of a gated epilogue. */
+const gateAct = (epilogue: MatmulEpilogue): ((g: number, u: number) => number) =>
+  epilogue === 'geglu'
+    ? (g, u) => geluTanh(g) * u
+    : epilogue === 'swiglu-oai'
+      ? swigluOai
+      : (g, u) => silu(g) * u;
 
 /** Whether an epilogue pairs gate and up rows (its output has half the rows' columns). */
-const gated = (epilogue: MatmulEpilogue) => epilogue === 'swiglu' || epilogue === 'geglu';
+const gated = (epilogue: MatmulEpilogue) =>
+  epilogue === 'swiglu' || epilogue === 'geglu' || epilogue === 'swiglu-oai';
 
 /**
  * `y = x · Wᵀ` for `x` of `m` rows, with an optional bias and a fused epilogue.
@@ -65,7 +83,7 @@ export function matmulRef(
     };
     for (let i = 0; i < m; i++) {
       for (let j = 0; j < n; j += gated(epilogue) ? 2 : 1) {
-        if (gated(epilogue)) y[i * outCols + j / 2] = act(dot(j, i)) * dot(j + 1, i);
+        if (gated(epilogue)) y[i * outCols + j / 2] = act(dot(j, i), dot(j + 1, i));
         else if (epilogue === 'residual')
           y[i * outCols + j] = (y[i * outCols + j] as number) + dot(j, i);
         else y[i * outCols + j] = dot(j, i);
@@ -88,7 +106,7 @@ export function matmulRef(
       if (step === 2) {
         for (let t = 0; t < k; t++) acc2 += (x[xo + t] as number) * (row2[t] as number);
         if (bias) acc2 += bias[j + 1] as number;
-        y[i * outCols + j / 2] = act(acc) * acc2;
+        y[i * outCols + j / 2] = act(acc, acc2);
       } else if (epilogue === 'residual') {
         y[i * outCols + j] = (y[i * outCols + j] as number) + acc;
       } else {

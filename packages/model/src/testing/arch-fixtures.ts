@@ -30,7 +30,8 @@ export interface ArchFixture {
     | 'tiny-qwen3'
     | 'tiny-smollm3'
     | 'tiny-gemma3'
-    | 'tiny-qwen3moe';
+    | 'tiny-qwen3moe'
+    | 'tiny-gptoss';
   /** Cut vocabulary under `tooling/ggml-fixtures/tokenizers/`. */
   readonly vocab: string;
   /** The family the GGUF reader should run it as. */
@@ -55,6 +56,8 @@ export interface ArchFixture {
    * rebuild each with the types llama-quantize chose per tensor and check the tensor bytes.
    */
   readonly quantized?: readonly QuantizedType[];
+  /** The GGML type of the mixture of experts' matrices (gpt-oss files ship them in MXFP4). */
+  readonly expertType?: TensorDtype;
 }
 
 /** llama-quantize's file types the family fixtures are recorded in. */
@@ -309,6 +312,57 @@ export const QWEN3MOE_FIXTURE: ArchFixture = {
   quantized: ['F16', 'Q8_0', 'Q4_K_M'],
 };
 
+/**
+ * gpt-oss (gpt-oss-20b's shape, shrunk): attention sinks, biases on q/k/v/o, a sliding window of
+ * 16 on layer 0 and full attention on layer 1, 8 experts (top 4) with biases and OpenAI's
+ * clamped SwiGLU, their matrices in MXFP4 as gpt-oss files ship them (everything else F32), and
+ * YaRN (factor 32 over 4,096 original positions, whose cos/sin factor of 1.35 llama.cpp applies).
+ * The ChatML prompt runs past the window.
+ */
+export const GPTOSS_FIXTURE: ArchFixture = {
+  name: 'tiny-gptoss',
+  vocab: 'qwen2',
+  runsAs: 'gpt-oss',
+  config: {
+    ...wide,
+    architecture: 'gpt-oss',
+    intermediateSize: 128,
+    numLayers: 2,
+    rmsNormEps: 1e-5,
+    ropeTheta: 150_000,
+    attentionBias: true,
+    attentionOutputBias: true,
+    attentionSinks: true,
+    slidingWindow: 16,
+    slidingWindowLayers: [0],
+    moe: {
+      numExperts: 8,
+      numExpertsPerToken: 4,
+      expertIntermediateSize: 128,
+      normTopkProb: true,
+      expertBias: true,
+      activation: 'swiglu-oai',
+    },
+  },
+  // Seed 16 of 7-34 tried: every greedy margin of llama.cpp's runs (on the MXFP4 blocks and on
+  // them decoded to f32) at or above 0.0169, and the two runs' 32 tokens equal.
+  seed: 16,
+  chatTemplate: null,
+  messages: [
+    { role: 'system', content: 'You are a helpful assistant.' },
+    { role: 'user', content: 'Why is the sky blue?' },
+  ],
+  gguf: {
+    architecture: 'gpt-oss',
+    metadata: {
+      'rope.scaling.type': 'yarn',
+      'rope.scaling.factor': 32,
+      'rope.scaling.original_context_length': 4096,
+    },
+  },
+  expertType: 'MXFP4',
+};
+
 export const ARCH_FIXTURES = [
   QWEN2_FIXTURE,
   QWEN2_TIED_FIXTURE,
@@ -318,6 +372,7 @@ export const ARCH_FIXTURES = [
   SMOLLM3_FIXTURE,
   GEMMA3_FIXTURE,
   QWEN3MOE_FIXTURE,
+  GPTOSS_FIXTURE,
 ] as const;
 
 const tooling = new URL('../../../../tooling/ggml-fixtures/', import.meta.url);
@@ -407,7 +462,9 @@ export async function writeArchFixture(
     const converted = fx.gguf ? join(work, 'llama.gguf') : path;
     await convertToGguf(work, converted, {
       ...(dtype ? { dtype } : {}),
-      ...(tensorDtypes ? { tensorDtypes } : {}),
+      ...(tensorDtypes || fx.expertType
+        ? { tensorDtypes: { ...expertDtypes(fx, config), ...tensorDtypes } }
+        : {}),
       withoutTokenizer: true,
       metadata: { 'general.name': fx.name, ...tok },
     });
@@ -419,6 +476,16 @@ export async function writeArchFixture(
     .update(await readFile(path))
     .digest('hex');
   return { config, sha256 };
+}
+
+/** The fixture's expert matrices in its `expertType`, by GGUF name. */
+function expertDtypes(fx: ArchFixture, c: ModelConfig): Record<string, TensorDtype> {
+  const out: Record<string, TensorDtype> = {};
+  if (!fx.expertType) return out;
+  for (let l = 0; l < c.numLayers; l++) {
+    for (const p of ['gate', 'up', 'down']) out[`blk.${l}.ffn_${p}_exps.weight`] = fx.expertType;
+  }
+  return out;
 }
 
 /** Keys whose numbers GGUF files store as f32 (the rest of the converter's are u32). */

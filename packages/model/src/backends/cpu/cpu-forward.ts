@@ -20,6 +20,7 @@ import { copyHostBlocks } from '../../execution/kv-blocks.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
 import { addExpertOutputs, gatherExpertRows, routeExperts } from '../../execution/moe-routing.js';
 import type {
+  ExpertWeights,
   LayerWeights,
   ModelWeights,
   MoeLayerWeights,
@@ -107,8 +108,14 @@ export function pagedAttentionCpu(
   plan: NormalizedPlan,
   out: Float32Array,
   mass?: readonly (Float64Array | undefined)[],
-  layer: { readonly window?: number | null; readonly scale?: number } = {},
+  layer: {
+    readonly window?: number | null;
+    readonly scale?: number;
+    /** One sink logit per query head: a key with no value in every softmax (gpt-oss). */
+    readonly sinks?: Float32Array;
+  } = {},
 ): void {
+  const sinks = layer.sinks;
   const d = c.headDim;
   const hq = c.numHeads;
   const group = hq / c.numKvHeads;
@@ -138,7 +145,8 @@ export function pagedAttentionCpu(
       for (let h = 0; h < hq; h++) {
         const kvh = Math.floor(h / group);
         const qo = tok * hq * d + h * d;
-        let max = Number.NEGATIVE_INFINITY;
+        const sink = sinks ? (sinks[h] as number) : Number.NEGATIVE_INFINITY;
+        let max = sink;
         for (let j = first; j < visible; j++) {
           decodeKvRow(spec, cache, kvRowWord(spec, slotOf(j), kvh, 0), krow);
           let dot = 0;
@@ -146,7 +154,8 @@ export function pagedAttentionCpu(
           scores[j] = dot * scale;
           if (dot * scale > max) max = dot * scale;
         }
-        let sum = 0;
+        // The sink joins the denominator only (exp(-inf) = 0 without one).
+        let sum = Math.exp(sink - max);
         acc.fill(0);
         for (let j = first; j < visible; j++) {
           const p = Math.exp((scores[j] as number) - max);
@@ -178,7 +187,12 @@ export function moeFfnCpu(
   h: number,
   x: Float32Array,
 ): void {
-  const route = routeExperts(matmulRef(xn, t, w.router), t, moe);
+  const route = routeExperts(
+    matmulRef(xn, t, w.router, w.routerBias ? { bias: w.routerBias } : {}),
+    t,
+    moe,
+  );
+  const epilogue = moe.activation === 'swiglu-oai' ? 'swiglu-oai' : 'swiglu';
   const rows = t * moe.numExpertsPerToken;
   const xe = new Float32Array(rows * h);
   gatherExpertRows(route, xn, h, xe);
@@ -187,11 +201,15 @@ export function moeFfnCpu(
     const start = route.offsets[e] as number;
     const n = (route.offsets[e + 1] as number) - start;
     if (n === 0) continue;
-    const expert = w.experts[e] as { gateUp: StoredWeight; down: StoredWeight };
+    const expert = w.experts[e] as ExpertWeights<StoredWeight>;
     const act = matmulRef(xe.subarray(start * h, (start + n) * h), n, expert.gateUp, {
-      epilogue: 'swiglu',
+      epilogue,
+      ...(expert.gateUpBias ? { bias: expert.gateUpBias } : {}),
     });
-    y.set(matmulRef(act, n, expert.down), start * h);
+    y.set(
+      matmulRef(act, n, expert.down, expert.downBias ? { bias: expert.downBias } : {}),
+      start * h,
+    );
   }
   addExpertOutputs(route, y, h, x);
 }
@@ -309,6 +327,7 @@ export class CpuForward {
       pagedAttentionCpu(c, spec, cache, q, plan, attn, mass, {
         window: layerWindow(c, role.first + l),
         ...(c.attentionScale !== undefined ? { scale: c.attentionScale } : {}),
+        ...(lw.sinks ? { sinks: lw.sinks } : {}),
       });
       this.#project(attn, t, lw.o, x, lw.attnOutNorm, lw.oBias);
       const xn2 = rmsNormRef(x, t, h, lw.postNorm, c.rmsNormEps);

@@ -13,6 +13,7 @@ import {
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import {
+  checkBackendSupports,
   checkHidden,
   type Executor,
   type ExecutorContext,
@@ -105,6 +106,7 @@ export async function createWasmExecutor(
 ): Promise<WasmExecutor> {
   const { reader, kv } = ctx;
   const c = reader.config;
+  checkBackendSupports(c, 'wasm');
   if (kv.kvFormat.rotation !== undefined && c.headDim > KV_MAX_HEAD_DIM) {
     throw new ModelError(
       'INVALID_CONFIG',

@@ -21,6 +21,7 @@ import {
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import {
+  checkBackendSupports,
   checkHidden,
   type Executor,
   type ExecutorContext,
@@ -57,6 +58,7 @@ export async function createGpuExecutor(
   options: { gpu: unknown; required: boolean; adapter?: number },
 ): Promise<Executor | undefined> {
   const { reader, kv } = ctx;
+  checkBackendSupports(reader.config, 'webgpu');
   let gpu: Gpu;
   const owned = options.gpu === undefined;
   if (options.gpu !== undefined) gpu = options.gpu as Gpu;

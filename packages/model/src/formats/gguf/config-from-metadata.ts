@@ -8,7 +8,13 @@ import {
   validateModelConfig,
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
-import { gemma3FromGguf } from '../../families/gemma3.js';
+import { gemma3FromGguf, slidingPatternLayers } from '../../families/gemma3.js';
+import {
+  GPT_OSS_SLIDING_PATTERN,
+  gptOssDefaults,
+  gptOssLayersFromGguf,
+  gptOssMoe,
+} from '../../families/gpt-oss.js';
 import { basename } from '../base-name.js';
 import type { GgufTensorEntry } from './header.js';
 import { yarnAttentionFactor, yarnFreqDivisors } from './yarn.js';
@@ -76,6 +82,7 @@ export const GGUF_ARCHITECTURES = [
   'smollm3',
   'gemma3',
   'qwen3moe',
+  'gpt-oss',
 ] as const;
 
 const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architecture> = {
@@ -86,6 +93,7 @@ const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architec
   smollm3: 'smollm3',
   gemma3: 'gemma3',
   qwen3moe: 'qwen3moe',
+  'gpt-oss': 'gpt-oss',
 };
 
 /**
@@ -94,8 +102,6 @@ const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architec
  */
 const REFUSED_GGUF: Readonly<Record<string, string>> = {
   phi3: 'Phi-3 / Phi-4-mini (fused QKV and gate/up, partial rotary, LongRoPE)',
-  'gpt-oss':
-    'gpt-oss (MXFP4 experts, attention sinks, alternating sliding-window layers, the harmony template)',
 };
 
 /** GGUF architectures whose converter permutes Q/K rows for llama.cpp's interleaved RoPE. */
@@ -115,7 +121,7 @@ function yarnFromMetadata(
   headDim: number,
   ropeTheta: number,
   originalContext: number,
-): number[] {
+): { divisors: number[]; attention: number } {
   const key = (k: string) => `${arch}.rope.scaling.${k}`;
   const factor = metaNum(md, key('factor'), file);
   const ext = metaNum(md, key('yarn_ext_factor'), file, 1);
@@ -126,19 +132,22 @@ function yarnFromMetadata(
     metaNum(md, key('yarn_log_multiplier'), file, 0),
     metaNum(md, key('attn_factor'), file, 1),
   );
-  if (Math.abs(attention - 1) > 1e-6) {
+  // gpt-oss's cos/sin factor scales q and k alike: q·k by its square, expressed as the
+  // attention scale (the cache then holds unscaled keys, which nothing else reads).
+  if (Math.abs(attention - 1) > 1e-6 && arch !== 'gpt-oss') {
     throw unsupported(
       file,
       `YaRN with an attention factor of ${attention.toFixed(4)} (cos/sin scaled; only 1 is)`,
       key('yarn_log_multiplier'),
     );
   }
-  return yarnFreqDivisors(headDim, ropeTheta, {
+  const divisors = yarnFreqDivisors(headDim, ropeTheta, {
     factor,
     originalContext,
     betaFast: metaNum(md, key('yarn_beta_fast'), file, 32),
     betaSlow: metaNum(md, key('yarn_beta_slow'), file, 1),
   });
+  return { divisors, attention };
 }
 
 /**
@@ -177,6 +186,45 @@ function ggufMoe(
       Math.max(1, Math.floor(intermediateSize / used)),
     ),
     normTopkProb: true,
+  };
+}
+
+/**
+ * gpt-oss's fields from its GGUF metadata, as llama.cpp's `openai-moe` loader reads them: the
+ * window (`attention.sliding_window`, required), the sliding layers (a per-layer
+ * `attention.sliding_window_pattern` list, or its interleaving, default 2: even layers), the
+ * experts (their biases and OpenAI's SwiGLU are fixed), and YaRN's cos/sin factor as the
+ * attention scale.
+ */
+function gptOssFromGguf(
+  md: Map<string, unknown>,
+  file: string,
+  numLayers: number,
+  headDim: number,
+  intermediateSize: number,
+  yarnAttention: number,
+): Partial<ModelConfig> {
+  const window = metaNum(md, 'gpt-oss.attention.sliding_window', file);
+  if (!Number.isInteger(window) || window <= 0) {
+    throw new ModelError(
+      'INVALID_CONFIG',
+      `${basename(file)}: GGUF metadata "gpt-oss.attention.sliding_window" is ${window}; it must be a positive integer`,
+      { details: { file, key: 'gpt-oss.attention.sliding_window' } },
+    );
+  }
+  const pattern = md.get('gpt-oss.attention.sliding_window_pattern');
+  const every = typeof pattern === 'number' ? pattern : GPT_OSS_SLIDING_PATTERN;
+  const sliding =
+    gptOssLayersFromGguf(pattern, numLayers) ?? slidingPatternLayers(numLayers, every);
+  const moe = ggufMoe(md, 'gpt-oss', file, intermediateSize);
+  return {
+    ...gptOssDefaults(numLayers),
+    slidingWindow: window,
+    slidingWindowLayers: sliding,
+    moe: gptOssMoe(moe.numExperts, moe.numExpertsPerToken, moe.expertIntermediateSize),
+    ...(yarnAttention !== 1
+      ? { attentionScale: (yarnAttention * yarnAttention) / Math.sqrt(headDim) }
+      : {}),
   };
 }
 
@@ -219,7 +267,7 @@ export function configFromGguf(
     );
   }
   const experts = md.get(`${arch}.expert_count`);
-  if (arch !== 'qwen3moe' && typeof experts === 'number' && experts > 0) {
+  if (arch !== 'qwen3moe' && arch !== 'gpt-oss' && typeof experts === 'number' && experts > 0) {
     throw unsupported(file, `a mixture of experts (${experts} experts)`, `${arch}.expert_count`);
   }
   const window = md.get(`${arch}.attention.sliding_window`);
@@ -266,7 +314,7 @@ export function configFromGguf(
     contextLength,
   );
   let ropeScaling: RopeScaling | null = null;
-  let yarn: number[] | undefined;
+  let yarn: { divisors: number[]; attention: number } | undefined;
   const st = md.get(`${arch}.rope.scaling.type`);
   if (st === 'linear') {
     ropeScaling = { type: 'linear', factor: metaNum(md, `${arch}.rope.scaling.factor`, file) };
@@ -278,7 +326,7 @@ export function configFromGguf(
   if (ropeFreqFactors || yarn) {
     // Both divide the same frequencies: llama.cpp divides by rope_freqs, then applies YaRN.
     const factors = Array.from({ length: headDim / 2 }, (_, i) => {
-      return (ropeFreqFactors?.[i] ?? 1) * (yarn?.[i] ?? 1);
+      return (ropeFreqFactors?.[i] ?? 1) * (yarn?.divisors[i] ?? 1);
     });
     ropeScaling = { type: 'freq-factors', factors };
   }
@@ -328,6 +376,9 @@ export function configFromGguf(
       : {}),
     ...(arch === 'qwen3moe'
       ? { qkNorm: true, moe: ggufMoe(md, arch, file, intermediateSize) }
+      : {}),
+    ...(arch === 'gpt-oss'
+      ? gptOssFromGguf(md, file, numLayers, headDim, intermediateSize, yarn?.attention ?? 1)
       : {}),
   };
   try {

@@ -10,6 +10,7 @@ import {
   normWeightShift,
   slidingPatternLayers,
 } from '../../families/gemma3.js';
+import { gptOssSlidingLayers } from '../../families/gpt-oss.js';
 import type { CheckpointReader } from '../checkpoint-reader.js';
 import { isBlockDtype, type TensorDtype } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
@@ -142,6 +143,7 @@ export async function convertToGguf(
       md[`${arch}.rope.scaling.factor`] = { type: 'f32', value: c.ropeScaling.factor };
     }
     if (c.architecture === 'gemma3') Object.assign(md, gemma3Metadata(c));
+    if (c.architecture === 'gpt-oss') Object.assign(md, gptOssMetadata(c));
     if (c.bosTokenId !== null) md['tokenizer.ggml.bos_token_id'] = c.bosTokenId;
     if (c.eosTokenIds[0] !== undefined) md['tokenizer.ggml.eos_token_id'] = c.eosTokenIds[0];
     if (c.eosTokenIds[1] !== undefined)
@@ -193,7 +195,8 @@ export async function convertToGguf(
         const names = Array.from({ length: n }, (_, e) =>
           t.name.replace(/\.experts\.\d+\./, `.experts.${e}.`),
         );
-        const tdtype: TensorDtype = options?.tensorDtypes?.[expert.gguf] ?? dtype;
+        const tdtype: TensorDtype =
+          options?.tensorDtypes?.[expert.gguf] ?? (t.shape.length === 2 ? dtype : 'F32');
         checkBlockRows(tdtype, t.shape, t.name);
         tensors.push({
           name: expert.gguf,
@@ -237,6 +240,50 @@ export async function convertToGguf(
 }
 
 /**
+ * The `gpt-oss.*` keys llama.cpp's loader needs beyond the Llama ones: the window, and the
+ * sliding layers as a per-layer list when they are not its default alternation.
+ *
+ * @throws {@link ModelError} `INVALID_ARGUMENT` for an attention scale GGUF cannot hold (only
+ *   `1 / sqrt(headDim)`; YaRN's factor comes from `rope.scaling.*` keys this converter does not
+ *   write).
+ */
+function gptOssMetadata(c: ModelConfig): Record<string, unknown | GgufTypedValue> {
+  if (c.attentionScale !== undefined && c.attentionScale !== 1 / Math.sqrt(c.headDim)) {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      `a gpt-oss GGUF cannot hold attention scale ${c.attentionScale}: llama.cpp uses 1/sqrt(head size) and YaRN's factor`,
+      { details: { attentionScale: c.attentionScale } },
+    );
+  }
+  const md: Record<string, unknown | GgufTypedValue> = {
+    'gpt-oss.attention.sliding_window': c.slidingWindow ?? 0,
+  };
+  const pattern = slidingPatternKey(c, gptOssSlidingLayers(c.numLayers));
+  if (pattern) md['gpt-oss.attention.sliding_window_pattern'] = pattern;
+  return md;
+}
+
+/**
+ * llama.cpp's per-layer `sliding_window_pattern` list of a config's sliding layers, or undefined
+ * when they are the architecture's `standard` interleaving (its loader's default).
+ */
+function slidingPatternKey(
+  c: ModelConfig,
+  standard: readonly number[],
+): GgufTypedValue | undefined {
+  const sliding = c.slidingWindowLayers ?? [];
+  if (sliding.length === standard.length && sliding.every((l, i) => l === standard[i])) {
+    return undefined;
+  }
+  const set = new Set(sliding);
+  return {
+    type: 'array',
+    itemType: 'bool',
+    value: Array.from({ length: c.numLayers }, (_, l) => set.has(l)),
+  };
+}
+
+/**
  * The `gemma3.*` keys llama.cpp's converter writes beyond the Llama ones, and those its loader
  * reads with defaults (pattern, local RoPE base) when they differ from the defaults.
  *
@@ -259,15 +306,8 @@ function gemma3Metadata(c: ModelConfig): Record<string, unknown | GgufTypedValue
   const sliding = c.slidingWindowLayers ?? [];
   if (c.slidingWindow !== null && sliding.length > 0) {
     md['gemma3.attention.sliding_window'] = c.slidingWindow;
-    const standard = slidingPatternLayers(c.numLayers);
-    if (sliding.length !== standard.length || sliding.some((l, i) => l !== standard[i])) {
-      const set = new Set(sliding);
-      md['gemma3.attention.sliding_window_pattern'] = {
-        type: 'array',
-        itemType: 'bool',
-        value: Array.from({ length: c.numLayers }, (_, l) => set.has(l)),
-      };
-    }
+    const pattern = slidingPatternKey(c, slidingPatternLayers(c.numLayers));
+    if (pattern) md['gemma3.attention.sliding_window_pattern'] = pattern;
     const local = c.localRopeTheta ?? c.ropeTheta;
     if (local !== GEMMA3_LOCAL_ROPE_THETA) {
       md['gemma3.rope.freq_base_swa'] = { type: 'f32', value: local };

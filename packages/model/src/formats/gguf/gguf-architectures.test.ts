@@ -176,17 +176,17 @@ describe('GGUF architectures', () => {
     await expectModelError(
       openCheckpoint(file),
       'UNSUPPORTED_ARCHITECTURE',
-      'supported: llama, qwen2, mistral3, qwen3, smollm3, gemma3, qwen3moe',
+      'supported: llama, qwen2, mistral3, qwen3, smollm3, gemma3, qwen3moe, gpt-oss',
     );
   });
 
-  it.each([
-    ['phi3', 'partial rotary, LongRoPE'],
-    ['gpt-oss', 'MXFP4 experts, attention sinks, alternating sliding-window layers'],
-  ])('refuses %s naming what it lacks (%s)', async (arch, feature) => {
-    const file = await rewrite(llamaFile, `${arch}.gguf`, asArch(arch));
-    await expectModelError(openCheckpoint(file), 'UNSUPPORTED_ARCHITECTURE', feature);
-  });
+  it.each([['phi3', 'partial rotary, LongRoPE']])(
+    'refuses %s naming what it lacks (%s)',
+    async (arch, feature) => {
+      const file = await rewrite(llamaFile, `${arch}.gguf`, asArch(arch));
+      await expectModelError(openCheckpoint(file), 'UNSUPPORTED_ARCHITECTURE', feature);
+    },
+  );
 
   it('a gemma3 file without its Q/K and sandwich norms is refused naming the first missing one', async () => {
     const file = await rewrite(llamaFile, 'gemma3.gguf', asArch('gemma3'));
@@ -238,6 +238,74 @@ describe('GGUF architectures', () => {
       md.set('qwen3moe.expert_count', 3),
     );
     await expectModelError(openCheckpoint(fewer), 'SHAPE_MISMATCH', 'ffn_gate_exps');
+  });
+
+  it("gpt-oss: sinks, biased experts split from their 2-D and 3-D tensors, MXFP4 experts, YaRN's cos/sin factor as the attention scale; no window is refused", async () => {
+    const c = makeModelConfig({
+      architecture: 'gpt-oss',
+      hiddenSize: 64,
+      intermediateSize: 32,
+      numLayers: 3,
+      numHeads: 4,
+      numKvHeads: 2,
+      headDim: 16,
+      vocabSize: 300,
+      slidingWindow: 8,
+      moe: {
+        numExperts: 4,
+        numExpertsPerToken: 2,
+        expertIntermediateSize: 32,
+        normTopkProb: true,
+        expertBias: true,
+        activation: 'swiglu-oai',
+      },
+    });
+    expect(c.slidingWindowLayers).toEqual([0, 2]);
+    await writeRandomCheckpoint(join(root, 'hf-oss'), c, 5);
+    const file = join(root, 'gpt-oss.gguf');
+    const exps = ['gate', 'up', 'down'].flatMap((p) =>
+      [0, 1, 2].map((l) => [`blk.${l}.ffn_${p}_exps.weight`, 'MXFP4'] as const),
+    );
+    await convertToGguf(join(root, 'hf-oss'), file, { tensorDtypes: Object.fromEntries(exps) });
+    const fh = await open(file, 'r');
+    const header = await readGgufHeader(fh, file);
+    await fh.close();
+    const dims = (n: string) => header.tensors.find((t) => t.name === n);
+    expect(dims('blk.1.ffn_down_exps.bias')?.dims).toEqual([64, 4]);
+    expect(dims('blk.1.ffn_down_exps.weight')?.dtype).toBe('MXFP4');
+    expect(dims('blk.0.attn_sinks.weight')?.dims).toEqual([4]);
+    expect(dims('blk.0.post_attention_norm.weight')?.dims).toEqual([64]);
+    expect(header.metadata.get('gpt-oss.attention.sliding_window')).toBe(8);
+    const hf = await openCheckpoint(join(root, 'hf-oss'));
+    const gg = await openCheckpoint(file);
+    try {
+      expect(gg.config).toEqual({ ...hf.config, rmsNormEps: Math.fround(hf.config.rmsNormEps) });
+      const bias = 'model.layers.2.mlp.experts.3.up_proj.bias';
+      expect(await gg.readTensorF32(bias)).toEqual(await hf.readTensorF32(bias));
+      const sinks = 'model.layers.1.self_attn.sinks.weight';
+      expect(await gg.readTensorF32(sinks)).toEqual(await hf.readTensorF32(sinks));
+    } finally {
+      await hf.close();
+      await gg.close();
+    }
+    const yarn = await rewrite(file, 'gpt-oss-yarn.gguf', (md) => {
+      md.set('gpt-oss.rope.scaling.type', 'yarn');
+      md.set('gpt-oss.rope.scaling.factor', 32);
+      md.set('gpt-oss.rope.scaling.original_context_length', 4096);
+    });
+    const y = await openCheckpoint(yarn);
+    try {
+      // llama.cpp multiplies cos and sin by 0.1·ln(32) + 1: q·k by its square.
+      const m = 0.1 * Math.log(32) + 1;
+      expect(y.config.attentionScale).toBeCloseTo((m * m) / 4, 12);
+      expect(y.config.ropeScaling?.type).toBe('freq-factors');
+    } finally {
+      await y.close();
+    }
+    const noWindow = await rewrite(file, 'gpt-oss-nowindow.gguf', (md) =>
+      md.delete('gpt-oss.attention.sliding_window'),
+    );
+    await expectModelError(openCheckpoint(noWindow), 'INVALID_CONFIG', 'sliding_window');
   });
 
   it('a qwen3 file without its Q/K norm tensors is refused naming the first missing one', async () => {

@@ -143,7 +143,7 @@ async function openGguf(
 
 /**
  * A 3-D expert tensor (ggml dims `[cols, rows, experts]`, expert-major) as one `[rows, cols]`
- * tensor per expert, each at its slice of the file: every backend loads, stores and multiplies
+ * tensor per expert (a 2-D expert bias as one vector per expert), each at its slice of the file: every backend loads, stores and multiplies
  * an expert as any other matrix, straight from its blocks.
  */
 function splitExperts(
@@ -154,18 +154,22 @@ function splitExperts(
   tensors: Map<string, TensorInfo>,
   locations: Map<string, TensorLocation>,
 ): void {
-  const [cols, rows, experts] = t.dims as [number, number, number];
-  if (t.dims.length !== 3 || experts !== numExperts || t.byteLength % experts !== 0) {
+  // Biases (gpt-oss) are one vector per expert: ggml dims [cols, experts].
+  const bias = expert.kind === 'bias';
+  const dims = bias ? 2 : 3;
+  const experts = t.dims[dims - 1];
+  if (t.dims.length !== dims || experts !== numExperts || t.byteLength % experts !== 0) {
     throw new ModelError(
       'SHAPE_MISMATCH',
-      `${basename(path)}: tensor "${t.name}" has shape [${[...t.dims].reverse().join(', ')}]; a mixture-of-experts tensor is [experts (${numExperts}), rows, cols]`,
+      `${basename(path)}: tensor "${t.name}" has shape [${[...t.dims].reverse().join(', ')}]; a mixture-of-experts ${expert.kind} is [experts (${numExperts}), ${bias ? 'cols' : 'rows, cols'}]`,
       { details: { file: path, tensor: t.name } },
     );
   }
+  const shape = [...t.dims].reverse().slice(1);
   const slice = t.byteLength / experts;
   for (let e = 0; e < experts; e++) {
-    const name = hfExpertName(expert.layer, e, expert.proj);
-    tensors.set(name, { name, dtype: t.dtype, shape: [rows, cols], byteLength: slice });
+    const name = hfExpertName(expert.layer, e, expert.proj, expert.kind);
+    tensors.set(name, { name, dtype: t.dtype, shape, byteLength: slice });
     locations.set(name, { file: path, offset: t.offset + e * slice });
   }
 }

@@ -31,10 +31,24 @@ const GEMMA_LAYER_MAP: Record<string, string> = {
 const HF_GEMMA_LAYER_MAP = Object.fromEntries(
   Object.entries(GEMMA_LAYER_MAP).map(([k, v]) => [v, k]),
 );
+/**
+ * gpt-oss's: its pre-MLP norm is `post_attention_norm` (llama.cpp's `attn_post_norm`), and each
+ * layer has attention sinks (`attn_sinks`, one logit per head).
+ */
+const GPT_OSS_LAYER_MAP: Record<string, string> = {
+  ...Object.fromEntries(Object.entries(LAYER_MAP).filter(([k]) => k !== 'ffn_norm')),
+  post_attention_norm: 'post_attention_layernorm',
+  attn_sinks: 'self_attn.sinks',
+};
+const HF_GPT_OSS_LAYER_MAP = Object.fromEntries(
+  Object.entries(GPT_OSS_LAYER_MAP).map(([k, v]) => [v, k]),
+);
 const layerMaps = (arch: string | undefined) =>
   arch === 'gemma3'
     ? { toHf: GEMMA_LAYER_MAP, toGguf: HF_GEMMA_LAYER_MAP }
-    : { toHf: LAYER_MAP, toGguf: HF_LAYER_MAP };
+    : arch === 'gpt-oss'
+      ? { toHf: GPT_OSS_LAYER_MAP, toGguf: HF_GPT_OSS_LAYER_MAP }
+      : { toHf: LAYER_MAP, toGguf: HF_LAYER_MAP };
 const HF_GLOBAL_MAP = Object.fromEntries(Object.entries(GLOBAL_MAP).map(([k, v]) => [v, k]));
 
 /**
@@ -72,25 +86,36 @@ export function hfToGgufName(name: string, architecture?: string): string | unde
 
 /**
  * A GGUF mixture-of-experts tensor (`blk.N.ffn_{gate,up,down}_exps.weight`: one 3-D tensor of
- * every expert's matrix, expert-major) as its layer and projection, or `undefined`. Expert `e`'s
- * slice is the HF tensor `model.layers.N.mlp.experts.e.<proj>.weight`.
+ * every expert's matrix, expert-major; gpt-oss's `.bias`: one 2-D tensor of every expert's bias)
+ * as its layer, projection and kind, or `undefined`. Expert `e`'s slice is the HF tensor
+ * `model.layers.N.mlp.experts.e.<proj>.<kind>`.
  */
-export function ggufExpertTensor(
-  name: string,
-): { layer: number; proj: 'gate_proj' | 'up_proj' | 'down_proj' } | undefined {
-  const m = /^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$/.exec(name);
+export function ggufExpertTensor(name: string):
+  | {
+      layer: number;
+      proj: 'gate_proj' | 'up_proj' | 'down_proj';
+      kind: 'weight' | 'bias';
+    }
+  | undefined {
+  const m = /^blk\.(\d+)\.ffn_(gate|up|down)_exps\.(weight|bias)$/.exec(name);
   if (!m) return undefined;
-  return { layer: Number(m[1]), proj: `${m[2] as 'gate' | 'up' | 'down'}_proj` };
+  return {
+    layer: Number(m[1]),
+    proj: `${m[2] as 'gate' | 'up' | 'down'}_proj`,
+    kind: m[3] as 'weight' | 'bias',
+  };
 }
 
 /** The HF name of expert `e`'s slice of a GGUF expert tensor (see {@link ggufExpertTensor}). */
-export function hfExpertName(layer: number, e: number, proj: string): string {
-  return `model.layers.${layer}.mlp.experts.${e}.${proj}.weight`;
+export function hfExpertName(layer: number, e: number, proj: string, kind = 'weight'): string {
+  return `model.layers.${layer}.mlp.experts.${e}.${proj}.${kind}`;
 }
 
-/** The GGUF expert tensor an HF expert matrix belongs to, with its expert index, or `undefined`. */
+/** The GGUF expert tensor an HF expert tensor belongs to, with its expert index, or `undefined`. */
 export function hfToGgufExpert(name: string): { gguf: string; expert: number } | undefined {
-  const m = /^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$/.exec(name);
+  const m = /^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(weight|bias)$/.exec(
+    name,
+  );
   if (!m) return undefined;
-  return { gguf: `blk.${m[1]}.ffn_${m[3]}_exps.weight`, expert: Number(m[2]) };
+  return { gguf: `blk.${m[1]}.ffn_${m[3]}_exps.${m[4]}`, expert: Number(m[2]) };
 }
