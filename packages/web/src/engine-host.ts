@@ -221,6 +221,7 @@ export function serveEngine(scope: WorkerScope): void {
         ...(p.kvCompression
           ? { kvCompression: p.kvCompression as GenerationRequest['kvCompression'] }
           : {}),
+        ...(p.constraint ? { constraint: p.constraint } : {}),
       };
       const stream = await engine.generate(request, controller.signal);
       post({ type: 'started', id: m.id, created: Math.floor(Date.now() / 1000) });

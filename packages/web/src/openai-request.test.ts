@@ -41,5 +41,21 @@ describe('generateParams', () => {
     expect(param({ stop: ['a', 'b', 'c', 'd', 'e'] })).toBe('stop');
     expect(param({ logit_bias: { x: 1 } })).toBe('logit_bias');
     expect(param({ top_p: 0 })).toBe('top_p');
+    expect(param({ response_format: { type: 'yaml' } as never })).toBe('response_format');
+    expect(param({ response_format: { type: 'json_schema' } as never })).toBe('response_format');
+  });
+
+  it("turns response_format into the engine's output constraint", () => {
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' } } };
+    expect(generateParams({ response_format: { type: 'text' } }).constraint).toBeUndefined();
+    expect(generateParams({ response_format: { type: 'json_object' } }).constraint).toEqual({
+      kind: 'json_object',
+      param: 'response_format',
+    });
+    expect(
+      generateParams({
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+      }).constraint,
+    ).toEqual({ kind: 'json_schema', schema, param: 'response_format' });
   });
 });

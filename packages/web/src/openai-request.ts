@@ -1,3 +1,4 @@
+import type { OutputConstraint } from '@kvasir/server/spec';
 import { WebEngineError } from './errors.js';
 import type { GenerateParams } from './protocol.js';
 
@@ -26,8 +27,46 @@ export interface SamplingFields {
   ignore_eos?: boolean;
   /** Token-level KV compression (`{ policy: 'window', window: 512 }`), as the server takes it. */
   kv_compression?: { readonly policy: string; readonly [key: string]: unknown } | null;
+  /**
+   * Structured output, as OpenAI's: `{ type: 'json_object' }`, or `{ type: 'json_schema',
+   * json_schema: { name, schema } }` (every choice matches the schema); `text` is none.
+   */
+  response_format?: ResponseFormat | null;
   /** Ask for the usage in the last chunk of a stream. */
   stream_options?: { include_usage?: boolean } | null;
+}
+
+/** OpenAI's `response_format`. */
+export type ResponseFormat =
+  | { readonly type: 'text' }
+  | { readonly type: 'json_object' }
+  | {
+      readonly type: 'json_schema';
+      readonly json_schema: {
+        readonly name?: string;
+        readonly schema?: unknown;
+        readonly strict?: boolean | null;
+      };
+    };
+
+/**
+ * The engine's output constraint of `response_format` (undefined for none or `text`).
+ * @throws WebEngineError `INVALID_REQUEST` naming `response_format` for another shape.
+ */
+function outputConstraint(format: ResponseFormat | null | undefined): OutputConstraint | undefined {
+  if (format === undefined || format === null || format.type === 'text') return undefined;
+  if (format.type === 'json_object') return { kind: 'json_object', param: 'response_format' };
+  if (format.type === 'json_schema' && typeof format.json_schema === 'object') {
+    const schema = format.json_schema.schema;
+    return schema === undefined
+      ? { kind: 'json_object', param: 'response_format' }
+      : { kind: 'json_schema', schema, param: 'response_format' };
+  }
+  throw new WebEngineError(
+    'INVALID_REQUEST',
+    "response_format: { type: 'text' | 'json_object' } or { type: 'json_schema', json_schema: { schema } }",
+    { details: { param: 'response_format' } },
+  );
 }
 
 function number(
@@ -88,6 +127,7 @@ export function generateParams(body: SamplingFields): GenerateParams {
     }
   }
   const int = (v: number) => Number.isInteger(v);
+  const constraint = outputConstraint(body.response_format);
   return {
     n: number(body.n, 'n', 1, (v) => int(v) && v >= 1 && v <= 16, 'an integer from 1 to 16'),
     maxTokens: number(
@@ -132,5 +172,6 @@ export function generateParams(body: SamplingFields): GenerateParams {
     ...(logitBias ? { logitBias } : {}),
     ignoreEos: body.ignore_eos === true,
     ...(body.kv_compression ? { kvCompression: body.kv_compression } : {}),
+    ...(constraint ? { constraint } : {}),
   };
 }

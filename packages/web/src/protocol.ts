@@ -1,6 +1,11 @@
 // The messages between the page's WebEngine and its worker (structured-clone data only).
 import type { EngineSettings, KvSnapshot } from '@kvasir/engine';
-import type { ChatMessage, EngineStats, GenerationEvent } from '@kvasir/server/spec';
+import type {
+  ChatMessage,
+  EngineStats,
+  GenerationEvent,
+  OutputConstraint,
+} from '@kvasir/server/spec';
 import type { BackendReport, WebBackendChoice } from './backend-choice.js';
 import type { ErrorData } from './errors.js';
 
@@ -38,6 +43,8 @@ export interface GenerateParams {
   readonly logitBias?: Readonly<Record<number, number>>;
   readonly ignoreEos: boolean;
   readonly kvCompression?: { readonly policy: string; readonly [key: string]: unknown };
+  /** Structured output (`response_format`), compiled and enforced by the engine. */
+  readonly constraint?: OutputConstraint;
 }
 
 export interface GenerateMessage {

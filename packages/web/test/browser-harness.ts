@@ -1,8 +1,12 @@
 // A loopback server for the browser tests: the page, its bundled script and worker, and the
 // model, with or without cross-origin isolation, counting the model's downloads.
 import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
+import { convertToGguf } from '@kvasir/model/formats';
 import { build } from 'esbuild';
 import { type Browser, chromium } from 'playwright-core';
 
@@ -16,6 +20,23 @@ const BASE_ARGS = [
   '--disable-sync',
   '--no-first-run',
 ];
+
+/** The tiny random model the browser tests serve. */
+export const TINY_CONFIG = makeModelConfig({
+  hiddenSize: 64,
+  intermediateSize: 128,
+  numLayers: 2,
+  numHeads: 4,
+  numKvHeads: 2,
+  vocabSize: 512,
+});
+
+/** Writes the tiny model as `<root>/tiny.gguf` (Q8_0, from a seeded checkpoint) and returns its bytes. */
+export async function writeTinyGguf(root: string): Promise<Uint8Array> {
+  await writeRandomCheckpoint(join(root, 'hf'), TINY_CONFIG, 31);
+  await convertToGguf(join(root, 'hf'), join(root, 'tiny.gguf'), { dtype: 'Q8_0' });
+  return new Uint8Array(await readFile(join(root, 'tiny.gguf')));
+}
 
 async function bundle(entry: string): Promise<string> {
   const out = await build({

@@ -1,28 +1,17 @@
 // @kvasir/web end to end in headless chromium: the engine in its Web Worker on a tiny GGUF,
 // driven through the page's OpenAI-shaped API.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
-import { convertToGguf } from '@kvasir/model/formats';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type * as Kvasir from '../src/index.js';
-import { launchChromium, startSite, type TestSite } from './browser-harness.js';
+import { launchChromium, startSite, type TestSite, writeTinyGguf } from './browser-harness.js';
 
 declare const kvasir: typeof Kvasir;
 declare const engine: Kvasir.WebEngine;
-
-const CONFIG = makeModelConfig({
-  hiddenSize: 64,
-  intermediateSize: 128,
-  numLayers: 2,
-  numHeads: 4,
-  numKvHeads: 2,
-  vocabSize: 512,
-});
 
 let root: string;
 let site: TestSite;
@@ -30,9 +19,7 @@ let browser: Browser;
 
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'kvasir-web-'));
-  await writeRandomCheckpoint(join(root, 'hf'), CONFIG, 31);
-  await convertToGguf(join(root, 'hf'), join(root, 'tiny.gguf'), { dtype: 'Q8_0' });
-  site = await startSite(new Uint8Array(await readFile(join(root, 'tiny.gguf'))));
+  site = await startSite(await writeTinyGguf(root));
   browser = await launchChromium({ webgpu: true });
 }, 120_000);
 

@@ -1,4 +1,11 @@
-// The test page's script: @kvasir/web's entry, bundled for the browser, on `window.kvasir`.
+// The test page's script: @kvasir/web's entry, bundled for the browser, on `window.kvasir`;
+// its AI SDK provider and the AI SDK itself on `window.aiSdk` and `window.ai`.
+import { generateText, streamText } from 'ai';
+import * as aiSdk from '../../src/ai-sdk.js';
 import * as kvasir from '../../src/index.js';
 
-(globalThis as unknown as { kvasir: typeof kvasir }).kvasir = kvasir;
+Object.assign(globalThis, {
+  kvasir,
+  aiSdk,
+  ai: { generateText, streamText },
+});

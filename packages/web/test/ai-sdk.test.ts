@@ -1,0 +1,130 @@
+// The AI SDK provider in headless chromium: `streamText` and `generateText` from the `ai`
+// package run in the page on a real engine in its worker, with no server.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { generateText, streamText } from 'ai';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type * as AiSdk from '../src/ai-sdk.js';
+import type * as Kvasir from '../src/index.js';
+import { launchChromium, startSite, type TestSite, writeTinyGguf } from './browser-harness.js';
+
+declare const kvasir: typeof Kvasir;
+declare const aiSdk: typeof AiSdk;
+declare const ai: {
+  generateText: typeof generateText;
+  streamText: typeof streamText;
+};
+declare const engine: Kvasir.WebEngine;
+
+let root: string;
+let site: TestSite;
+let browser: Browser;
+let page: Page;
+
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), 'kvasir-ai-sdk-'));
+  site = await startSite(await writeTinyGguf(root));
+  browser = await launchChromium({ webgpu: false });
+  page = await browser.newPage();
+  const logs: string[] = [];
+  page.on('console', (m) => logs.push(m.text()));
+  page.on('pageerror', (e) => logs.push(e.message));
+  await page.goto(`${site.origin}/coi/`);
+  await page.waitForFunction(() => 'aiSdk' in globalThis);
+  await page
+    .evaluate(async () => {
+      const e = await kvasir.createEngine({ model: 'tiny.gguf', worker: 'worker.js', threads: 2 });
+      (globalThis as unknown as { engine: Kvasir.WebEngine }).engine = e;
+    })
+    .catch((error: Error) => {
+      throw new Error(`${error.message}\n${logs.join('\n')}`);
+    });
+}, 180_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await site?.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+describe('@kvasir/web/ai-sdk in chromium', () => {
+  it('streamText streams what the engine answers, with usage and cache reads on a repeat', async () => {
+    const result = await page.evaluate(async () => {
+      const prompt = 'Tell me about paged attention in a browser tab.';
+      const model = aiSdk.kvasir(engine, { ignore_eos: true });
+      const run = async () => {
+        const r = ai.streamText({ model, prompt, temperature: 0, maxOutputTokens: 12 });
+        const deltas: string[] = [];
+        for await (const t of r.textStream) deltas.push(t);
+        return { deltas, finishReason: await r.finishReason, usage: await r.usage };
+      };
+      const first = await run();
+      const second = await run();
+      const direct = await engine.chat.completions.create({
+        messages: [{ role: 'user', content: prompt }],
+        temperature: 0,
+        max_tokens: 12,
+        ignore_eos: true,
+      });
+      const generated = await ai.generateText({
+        model,
+        prompt,
+        temperature: 0,
+        maxOutputTokens: 12,
+      });
+      return {
+        first,
+        second,
+        direct: direct.choices[0]!.message.content,
+        generated: { text: generated.text, finishReason: generated.finishReason },
+        blockSize: engine.model.blockSize,
+      };
+    });
+    const { first, second } = result;
+    expect(first.deltas.length).toBeGreaterThan(1);
+    expect(first.deltas.join('')).toBe(result.direct);
+    expect(result.generated).toEqual({ text: result.direct, finishReason: 'length' });
+    expect(first.finishReason).toBe('length');
+    expect(first.usage.outputTokens).toBe(12);
+    const promptTokens = first.usage.inputTokens!;
+    expect(second.usage.inputTokens).toBe(promptTokens);
+    // The repeat's full prompt blocks came from the prefix cache: reported as cache reads.
+    const cached = Math.floor((promptTokens - 1) / result.blockSize) * result.blockSize;
+    expect(cached).toBeGreaterThan(0);
+    expect(second.usage.inputTokenDetails.cacheReadTokens).toBe(cached);
+    expect(second.usage.inputTokenDetails.noCacheTokens).toBe(promptTokens - cached);
+  }, 120_000);
+
+  it('an abortSignal mid-stream ends the request and gives its blocks back', async () => {
+    const result = await page.evaluate(async () => {
+      const controller = new AbortController();
+      const r = ai.streamText({
+        model: aiSdk.kvasir(engine, { ignore_eos: true }),
+        prompt: 'one two three four five six seven',
+        temperature: 0,
+        maxOutputTokens: 400,
+        abortSignal: controller.signal,
+      });
+      let deltas = 0;
+      let during = 0;
+      for await (const part of r.fullStream) {
+        if (part.type === 'text-delta' && ++deltas === 3) {
+          during = (await engine.stats()).blocks.used;
+          controller.abort();
+        }
+      }
+      let after = await engine.stats();
+      for (let i = 0; i < 100 && after.blocks.used > 0; i++) {
+        await new Promise((res) => setTimeout(res, 20));
+        after = await engine.stats();
+      }
+      return { deltas, during, after: after.blocks.used, running: after.requests.running };
+    });
+    expect(result.during).toBeGreaterThan(0);
+    expect(result.deltas).toBeLessThan(400);
+    expect(result.after).toBe(0);
+    expect(result.running).toBe(0);
+  }, 120_000);
+});
