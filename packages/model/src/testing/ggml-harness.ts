@@ -42,7 +42,7 @@ export function ggmlMatmul(
   const a = weightArgs(ww);
   const xp = arena.alloc(x.length * 4);
   arena.f32(xp, x.length).set(x);
-  const outCols = opts.epilogue === 'swiglu' ? w.rows / 2 : w.rows;
+  const outCols = opts.epilogue?.startsWith('swiglu') ? w.rows / 2 : w.rows;
   const yp = arena.alloc(m * outCols * 4);
   if (opts.out) arena.f32(yp, m * outCols).set(opts.out);
   let bp = 0;

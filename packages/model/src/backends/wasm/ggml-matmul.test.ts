@@ -134,7 +134,7 @@ describe('wasm matmul from GGML blocks', () => {
           expect(maxRelDiff(new Float32Array(want.length), want)).toBeGreaterThan(0.05);
         });
       }
-      for (const epilogue of ['residual', 'swiglu'] as const) {
+      for (const epilogue of ['residual', 'swiglu', 'swiglu-oai'] as const) {
         it(`${build}: ${format} with bias, ${epilogue}: matches matmulRef within ${EPILOGUE_TOL}`, async () => {
           const rt = await runtime(3, build);
           const n = 12;
@@ -143,7 +143,7 @@ describe('wasm matmul from GGML blocks', () => {
           const w = ggmlWeight(format, n, k, 99);
           const x = randomFloats(rnd, m * k, 1);
           const bias = randomFloats(rnd, n, 0.1);
-          const outCols = epilogue === 'swiglu' ? n / 2 : n;
+          const outCols = epilogue.startsWith('swiglu') ? n / 2 : n;
           const residual = randomFloats(rnd, m * outCols, 1);
           const want = matmulRef(x, m, w, { bias, epilogue, out: residual.slice() });
           const got = wasmMatmul(rt, x, m, w, { bias, epilogue, out: residual });

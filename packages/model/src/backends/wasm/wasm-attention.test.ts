@@ -260,6 +260,7 @@ function wasmAttention(
   q: Float32Array,
   mass = false,
   window = 0,
+  sinks?: Float32Array,
 ): Float32Array {
   const t = plan.numTokens;
   const d = kv.headDim;
@@ -302,6 +303,7 @@ function wasmAttention(
     stride,
     sp,
     ...massArgs,
+    sinks ? put(rt, sinks) : 0,
   ]);
   rt.run(p);
   if (mass) masses.collect(plan);
@@ -347,6 +349,25 @@ describe('wasm paged attention', () => {
       const whole = new Float32Array(b.q.length);
       pagedAttentionCpu(c, b.kv, b.cache, b.q, b.plan, whole);
       expect(maxRelDiff(got, whole)).toBeGreaterThan(10 * ATTENTION_TOL);
+    });
+    it(`${format}: attention sinks (a logit per query head), with and without a window of 11, equal the CPU backend's; without them the rows differ`, async () => {
+      const shape = SHAPES[0] as (typeof SHAPES)[number];
+      const rt = await runtime(2);
+      const b = batch(spec(format, shape.hkv, 64, shape.blockSize), shape.hq, shape.hq * 7);
+      const c = tinyConfig({ numHeads: shape.hq, numKvHeads: shape.hkv, headDim: 64 });
+      // Sinks from well below to well above the scores: some heads all but ignore their keys.
+      const sinks = Float32Array.from({ length: shape.hq }, (_, h) => -4 + (8 * h) / shape.hq);
+      for (const window of [0, 11]) {
+        const want = new Float32Array(b.q.length);
+        pagedAttentionCpu(c, b.kv, b.cache, b.q, b.plan, want, undefined, {
+          window: window || null,
+          sinks,
+        });
+        const got = wasmAttention(rt, b.kv, shape.hq, b.cache, b.plan, b.q, false, window, sinks);
+        expect(maxRelDiff(got, want)).toBeLessThan(ATTENTION_TOL);
+        const plain = wasmAttention(rt, b.kv, shape.hq, b.cache, b.plan, b.q, false, window);
+        expect(maxRelDiff(plain, want)).toBeGreaterThan(10 * ATTENTION_TOL);
+      }
     });
     for (const shape of SHAPES) {
       it(`${format} ${shape.name} (block ${shape.blockSize}): decode, chunked and fresh prefill rows equal the CPU backend's`, async () => {

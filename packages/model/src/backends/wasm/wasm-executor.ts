@@ -13,7 +13,6 @@ import {
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import {
-  checkBackendSupports,
   checkHidden,
   type Executor,
   type ExecutorContext,
@@ -106,7 +105,6 @@ export async function createWasmExecutor(
 ): Promise<WasmExecutor> {
   const { reader, kv } = ctx;
   const c = reader.config;
-  checkBackendSupports(c, 'wasm');
   if (kv.kvFormat.rotation !== undefined && c.headDim > KV_MAX_HEAD_DIM) {
     throw new ModelError(
       'INVALID_CONFIG',
@@ -247,6 +245,11 @@ interface LayerVectors {
   /** Sandwich norms of attention's and the MLP's outputs (0 without them). */
   readonly attnOutNorm: number;
   readonly mlpOutNorm: number;
+  /** Attention-sink logits per query head (0 without `attentionSinks`). */
+  readonly sinks: number;
+  /** A mixture of experts' router bias and each expert's gate/up and down biases (0: none). */
+  readonly routerBias: number;
+  readonly expertBiases: readonly { readonly gateUp: number; readonly down: number }[];
 }
 
 /** RoPE tables in wasm memory and on the host (for key shifts). */
@@ -318,6 +321,12 @@ class WasmForward {
       kNorm: vec(l.kNorm, `layer ${i} norm`),
       attnOutNorm: vec(l.attnOutNorm, `layer ${i} norm`),
       mlpOutNorm: vec(l.mlpOutNorm, `layer ${i} norm`),
+      sinks: vec(l.sinks, `layer ${i} sinks`),
+      routerBias: vec(l.moe?.routerBias, `layer ${i} router bias`),
+      expertBiases: (l.moe?.experts ?? []).map((e) => ({
+        gateUp: vec(e.gateUpBias, `layer ${i} expert bias`),
+        down: vec(e.downBias, `layer ${i} expert bias`),
+      })),
     }));
     this.#finalNorm = vec(w.finalNorm, 'final norm');
     this.#cachePtrs = [];
@@ -726,6 +735,7 @@ class WasmForward {
           pb.scratchStride,
           pb.scoreStride,
           ...mass,
+          vec.sinks,
         ],
         'attention',
       ).barrier();
@@ -733,7 +743,16 @@ class WasmForward {
       p.push(Op.rmsNorm, [s.x, t, h, vec.postNorm, eps, s.xn, 0], 'rms_norm').barrier();
       if (lw.moe && c.moe) {
         const { router, experts } = lw.moe;
-        matmul(s.xn, t, router, s.router, 'store', 'router', 0, quantize(s.xn, t, [router]));
+        matmul(
+          s.xn,
+          t,
+          router,
+          s.router,
+          'store',
+          'router',
+          vec.routerBias,
+          quantize(s.xn, t, [router]),
+        );
         p.barrier();
         // Routing needs the router's logits: the program so far runs, the host groups the
         // tokens by expert, and each chosen expert multiplies only its tokens' rows.
@@ -742,13 +761,15 @@ class WasmForward {
         const rows = t * c.moe.numExpertsPerToken;
         gatherExpertRows(route, arena.f32(s.xn, t * h), h, arena.f32(s.xe, rows * h));
         const ff = c.moe.expertIntermediateSize;
-        const active: [WasmWeight, WasmWeight, number, number][] = [];
+        const active: [WasmWeight, WasmWeight, number, number, number][] = [];
         for (let e = 0; e < c.moe.numExperts; e++) {
           const start = route.offsets[e] as number;
           const n = (route.offsets[e + 1] as number) - start;
           const ex = experts[e] as { gateUp: WasmWeight; down: WasmWeight };
-          if (n > 0) active.push([ex.gateUp, ex.down, start, n]);
+          if (n > 0) active.push([ex.gateUp, ex.down, start, n, e]);
         }
+        const glu = c.moe.activation === 'swiglu-oai' ? 'swiglu-oai' : 'swiglu';
+        const biasOf = (e: number) => vec.expertBiases[e] ?? { gateUp: 0, down: 0 };
         // One quantization of every grouped row serves every expert's GGML matmul.
         const shared = (x: number, width: number, ws: WasmWeight[]) => {
           if (rows < SHARED_QUANTIZE_TOKENS || !ws.some((wt) => isGgmlFormat(wt.format))) return 0;
@@ -760,16 +781,16 @@ class WasmForward {
           h,
           active.map((a) => a[0]),
         );
-        for (const [gateUp, , start, n] of active) {
+        for (const [gateUp, , start, n, e] of active) {
           const xq = xq1 && xq1 + start * quantizedRowBytes(h);
           matmul(
             s.xe + start * h * 4,
             n,
             gateUp,
             s.eact + start * ff * 4,
-            'swiglu',
+            glu,
             'expert gate_up',
-            0,
+            biasOf(e).gateUp,
             xq,
           );
         }
@@ -779,7 +800,7 @@ class WasmForward {
           ff,
           active.map((a) => a[1]),
         );
-        for (const [, down, start, n] of active) {
+        for (const [, down, start, n, e] of active) {
           const xq = xq2 && xq2 + start * quantizedRowBytes(ff);
           matmul(
             s.eact + start * ff * 4,
@@ -788,7 +809,7 @@ class WasmForward {
             s.ye + start * h * 4,
             'store',
             'expert down',
-            0,
+            biasOf(e).down,
             xq,
           );
         }

@@ -31,7 +31,7 @@ function wasmMatmul(
   const a = weightArgs(ww);
   const xp = arena.alloc(x.length * 4);
   arena.f32(xp, x.length).set(x);
-  const outCols = opts.epilogue === 'swiglu' ? w.rows / 2 : w.rows;
+  const outCols = opts.epilogue?.startsWith('swiglu') ? w.rows / 2 : w.rows;
   const yp = arena.alloc(m * outCols * 4);
   if (opts.out) arena.f32(yp, m * outCols).set(opts.out);
   let bp = 0;
@@ -73,7 +73,7 @@ const shapes = [
 describe('wasm matmul', () => {
   for (const format of ['f32', 'f16', 'int8'] as WeightFormat[]) {
     for (const { n, k, m } of shapes) {
-      for (const epilogue of ['store', 'residual', 'swiglu'] as const) {
+      for (const epilogue of ['store', 'residual', 'swiglu', 'swiglu-oai'] as const) {
         const tol = format === 'int8' && m === 1 ? INT8_DECODE_TOL : MATMUL_TOL;
         it(`${format} ${n}x${k}, ${m} tokens, ${epilogue}: matches matmulRef within ${tol}`, async () => {
           const rt = await runtime(2);
@@ -82,7 +82,7 @@ describe('wasm matmul', () => {
           const w = packWeight(randomFloats(rnd, n * k, 0.5), n, k, format, gs);
           const x = randomFloats(rnd, m * k, 1);
           const bias = randomFloats(rnd, n, 0.1);
-          const outCols = epilogue === 'swiglu' ? n / 2 : n;
+          const outCols = epilogue.startsWith('swiglu') ? n / 2 : n;
           const residual = randomFloats(rnd, m * outCols, 1);
           const want = matmulRef(x, m, w, { bias, epilogue, out: residual.slice() });
           const got = wasmMatmul(rt, x, m, w, { bias, epilogue, out: residual });

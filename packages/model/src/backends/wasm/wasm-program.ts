@@ -50,7 +50,13 @@ export const WeightCode = {
   MXFP4: 14,
 } as const satisfies Record<StoredFormat, number>;
 /** Matmul epilogues. */
-export const EpilogueCode = { store: 0, residual: 1, swiglu: 2, geglu: 3 } as const;
+export const EpilogueCode = {
+  store: 0,
+  residual: 1,
+  swiglu: 2,
+  geglu: 3,
+  'swiglu-oai': 4,
+} as const;
 /** KV cache formats the kernels read and write, by `KvFormatName` (c/kv-formats.h). */
 export const KvCode = {
   f32: 0,

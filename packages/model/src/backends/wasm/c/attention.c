@@ -132,6 +132,7 @@ typedef struct {
   float *scores, *qr, *acc, *buf;
   float* mass;
   const i32 *massOff, *massQ;
+  const float* sinks;  // one logit per query head, or 0
 } Attention;
 
 // One item: a (token, kv head) and a share of its group's query heads (all of them unless there
@@ -207,7 +208,9 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
   }
   for (i32 g = g0; g < g1; g++) {
     float* sc = scores + (long)g * sp;
-    float mx = bits_f32(0xff800000u);
+    // An attention sink (gpt-oss) is one more logit with no value: in the max and the sum only.
+    float sink = A->sinks ? A->sinks[kvh * group + g] : bits_f32(0xff800000u);
+    float mx = sink;
     for (i32 j = lo; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
     // Four exponentials at a time: a scalar one costs as much as a 64-element dot product.
     v128_t mxv = wasm_f32x4_splat(mx), sumv = wasm_f32x4_splat(0);
@@ -223,6 +226,7 @@ INLINE void attend(const Attention* A, i32 item, i32 kvfmt) {
       sc[j] = p;
       sum += p;
     }
+    if (A->sinks) sum += expf_(sink - mx);
     float inv = 1.0f / sum;
     // The normalized p multiplies V below through inv: scaling by inv here instead would
     // change the output's rounding, and mass is rare.
@@ -376,7 +380,8 @@ INLINE void attend_tile(const Attention* A, i32 item, i32 m, i32 kvfmt) {
 // hkv, d, cache, kvfmt, bs, blockWords, slabWords, window (0: the whole context; else a query
 // sees its last `window` positions, its own included), scale (f32 bits), scratch, stride
 // (bytes per thread), sp (score floats per head, a multiple of 4 >= the longest context), mass
-// (0: off), massOff (-1: not this sequence), massQ.
+// (0: off), massOff (-1: not this sequence), massQ, sinks (one logit per query head, f32;
+// 0: none).
 void op_attention(const i32* a, i32 tid, i32 nth) {
   Attention A;
   A.q = (const float*)a[1];
@@ -403,6 +408,7 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   A.mass = (float*)a[23];
   A.massOff = (const i32*)a[24];
   A.massQ = (const i32*)a[25];
+  A.sinks = (const float*)a[26];
   A.group = A.hq / A.hkv;
   i32 pairs = m * A.hkv;
   A.parts = pairs >= nth ? 1 : (nth + pairs - 1) / pairs;
@@ -415,7 +421,7 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
   // threads for one prompt). Each item's result is the same whichever thread computes it.
   i32 items = pairs * A.parts;
   // Query tiles share each row among a run of tokens over the whole context: not for windows.
-  if (m > 1 && A.parts == 1 && !A.mass && A.window == 0 && (kvfmt == KV_F32 || kvfmt == KV_F16) &&
+  if (m > 1 && A.parts == 1 && !A.mass && A.window == 0 && !A.sinks && (kvfmt == KV_F32 || kvfmt == KV_F16) &&
       a[21] >= 4 * attention_tile_floats(A.group, A.sp, A.d)) {
     i32 tiles = (m + QT - 1) / QT * A.hkv;
     if (kvfmt == KV_F32) {

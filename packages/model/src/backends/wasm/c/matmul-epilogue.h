@@ -1,6 +1,6 @@
 // The matmul epilogue every matrix kernel (kernels.c's dense rows, ggml-matmul.c's blocks)
-// writes its results through: store, add to a residual, or a gated unit (SwiGLU, or GeGLU with
-// GELU's tanh approximation) of an interleaved gate/up row pair, each with an optional bias. Static inline, so each kernel's loop keeps it inline.
+// writes its results through: store, add to a residual, or a gated unit (SwiGLU, GeGLU with
+// GELU's tanh approximation, or gpt-oss's clamped SwiGLU) of an interleaved gate/up row pair, each with an optional bias. Static inline, so each kernel's loop keeps it inline.
 
 #ifndef KVASIR_MATMUL_EPILOGUE_H
 #define KVASIR_MATMUL_EPILOGUE_H
@@ -9,7 +9,7 @@
 
 // The TypeScript twin is wasm-program.ts's EpilogueCode.
 // Codes from EP_SWIGLU up are gated units.
-enum { EP_STORE = 0, EP_RESIDUAL = 1, EP_SWIGLU = 2, EP_GEGLU = 3 };
+enum { EP_STORE = 0, EP_RESIDUAL = 1, EP_SWIGLU = 2, EP_GEGLU = 3, EP_SWIGLU_OAI = 4 };
 
 INLINE float silu(float v) { return v / (1.0f + expf_(-v)); }
 
@@ -17,6 +17,13 @@ INLINE float silu(float v) { return v / (1.0f + expf_(-v)); }
 INLINE float gelu_tanh(float v) {
   float z = 0.7978845608028654f * v * (1.0f + 0.044715f * v * v);
   return 0.5f * v * (2.0f - 2.0f / (expf_(2.0f * z) + 1.0f));
+}
+
+// gpt-oss's clamped SwiGLU (ggml's swiglu_oai, alpha 1.702, limit 7).
+INLINE float swiglu_oai(float g, float u) {
+  float x = g < 7.0f ? g : 7.0f;
+  float y = u < -7.0f ? -7.0f : (u > 7.0f ? 7.0f : u);
+  return x / (1.0f + expf_(-1.702f * x)) * (y + 1.0f);
 }
 
 // Result v of weight row j for token row i under EP_STORE or EP_RESIDUAL (y has n columns).
@@ -34,7 +41,8 @@ INLINE void epilogue_glu(float* y, i32 n, i32 ep, const float* bias, i32 i, i32 
     g += bias[j];
     u += bias[j + 1];
   }
-  y[(long)i * (n / 2) + j / 2] = (ep == EP_GEGLU ? gelu_tanh(g) : silu(g)) * u;
+  y[(long)i * (n / 2) + j / 2] = ep == EP_SWIGLU_OAI ? swiglu_oai(g, u)
+                                 : (ep == EP_GEGLU ? gelu_tanh(g) : silu(g)) * u;
 }
 
 // Either, by `ep`: for a gated unit, v and u are gate row j and up row j + 1; otherwise u is
