@@ -153,3 +153,82 @@ describe('kvasir serve the qwen3, smollm3, gemma3 and qwen3moe Q4_K_M fixtures',
     }, 120_000);
   });
 });
+
+// gpt-oss as it ships: its experts in MXFP4 (the rest F32 here), attention sinks, a sliding
+// window of 16 the 32-token prompt runs past, YaRN. The file tooling/ggml-fixtures recorded
+// llama.cpp on (write-arch-fixtures.ts rebuilds it bit for bit; the model tests check its
+// SHA-256), served on cpu and wasm, where a chat through the official client gives llama.cpp's
+// prompt and greedy tokens; webgpu does not run attention sinks yet and refuses at start-up.
+interface GptOssRecord {
+  readonly messages: { role: 'system' | 'user'; content: string }[];
+  readonly llama_cpp: { readonly prompt_tokens: number[]; readonly tokens: number[] };
+}
+
+describe('kvasir serve tiny-gptoss (MXFP4 experts, attention sinks)', () => {
+  let dir: string;
+  let file: string;
+  let record: GptOssRecord;
+  let tok: ModelTokenizer;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'kvasir-gptoss-'));
+    await promisify(execFile)(
+      join(here, '../node_modules/.bin/tsx'),
+      [
+        join(here, '../../../tooling/ggml-fixtures/write-arch-fixtures.ts'),
+        dir,
+        '--only=tiny-gptoss',
+      ],
+      { cwd: join(here, '../../../packages/model') },
+    );
+    file = join(dir, 'tiny-gptoss.gguf');
+    record = JSON.parse(await readFile(join(ARCH, 'tiny-gptoss.json'), 'utf8')) as GptOssRecord;
+    tok = await ModelTokenizer.load(file);
+  }, 120_000);
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  it.each(['cpu', 'wasm'] as const)(
+    "%s: a chat gives llama.cpp's prompt and greedy tokens",
+    async (backend) => {
+      const server = await startServer([
+        '--model',
+        file,
+        '--backend',
+        backend,
+        '--kv-dtype',
+        'f32',
+      ]);
+      try {
+        expect(server.output()).toMatch(new RegExp(`backend +${backend}`));
+        const run = record.llama_cpp;
+        const res = await server.client.chat.completions.create({
+          model: 'tiny-gptoss',
+          messages: record.messages,
+          max_tokens: run.tokens.length,
+          temperature: 0,
+          logprobs: true,
+          ignore_eos: true,
+        } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+        expect(res.usage!.prompt_tokens).toBe(run.prompt_tokens.length);
+        expect(res.usage!.completion_tokens).toBe(run.tokens.length);
+        const content = res.choices[0]!.logprobs!.content!;
+        expect(content.map((c) => c.token)).toEqual(run.tokens.map((t) => tok.decode([t])));
+      } finally {
+        expect(await server.stop()).toBe(0);
+      }
+    },
+    120_000,
+  );
+
+  it('webgpu: start-up is refused naming the attention sinks, without a stack trace', async () => {
+    const err = await startServer(['--model', file, '--backend', 'webgpu']).then(
+      async (s) => {
+        await s.stop();
+        return undefined;
+      },
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).toMatch(/attention sinks/);
+    expect(err?.message).toMatch(/UNSUPPORTED_ARCHITECTURE|not supported/);
+    expect(err?.message).not.toMatch(/\n\s+at /);
+  }, 120_000);
+});
