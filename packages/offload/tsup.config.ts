@@ -6,6 +6,7 @@ export default defineConfig(
     {
       index: 'src/index.ts',
       connectors: 'src/connectors/index.ts',
+      portable: 'src/portable.ts',
       testing: 'src/testing/index.ts',
       conformance: 'src/conformance/index.ts',
     },

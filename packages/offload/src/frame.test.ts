@@ -59,7 +59,7 @@ describe('frame', () => {
 
   it('lays the header out as documented: 64 bytes, fields at fixed offsets, CRC-32 of bytes 0..59', () => {
     const payload = block(6, 1000);
-    const h = encodeFrameHeader(NS, key(6), payload);
+    const h = Buffer.from(encodeFrameHeader(NS, key(6), payload));
     expect(h.byteLength).toBe(FRAME_HEADER_BYTES);
     expect(h.toString('latin1', 0, 4)).toBe('KVSR');
     expect(h.readUInt16LE(4)).toBe(FRAME_VERSION);

@@ -1,4 +1,5 @@
-import { crc32 } from 'node:zlib';
+// Portable (Node and browsers): Uint8Array and DataView, no Buffer, no node: modules.
+import { crc32 } from './crc32.js';
 import { xxh64 } from './xxh64.js';
 
 /** Magic string at the start of every frame. */
@@ -23,7 +24,7 @@ const SUM_AT = 48; // u64: XXH64 (seed 0) of the payload
 // 56..59 reserved, zero
 const HEADER_CRC_AT = 60; // u32: CRC-32 of bytes 0..59
 
-const MAGIC_BYTES = Buffer.from(FRAME_MAGIC, 'latin1');
+const MAGIC_BYTES = Uint8Array.from(FRAME_MAGIC, (c) => c.charCodeAt(0));
 
 /** The payload checksum stored in a header: XXH64 (seed 0) as 16 lowercase hex characters. */
 export function payloadChecksum(payload: Uint8Array): string {
@@ -72,28 +73,46 @@ export function encodeFrameHeader(
   key: string,
   payload: Uint8Array,
   sum: bigint = xxh64(payload),
-): Buffer {
-  const out = Buffer.alloc(FRAME_HEADER_BYTES);
+): Uint8Array {
+  const out = new Uint8Array(FRAME_HEADER_BYTES);
   const dv = view(out);
   out.set(MAGIC_BYTES, MAGIC_AT);
   dv.setUint16(VERSION_AT, FRAME_VERSION, true);
   dv.setUint16(HEADER_LEN_AT, FRAME_HEADER_BYTES, true);
   dv.setBigUint64(LEN_AT, BigInt(payload.byteLength), true);
-  out.write(ns, NS_AT, 16, 'hex');
-  out.write(key, KEY_AT, 16, 'hex');
+  writeHex(out, NS_AT, ns);
+  writeHex(out, KEY_AT, key);
   dv.setBigUint64(SUM_AT, sum, true);
   dv.setUint32(HEADER_CRC_AT, crc32(out.subarray(0, HEADER_CRC_AT)), true);
   return out;
 }
 
 /** The whole frame (header then payload) in one new buffer. */
-export function encodeFrame(ns: string, key: string, payload: Uint8Array): Buffer {
-  return Buffer.concat([encodeFrameHeader(ns, key, payload), payload]);
+export function encodeFrame(ns: string, key: string, payload: Uint8Array): Uint8Array {
+  const out = new Uint8Array(FRAME_HEADER_BYTES + payload.byteLength);
+  out.set(encodeFrameHeader(ns, key, payload));
+  out.set(payload, FRAME_HEADER_BYTES);
+  return out;
+}
+
+/** Writes 16 bytes given as 32 hex characters (as Buffer's `write(hex)`: stops at a non-hex pair). */
+function writeHex(out: Uint8Array, at: number, hex: string): void {
+  for (let i = 0; i < 16; i++) {
+    const pair = hex.slice(2 * i, 2 * i + 2);
+    if (!/^[0-9a-fA-F]{2}$/.test(pair)) return;
+    out[at + i] = Number.parseInt(pair, 16);
+  }
+}
+
+function readHex(b: Uint8Array, at: number): string {
+  let s = '';
+  for (let i = 0; i < 16; i++) s += (b[at + i] as number).toString(16).padStart(2, '0');
+  return s;
 }
 
 // A version-1 frame: u16 header length, then a msgpack map (fixmap, map16 or map32 marker)
 // holding the magic as a msgpack string (0xa4 "KVSR").
-const V1_MAGIC = Buffer.from([0xa4, ...MAGIC_BYTES]);
+const V1_MAGIC = Uint8Array.from([0xa4, ...MAGIC_BYTES]);
 function looksLikeVersion1(b: Uint8Array): boolean {
   if (b.byteLength < 3) return false;
   const headerLen = b[0]! | (b[1]! << 8);
@@ -101,8 +120,11 @@ function looksLikeVersion1(b: Uint8Array): boolean {
   if (headerLen >= 4096 || !((marker & 0xf0) === 0x80 || marker === 0xde || marker === 0xdf)) {
     return false;
   }
-  const head = Buffer.from(b.buffer, b.byteOffset, Math.min(b.byteLength, 2 + headerLen));
-  return head.includes(V1_MAGIC);
+  const end = Math.min(b.byteLength, 2 + headerLen) - V1_MAGIC.length;
+  for (let i = 0; i <= end; i++) {
+    if (V1_MAGIC.every((m, j) => b[i + j] === m)) return true;
+  }
+  return false;
 }
 
 function sameHex(b: Uint8Array, at: number, hex: string): boolean {
@@ -170,9 +192,9 @@ export function payloadMatches(
 /** Decodes a frame header into its fields (for tools); undefined if it is not a valid header. */
 export function decodeFrameHeader(header: Uint8Array): FrameHeader | undefined {
   if (header.byteLength < FRAME_HEADER_BYTES) return undefined;
-  const b = Buffer.from(header.buffer, header.byteOffset, FRAME_HEADER_BYTES);
-  const ns = b.toString('hex', NS_AT, NS_AT + 16);
-  const key = b.toString('hex', KEY_AT, KEY_AT + 16);
+  const b = header.subarray(0, FRAME_HEADER_BYTES);
+  const ns = readHex(b, NS_AT);
+  const key = readHex(b, KEY_AT);
   const checked = checkFrameHeader(b, ns, key);
   if (!checked.ok) return undefined;
   return {

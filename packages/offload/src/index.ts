@@ -16,7 +16,13 @@ export {
   payloadChecksum,
 } from './frame.js';
 export { HostMemoryStore, type HostMemoryStoreOptions } from './host-memory-store.js';
-export { isBlockHash, KV_FORMAT_VERSION, type KvNamespaceSpec, kvNamespace } from './keys.js';
+export {
+  isBlockHash,
+  KV_FORMAT_VERSION,
+  type KvNamespaceSpec,
+  kvNamespace,
+  kvNamespaceAsync,
+} from './keys.js';
 export {
   checkRedisUrl,
   parseRedisClusterUrl,
@@ -35,11 +41,5 @@ export {
   type WriteMode,
 } from './tiered-store.js';
 export type { TransferOutcome } from './transfer-queue.js';
-export type {
-  EvictionListener,
-  EvictionSource,
-  KvBlockEntry,
-  KvBlockStore,
-  OffloadStats,
-} from './types.js';
+export type * from './types.js';
 export { xxh64 } from './xxh64.js';

@@ -2,7 +2,7 @@ import type { KvLayout } from '@kvasir/kv-allocator';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { OffloadError } from './errors.js';
-import { isBlockHash, type KvNamespaceSpec, kvNamespace } from './keys.js';
+import { isBlockHash, type KvNamespaceSpec, kvNamespace, kvNamespaceAsync } from './keys.js';
 
 const base: KvNamespaceSpec = {
   modelId: 'meta-llama/Llama-3.1-8B',
@@ -111,5 +111,28 @@ describe('isBlockHash', () => {
     expect(isBlockHash('0123456789abcdef0123456789abcde')).toBe(false);
     expect(isBlockHash('../../etc/passwd')).toBe(false);
     expect(isBlockHash(42)).toBe(false);
+  });
+
+  it('kvNamespaceAsync (Web Crypto, for browsers) gives the same fingerprint, and refuses the same specs', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.record({
+          modelId: fc.string({ minLength: 1 }),
+          weightDigest: fc.string({ minLength: 1 }),
+          kvDtype: fc.constantFrom('f32', 'f16', 'int8'),
+          blockSize: fc.integer({ min: 1, max: 256 }),
+          numLayers: fc.integer({ min: 1, max: 128 }),
+          numKvHeads: fc.integer({ min: 1, max: 64 }),
+          headDim: fc.integer({ min: 1, max: 256 }),
+          extra: fc.dictionary(fc.string(), fc.oneof(fc.string(), fc.integer())),
+        }),
+        async (spec) => {
+          expect(await kvNamespaceAsync(spec)).toBe(kvNamespace(spec));
+        },
+      ),
+    );
+    await expect(kvNamespaceAsync({ ...base, blockSize: 0 })).rejects.toMatchObject({
+      code: 'INVALID_OPTIONS',
+    });
   });
 });

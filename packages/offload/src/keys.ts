@@ -91,6 +91,24 @@ function optionalNumber(name: string, v: unknown): [string, number][] {
  * @throws {OffloadError} INVALID_OPTIONS when a field is missing or out of range.
  */
 export function kvNamespace(spec: KvNamespaceSpec): string {
+  return createHash('sha256').update(canonicalSpec(spec)).digest('hex').slice(0, 32);
+}
+
+/**
+ * {@link kvNamespace} through Web Crypto (`crypto.subtle`), for runtimes without `node:crypto`
+ * (browsers, workers): the same fingerprint for the same spec.
+ * @throws {OffloadError} INVALID_OPTIONS when a field is missing or out of range.
+ */
+export async function kvNamespaceAsync(spec: KvNamespaceSpec): Promise<string> {
+  const canonical = new TextEncoder().encode(canonicalSpec(spec));
+  const digest = new Uint8Array(await globalThis.crypto.subtle.digest('SHA-256', canonical));
+  let hex = '';
+  for (const b of digest.subarray(0, 16)) hex += b.toString(16).padStart(2, '0');
+  return hex;
+}
+
+/** The fields of a spec, checked, in one canonical string. */
+function canonicalSpec(spec: KvNamespaceSpec): string {
   const extra = spec.extra ?? {};
   const extraPairs: [string, string | number][] = [];
   for (const k of Object.keys(extra).sort()) {
@@ -103,7 +121,7 @@ export function kvNamespace(spec: KvNamespaceSpec): string {
     extraPairs.push([k, v]);
   }
   // A fixed field order (not object key order) keeps the fingerprint stable across callers.
-  const canonical = JSON.stringify([
+  return JSON.stringify([
     'kvasir-offload-namespace',
     nonEmpty('modelId', spec.modelId),
     nonEmpty('weightDigest', spec.weightDigest),
@@ -119,7 +137,6 @@ export function kvNamespace(spec: KvNamespaceSpec): string {
     ...optionalNumber('bytesPerElement', spec.bytesPerElement),
     ...optionalNumber('scaleBytesPerTokenHead', spec.scaleBytesPerTokenHead),
   ]);
-  return createHash('sha256').update(canonical).digest('hex').slice(0, 32);
 }
 
 /** True when `key` is a well-formed block hash (32 lowercase hex characters). */

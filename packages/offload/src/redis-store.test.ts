@@ -99,7 +99,7 @@ describe('RedisStore', () => {
       } else if (what === 'truncated') {
         await raw.set(rk, stored.subarray(0, stored.length - 1000));
       } else if (what === 'foreign namespace') {
-        await raw.set(rk, encodeFrame(OTHER_NS, key(3), value));
+        await raw.set(rk, Buffer.from(encodeFrame(OTHER_NS, key(3), value)));
       } else {
         await raw.set(rk, 'hello');
       }

@@ -333,7 +333,8 @@ export class RedisStore implements KvBlockStore {
       const frames = batch.map((e) => encodeFrame(this.namespace, e.key, e.value));
       const replies = await this.run(batch.length, (p, i) => {
         const k = this.redisKey((batch[i] as KvBlockEntry).key);
-        const v = frames[i] as Buffer;
+        const f = frames[i] as Uint8Array;
+        const v = Buffer.from(f.buffer, f.byteOffset, f.byteLength);
         return this.ttlSeconds === undefined ? p.set(k, v) : p.set(k, v, 'EX', this.ttlSeconds);
       });
       for (let i = 0; i < replies.length; i++) {

@@ -3,6 +3,7 @@ import type { ChatMessage, FinishReason, GenerationEvent } from '@kvasir/server/
 import type { BackendReport, WebBackendChoice } from './backend-choice.js';
 import { fromErrorData, WebEngineError } from './errors.js';
 import { generateParams, type SamplingFields } from './openai-request.js';
+import { type KvTierReport, opfsOption } from './opfs-option.js';
 import type {
   FromWorker,
   GenerateMessage,
@@ -31,6 +32,14 @@ export interface CreateEngineOptions {
   readonly settings?: Partial<EngineSettings>;
   /** Keep a downloaded model in Cache Storage and look there first (default true). */
   readonly cache?: boolean;
+  /**
+   * The KV tier in the Origin Private File System (default off): full prefix blocks are written
+   * there behind the cache, so after a reload, or in another tab of the origin, a prompt with
+   * the same prefix (a system prompt) finds its KV instead of computing it. `true` gives it
+   * 256 MiB for this model; `{ maxBytes }` bounds it. {@link WebEngine.kvTier} says whether
+   * it is on.
+   */
+  readonly opfs?: boolean | { readonly maxBytes?: number };
   /** Download and load progress, in bytes. */
   readonly onProgress?: (progress: {
     readonly phase: 'download' | 'load';
@@ -162,6 +171,8 @@ export class WebEngine {
   readonly backend: BackendReport;
   /** The loaded model. */
   readonly model: ModelInfo;
+  /** Whether the OPFS KV tier is on, and why. */
+  readonly kvTier: KvTierReport;
   readonly chat = {
     completions: {
       create: ((body: ChatCompletionRequest, options?: RequestOptions) =>
@@ -209,11 +220,13 @@ export class WebEngine {
     inboxes: Map<string, Inbox>,
     backend: BackendReport,
     model: ModelInfo,
+    kvTier: KvTierReport,
   ) {
     this.#worker = worker;
     this.#inboxes = inboxes;
     this.backend = backend;
     this.model = model;
+    this.kvTier = kvTier;
     worker.addEventListener('error', (e) =>
       this.#fail(new WebEngineError('ENGINE_STOPPED', `the engine's worker failed: ${e.message}`)),
     );
@@ -506,7 +519,12 @@ export async function createEngine(options: CreateEngineOptions): Promise<WebEng
       ? options.worker
       : new Worker(options.worker ?? new URL('./worker.js', import.meta.url), { type: 'module' });
   const inboxes = new Map<string, Inbox>();
-  const ready = new Promise<{ backend: BackendReport; model: ModelInfo }>((resolve, reject) => {
+  opfsOption(options.opfs);
+  const ready = new Promise<{
+    backend: BackendReport;
+    model: ModelInfo;
+    kvTier: KvTierReport;
+  }>((resolve, reject) => {
     worker.addEventListener('error', (e) =>
       reject(
         new WebEngineError('ENGINE_STOPPED', `the engine's worker failed to start: ${e.message}`),
@@ -523,7 +541,7 @@ export async function createEngine(options: CreateEngineOptions): Promise<WebEng
           });
           return;
         case 'ready':
-          resolve({ backend: m.backend, model: m.model });
+          resolve({ backend: m.backend, model: m.model, kvTier: m.kvTier });
           return;
         case 'init-error':
           reject(fromErrorData(m.error));
@@ -543,12 +561,13 @@ export async function createEngine(options: CreateEngineOptions): Promise<WebEng
       blockSize: options.blockSize ?? 16,
       settings: options.settings ?? {},
       cache: options.cache ?? true,
+      ...(options.opfs === undefined ? {} : { opfs: options.opfs }),
     } satisfies ToWorker,
     transfer,
   );
   try {
-    const { backend, model } = await ready;
-    return new WebEngine(worker, inboxes, backend, model);
+    const { backend, model, kvTier } = await ready;
+    return new WebEngine(worker, inboxes, backend, model, kvTier);
   } catch (error) {
     worker.terminate();
     throw error;

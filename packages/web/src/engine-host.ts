@@ -12,6 +12,9 @@ import type { GenerationRequest } from '@kvasir/server/spec';
 import { chooseWebBackend, type PageCapabilities } from './backend-choice.js';
 import { errorData, WebEngineError } from './errors.js';
 import { type ModelSourceEnv, modelBytes } from './model-source.js';
+import { opfsOption } from './opfs-option.js';
+import type { OpfsStore } from './opfs-store.js';
+import { openOpfsTier, weightDigestOf } from './opfs-tier.js';
 import type { FromWorker, GenerateMessage, InitMessage, ToWorker } from './protocol.js';
 
 /** The worker's globals this host uses. */
@@ -31,7 +34,9 @@ export interface WorkerScope extends ModelSourceEnv {
         };
       } | null>;
     };
-    readonly storage?: ModelSourceEnv['storage'];
+    readonly storage?: ModelSourceEnv['storage'] & {
+      getDirectory?: () => Promise<FileSystemDirectoryHandle>;
+    };
   };
 }
 
@@ -68,10 +73,12 @@ async function pageCapabilities(scope: WorkerScope): Promise<PageCapabilities> {
  */
 export function serveEngine(scope: WorkerScope): void {
   let engine: KvasirEngine | undefined;
+  let opfs: OpfsStore | undefined;
   const running = new Map<string, AbortController>();
   const post = (m: FromWorker) => scope.postMessage(m);
 
   async function init(m: InitMessage): Promise<void> {
+    const opfsAsked = opfsOption(m.opfs);
     const page = await pageCapabilities(scope);
     const backend = chooseWebBackend(m.backend, page, m.threads);
     if (typeof backend === 'string') throw new WebEngineError('BACKEND', backend);
@@ -151,6 +158,22 @@ export function serveEngine(scope: WorkerScope): void {
       );
     });
     const modelId = source.name.replace(/\.gguf$/i, '');
+    // KV blocks kept past this page are filed under a digest of the weights' bytes.
+    const weightDigest =
+      opfsAsked === false ? `bytes:${source.bytes.byteLength}` : weightDigestOf(source.bytes);
+    const tier = await openOpfsTier(
+      opfsAsked,
+      {
+        modelId,
+        weightDigest,
+        blockSize: kvLayout.blockSize,
+        numLayers: kvLayout.numLayers,
+        numKvHeads: kvLayout.numKvHeads,
+        headDim: kvLayout.headDim,
+      },
+      scope.navigator?.storage,
+    );
+    opfs = tier.store;
     const runner = runnerForModel(
       model,
       {
@@ -160,7 +183,7 @@ export function serveEngine(scope: WorkerScope): void {
         eosTokenIds: c.eosTokenIds,
         kvLayout,
         weightBytes: reader.totalBytes,
-        weightDigest: `bytes:${source.bytes.byteLength}`,
+        weightDigest,
         backend: `${backend.backend}${backend.backend === 'wasm' ? ` (${backend.threads} threads)` : ''}`,
       },
       textCodecFor(tokenizer),
@@ -169,10 +192,12 @@ export function serveEngine(scope: WorkerScope): void {
       runner,
       config: engineSettings({ ...m.settings, maxModelLen }),
       log: (line) => console.warn(`kvasir: ${line}`),
+      ...(tier.offload ? { offload: tier.offload } : {}),
     });
     post({
       type: 'ready',
       backend,
+      kvTier: tier.report,
       model: {
         id: engine.modelCard.id,
         maxModelLen: engine.modelCard.maxModelLen,
@@ -254,7 +279,11 @@ export function serveEngine(scope: WorkerScope): void {
             error: errorData(new WebEngineError('ENGINE_STOPPED', 'the engine is not loaded')),
           });
         } else {
-          const stats = { ...engine.stats(), steps: engine.steps };
+          const stats = {
+            ...engine.stats(),
+            steps: engine.steps,
+            ...(opfs ? { opfs: { store: opfs.stats(), prefix: engine.prefixOffloadStats() } } : {}),
+          };
           post(
             m.type === 'stats'
               ? { type: 'stats', id: m.id, stats }
@@ -264,12 +293,17 @@ export function serveEngine(scope: WorkerScope): void {
         return;
       case 'dispose': {
         const e = engine;
+        const store = opfs;
         engine = undefined;
+        opfs = undefined;
         for (const c of running.values()) c.abort();
-        (e ? e.stop().then(() => e.runner.dispose()) : Promise.resolve()).then(
-          () => post({ type: 'disposed', id: m.id }),
-          (error: unknown) => post({ type: 'error', id: m.id, error: errorData(error) }),
-        );
+        // Stopping waits for the blocks being written to the OPFS tier.
+        (e ? e.stop().then(() => e.runner.dispose()) : Promise.resolve())
+          .then(() => store?.close())
+          .then(
+            () => post({ type: 'disposed', id: m.id }),
+            (error: unknown) => post({ type: 'error', id: m.id, error: errorData(error) }),
+          );
         return;
       }
     }

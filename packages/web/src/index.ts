@@ -17,4 +17,6 @@ export { createEngine, WebEngine } from './create-engine.js';
 export type { WebEngineErrorCode } from './errors.js';
 export { WebEngineError } from './errors.js';
 export type { SamplingFields } from './openai-request.js';
+export type { KvTierReport } from './opfs-option.js';
+export { DEFAULT_OPFS_BYTES } from './opfs-option.js';
 export type { ModelInfo, WebEngineStats, WebKvSnapshot } from './protocol.js';

@@ -1,5 +1,6 @@
 // The messages between the page's WebEngine and its worker (structured-clone data only).
-import type { EngineSettings, KvSnapshot } from '@kvasir/engine';
+import type { EngineSettings, KvSnapshot, PrefixOffloadStats } from '@kvasir/engine';
+import type { OffloadStats } from '@kvasir/offload/portable';
 import type {
   ChatMessage,
   EngineStats,
@@ -8,6 +9,7 @@ import type {
 } from '@kvasir/server/spec';
 import type { BackendReport, WebBackendChoice } from './backend-choice.js';
 import type { ErrorData } from './errors.js';
+import type { KvTierReport } from './opfs-option.js';
 
 /** Where the model's GGUF comes from. */
 export type ModelSourceData =
@@ -25,6 +27,8 @@ export interface InitMessage {
   readonly settings: Partial<EngineSettings>;
   /** Keep a downloaded model in Cache Storage (and look there first). */
   readonly cache: boolean;
+  /** The OPFS KV tier: off, or its byte budget (the page's option, checked by the worker). */
+  readonly opfs?: unknown;
 }
 
 /** Sampling and limits of one request, as the engine takes them. */
@@ -67,6 +71,8 @@ export type ToWorker =
 /** The engine's statistics, with the steps it has run (continuous batching shows there). */
 export interface WebEngineStats extends EngineStats {
   readonly steps: number;
+  /** With the OPFS KV tier on: the store's counters, and the blocks written and imported. */
+  readonly opfs?: { readonly store: OffloadStats; readonly prefix: PrefixOffloadStats };
 }
 
 /**
@@ -97,7 +103,12 @@ export type FromWorker =
       readonly loaded: number;
       readonly total?: number;
     }
-  | { readonly type: 'ready'; readonly backend: BackendReport; readonly model: ModelInfo }
+  | {
+      readonly type: 'ready';
+      readonly backend: BackendReport;
+      readonly kvTier: KvTierReport;
+      readonly model: ModelInfo;
+    }
   | { readonly type: 'init-error'; readonly error: ErrorData }
   | { readonly type: 'started'; readonly id: string; readonly created: number }
   | { readonly type: 'event'; readonly id: string; readonly event: GenerationEvent }

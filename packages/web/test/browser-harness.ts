@@ -32,8 +32,8 @@ export const TINY_CONFIG = makeModelConfig({
 });
 
 /** Writes the tiny model as `<root>/tiny.gguf` (Q8_0, from a seeded checkpoint) and returns its bytes. */
-export async function writeTinyGguf(root: string): Promise<Uint8Array> {
-  await writeRandomCheckpoint(join(root, 'hf'), TINY_CONFIG, 31);
+export async function writeTinyGguf(root: string, seed = 31): Promise<Uint8Array> {
+  await writeRandomCheckpoint(join(root, 'hf'), TINY_CONFIG, seed);
   await convertToGguf(join(root, 'hf'), join(root, 'tiny.gguf'), { dtype: 'Q8_0' });
   return new Uint8Array(await readFile(join(root, 'tiny.gguf')));
 }
@@ -59,7 +59,11 @@ export interface TestSite {
   close(): Promise<void>;
 }
 
-export async function startSite(model: Uint8Array): Promise<TestSite> {
+/** Serves `model` as `/tiny.gguf`, and each of `more` at its path (other models). */
+export async function startSite(
+  model: Uint8Array,
+  more: Readonly<Record<string, Uint8Array>> = {},
+): Promise<TestSite> {
   const [pageJs, workerJs] = await Promise.all([
     bundle('./browser/page.ts'),
     bundle('../src/worker.ts'),
@@ -81,6 +85,9 @@ export async function startSite(model: Uint8Array): Promise<TestSite> {
       '/page.js': ['text/javascript', Buffer.from(pageJs)],
       '/worker.js': ['text/javascript', Buffer.from(workerJs)],
       '/tiny.gguf': ['application/octet-stream', model],
+      ...Object.fromEntries(
+        Object.entries(more).map(([p, bytes]) => [p, ['application/octet-stream', bytes]]),
+      ),
     };
     const route = routes[path];
     if (!route) {

@@ -1,5 +1,7 @@
 // The test page's script: @kvasir/web's entry, bundled for the browser, on `window.kvasir`;
-// its AI SDK provider and the AI SDK itself on `window.aiSdk` and `window.ai`.
+// its AI SDK provider and the AI SDK itself on `window.aiSdk` and `window.ai`; the offload frame
+// encoder on `window.encodeFrame`, for tests that forge OPFS entries.
+import { encodeFrame } from '@kvasir/offload/portable';
 import { generateText, streamText } from 'ai';
 import * as aiSdk from '../../src/ai-sdk.js';
 import * as kvasir from '../../src/index.js';
@@ -8,4 +10,5 @@ Object.assign(globalThis, {
   kvasir,
   aiSdk,
   ai: { generateText, streamText },
+  encodeFrame,
 });
