@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url';
 import { ModelTokenizer, tokenVocabulary, XGrammarCompiler } from '@kvasir/model';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { forcedTokens } from './output-constraints.js';
+import { forcedTokens } from './forced-tokens.js';
 
 // Jump-forward's tokens on a SentencePiece vocabulary (llama.cpp's Llama 2 vocabulary, cut to
 // what its test texts reach; byte fallback, add_space_prefix): the tokenizer prefixes a space

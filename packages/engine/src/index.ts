@@ -8,6 +8,7 @@ export type { EngineSettings } from './engine-settings.js';
 export { DEFAULT_ENGINE_SETTINGS, engineSettings } from './engine-settings.js';
 export type { KvasirEngineErrorCode } from './errors.js';
 export { describeError, isDeviceLost, KvasirEngineError } from './errors.js';
+export { forcedTokens } from './forced-tokens.js';
 export type { KvBlockState, KvSnapshot, KvSnapshotRequest } from './kv-snapshot.js';
 export { blockState, kvSnapshot } from './kv-snapshot.js';
 export type {
@@ -42,7 +43,6 @@ export type {
 } from './model-runner.js';
 export type { OffloadTiers } from './offload-tiers.js';
 export { isHostOnly, swapSpaceBlocks } from './offload-tiers.js';
-export { forcedTokens } from './output-constraints.js';
 export { guardEvictionPolicy, loadEvictionPolicy } from './plugins/eviction.js';
 export type { KvCompressionSetup } from './plugins/kv-compression.js';
 export {

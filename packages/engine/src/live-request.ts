@@ -195,14 +195,19 @@ export class LiveRequest {
     return shown.stoppedByString;
   }
 
+  /** Whether choice `index` samples within a mask: constrained and still open. */
+  isConstrained(index: number): boolean {
+    const choice = this.#choices[index];
+    return choice?.matcher !== undefined && !choice.finished && !this.#ended;
+  }
+
   /**
    * The tokens choice `index`'s constraint allows next; undefined for an unconstrained or
    * finished choice.
    */
   nextTokenMask(index: number): Promise<TokenBitmask> | undefined {
-    const choice = this.#choices[index];
-    if (!choice?.matcher || choice.finished || this.#ended) return undefined;
-    return choice.matcher.nextTokenBitmask();
+    if (!this.isConstrained(index)) return undefined;
+    return this.#choices[index]!.matcher!.nextTokenBitmask();
   }
 
   /** Samples choice `index`'s next token from its logits row, within `mask` when constrained. */

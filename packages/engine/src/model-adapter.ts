@@ -146,6 +146,7 @@ export function runnerForModel(
     codec,
     // Copy-on-write runs in copyBlocks (also for a plan with no tokens), not again here.
     forward: (plan: BatchPlan) => model.forward({ ...plan, copies: [] }),
+    forwardLeavesThread: model.devices.some((d) => d.backend === 'webgpu'),
     copyBlocks: (copies: readonly BlockCopy[]) => model.copyBlocks(copies),
     async readBlocks(blocks) {
       const all = await model.readBlocks(blocks);

@@ -93,6 +93,13 @@ export interface ModelRunner {
    * `plan.logitsIndices`, row after row (`numSamples × vocabSize`).
    */
   forward(plan: BatchPlan): Promise<Float32Array>;
+  /**
+   * True when {@link forward} leaves this thread idle while it waits for a device (a GPU):
+   * the engine then computes the step's token masks during that wait. Absent or false: the
+   * forward pass runs on this thread (the CPU backend; wasm, whose thread 0 is this one), and
+   * the masks are computed before it, with nothing to overlap.
+   */
+  readonly forwardLeavesThread?: boolean;
   /** Copies whole blocks (copy-on-write), in order. */
   copyBlocks(copies: readonly BlockCopy[]): Promise<void>;
   /** Reads blocks' bytes (all layers) for swap-out and offload. */

@@ -2,8 +2,9 @@ import type { Sampler } from '@kvasir/model';
 import type { BatchPlan } from '@kvasir/scheduler';
 import type { LiveRequest } from './live-request.js';
 import type { ModelRunner } from './model-runner.js';
-import { type JumpForward, prepareMasks } from './output-constraints.js';
+import type { JumpForward } from './output-constraints.js';
 import { promptLogitRows, recordPromptLogits } from './prompt-logits.js';
+import { prepareMasks } from './token-masks.js';
 
 /** What a step's forward pass and sampling give `Scheduler.update`, and what it ended. */
 export interface SampledStep {
@@ -52,11 +53,12 @@ export async function forwardAndSample(
   const { runner, live } = context;
   const numSamples = plan.logitsIndices.length;
   const prompt = promptLogitRows(plan, live);
-  const pendingMasks = prepareMasks(plan, live);
-  const logits = await runner.forward(
-    prompt ? { ...plan, logitsIndices: prompt.logitsIndices } : plan,
-  );
-  const masks = pendingMasks && (await pendingMasks);
+  const overlap = runner.forwardLeavesThread === true;
+  const pendingMasks = overlap ? undefined : prepareMasks(plan, live);
+  const forward = runner.forward(prompt ? { ...plan, logitsIndices: prompt.logitsIndices } : plan);
+  const overlapped = overlap ? prepareMasks(plan, live, true) : undefined;
+  const logits = await forward;
+  const masks = await (pendingMasks ?? overlapped);
   context.afterForward();
   const vocab = runner.facts.vocabSize;
   if (prompt) recordPromptLogits(prompt, logits, numSamples, vocab);
