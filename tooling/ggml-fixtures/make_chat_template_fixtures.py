@@ -12,6 +12,7 @@ Writes tooling/ggml-fixtures/chat-templates.json.
 
 import argparse
 import json
+from datetime import datetime
 from pathlib import Path
 
 from jinja2.ext import loopcontrols
@@ -34,7 +35,12 @@ TEMPLATES = [
     ("Qwen-Qwen3-0.6B.jinja", None, "<|im_end|>", True),
     ("HuggingFaceTB-SmolLM3-3B.jinja", None, "<|im_end|>", False),
     ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>", False),
+    # gpt-oss's harmony format (system, developer and channel headers; tools as a TypeScript
+    # namespace); it prints today's date through strftime_now, pinned to NOW below.
+    ("openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>", True),
 ]
+# The date strftime_now gives every template (the tests pass the same one).
+NOW = datetime(2026, 12, 4, 5, 30, 0)
 CHATS = [
     [
         {"role": "system", "content": "You are a terse assistant."},
@@ -72,6 +78,7 @@ env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                     extensions=[loopcontrols])
 env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
+env.globals["strftime_now"] = lambda fmt: NOW.strftime(fmt)
 
 cases = []
 for name, bos, eos, takes_tools in TEMPLATES:

@@ -23,8 +23,8 @@ the tokens. Written to tooling/ggml-fixtures/tokenizers/: <name>.gguf and <name>
 
 Vocabularies: llama-spm (Llama 2's SentencePiece, also Mistral 7B v0.1's), qwen2 (byte-level BPE,
 pre-tokenizer qwen2), llama-bpe (Llama 3), gpt-2, and gpt-2's vocabulary with the pre-tokenizers
-`default` (llama.cpp's four-regex default split), `tekken` (Mistral Nemo's, Ministral's) and
-`smollm`, and llama-spm with `tokenizer.ggml.add_eos_token` set.
+`default` (llama.cpp's four-regex default split), `tekken` (Mistral Nemo's, Ministral's),
+`smollm` and `gpt-4o` (gpt-oss's o200k), and llama-spm with `tokenizer.ggml.add_eos_token` set.
 """
 
 import argparse
@@ -76,6 +76,10 @@ VOCABS = [
     # Mistral Nemo's and Ministral's pre-tokenizer; llama.cpp ships no tekken vocabulary.
     ("gpt-2-tekken", "ggml-vocab-gpt-2.gguf", {"tokenizer.ggml.pre": "tekken"}, CHAT["gpt-2"]),
     ("gpt-2-smollm", "ggml-vocab-gpt-2.gguf", {"tokenizer.ggml.pre": "smollm"}, CHAT["gpt-2"]),
+    # gpt-oss's o200k pre-tokenizer (gpt-4o: case-split words with their contractions, digits
+    # in threes); llama.cpp ships no o200k vocabulary.
+    ("gpt-2-gpt4o", "ggml-vocab-gpt-2.gguf", {"tokenizer.ggml.pre": "gpt-4o"},
+     CHAT["gpt-2"] + ["HelloWorld's CamelCase I'M LOUD, they'RE 1234567 items\n\n  done"]),
     # A file that asks for eos after the text (llama.cpp appends it with add_special).
     ("llama-spm-eos", "ggml-vocab-llama-spm.gguf", {"tokenizer.ggml.add_eos_token": True},
      CHAT["llama-spm"]),

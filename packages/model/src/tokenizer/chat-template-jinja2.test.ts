@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type ChatMessage, renderChatTemplate } from './chat-template.js';
 
 /** What `tooling/ggml-fixtures/make_chat_template_fixtures.py` rendered with Python's jinja2. */
@@ -23,8 +23,16 @@ const fixture = JSON.parse(
 ) as Fixture;
 
 // Real models' templates (Qwen2.5, DeepSeek-R1-Distill-Qwen, Mistral Nemo, Llama 3.1, Qwen3,
-// SmolLM3, Phi-3.5), as transformers renders them with jinja2: @huggingface/jinja must give the
-// same text.
+// SmolLM3, Phi-3.5, gpt-oss's harmony format), as transformers renders them with jinja2:
+// @huggingface/jinja must give the same text. Its strftime_now (local time, as transformers'
+// datetime.now()) sees the clock pinned to the fixture's date.
+beforeAll(() => {
+  vi.useFakeTimers({ toFake: ['Date'] });
+  vi.setSystemTime(new Date(2026, 11, 4, 5, 30, 0));
+});
+afterAll(() => {
+  vi.useRealTimers();
+});
 describe('chat templates against jinja2', () => {
   it.each(fixture.cases.map((c) => [c.template, c.messages.length, c.tools !== null, c] as const))(
     '%s, %i messages, tools %s',

@@ -22,6 +22,7 @@ const VOCABS = [
   ['gpt-2-default', 'gpt2', 'default'],
   ['gpt-2-tekken', 'gpt2', 'tekken'],
   ['gpt-2-smollm', 'gpt2', 'smollm'],
+  ['gpt-2-gpt4o', 'gpt2', 'gpt-4o'],
   ['llama-spm-eos', 'llama', 'default'],
 ] as const;
 

@@ -16,6 +16,14 @@ export const QWEN2_SPLIT_PATTERN =
 export const TEKKEN_SPLIT_PATTERN =
   '[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+';
 
+/**
+ * OpenAI's o200k pre-tokenization pattern (gpt-4o, gpt-oss; llama.cpp's `gpt-4o`), as
+ * its `tokenizer.json` writes it: words split before an upper-case run, each with a following
+ * contraction, numbers in groups of up to three.
+ */
+export const O200K_SPLIT_PATTERN =
+  "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 /** GGUF `tokenizer.ggml.token_type` values. */
 const TOKEN_TYPE = {
   normal: 1,
@@ -69,6 +77,7 @@ const SPLIT_PATTERNS: Readonly<Record<string, readonly string[]>> = {
   qwen2: [QWEN2_SPLIT_PATTERN],
   'deepseek-r1-qwen': [QWEN2_SPLIT_PATTERN],
   tekken: [TEKKEN_SPLIT_PATTERN],
+  'gpt-4o': [O200K_SPLIT_PATTERN],
   // Every numeric character alone (½ too, which a `Digits` pre-tokenizer here keeps with its
   // neighbours), then GPT-2's split.
   smollm: ['\\p{N}', GPT2_WORDS],
