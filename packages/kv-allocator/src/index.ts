@@ -2,6 +2,7 @@ export { BlockPool, type BlockPoolEvent, type BlockPoolOptions } from './block-p
 export type { BlockPoolView } from './block-pool-view.js';
 export { KvAllocatorError, type KvAllocatorErrorCode } from './errors.js';
 export type { ExternalBlocks } from './external-blocks.js';
+export { type KvGroupLayout, kvGroupLayout } from './group-layout.js';
 export { hashBlock, rootHash } from './hash.js';
 export { KvCacheManager } from './kv-cache-manager.js';
 export { blocksThatFit, kvBytesPerBlock, kvBytesPerToken } from './layout.js';
@@ -14,10 +15,13 @@ export type {
   BlockHash,
   BlockId,
   CachedPrefix,
+  CachedPrefixGroup,
   ExtraKeys,
   FreeOptions,
   KvCacheManagerOptions,
   KvCacheStats,
+  KvGroupSpec,
+  KvGroupStats,
   KvLayout,
   SeqId,
 } from './types.js';

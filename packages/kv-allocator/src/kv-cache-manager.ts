@@ -8,8 +8,16 @@ import {
   type ExternalBlocks,
   reserveExternal,
 } from './external-blocks.js';
+import { checkGroupPrefix, findGroupPrefix, groupPrefixValid } from './group-prefix.js';
 import { hashBlock, rootHash } from './hash.js';
-import { appendTokens, growthOf, newSequence, occupancy } from './sequence.js';
+import {
+  freeableBeforeWindow,
+  groupExtraKeys,
+  groupWindows,
+  HOLE,
+  releaseBeforeWindow,
+} from './kv-groups.js';
+import { appendTokens, growthOf, newSequence, occupancy, type Sequence } from './sequence.js';
 import { SequenceTable } from './sequence-table.js';
 import type {
   AllocateOptions,
@@ -22,6 +30,7 @@ import type {
   FreeOptions,
   KvCacheManagerOptions,
   KvCacheStats,
+  KvGroupStats,
   SeqId,
 } from './types.js';
 import { checkPrefix, holdsPrefixBlock, validateTokens } from './validate.js';
@@ -44,7 +53,11 @@ export class KvCacheManager {
   /** What the pool holds, read-only: reference counts, hashes, counts. */
   readonly blocks: BlockPoolView;
   private readonly seed: string;
-  private readonly seqs = new SequenceTable();
+  /** Each KV cache group's window (null: full attention), group 0 first. */
+  readonly windows: readonly (number | null)[];
+  /** One `Sequence` (block table) per group, for each live sequence. */
+  private readonly seqs = new SequenceTable<Sequence[]>();
+  private readonly releasedBlocks: number[];
   private queries = 0;
   private queryTokens = 0;
   private hitTokens = 0;
@@ -67,6 +80,13 @@ export class KvCacheManager {
     this.blocks = blockPoolView(this.pool);
     this.enablePrefixCaching = options.enablePrefixCaching ?? true;
     this.seed = options.hashSeed ?? 'kvasir';
+    this.windows = Object.freeze(groupWindows(options.groups));
+    this.releasedBlocks = this.windows.map(() => 0);
+  }
+
+  /** KV cache groups (1 without `options.groups`). */
+  get numGroups(): number {
+    return this.windows.length;
   }
 
   /**
@@ -95,7 +115,7 @@ export class KvCacheManager {
   findCachedPrefix(
     tokens: ArrayLike<number>,
     extraKeys?: ExtraKeys,
-    options: { readonly record?: boolean } = {},
+    options: { readonly record?: boolean; readonly maxBlocks?: number } = {},
   ): CachedPrefix {
     const record = options.record ?? true;
     if (record) {
@@ -103,10 +123,23 @@ export class KvCacheManager {
       this.queryTokens += tokens.length;
     }
     if (!this.enablePrefixCaching) return EMPTY_PREFIX;
+    const maxBlocks = options.maxBlocks ?? Number.POSITIVE_INFINITY;
+    if (this.windows.length > 1) {
+      validateTokens(tokens);
+      const lookup = {
+        pool: this.pool,
+        seed: this.seed,
+        blockSize: this.blockSize,
+        windows: this.windows,
+      };
+      const p = findGroupPrefix(lookup, tokens, extraKeys, maxBlocks);
+      if (record) this.hitTokens += p.numTokens;
+      return p;
+    }
     const blocks: BlockId[] = [];
     const hashes: BlockHash[] = [];
     let parent = rootHash(this.seed, extraKeys);
-    const full = Math.floor(tokens.length / this.blockSize);
+    const full = Math.min(Math.floor(tokens.length / this.blockSize), maxBlocks);
     for (let i = 0; i < full; i++) {
       const hash = hashBlock(parent, tokens, i * this.blockSize, this.blockSize);
       const block = this.pool.lookup(hash);
@@ -126,6 +159,7 @@ export class KvCacheManager {
    * for a prefix for which this is false.
    */
   isPrefixValid(prefix: CachedPrefix): boolean {
+    if (prefix.groups !== undefined) return groupPrefixValid(this.pool, prefix);
     return (
       prefix.blocks.length === prefix.hashes.length &&
       prefix.blocks.every((_, i) => holdsPrefixBlock(this.pool, prefix, i))
@@ -145,14 +179,28 @@ export class KvCacheManager {
    */
   numBlocksToAllocate(seqId: SeqId, numNewTokens: number, prefix?: CachedPrefix): number {
     assertInteger('numNewTokens', numNewTokens);
-    const seq = this.seqs.find(seqId);
-    if (!seq) {
+    const seqs = this.seqs.find(seqId);
+    if (!seqs) {
       const p = prefix ?? EMPTY_PREFIX;
-      let adopted = 0;
-      for (const b of p.blocks) if (this.pool.refCount(b) === 0) adopted++;
-      return adopted + Math.ceil((p.numTokens + numNewTokens) / this.blockSize) - p.blocks.length;
+      const parts = p.groups ?? this.windows.map(() => p);
+      let n = 0;
+      for (const part of parts) {
+        for (const b of part.blocks) if (b !== HOLE && this.pool.refCount(b) === 0) n++;
+        n += Math.ceil((p.numTokens + numNewTokens) / this.blockSize) - part.blocks.length;
+      }
+      return n;
     }
-    return growthOf(this.pool, seq, numNewTokens, this.blockSize);
+    return Math.max(0, this.#netGrowth(seqs, numNewTokens));
+  }
+
+  /** Blocks appending `k` tokens takes in every group, less those out of a window it releases. */
+  #netGrowth(seqs: readonly Sequence[], k: number): number {
+    let n = 0;
+    for (const [g, s] of seqs.entries()) {
+      n += growthOf(this.pool, s, k, this.blockSize);
+      if (k > 0) n -= freeableBeforeWindow(this.pool, s, this.windows[g]!, this.blockSize);
+    }
+    return n;
   }
 
   /**
@@ -173,8 +221,8 @@ export class KvCacheManager {
     options: AllocateOptions = {},
   ): AllocateResult {
     validateTokens(newTokenIds);
-    let seq = this.seqs.find(seqId);
-    const isNew = seq === undefined;
+    let seqs = this.seqs.find(seqId);
+    const isNew = seqs === undefined;
     const prefix = options.prefix ?? EMPTY_PREFIX;
     if (!isNew && options.prefix && options.prefix.blocks.length > 0) {
       throw new KvAllocatorError(
@@ -183,11 +231,15 @@ export class KvCacheManager {
         { details: { seqId } },
       );
     }
-    if (isNew) checkPrefix(this.pool, this.blockSize, prefix);
+    if (isNew && this.windows.length > 1) {
+      checkGroupPrefix(this.pool, this.blockSize, this.windows.length, prefix);
+    } else if (isNew) {
+      checkPrefix(this.pool, this.blockSize, prefix);
+    }
 
     const needed = isNew
       ? this.numBlocksToAllocate(seqId, newTokenIds.length, prefix)
-      : growthOf(this.pool, seq!, newTokenIds.length, this.blockSize);
+      : this.#netGrowth(seqs!, newTokenIds.length);
     const available = this.pool.numAvailable;
     if (needed > available) {
       return {
@@ -199,19 +251,37 @@ export class KvCacheManager {
     }
 
     if (isNew) {
-      for (const b of prefix.blocks) this.pool.retain(b);
-      const lastHash = prefix.hashes.at(-1) ?? rootHash(this.seed, options.extraKeys);
-      seq = newSequence([...prefix.blocks], prefix.numTokens, lastHash);
-      this.seqs.add(seqId, seq);
+      seqs = this.windows.map((_, g) => {
+        const part = prefix.groups?.[g] ?? prefix;
+        let released = 0;
+        for (const b of part.blocks) {
+          if (b === HOLE) released++;
+          else this.pool.retain(b);
+        }
+        const root = () => rootHash(this.seed, groupExtraKeys(options.extraKeys, g));
+        const lastHash = part.hashes.at(-1) ?? root();
+        return newSequence([...part.blocks], prefix.numTokens, lastHash, released);
+      });
+      this.seqs.add(seqId, seqs);
     }
-    const { slotMapping, copies } = appendTokens(
-      this.pool,
-      seq!,
-      newTokenIds,
-      this.blockSize,
-      this.enablePrefixCaching,
-    );
-    return { ok: true, slotMapping, copies };
+    const slotMappings: Int32Array[] = [];
+    const copies: BlockCopy[] = [];
+    // Every group releases first: the admission check counted those blocks as available.
+    for (const [g, s] of seqs!.entries()) {
+      if (newTokenIds.length === 0) break;
+      this.releasedBlocks[g]! += releaseBeforeWindow(
+        this.pool,
+        s,
+        this.windows[g]!,
+        this.blockSize,
+      );
+    }
+    for (const s of seqs!) {
+      const r = appendTokens(this.pool, s, newTokenIds, this.blockSize, this.enablePrefixCaching);
+      slotMappings.push(r.slotMapping);
+      copies.push(...r.copies);
+    }
+    return { ok: true, slotMapping: slotMappings[0]!, copies, slotMappings };
   }
 
   /**
@@ -221,14 +291,17 @@ export class KvCacheManager {
    *   child id is taken.
    */
   fork(parent: SeqId, child: SeqId): void {
-    const p = this.seqs.get(parent);
+    const ps = this.seqs.get(parent);
     if (this.seqs.has(child)) {
       throw new KvAllocatorError('SEQUENCE_EXISTS', `sequence ${String(child)} already exists`, {
         details: { seqId: child },
       });
     }
-    for (const b of p.blocks) this.pool.retain(b);
-    this.seqs.add(child, { ...p, blocks: [...p.blocks], tail: [...p.tail] });
+    const copy = (p: Sequence): Sequence => {
+      for (const b of p.blocks) if (b !== HOLE) this.pool.retain(b);
+      return { ...p, blocks: [...p.blocks], tail: [...p.tail] };
+    };
+    this.seqs.add(child, ps.map(copy));
   }
 
   /**
@@ -242,10 +315,11 @@ export class KvCacheManager {
    *   one never seen.
    */
   free(seqId: SeqId, options: FreeOptions = {}): void {
-    const s = this.seqs.get(seqId);
     const keep = options.keepCached ?? true;
-    for (let i = s.blocks.length - 1; i >= 0; i--) {
-      this.pool.release(s.blocks[i]!, keep && i < s.compressedFrom);
+    for (const s of this.seqs.get(seqId)) {
+      for (let i = s.blocks.length - 1; i >= s.released; i--) {
+        this.pool.release(s.blocks[i]!, keep && i < s.compressedFrom);
+      }
     }
     this.seqs.remove(seqId);
   }
@@ -269,7 +343,7 @@ export class KvCacheManager {
       this.pool,
       this.blockSize,
       seqId,
-      this.seqs.get(seqId),
+      this.#single(seqId, 'dropBlocks'),
       logicalBlocks,
     );
   }
@@ -287,17 +361,48 @@ export class KvCacheManager {
    *   changes when it throws.
    */
   prepareRewrite(seqId: SeqId, logicalBlocks: readonly number[]): BlockCopy[] {
-    const copies = prepareRewrite(this.pool, seqId, this.seqs.get(seqId), logicalBlocks);
+    const copies = prepareRewrite(
+      this.pool,
+      seqId,
+      this.#single(seqId, 'prepareRewrite'),
+      logicalBlocks,
+    );
     this.rewriteCopies += copies.length;
     return copies;
   }
 
   /**
-   * Physical block ids of a sequence, in logical order.
+   * The sequence's only block table; token-level compression rewrites one table, so a manager
+   * with several groups refuses it.
+   * @throws {KvAllocatorError} UNKNOWN_SEQUENCE; INVALID_ARGUMENT with several groups.
+   */
+  #single(seqId: SeqId, what: string): Sequence {
+    const seqs = this.seqs.get(seqId);
+    if (seqs.length > 1) {
+      throw new KvAllocatorError(
+        'INVALID_ARGUMENT',
+        `${what} needs a manager with one KV group (this one has ${seqs.length}: sliding-window groups hold holes, not a compressible table)`,
+        { details: { seqId, groups: seqs.length } },
+      );
+    }
+    return seqs[0]!;
+  }
+
+  /**
+   * Physical block ids of a sequence, in logical order: group 0's table.
    * @throws {KvAllocatorError} UNKNOWN_SEQUENCE.
    */
   blockTable(seqId: SeqId): readonly BlockId[] {
-    return this.seqs.get(seqId).blocks;
+    return this.seqs.get(seqId)[0]!.blocks;
+  }
+
+  /**
+   * The sequence's block table in each KV cache group, group 0 first. A sliding group's table
+   * holds `-1` where a block before the window was released.
+   * @throws {KvAllocatorError} UNKNOWN_SEQUENCE.
+   */
+  blockTables(seqId: SeqId): readonly (readonly BlockId[])[] {
+    return this.seqs.get(seqId).map((s) => s.blocks);
   }
 
   /**
@@ -305,7 +410,7 @@ export class KvCacheManager {
    * @throws {KvAllocatorError} UNKNOWN_SEQUENCE.
    */
   numTokens(seqId: SeqId): number {
-    return this.seqs.get(seqId).numTokens;
+    return this.seqs.get(seqId)[0]!.numTokens;
   }
 
   has(seqId: SeqId): boolean {
@@ -330,7 +435,8 @@ export class KvCacheManager {
     tokens: ArrayLike<number>,
     options: { readonly extraKeys?: ExtraKeys; readonly maxBlocks: number },
   ): ExternalBlocks | undefined {
-    if (!this.enablePrefixCaching) return undefined;
+    // Offload tiers keep one chain of whole blocks; grouped tables are not offloaded.
+    if (!this.enablePrefixCaching || this.windows.length > 1) return undefined;
     const local = this.findCachedPrefix(tokens, options.extraKeys, { record: false });
     const chain = this.blockHashes(tokens, options.extraKeys);
     return reserveExternal(this.pool, local, chain, options.maxBlocks, tokens, this.blockSize);
@@ -362,7 +468,24 @@ export class KvCacheManager {
 
   stats(): KvCacheStats {
     const pool = this.pool;
-    const { tokens, compressed } = occupancy(this.seqs.values(), this.numBlocks, this.blockSize);
+    const groups: KvGroupStats[] = [];
+    let tokens = 0;
+    let compressed = 0;
+    for (const [g, window] of this.windows.entries()) {
+      const seqs = [...this.seqs.values()].map((s) => s[g]!);
+      const o = occupancy(seqs, this.numBlocks, this.blockSize);
+      tokens += o.tokens;
+      if (g === 0) compressed = o.compressed;
+      const held = new Set<BlockId>();
+      for (const s of seqs)
+        for (let i = s.released; i < s.blocks.length; i++) held.add(s.blocks[i]!);
+      groups.push({
+        window,
+        blocks: held.size,
+        tokens: o.tokens,
+        releasedBlocks: this.releasedBlocks[g]!,
+      });
+    }
     const used = pool.numUsed;
     return {
       numBlocks: this.numBlocks,
@@ -379,6 +502,7 @@ export class KvCacheManager {
       compressedSequences: compressed,
       droppedBlocks: this.droppedBlocks,
       rewriteCopies: this.rewriteCopies,
+      groups,
     };
   }
 }

@@ -1,5 +1,4 @@
 import { KvAllocatorError } from './errors.js';
-import type { Sequence } from './sequence.js';
 import type { SeqId } from './types.js';
 
 /** Freed ids remembered, so that freeing one again is `DOUBLE_FREE` rather than unknown. */
@@ -9,8 +8,8 @@ const RECENTLY_FREED_CAPACITY = 4096;
  * The live sequences of a `KvCacheManager` by id, and the ids freed most recently (a bounded
  * set), so that a second `free` of a sequence is told apart from a sequence never seen.
  */
-export class SequenceTable {
-  readonly #seqs = new Map<SeqId, Sequence>();
+export class SequenceTable<T> {
+  readonly #seqs = new Map<SeqId, T>();
   readonly #recentlyFreed = new Set<SeqId>();
 
   /** Live sequences. */
@@ -23,7 +22,7 @@ export class SequenceTable {
   }
 
   /** The sequence, or undefined for an id that is not live. */
-  find(seqId: SeqId): Sequence | undefined {
+  find(seqId: SeqId): T | undefined {
     return this.#seqs.get(seqId);
   }
 
@@ -32,7 +31,7 @@ export class SequenceTable {
    * @throws {KvAllocatorError} DOUBLE_FREE for a sequence freed recently; UNKNOWN_SEQUENCE for
    *   one never seen.
    */
-  get(seqId: SeqId): Sequence {
+  get(seqId: SeqId): T {
     const s = this.#seqs.get(seqId);
     if (s) return s;
     if (this.#recentlyFreed.has(seqId)) {
@@ -46,7 +45,7 @@ export class SequenceTable {
   }
 
   /** Adds a new live sequence (an id freed before may be used again). */
-  add(seqId: SeqId, seq: Sequence): void {
+  add(seqId: SeqId, seq: T): void {
     this.#seqs.set(seqId, seq);
     this.#recentlyFreed.delete(seqId);
   }
@@ -67,7 +66,7 @@ export class SequenceTable {
   }
 
   /** The live sequences. */
-  values(): IterableIterator<Sequence> {
+  values(): IterableIterator<T> {
     return this.#seqs.values();
   }
 }

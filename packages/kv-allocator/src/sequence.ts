@@ -16,11 +16,25 @@ export interface Sequence {
    * never published as prefix blocks.
    */
   compressedFrom: number;
+  /** Leading blocks released (holes, `-1`) because no later query's window reaches them. */
+  released: number;
 }
 
 /** A sequence of `numTokens` tokens in `blocks`, whose last full block hashes to `lastHash`. */
-export function newSequence(blocks: BlockId[], numTokens: number, lastHash: BlockHash): Sequence {
-  return { blocks, numTokens, lastHash, tail: [], compressedFrom: Number.POSITIVE_INFINITY };
+export function newSequence(
+  blocks: BlockId[],
+  numTokens: number,
+  lastHash: BlockHash,
+  released = 0,
+): Sequence {
+  return {
+    blocks,
+    numTokens,
+    lastHash,
+    tail: [],
+    compressedFrom: Number.POSITIVE_INFINITY,
+    released,
+  };
 }
 
 /** Marks `s` compressed from logical block `from` on (see {@link Sequence.compressedFrom}). */
@@ -44,7 +58,7 @@ export function occupancy(
   let compressed = 0;
   for (const s of seqs) {
     if (s.compressedFrom !== Number.POSITIVE_INFINITY) compressed++;
-    for (let i = 0; i < s.blocks.length; i++) {
+    for (let i = s.released; i < s.blocks.length; i++) {
       const inBlock = Math.min(bs, s.numTokens - i * bs);
       const b = s.blocks[i]!;
       if (inBlock > fill[b]!) fill[b] = inBlock;

@@ -52,6 +52,38 @@ export interface CachedPrefix {
   readonly blocks: readonly BlockId[];
   /** Their hashes, in the same order. */
   readonly hashes: readonly BlockHash[];
+  /**
+   * With KV cache groups (`KvCacheManagerOptions.groups`): each group's part of the hit, group
+   * 0 first (whose blocks and hashes are the fields above). A sliding group's `blocks` hold
+   * `-1` (a hole) before its window; `hashes` cover every block of the hit.
+   */
+  readonly groups?: readonly CachedPrefixGroup[];
+}
+
+/** One KV cache group's blocks of a {@link CachedPrefix}. */
+export interface CachedPrefixGroup {
+  readonly blocks: readonly BlockId[];
+  readonly hashes: readonly BlockHash[];
+}
+
+/**
+ * A KV cache group: layers whose KV is allocated together, with one block table per sequence.
+ * `window` (a sliding-window group): a query at position p reads keys p − window + 1 .. p, so
+ * the blocks wholly before the next query's window are released. null/absent: full attention.
+ */
+export interface KvGroupSpec {
+  readonly window?: number | null;
+}
+
+/** What one KV cache group holds now (`KvCacheStats.groups`). */
+export interface KvGroupStats {
+  readonly window: number | null;
+  /** Distinct blocks the group's live block tables reference. */
+  readonly blocks: number;
+  /** Tokens those blocks hold (a shared block counted once, at its fullest). */
+  readonly tokens: number;
+  /** Blocks released from live sequences because they fell out of the window, so far. */
+  readonly releasedBlocks: number;
 }
 
 /** A whole-block copy the executor must run before the step (copy-on-write). */
@@ -68,6 +100,8 @@ export type AllocateResult =
       readonly slotMapping: Int32Array;
       /** Copy-on-write copies to run before the model writes into the slots. */
       readonly copies: readonly BlockCopy[];
+      /** The slots in each KV cache group, group 0 first (`slotMappings[0] === slotMapping`). */
+      readonly slotMappings: readonly Int32Array[];
     }
   | {
       readonly ok: false;
@@ -104,6 +138,8 @@ export interface KvCacheStats {
   readonly droppedBlocks: number;
   /** Copy-on-write copies made by `prepareRewrite` so far. */
   readonly rewriteCopies: number;
+  /** Per KV cache group, group 0 first (one entry without groups). */
+  readonly groups: readonly KvGroupStats[];
 }
 
 /** Options of `KvCacheManager`. */
@@ -131,6 +167,12 @@ export interface KvCacheManagerOptions {
    * the same seed; anything else may use the default.
    */
   readonly hashSeed?: string;
+  /**
+   * KV cache groups, all drawing pages from the one pool (a physical block is one page of one
+   * group). Default: one full-attention group. Each sequence gets one block table per group;
+   * sliding-window groups release the blocks before their window.
+   */
+  readonly groups?: readonly KvGroupSpec[];
 }
 
 /** Options of `KvCacheManager.free`. */
