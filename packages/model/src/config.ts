@@ -7,6 +7,13 @@ import {
   validateGemmaFields,
 } from './families/gemma3.js';
 import { gptOssDefaults, gptOssLayersFromHf, gptOssMoe } from './families/gpt-oss.js';
+import {
+  type LongRopeScaling,
+  longRopeFactors,
+  phi3FromHf,
+  phi3ToHf,
+  validatePhi3Fields,
+} from './families/phi3.js';
 
 /**
  * Model families this package runs; all share the Llama block structure. `qwen3` adds a
@@ -16,6 +23,10 @@ import { gptOssDefaults, gptOssLayersFromHf, gptOssMoe } from './families/gpt-os
  * `qwen3moe` is qwen3 with a mixture of experts in place of every MLP ({@link ModelConfig.moe});
  * `gpt-oss` has attention sinks, biased q/k/v/o, alternating sliding-window layers and experts
  * with biases and OpenAI's clamped SwiGLU (families/gpt-oss.ts).
+ * `phi3` (Phi-3.5, Phi-4-mini) rotates only the first {@link ModelConfig.rotaryDim} dims of each
+ * head, with LongRoPE's per-pair factors and attention factor (`longrope` scaling,
+ * {@link ModelConfig.ropeAttentionFactor}); its fused QKV and gate/up tensors are read as the
+ * separate projections.
  */
 export type Architecture =
   | 'llama'
@@ -25,7 +36,8 @@ export type Architecture =
   | 'smollm3'
   | 'gemma3'
   | 'qwen3moe'
-  | 'gpt-oss';
+  | 'gpt-oss'
+  | 'phi3';
 
 /**
  * A mixture-of-experts MLP (Qwen3 MoE): every layer's MLP is `numExperts` SwiGLU experts of
@@ -61,12 +73,17 @@ const MAX_EXPERTS = 1 << 12;
  * - `llama3`: Llama 3.1's band-wise scaling (high frequencies kept, low ones divided by
  *   `factor`, a smooth ramp between).
  * - `freq-factors`: per-pair divisors given explicitly (what GGUF files carry in their
- *   `rope_freqs` tensor); `factors.length === headDim / 2`.
+ *   `rope_freqs` tensor); `factors.length === rotaryDim / 2`.
+ * - `longrope`: LongRoPE (Phi-3.5, Phi-4-mini): per-pair divisors, `longFactors` when the
+ *   model runs with a context longer than `originalMaxPositionEmbeddings`, else `shortFactors`
+ *   (as llama.cpp chooses by its context size; here the context is the config's
+ *   `maxPositionEmbeddings`); each list has `rotaryDim / 2` entries.
  */
 export type RopeScaling =
   | { readonly type: 'linear'; readonly factor: number }
   | ({ readonly type: 'llama3' } & Llama3RopeScaling)
-  | { readonly type: 'freq-factors'; readonly factors: readonly number[] };
+  | { readonly type: 'freq-factors'; readonly factors: readonly number[] }
+  | LongRopeScaling;
 
 /**
  * The normalized configuration of a Llama-family decoder, whatever file it came from.
@@ -156,6 +173,19 @@ export interface ModelConfig {
    * may attend to nothing. Absent: false.
    */
   readonly attentionSinks?: boolean;
+  /**
+   * Leading dims of each head that RoPE rotates (even, at most `headDim`; Phi-4-mini: 3/4 of
+   * the head); the rest pass through unrotated. Absent: the whole head.
+   */
+  readonly rotaryDim?: number;
+  /**
+   * LongRoPE's attention factor `m` (Phi-3.5 / Phi-4-mini: `sqrt(1 + ln(s) / ln(original))`
+   * for a context extension `s`): llama.cpp and transformers multiply the rotated dims' cos and
+   * sin by it, so those dims of `q·k` grow by `m²`. Here the rotated dims of Q are multiplied by
+   * `m²` and K is rotated plainly, which is the same product and keeps the cached keys plain
+   * RoPE (what KV compression's key shifts re-rotate). Absent: 1.
+   */
+  readonly ropeAttentionFactor?: number;
 }
 
 /** Name, shape (row-major, HF order: `[out, in]` for projections) of one expected tensor. */
@@ -205,6 +235,7 @@ const ARCH_BY_HF: Record<string, Architecture> = {
   Gemma3ForCausalLM: 'gemma3',
   Qwen3MoeForCausalLM: 'qwen3moe',
   GptOssForCausalLM: 'gpt-oss',
+  Phi3ForCausalLM: 'phi3',
 };
 const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   llama: 'llama',
@@ -216,6 +247,7 @@ const ARCH_BY_MODEL_TYPE: Record<string, Architecture> = {
   qwen3_moe: 'qwen3moe',
   qwen3moe: 'qwen3moe',
   gpt_oss: 'gpt-oss',
+  phi3: 'phi3',
 };
 
 /** SmolLM3's NoPE layers: every `interval`-th (1-based), as llama.cpp and transformers place them. */
@@ -363,7 +395,7 @@ export function parseHfConfig(json: unknown): ModelConfig {
   const numKvHeads = readInt(c, 'num_key_value_heads', numHeads, L.numKvHeads);
   const headDim = readInt(c, 'head_dim', Math.floor(hiddenSize / numHeads), L.headDim);
   let slidingWindow: number | null = null;
-  if (architecture === 'mistral' && c.sliding_window != null) {
+  if ((architecture === 'mistral' || architecture === 'phi3') && c.sliding_window != null) {
     slidingWindow = readInt(c, 'sliding_window');
   }
   if (
@@ -378,6 +410,13 @@ export function parseHfConfig(json: unknown): ModelConfig {
   const gemma =
     architecture === 'gemma3' ? gemma3FromHf(c, numLayers, hiddenSize, headDim) : undefined;
   if (gemma) slidingWindow = gemma.slidingWindow;
+  const maxPositionEmbeddings = readInt(
+    c,
+    'max_position_embeddings',
+    2048,
+    L.maxPositionEmbeddings,
+  );
+  const phi = architecture === 'phi3' ? phi3FromHf(c, headDim, maxPositionEmbeddings) : undefined;
   const config: ModelConfig = {
     architecture,
     hiddenSize,
@@ -389,8 +428,8 @@ export function parseHfConfig(json: unknown): ModelConfig {
     vocabSize: readInt(c, 'vocab_size', undefined, L.vocabSize),
     rmsNormEps: readNum(c, 'rms_norm_eps', 1e-6),
     ropeTheta: readNum(c, 'rope_theta', 10000),
-    ropeScaling: parseRopeScaling(c.rope_scaling),
-    maxPositionEmbeddings: readInt(c, 'max_position_embeddings', 2048, L.maxPositionEmbeddings),
+    ropeScaling: phi ? (phi.ropeScaling ?? null) : parseRopeScaling(c.rope_scaling),
+    maxPositionEmbeddings,
     tieWordEmbeddings: readBool(c, 'tie_word_embeddings', false),
     attentionBias: architecture === 'qwen2' ? true : llamaBias,
     attentionOutputBias: architecture === 'qwen2' ? false : llamaBias,
@@ -403,6 +442,10 @@ export function parseHfConfig(json: unknown): ModelConfig {
     ...(gemma ? { tieWordEmbeddings: readBool(c, 'tie_word_embeddings', true) } : {}),
     ...(architecture === 'qwen3moe' ? { qkNorm: true, moe: hfMoe(c, numLayers) } : {}),
     ...(architecture === 'gpt-oss' ? gptOssFromHf(c, numLayers) : {}),
+    ...(phi?.rotaryDim !== undefined ? { rotaryDim: phi.rotaryDim } : {}),
+    ...(phi?.ropeAttentionFactor !== undefined
+      ? { ropeAttentionFactor: phi.ropeAttentionFactor }
+      : {}),
   };
   validateModelConfig(config);
   return config;
@@ -549,25 +592,29 @@ export function validateModelConfig(c: ModelConfig): void {
   if (c.attentionSinks && c.architecture !== 'gpt-oss') {
     throw bad(`model config: ${c.architecture} has no attention sinks`);
   }
+  validatePhi3Fields(c);
   const s = c.ropeScaling;
-  if (s?.type === 'freq-factors' && s.factors.length !== c.headDim / 2) {
+  const pairs = (c.rotaryDim ?? c.headDim) / 2;
+  if (s?.type === 'freq-factors' && s.factors.length !== pairs) {
     throw bad(
-      `model config: rope freq factors have ${s.factors.length} entries, head_dim / 2 is ${c.headDim / 2}`,
+      `model config: rope freq factors have ${s.factors.length} entries, rotary dim / 2 is ${pairs}`,
     );
   }
   const factors =
-    s?.type === 'freq-factors'
-      ? s.factors
-      : s?.type === 'llama3'
-        ? [
-            s.factor,
-            s.lowFreqFactor,
-            s.highFreqFactor - s.lowFreqFactor,
-            s.originalMaxPositionEmbeddings,
-          ]
-        : s
-          ? [s.factor]
-          : [];
+    s?.type === 'longrope'
+      ? [...s.shortFactors, ...s.longFactors]
+      : s?.type === 'freq-factors'
+        ? s.factors
+        : s?.type === 'llama3'
+          ? [
+              s.factor,
+              s.lowFreqFactor,
+              s.highFreqFactor - s.lowFreqFactor,
+              s.originalMaxPositionEmbeddings,
+            ]
+          : s
+            ? [s.factor]
+            : [];
   // What @kvasir/attention-kernels' RoPE accepts, refused here as a config error.
   if (!factors.every((f) => f > 0 && Number.isFinite(f))) {
     throw bad('model config: rope scaling factors must be finite and positive', {
@@ -668,6 +715,7 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
     gemma3: 'Gemma3ForCausalLM',
     qwen3moe: 'Qwen3MoeForCausalLM',
     'gpt-oss': 'GptOssForCausalLM',
+    phi3: 'Phi3ForCausalLM',
   }[c.architecture];
   let ropeScaling: Record<string, unknown> | null = null;
   const s = c.ropeScaling;
@@ -683,6 +731,9 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
   }
   if (s?.type === 'freq-factors') {
     throw bad('model config: explicit RoPE frequency factors have no config.json form');
+  }
+  if (s?.type === 'longrope' && c.architecture !== 'phi3') {
+    throw bad(`model config: ${hfArch} config.json has no LongRoPE form`);
   }
   const out: Record<string, unknown> = {
     architectures: [hfArch],
@@ -726,6 +777,11 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
     out.model_type = 'gemma3_text';
   } else if (c.architecture === 'gpt-oss') {
     gptOssToHf(c, out);
+  } else if (c.architecture === 'phi3') {
+    if (c.attentionBias || c.attentionOutputBias)
+      throw bad('model config: Phi-3 has no attention bias');
+    out.sliding_window = c.slidingWindow;
+    phi3ToHf(c, out);
   } else if (c.architecture === 'mistral') {
     if (c.attentionBias || c.attentionOutputBias)
       throw bad('model config: Mistral has no attention bias');
@@ -766,6 +822,14 @@ export function toHfConfig(c: ModelConfig): Record<string, unknown> {
   }
   if (c.architecture !== 'smollm3' && (c.noRopeLayers?.length ?? 0) > 0) {
     throw bad(`model config: ${hfArch} has no NoPE layers`);
+  }
+  if (
+    c.architecture !== 'phi3' &&
+    ((c.rotaryDim ?? c.headDim) !== c.headDim || (c.ropeAttentionFactor ?? 1) !== 1)
+  ) {
+    throw bad(
+      `model config: ${hfArch} config.json has no partial rotary or LongRoPE attention factor`,
+    );
   }
   return out;
 }
@@ -859,10 +923,12 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
  */
 export function ropeConfig(c: ModelConfig, maxPosition: number): RopeConfig {
   const s = c.ropeScaling;
+  const rot = c.rotaryDim ?? c.headDim;
   const base: RopeConfig = {
     numQHeads: c.numHeads,
     numKvHeads: c.numKvHeads,
     headDim: c.headDim,
+    ...(rot !== c.headDim ? { rotaryDim: rot } : {}),
     style: 'rotate-half',
     theta: c.ropeTheta,
     maxPosition,
@@ -871,9 +937,21 @@ export function ropeConfig(c: ModelConfig, maxPosition: number): RopeConfig {
     const { type: _, ...scaling } = s;
     return { ...base, scaling };
   }
-  if (s?.type === 'linear') return { ...base, freqFactors: Array(c.headDim / 2).fill(s.factor) };
+  if (s?.type === 'linear') return { ...base, freqFactors: Array(rot / 2).fill(s.factor) };
   if (s?.type === 'freq-factors') return { ...base, freqFactors: s.factors };
+  if (s?.type === 'longrope') {
+    return { ...base, freqFactors: longRopeFactors(s, c.maxPositionEmbeddings) };
+  }
   return base;
+}
+
+/**
+ * What the rotated dims of Q are multiplied by after RoPE: LongRoPE's attention factor squared
+ * (see {@link ModelConfig.ropeAttentionFactor}), 1 without one.
+ */
+export function ropeQueryScale(c: ModelConfig): number {
+  const m = c.ropeAttentionFactor ?? 1;
+  return m * m;
 }
 
 /**

@@ -1,7 +1,8 @@
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { parseHfConfig } from '../config.js';
+import { type ModelConfig, parseHfConfig } from '../config.js';
 import { fileIoError, ModelError } from '../errors.js';
+import { phi3FusedParts } from '../families/phi3.js';
 import {
   FileCheckpointReader,
   type OpenCheckpointOptions,
@@ -10,6 +11,7 @@ import {
   validateCheckpointTensors,
 } from './checkpoint-reader.js';
 import { dtypeByteLength, type TensorDtype } from './dtype.js';
+import { addFusedRows } from './fused-rows.js';
 import { checkRegularFile, readRegularTextFile } from './regular-file.js';
 import {
   storedByteLength,
@@ -307,6 +309,7 @@ export async function openSafetensorsCheckpoint(
         }
       }
     }
+    if (config.architecture === 'phi3') splitPhi3Fused(config, tensors, locations);
     validateCheckpointTensors(config, tensors, dir);
   } catch (e) {
     for (const h of handles.values()) await h.close().catch(() => undefined);
@@ -321,6 +324,36 @@ export async function openSafetensorsCheckpoint(
     metadata,
     handles,
   });
+}
+
+/**
+ * Phi-3's fused `self_attn.qkv_proj` and `mlp.gate_up_proj` (transformers' `Phi3ForCausalLM`)
+ * as the separate projections every backend loads, each at its rows of the file.
+ */
+function splitPhi3Fused(
+  config: ModelConfig,
+  tensors: Map<string, TensorInfo>,
+  locations: Map<string, TensorLocation>,
+): void {
+  const parts = phi3FusedParts(config);
+  for (let l = 0; l < config.numLayers; l++) {
+    for (const [hf, gguf] of [
+      ['self_attn.qkv_proj', 'attn_qkv'],
+      ['mlp.gate_up_proj', 'ffn_up'],
+    ] as const) {
+      const name = `model.layers.${l}.${hf}.weight`;
+      const info = tensors.get(name);
+      const at = locations.get(name);
+      if (!info || !at) continue;
+      const named = (parts[gguf] ?? []).map((p) => ({
+        name: `model.layers.${l}.${p.proj}.weight`,
+        rows: p.rows,
+      }));
+      addFusedRows(info, at, named, tensors, locations);
+      tensors.delete(name);
+      locations.delete(name);
+    }
+  }
 }
 
 export type { TensorToWrite } from './tensor-write.js';

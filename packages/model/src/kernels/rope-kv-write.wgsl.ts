@@ -18,6 +18,19 @@ export interface RopeKvWriteOptions {
    * NoPE layer without the fused write needs no kernel at all).
    */
   readonly rotate?: boolean;
+  /**
+   * Leading dims of a head that rotate (partial rotary; the cos/sin tables hold
+   * `rotaryDim / 2` pairs a position). Default: the whole head.
+   */
+  readonly rotaryDim?: number;
+  /** What Q's rotated dims are multiplied by (LongRoPE's attention factor squared; default 1). */
+  readonly qScale?: number;
+}
+
+/** A WGSL f32 literal that reads back as `x` exactly. */
+function f32Literal(x: number): string {
+  const s = Math.fround(x).toPrecision(9);
+  return /[.e]/.test(s) ? s : `${s}.0`;
 }
 
 /**
@@ -29,7 +42,7 @@ export interface RopeKvWriteOptions {
 export function ropeKvWriteWgsl(o: RopeKvWriteOptions): string {
   if (o.write === false) return ropeOnlyWgsl(o);
   const rotate = o.rotate !== false;
-  const half = o.headDim / 2;
+  const half = (o.rotaryDim ?? o.headDim) / 2;
   const d = o.headDim;
   const store = o.f16
     ? /* wgsl */ `
@@ -51,6 +64,7 @@ const ROW_WORDS: u32 = ${o.rowWords}u;
 const SLAB_WORDS: u32 = ${o.slabWords}u;
 const BLOCK_WORDS: u32 = ${o.blockWords}u;
 const ROTATE: bool = ${rotate};
+const Q_SCALE: f32 = ${f32Literal(o.qScale ?? 1)};
 @group(0) @binding(0) var<storage, read_write> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
@@ -61,10 +75,10 @@ const ROTATE: bool = ${rotate};
 @group(0) @binding(7) var<storage, read> slots: array<i32>;
 
 fn kRot(base: u32, e: u32, pos: u32) -> f32 {
+  if (!ROTATE || e >= 2u * HALF) { return k[base + e]; }
   let i = e % HALF;
   let c = cosT[pos * HALF + i];
   let s = sinT[pos * HALF + i];
-  if (!ROTATE) { return k[base + e]; }
   if (e < HALF) { return k[base + e] * c - k[base + e + HALF] * s; }
   return k[base + e] * c + k[base + e - HALF] * s;
 }
@@ -82,8 +96,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let s = sinT[pos * HALF + i];
     let x0 = q[b + i];
     let x1 = q[b + i + HALF];
-    q[b + i] = x0 * c - x1 * s;
-    q[b + i + HALF] = x1 * c + x0 * s;
+    q[b + i] = (x0 * c - x1 * s) * Q_SCALE;
+    q[b + i + HALF] = (x1 * c + x0 * s) * Q_SCALE;
   }
   let slot = slots[t];
   if (slot < 0) { return; }
@@ -101,10 +115,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 function ropeOnlyWgsl(o: RopeKvWriteOptions): string {
-  const half = o.headDim / 2;
+  const half = (o.rotaryDim ?? o.headDim) / 2;
   return /* wgsl */ `
 const D: u32 = ${o.headDim}u;
 const HALF: u32 = ${half}u;
+const Q_SCALE: f32 = ${f32Literal(o.qScale ?? 1)};
 const HQ: u32 = ${o.numHeads}u;
 const HKV: u32 = ${o.numKvHeads}u;
 @group(0) @binding(0) var<storage, read_write> q: array<f32>;
@@ -126,8 +141,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       let b = t * HQ * D + h * D;
       let x0 = q[b + i];
       let x1 = q[b + i + HALF];
-      q[b + i] = x0 * c - x1 * s;
-      q[b + i + HALF] = x1 * c + x0 * s;
+      q[b + i] = (x0 * c - x1 * s) * Q_SCALE;
+      q[b + i + HALF] = (x1 * c + x0 * s) * Q_SCALE;
     } else {
       let b = t * HKV * D + (h - HQ) * D;
       let x0 = k[b + i];

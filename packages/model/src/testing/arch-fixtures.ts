@@ -31,7 +31,9 @@ export interface ArchFixture {
     | 'tiny-smollm3'
     | 'tiny-gemma3'
     | 'tiny-qwen3moe'
-    | 'tiny-gptoss';
+    | 'tiny-gptoss'
+    | 'tiny-phi4-mini'
+    | 'tiny-phi4-mini-short';
   /** Cut vocabulary under `tooling/ggml-fixtures/tokenizers/`. */
   readonly vocab: string;
   /** The family the GGUF reader should run it as. */
@@ -361,6 +363,69 @@ export const GPTOSS_FIXTURE: ArchFixture = {
     },
   },
   expertType: 'MXFP4',
+};
+
+/** Phi-3.5-mini's chat template (its `tokenizer_config.json`; llama.cpp's models/templates). */
+export const PHI35_CHAT_TEMPLATE =
+  "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}";
+
+/** LongRoPE's factors of the phi3 fixtures: rotary dim 48, 24 pairs. */
+const PHI3_SHORT_FACTORS = Array.from({ length: 24 }, (_, i) => 1 + i / 16);
+const PHI3_LONG_FACTORS = Array.from({ length: 24 }, (_, i) => 1 + (i * i) / 8);
+
+/**
+ * Phi-3.5 / Phi-4-mini (`phi3`): two layers whose heads rotate 48 of their 64 dims (Phi-4-mini's
+ * 0.75), fused QKV and gate/up in the file, LongRoPE over 64 original positions of a 4,096-position
+ * context: llama.cpp's context (256, its padding of the prompt and 32 tokens) is past the
+ * original, so both take the long factors, with the attention factor sqrt(1 + ln 64 / ln 64).
+ * Llama 2's SentencePiece vocabulary (Phi-3.5's) and Phi-3.5's chat template. Not named `phi3`:
+ * llama.cpp gives the special tokens of a model whose `general.name` holds "phi3" or "phi-3"
+ * right-stripping and looks up `<|endoftext|>`, which this vocabulary lacks (the released
+ * models are named "Phi 3.5 Mini Instruct", "Phi 4 Mini Instruct").
+ */
+export const PHI3_FIXTURE: ArchFixture = {
+  name: 'tiny-phi4-mini',
+  vocab: 'llama-spm',
+  runsAs: 'phi3',
+  config: {
+    ...wide,
+    architecture: 'phi3',
+    numLayers: 2,
+    rmsNormEps: 1e-5,
+    ropeTheta: 10_000,
+    maxPositionEmbeddings: 4096,
+    rotaryDim: 48,
+    ropeScaling: {
+      type: 'longrope',
+      shortFactors: PHI3_SHORT_FACTORS,
+      longFactors: PHI3_LONG_FACTORS,
+      originalMaxPositionEmbeddings: 64,
+    },
+    ropeAttentionFactor: Math.SQRT2,
+  },
+  seed: 3,
+  chatTemplate: PHI35_CHAT_TEMPLATE,
+  messages: [{ role: 'user', content: 'Why rain?' }],
+  quantized: ['F16', 'Q8_0', 'Q4_K_M'],
+};
+
+/**
+ * {@link PHI3_FIXTURE} with an original context of 4,096 (the whole context): llama.cpp and
+ * Kvasir take the short factors; the attention factor stays (llama.cpp applies it either way).
+ */
+export const PHI3_SHORT_FIXTURE: ArchFixture = {
+  ...PHI3_FIXTURE,
+  name: 'tiny-phi4-mini-short',
+  config: {
+    ...PHI3_FIXTURE.config,
+    ropeScaling: {
+      type: 'longrope',
+      shortFactors: PHI3_SHORT_FACTORS,
+      longFactors: PHI3_LONG_FACTORS,
+      originalMaxPositionEmbeddings: 4096,
+    },
+  },
+  quantized: [],
 };
 
 export const ARCH_FIXTURES = [

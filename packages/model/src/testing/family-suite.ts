@@ -37,6 +37,23 @@ export const FAMILY_CONFIGS: readonly (readonly [string, ModelConfig])[] = [
       finalLogitSoftcap: 30,
     }),
   ],
+  // Phi-4-mini's shape: 48 of 64 dims rotated, LongRoPE's long factors (the 2,048-position
+  // context is past the original 512) and its attention factor on the rotated dims.
+  [
+    'phi3 (partial rotary, LongRoPE)',
+    tinyConfig({
+      architecture: 'phi3',
+      rotaryDim: 48,
+      maxPositionEmbeddings: 2048,
+      ropeScaling: {
+        type: 'longrope',
+        shortFactors: Array.from({ length: 24 }, (_, i) => 1 + i / 24),
+        longFactors: Array.from({ length: 24 }, (_, i) => 1 + (3 * i) ** 1.5 / 4),
+        originalMaxPositionEmbeddings: 512,
+      },
+      ropeAttentionFactor: 1.19,
+    }),
+  ],
   [
     'qwen3moe (8 experts, top 3)',
     tinyConfig({
@@ -168,6 +185,17 @@ export function familySuite(
       expect(reader.config.slidingWindow).toBe(config.slidingWindow);
       expect(reader.config.finalLogitSoftcap).toBe(config.finalLogitSoftcap);
       expect(reader.config.moe).toEqual(config.moe);
+      expect(reader.config.rotaryDim).toBe(config.rotaryDim);
+      expect(reader.config.ropeAttentionFactor ?? 1).toBeCloseTo(
+        config.ropeAttentionFactor ?? 1,
+        6,
+      );
+      if (config.ropeScaling?.type === 'longrope') {
+        expect(reader.config.ropeScaling).toMatchObject({
+          type: 'longrope',
+          originalMaxPositionEmbeddings: config.ropeScaling.originalMaxPositionEmbeddings,
+        });
+      }
       await reader.close();
       const plan = seqPlan(tokens.slice(0, 20), 0, [0, 1, 2], bs, 'last');
       const a = await (await load()).forward(plan);

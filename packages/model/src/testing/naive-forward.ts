@@ -65,16 +65,20 @@ export async function naiveForward(
     c.localRopeTheta !== undefined
       ? ropeInvFrequencies(ropeConfig({ ...c, ropeTheta: c.localRopeTheta, ropeScaling: null }, 1))
       : globalInv;
+  // Rotate-half over the first `rot` dims (partial rotary), cos and sin times LongRoPE's
+  // attention factor on Q and K alike, as llama.cpp and transformers apply it.
+  const rot = c.rotaryDim ?? d;
+  const m = c.ropeAttentionFactor ?? 1;
   const rope = (x: Float64Array, heads: number, inv: Float64Array | Float32Array) => {
     for (let p = 0; p < t; p++)
       for (let h = 0; h < heads; h++)
-        for (let i = 0; i < d / 2; i++) {
+        for (let i = 0; i < rot / 2; i++) {
           const a = p * (inv[i] as number);
           const o = (p * heads + h) * d;
           const x0 = x[o + i] as number;
-          const x1 = x[o + i + d / 2] as number;
-          x[o + i] = x0 * Math.cos(a) - x1 * Math.sin(a);
-          x[o + i + d / 2] = x1 * Math.cos(a) + x0 * Math.sin(a);
+          const x1 = x[o + i + rot / 2] as number;
+          x[o + i] = (x0 * Math.cos(a) - x1 * Math.sin(a)) * m;
+          x[o + i + rot / 2] = (x1 * Math.cos(a) + x0 * Math.sin(a)) * m;
         }
   };
   const emb = await get('model.embed_tokens.weight');

@@ -12,6 +12,7 @@ import {
   type ModelConfig,
   type MoeConfig,
   ropeConfig,
+  ropeQueryScale,
   usesLocalRope,
 } from '../../config.js';
 import { checkHidden, type LayerSlice, sliceRole } from '../../execution/executor.js';
@@ -215,6 +216,24 @@ export function moeFfnCpu(
 }
 
 /**
+ * Multiplies the first `rot` dims of each of `rows` rows of `d` by `scale` (LongRoPE's attention
+ * factor squared on the rotated dims of Q; see `ModelConfig.ropeAttentionFactor`), in f32.
+ */
+export function scaleRotatedDims(
+  x: Float32Array,
+  rows: number,
+  d: number,
+  rot: number,
+  scale: number,
+): void {
+  if (scale === 1) return;
+  const s = Math.fround(scale);
+  for (let r = 0; r < rows; r++) {
+    for (let i = r * d; i < r * d + rot; i++) x[i] = Math.fround((x[i] as number) * s);
+  }
+}
+
+/**
  * The forward pass on the CPU with the reference kernels, over a host-side paged cache in
  * the same layout as the GPU's (one `Uint32Array` per layer). Given a `layers` slice, it runs
  * those layers only (one shard of a model split by layer), with `weights` and `spec` of the
@@ -314,6 +333,7 @@ export class CpuForward {
       if (!c.noRopeLayers?.includes(role.first + l)) {
         const lr = this.#layerRope(role.first + l);
         applyRopeReference(lr.config, lr.tables, q, k, positions);
+        scaleRotatedDims(q, t * c.numHeads, d, c.rotaryDim ?? d, ropeQueryScale(c));
       }
       for (let i = 0; i < t; i++) {
         const slot = plan.slotMapping[i] as number;

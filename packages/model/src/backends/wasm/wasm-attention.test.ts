@@ -82,6 +82,9 @@ function wasmWrite(
     kv.blockSize,
     kv.blockWords,
     kv.slabWords,
+    0,
+    kv.headDim,
+    f32Word(1),
   ]);
   rt.run(p);
   return {
@@ -441,10 +444,14 @@ describe('wasm paged attention', () => {
 });
 
 describe('wasm key shifts', () => {
-  for (const format of FORMATS) {
-    it(`${format}: the bytes of attention-kernels' shiftKeysReference, bit for bit, on every layer; V and other blocks untouched`, async () => {
+  // 48 of 64: Phi-4-mini's partial rotary (0.75), the last 16 dims of each key left as they are.
+  for (const [format, rotaryDim] of [
+    ...FORMATS.map((f) => [f, 64] as const),
+    ['f16', 48] as const,
+  ]) {
+    it(`${format}, ${rotaryDim} of 64 dims rotated: the bytes of attention-kernels' shiftKeysReference, bit for bit, on every layer; V and other blocks untouched`, async () => {
       const rt = await runtime(3);
-      const c = tinyConfig({ numHeads: 4, numKvHeads: 2, headDim: 64 });
+      const c = tinyConfig({ numHeads: 4, numKvHeads: 2, headDim: 64, rotaryDim });
       const kv = kvCacheSpec(c, { kvFormat: format, blockSize: 8, numBlocks: 5 });
       const rnd = seededRandom(format.length);
       const layers = [0, 1].map(() => {
@@ -483,6 +490,7 @@ describe('wasm key shifts', () => {
         kv.slabWords,
         put(rt, tables.cos),
         put(rt, tables.sin),
+        rope.rotaryDim ?? kv.headDim,
       ]);
       rt.run(p);
       layers.forEach((cache, l) => {

@@ -9,6 +9,7 @@ import {
   layerWindow,
   type ModelConfig,
   ropeConfig,
+  ropeQueryScale,
   usesLocalRope,
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
@@ -450,6 +451,7 @@ class WasmForward {
           kv.slabWords,
           rope.cos,
           rope.sin,
+          this.#c.rotaryDim ?? kv.headDim,
         ],
         'key_shift',
       );
@@ -706,6 +708,8 @@ class WasmForward {
           kv.blockWords,
           kv.slabWords,
           c.noRopeLayers?.includes(role.first + l) ? 1 : 0,
+          c.rotaryDim ?? d,
+          f32Word(ropeQueryScale(c)),
         ],
         'rope_kv',
       ).barrier();

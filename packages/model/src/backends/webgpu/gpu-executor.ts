@@ -17,6 +17,7 @@ import {
   type ModelConfig,
   type MoeConfig,
   ropeConfig,
+  ropeQueryScale,
   usesLocalRope,
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
@@ -491,6 +492,8 @@ class GpuForward implements Executor {
       rowWords: this.kv.rowWords,
       slabWords: this.kv.slabWords,
       blockWords: this.kv.blockWords,
+      ...(c.rotaryDim !== undefined ? { rotaryDim: c.rotaryDim } : {}),
+      qScale: ropeQueryScale(c),
     };
     const writer = this.attention.write;
     const ropePipe = k.pipeline(ropeKvWriteWgsl({ ...kvShape, write: writer === undefined }));

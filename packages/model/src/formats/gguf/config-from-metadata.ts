@@ -15,6 +15,7 @@ import {
   gptOssLayersFromGguf,
   gptOssMoe,
 } from '../../families/gpt-oss.js';
+import { phi3RopeFromGguf } from '../../families/phi3.js';
 import { basename } from '../base-name.js';
 import type { GgufTensorEntry } from './header.js';
 import { yarnAttentionFactor, yarnFreqDivisors } from './yarn.js';
@@ -83,6 +84,7 @@ export const GGUF_ARCHITECTURES = [
   'gemma3',
   'qwen3moe',
   'gpt-oss',
+  'phi3',
 ] as const;
 
 const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architecture> = {
@@ -94,15 +96,14 @@ const ARCHITECTURE_BY_GGUF: Record<(typeof GGUF_ARCHITECTURES)[number], Architec
   gemma3: 'gemma3',
   qwen3moe: 'qwen3moe',
   'gpt-oss': 'gpt-oss',
+  phi3: 'phi3',
 };
 
 /**
  * Architectures that llama.cpp knows and this package refuses, each with what it lacks: the
  * refusal names the feature instead of only the architecture.
  */
-const REFUSED_GGUF: Readonly<Record<string, string>> = {
-  phi3: 'Phi-3 / Phi-4-mini (fused QKV and gate/up, partial rotary, LongRoPE)',
-};
+const REFUSED_GGUF: Readonly<Record<string, string>> = {};
 
 /** GGUF architectures whose converter permutes Q/K rows for llama.cpp's interleaved RoPE. */
 export const GGUF_PERMUTED_QK: ReadonlySet<string> = new Set(['llama', 'mistral3', 'smollm3']);
@@ -256,6 +257,7 @@ export function configFromGguf(
   tensors: readonly GgufTensorEntry[],
   file: string,
   ropeFreqFactors?: Float32Array,
+  longRopeTensors?: { readonly long?: Float32Array; readonly short?: Float32Array },
 ): ModelConfig {
   const arch = md.get('general.architecture');
   if (typeof arch !== 'string' || !(GGUF_ARCHITECTURES as readonly string[]).includes(arch)) {
@@ -282,7 +284,7 @@ export function configFromGguf(
     Math.floor(hiddenSize / numHeads),
   );
   const ropeDim = metaNum(md, `${arch}.rope.dimension_count`, file, headDim);
-  if (ropeDim !== headDim) {
+  if (ropeDim !== headDim && arch !== 'phi3') {
     throw new ModelError(
       'UNSUPPORTED_ARCHITECTURE',
       `${basename(file)}: partial RoPE (${ropeDim} of ${headDim} dims) is not supported`,
@@ -323,9 +325,20 @@ export function configFromGguf(
   } else if (st !== undefined && st !== 'none') {
     throw unsupported(file, `RoPE scaling ${JSON.stringify(st)}`, `${arch}.rope.scaling.type`);
   }
+  const longRope =
+    arch === 'phi3'
+      ? phi3RopeFromGguf(
+          (key) => md.get(`phi3.${key}`),
+          basename(file),
+          ropeDim,
+          contextLength,
+          longRopeTensors,
+        )
+      : undefined;
+  if (longRope?.ropeScaling) ropeScaling = longRope.ropeScaling;
   if (ropeFreqFactors || yarn) {
     // Both divide the same frequencies: llama.cpp divides by rope_freqs, then applies YaRN.
-    const factors = Array.from({ length: headDim / 2 }, (_, i) => {
+    const factors = Array.from({ length: ropeDim / 2 }, (_, i) => {
       return (ropeFreqFactors?.[i] ?? 1) * (yarn?.divisors[i] ?? 1);
     });
     ropeScaling = { type: 'freq-factors', factors };
@@ -379,6 +392,10 @@ export function configFromGguf(
       : {}),
     ...(arch === 'gpt-oss'
       ? gptOssFromGguf(md, file, numLayers, headDim, intermediateSize, yarn?.attention ?? 1)
+      : {}),
+    ...(ropeDim !== headDim ? { rotaryDim: ropeDim } : {}),
+    ...(longRope?.ropeAttentionFactor !== undefined
+      ? { ropeAttentionFactor: longRope.ropeAttentionFactor }
       : {}),
   };
   try {

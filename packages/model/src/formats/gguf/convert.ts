@@ -16,7 +16,7 @@ import { isBlockDtype, type TensorDtype } from '../dtype.js';
 import { openCheckpoint } from '../open-checkpoint.js';
 import { GGUF_PERMUTED_QK } from './config-from-metadata.js';
 import { permuteQkRows } from './qk-permute.js';
-import { hfToGgufExpert, hfToGgufName } from './tensor-names.js';
+import { ggufFusedTensor, hfToGgufExpert, hfToGgufFused, hfToGgufName } from './tensor-names.js';
 import { ggufTokenizerMetadata } from './tokenizer-metadata.js';
 import type { GgufTypedValue } from './value-types.js';
 import { type GgufTensorToWrite, writeGguf } from './writer.js';
@@ -124,7 +124,7 @@ export async function convertToGguf(
       [`${arch}.attention.value_length`]: c.headDim,
       [`${arch}.attention.layer_norm_rms_epsilon`]: { type: 'f32', value: c.rmsNormEps },
       [`${arch}.rope.freq_base`]: { type: 'f32', value: c.ropeTheta },
-      [`${arch}.rope.dimension_count`]: c.headDim,
+      [`${arch}.rope.dimension_count`]: c.rotaryDim ?? c.headDim,
       [`${arch}.vocab_size`]: c.vocabSize,
     };
     if (c.moe) {
@@ -144,6 +144,15 @@ export async function convertToGguf(
     }
     if (c.architecture === 'gemma3') Object.assign(md, gemma3Metadata(c));
     if (c.architecture === 'gpt-oss') Object.assign(md, gptOssMetadata(c));
+    if (c.ropeAttentionFactor !== undefined || c.ropeScaling?.type === 'longrope') {
+      if (c.architecture !== 'phi3') {
+        throw new ModelError(
+          'INVALID_ARGUMENT',
+          `a ${arch} GGUF has no LongRoPE: llama.cpp reads rope_factors_long/short and rope.scaling.attn_factor for phi3 only`,
+        );
+      }
+      md['phi3.rope.scaling.attn_factor'] = { type: 'f32', value: c.ropeAttentionFactor ?? 1 };
+    }
     if (c.bosTokenId !== null) md['tokenizer.ggml.bos_token_id'] = c.bosTokenId;
     if (c.eosTokenIds[0] !== undefined) md['tokenizer.ggml.eos_token_id'] = c.eosTokenIds[0];
     if (c.eosTokenIds[1] !== undefined)
@@ -170,6 +179,16 @@ export async function convertToGguf(
     }
 
     const tensors: GgufTensorToWrite[] = [];
+    if (c.ropeScaling?.type === 'longrope') {
+      const s = c.ropeScaling;
+      md['phi3.rope.scaling.original_context_length'] = s.originalMaxPositionEmbeddings;
+      for (const [name, list] of [
+        ['rope_factors_long.weight', s.longFactors],
+        ['rope_factors_short.weight', s.shortFactors],
+      ] as const) {
+        tensors.push({ name, dtype: 'F32', shape: [list.length], data: Float32Array.from(list) });
+      }
+    }
     if (c.ropeScaling?.type === 'llama3' || c.ropeScaling?.type === 'freq-factors') {
       const scaled = ropeInvFrequencies(ropeConfig(c, 1));
       const plain = ropeInvFrequencies(ropeConfig({ ...c, ropeScaling: null }, 1));
@@ -207,6 +226,32 @@ export async function convertToGguf(
             const all = new Float32Array(n * per);
             for (const [e, name] of names.entries())
               all.set(await reader.readTensorF32(name), e * per);
+            return all;
+          },
+        });
+        continue;
+      }
+      const fused = c.architecture === 'phi3' ? hfToGgufFused(t.name) : undefined;
+      if (fused) {
+        // Phi-3's fused attn_qkv (Q, K, V) and ffn_up (gate, up), as llama.cpp stores them.
+        if (fused.part !== 0) continue;
+        const parts = ggufFusedTensor(fused.gguf, c) ?? [];
+        const rows = parts.reduce((a, p) => a + p.rows, 0);
+        const shape = [rows, t.shape[1] as number];
+        const tdtype: TensorDtype = options?.tensorDtypes?.[fused.gguf] ?? dtype;
+        checkBlockRows(tdtype, shape, fused.gguf);
+        tensors.push({
+          name: fused.gguf,
+          dtype: tdtype,
+          shape,
+          data: async () => {
+            const all = new Float32Array(rows * (t.shape[1] as number));
+            let at = 0;
+            for (const p of parts) {
+              const v = await reader.readTensorF32(p.name);
+              all.set(v, at);
+              at += v.length;
+            }
             return all;
           },
         });

@@ -13,11 +13,12 @@ import {
   validateCheckpointTensors,
 } from '../checkpoint-reader.js';
 import { decodeToF32 } from '../dtype.js';
+import { addFusedRows } from '../fused-rows.js';
 import { checkRegularFile } from '../regular-file.js';
 import { configFromGguf, GGUF_PERMUTED_QK } from './config-from-metadata.js';
 import type { GgufTensorEntry } from './header.js';
 import { readGgufHeader } from './header.js';
-import { ggufExpertTensor, ggufToHfName, hfExpertName } from './tensor-names.js';
+import { ggufExpertTensor, ggufFusedTensor, ggufToHfName, hfExpertName } from './tensor-names.js';
 
 /**
  * Opens a GGUF checkpoint (GGUF v2/v3, architecture llama, qwen2 or mistral3; F32/F16/BF16 tensors and
@@ -90,24 +91,12 @@ async function openGguf(
   options: OpenCheckpointOptions | undefined,
 ): Promise<CheckpointReader> {
   const header = await readGgufHeader(fh, path);
-  const ropeEntry = header.tensors.find((t) => t.name === 'rope_freqs.weight');
-  let ropeFactors: Float32Array | undefined;
-  if (ropeEntry) {
-    // One divisor per frequency pair of a head: checked before its bytes are read, so a corrupt
-    // shape cannot make this allocate the size of a weight matrix.
-    const pairs = ropeEntry.dims.reduce((a, b) => a * b, 1);
-    if (ropeEntry.dims.length !== 1 || pairs > MODEL_CONFIG_LIMITS.headDim / 2) {
-      throw new ModelError(
-        'SHAPE_MISMATCH',
-        `${basename(path)}: tensor "rope_freqs.weight" has shape [${[...ropeEntry.dims].reverse().join(', ')}]; it holds one factor per frequency pair of a head (at most ${MODEL_CONFIG_LIMITS.headDim / 2})`,
-        { details: { file: path, tensor: 'rope_freqs.weight' } },
-      );
-    }
-    const b = new Uint8Array(ropeEntry.byteLength);
-    await fh.read(b, 0, b.byteLength, ropeEntry.offset);
-    ropeFactors = decodeToF32(ropeEntry.dtype, b);
-  }
-  let config = configFromGguf(header.metadata, header.tensors, path, ropeFactors);
+  const ropeFactors = await readPairFactors(fh, path, header.tensors, 'rope_freqs.weight');
+  const longRope = {
+    long: await readPairFactors(fh, path, header.tensors, 'rope_factors_long.weight'),
+    short: await readPairFactors(fh, path, header.tensors, 'rope_factors_short.weight'),
+  };
+  let config = configFromGguf(header.metadata, header.tensors, path, ropeFactors, longRope);
   if (options?.configOverride) config = options.configOverride(config);
   const permute = GGUF_PERMUTED_QK.has(String(header.metadata.get('general.architecture')));
   const tensors = new Map<string, TensorInfo>();
@@ -116,6 +105,17 @@ async function openGguf(
     const expert = config.moe ? ggufExpertTensor(t.name) : undefined;
     if (expert) {
       splitExperts(t, expert, config.moe?.numExperts ?? 0, path, tensors, locations);
+      continue;
+    }
+    const fused = config.architecture === 'phi3' ? ggufFusedTensor(t.name, config) : undefined;
+    if (fused) {
+      const fusedInfo = {
+        name: t.name,
+        dtype: t.dtype,
+        shape: [...t.dims].reverse(),
+        byteLength: t.byteLength,
+      };
+      addFusedRows(fusedInfo, { file: path, offset: t.offset }, fused, tensors, locations);
       continue;
     }
     const name = ggufToHfName(t.name, config.architecture) ?? t.name;
@@ -139,6 +139,32 @@ async function openGguf(
     metadata: header.metadata,
     handles: new Map([[path, fh]]),
   });
+}
+
+/**
+ * A small 1-D f32 tensor of per-pair RoPE factors (`rope_freqs`, LongRoPE's
+ * `rope_factors_long` / `_short`), or `undefined` when the file has none. Its shape is checked
+ * before its bytes are read, so a corrupt shape cannot make this allocate a weight matrix.
+ */
+async function readPairFactors(
+  fh: PositionalSource,
+  path: string,
+  entries: readonly GgufTensorEntry[],
+  name: string,
+): Promise<Float32Array | undefined> {
+  const entry = entries.find((t) => t.name === name);
+  if (!entry) return undefined;
+  const pairs = entry.dims.reduce((a, b) => a * b, 1);
+  if (entry.dims.length !== 1 || pairs > MODEL_CONFIG_LIMITS.headDim / 2) {
+    throw new ModelError(
+      'SHAPE_MISMATCH',
+      `${basename(path)}: tensor "${name}" has shape [${[...entry.dims].reverse().join(', ')}]; it holds one factor per frequency pair of a head (at most ${MODEL_CONFIG_LIMITS.headDim / 2})`,
+      { details: { file: path, tensor: name } },
+    );
+  }
+  const b = new Uint8Array(entry.byteLength);
+  await fh.read(b, 0, b.byteLength, entry.offset);
+  return decodeToF32(entry.dtype, b);
 }
 
 /**

@@ -1,3 +1,5 @@
+import { type Phi3ConfigFields, phi3FusedParts } from '../../families/phi3.js';
+
 const LAYER_MAP: Record<string, string> = {
   attn_norm: 'input_layernorm',
   attn_q: 'self_attn.q_proj',
@@ -118,4 +120,34 @@ export function hfToGgufExpert(name: string): { gguf: string; expert: number } |
   );
   if (!m) return undefined;
   return { gguf: `blk.${m[1]}.ffn_${m[3]}_exps.${m[4]}`, expert: Number(m[2]) };
+}
+
+/**
+ * A Phi-3 GGUF fused tensor (`blk.N.attn_qkv.weight`, or `blk.N.ffn_up.weight`, which holds
+ * gate and up) as the HF tensors it stacks, with their rows, or `undefined`.
+ */
+export function ggufFusedTensor(
+  name: string,
+  c: Phi3ConfigFields,
+): { name: string; rows: number }[] | undefined {
+  const m = /^blk\.(\d+)\.(attn_qkv|ffn_up)\.weight$/.exec(name);
+  if (!m) return undefined;
+  const parts = phi3FusedParts(c)[m[2]!] ?? [];
+  return parts.map((p) => ({ name: `model.layers.${m[1]}.${p.proj}.weight`, rows: p.rows }));
+}
+
+/**
+ * The Phi-3 GGUF fused tensor an HF projection is written into (`attn_qkv` for q/k/v, `ffn_up`
+ * for gate/up), with the part's index, or `undefined` for another tensor.
+ */
+export function hfToGgufFused(name: string): { gguf: string; part: number } | undefined {
+  const m = /^model\.layers\.(\d+)\.(self_attn\.[qkv]_proj|mlp\.(?:gate|up)_proj)\.weight$/.exec(
+    name,
+  );
+  if (!m) return undefined;
+  const order = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj'];
+  const part = order.indexOf(m[2]!);
+  return part >= 0
+    ? { gguf: `blk.${m[1]}.attn_qkv.weight`, part }
+    : { gguf: `blk.${m[1]}.ffn_up.weight`, part: m[2] === 'mlp.gate_proj' ? 0 : 1 };
 }

@@ -9,27 +9,35 @@ INLINE long kv_slab(i32 slot, i32 h, i32 kv, i32 bs, i32 blockWords, i32 slabWor
   return (long)(slot / bs) * blockWords + (long)(2 * h + kv) * slabWords;
 }
 
-INLINE void rope_rows(float* x, i32 heads, i32 d, const float* c, const float* s) {
-  i32 half = d / 2;
+// Rotate-half RoPE over the first 2 * half dims of each head's row of d (partial rotary leaves
+// the rest), the rotated dims then multiplied by qs (1 for K; LongRoPE's attention factor
+// squared for Q, which multiplies 1.0 exactly when there is none).
+INLINE void rope_rows(float* x, i32 heads, i32 d, i32 half, const float* c, const float* s,
+                      float qs) {
+  v128_t q4 = wasm_f32x4_splat(qs);
   for (i32 h = 0; h < heads; h++) {
     float* p = x + h * d;
     i32 i = 0;
     for (; i + 4 <= half; i += 4) {
       v128_t x0 = ld(p + i), x1 = ld(p + i + half), cv = ld(c + i), sv = ld(s + i);
-      wasm_v128_store(p + i, wasm_f32x4_sub(wasm_f32x4_mul(x0, cv), wasm_f32x4_mul(x1, sv)));
-      wasm_v128_store(p + i + half, wasm_f32x4_add(wasm_f32x4_mul(x1, cv), wasm_f32x4_mul(x0, sv)));
+      v128_t y0 = wasm_f32x4_sub(wasm_f32x4_mul(x0, cv), wasm_f32x4_mul(x1, sv));
+      v128_t y1 = wasm_f32x4_add(wasm_f32x4_mul(x1, cv), wasm_f32x4_mul(x0, sv));
+      wasm_v128_store(p + i, wasm_f32x4_mul(y0, q4));
+      wasm_v128_store(p + i + half, wasm_f32x4_mul(y1, q4));
     }
     for (; i < half; i++) {
       float x0 = p[i], x1 = p[i + half];
-      p[i] = x0 * c[i] - x1 * s[i];
-      p[i + half] = x1 * c[i] + x0 * s[i];
+      p[i] = (x0 * c[i] - x1 * s[i]) * qs;
+      p[i + half] = (x1 * c[i] + x0 * s[i]) * qs;
     }
   }
 }
 
 // RoPE on q and k rows, then K and V into their cache slots in the cache's format (slot -1: no
 // write). Record: q, k, v, m, positions, slots, hq, hkv, d, cos, sin, cache, kvfmt, bs,
-// blockWords, slabWords, nope (1: a NoPE layer, q and k are not rotated).
+// blockWords, slabWords, nope (1: a NoPE layer, q and k are not rotated), rot (the rotated
+// leading dims of a head; the tables hold rot / 2 pairs a position), qscale (f32 bits: what
+// q's rotated dims are multiplied by).
 void op_rope_kv(const i32* a, i32 tid, i32 nth) {
   float* q = (float*)a[1];
   float* k = (float*)a[2];
@@ -42,16 +50,17 @@ void op_rope_kv(const i32* a, i32 tid, i32 nth) {
   const float* sinT = (const float*)a[11];
   u32* cache = (u32*)a[12];
   i32 kvfmt = a[13], bs = a[14], bw = a[15], sw = a[16], nope = a[17];
+  i32 half = a[18] / 2;
+  float qs = bits_f32(a[19]);
   i32 lo, hi;
   split(m, 1, tid, nth, &lo, &hi);
-  i32 half = d / 2;
   for (i32 t = lo; t < hi; t++) {
     float* kt = k + (long)t * hkv * d;
     if (!nope) {
       const float* c = cosT + (long)pos[t] * half;
       const float* s = sinT + (long)pos[t] * half;
-      rope_rows(q + (long)t * hq * d, hq, d, c, s);
-      rope_rows(kt, hkv, d, c, s);
+      rope_rows(q + (long)t * hq * d, hq, d, half, c, s, qs);
+      rope_rows(kt, hkv, d, half, c, s, 1.0f);
     }
     i32 slot = slots[t];
     if (slot < 0) continue;
@@ -454,10 +463,10 @@ void op_attention(const i32* a, i32 tid, i32 nth) {
 // re-rotated by RoPE as if their positions moved by delta (R(delta) k; the tables' entry at
 // |delta|, the sine negated for a negative delta), in the cache's own format: exact decode,
 // rotate in f32 with the operations of @kvasir/attention-kernels' shiftKeysReference, encode.
-// The model's RoPE is rotate-half over the whole head (as op_rope_kv). Rows are independent
-// (scales are per row or per group of a row), so they split across threads.
+// The model's RoPE is rotate-half over the first rot dims of a head (as op_rope_kv). Rows are
+// independent (scales are per row or per group of a row), so they split across threads.
 // Record: caches (layer cache pointers), layers, shifts (block, delta pairs), count, hkv, d,
-// kvfmt, bs, blockWords, slabWords, cos, sin.
+// kvfmt, bs, blockWords, slabWords, cos, sin, rot.
 void op_key_shift(const i32* a, i32 tid, i32 nth) {
   const i32* caches = (const i32*)a[1];
   i32 layers = a[2];
@@ -465,7 +474,7 @@ void op_key_shift(const i32* a, i32 tid, i32 nth) {
   i32 count = a[4], hkv = a[5], d = a[6], kvfmt = a[7], bs = a[8], bw = a[9], sw = a[10];
   const float* cosT = (const float*)a[11];
   const float* sinT = (const float*)a[12];
-  i32 half = d / 2;
+  i32 half = a[13] / 2;
   float row[KV_MAX_HEAD_DIM];
   i32 lo, hi;
   split(layers * count * hkv * bs, 1, tid, nth, &lo, &hi);
