@@ -1,6 +1,5 @@
 // A loopback server for the browser tests: the page, its bundled script and worker, and the
 // model, with or without cross-origin isolation, counting the model's downloads.
-import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
@@ -8,18 +7,6 @@ import { fileURLToPath } from 'node:url';
 import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
 import { convertToGguf } from '@kvasir/model/formats';
 import { build } from 'esbuild';
-import { type Browser, chromium } from 'playwright-core';
-
-const CHROMIUM = '/usr/bin/chromium';
-// ARCHITECTURE.md's flags ("Where the system runs").
-const BASE_ARGS = [
-  '--headless=new',
-  '--no-sandbox',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--no-first-run',
-];
 
 /** The tiny random model the browser tests serve. */
 export const TINY_CONFIG = makeModelConfig({
@@ -113,15 +100,4 @@ export async function startSite(
   };
 }
 
-/** Debian's chromium, headless; `webgpu: false` leaves WebGPU off (no `--enable-unsafe-webgpu`). */
-export async function launchChromium(options: { webgpu: boolean }): Promise<Browser> {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `${CHROMIUM} is missing: run tooling/scripts/setup.sh as root (it installs Debian's chromium), or apt-get install -y chromium`,
-    );
-  }
-  return chromium.launch({
-    executablePath: CHROMIUM,
-    args: [...BASE_ARGS, options.webgpu ? '--enable-unsafe-webgpu' : '--disable-webgpu'],
-  });
-}
+export { launchChromium } from '@kvasir/test-utils/chromium';

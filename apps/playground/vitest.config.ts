@@ -1,0 +1,3 @@
+import { kvasirVitestConfig } from '@kvasir/vitest-config';
+
+export default kvasirVitestConfig();
