@@ -275,6 +275,11 @@ export async function writeVocabularyGguf(
   for (const [key, value] of metadata) if (key.startsWith('tokenizer.')) tokenizer[key] = value;
   tokenizer['tokenizer.ggml.tokens'] = tokens;
   tokenizer['tokenizer.ggml.token_type'] = { type: 'array', itemType: 'i32', value: types };
+  const scores = metadata.get('tokenizer.ggml.scores') as number[] | undefined;
+  if (scores) {
+    const value = [...scores, ...(spec.append ?? []).map(() => 0)];
+    tokenizer['tokenizer.ggml.scores'] = { type: 'array', itemType: 'f32', value };
+  }
   tokenizer['tokenizer.chat_template'] = spec.chatTemplate;
   const bos = metadata.get('tokenizer.ggml.bos_token_id');
   const eos = metadata.get('tokenizer.ggml.eos_token_id');
