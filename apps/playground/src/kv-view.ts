@@ -129,7 +129,10 @@ export class KvView {
       snap.counters.prefixQueryTokens === 0
         ? 0
         : snap.counters.prefixHitTokens / snap.counters.prefixQueryTokens;
-    const offloaded = Object.values(s.offloadHits).reduce((a, b) => a + b, 0);
+    // The OPFS tier (when on): blocks kept there, and blocks read back into the pool.
+    const inOpfs = s.opfs?.store.entries ?? 0;
+    const imported =
+      s.opfs?.prefix.importedBlocks ?? Object.values(s.offloadHits).reduce((a, b) => a + b, 0);
     const items: [string, string, string][] = [
       ['free', String(counts.free), 'free blocks'],
       ['used', String(counts.used + counts.shared), 'in use'],
@@ -138,7 +141,8 @@ export class KvView {
       ['hit-rate', `${(hitRate * 100).toFixed(0)}%`, 'prefix hits (tokens)'],
       ['evictions', String(snap.counters.evictions), 'evictions'],
       ['dropped', String(snap.counters.droppedBlocks), 'compression drops'],
-      ['offload', String(offloaded), 'offload hits'],
+      ['offloaded', String(inOpfs), 'blocks in OPFS'],
+      ['imported', String(imported), 'read back from OPFS'],
       ['tps', rates.tokensPerSecond.toFixed(1), 'tokens/s'],
       ['steps', String(s.steps), 'engine steps'],
       [
@@ -190,6 +194,15 @@ export class KvView {
         this.#events.push({
           kind: 'evict',
           text: () => `${evicted} cached block${s} evicted to make room`,
+        });
+      const read =
+        (snap.stats.opfs?.prefix.importedBlocks ?? 0) -
+        (last.stats.opfs?.prefix.importedBlocks ?? 0);
+      const r = read === 1 ? '' : 's';
+      if (read > 0)
+        this.#events.push({
+          kind: 'hit',
+          text: () => `${read} block${r} read back from OPFS (a reload or another tab wrote them)`,
         });
       const dropped = snap.counters.droppedBlocks - last.counters.droppedBlocks;
       const d = dropped === 1 ? '' : 's';

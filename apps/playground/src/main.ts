@@ -112,6 +112,8 @@ async function load(model: string | File): Promise<void> {
     engine = await createEngine({
       model,
       kvCacheBytes: KV_CACHE_BYTES,
+      // Prefix blocks also go to the Origin Private File System: a reload finds them.
+      opfs: params.get('opfs') !== '0',
       worker: new Worker(new URL('./engine-worker.ts', import.meta.url), { type: 'module' }),
       onProgress: (p) => {
         progress.value = p.total ? p.loaded / p.total : 0;
@@ -120,6 +122,7 @@ async function load(model: string | File): Promise<void> {
     progress.hidden = true;
     status.dataset.state = 'ready';
     status.dataset.backend = engine.backend.backend;
+    status.title = engine.kvTier.reason;
     status.textContent = `${engine.model.id} on ${engine.backend.backend}${engine.backend.threads ? ` (${engine.backend.threads} threads)` : ''}: ${engine.backend.reason}`;
     owners.clear();
     await refresh();

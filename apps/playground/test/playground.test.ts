@@ -175,4 +175,27 @@ describe('apps/playground in chromium', () => {
       VIEWPORT.height,
     ]);
   }, 300_000);
+
+  it('after a reload, the system prompt comes back from the OPFS tier and the page says so', async () => {
+    // The blocks are written behind the steps that filled them: wait until they are there.
+    await page.waitForFunction(
+      async () => ((await playground.engine.stats()).opfs?.store.entries ?? 0) > 0,
+    );
+    await page.reload();
+    await page.waitForFunction(() => 'playground' in globalThis);
+    await page.evaluate(() => playground.ready);
+    await page.click('.pane[data-pane="0"] footer button');
+    await page.waitForSelector('.pane[data-pane="0"][data-status="done"]');
+    await page.evaluate(() => playground.idle());
+    const { snapshot } = await page.evaluate(() => playground.refresh());
+    const imported = snapshot.stats.opfs!.prefix.importedBlocks;
+    expect(imported).toBeGreaterThan(0);
+    expect(await page.textContent('[data-counter="imported"] b')).toBe(String(imported));
+    expect(await page.textContent('.pane[data-pane="0"] .stats')).toMatch(
+      /[1-9]\d* prompt tokens from cache/,
+    );
+    const events = await page.$$eval('#kv-events li', (lis) => lis.map((li) => li.textContent));
+    expect(events.some((e) => /read back from OPFS/.test(e ?? ''))).toBe(true);
+    expect(events.some((e) => /Chat 1: prefix hit/.test(e ?? ''))).toBe(true);
+  }, 300_000);
 });
