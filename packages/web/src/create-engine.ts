@@ -514,10 +514,14 @@ function modelSource(options: CreateEngineOptions): {
  */
 export async function createEngine(options: CreateEngineOptions): Promise<WebEngine> {
   const { data, transfer } = modelSource(options);
+  // The default is written out as `new Worker(new URL(...), ...)`: the pattern bundlers (Vite,
+  // webpack 5, Parcel) recognise, to bundle the worker and its imports as one more entry.
   const worker =
     options.worker instanceof Worker
       ? options.worker
-      : new Worker(options.worker ?? new URL('./worker.js', import.meta.url), { type: 'module' });
+      : options.worker !== undefined
+        ? new Worker(options.worker, { type: 'module' })
+        : new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
   const inboxes = new Map<string, Inbox>();
   opfsOption(options.opfs);
   const ready = new Promise<{
@@ -527,7 +531,10 @@ export async function createEngine(options: CreateEngineOptions): Promise<WebEng
   }>((resolve, reject) => {
     worker.addEventListener('error', (e) =>
       reject(
-        new WebEngineError('ENGINE_STOPPED', `the engine's worker failed to start: ${e.message}`),
+        new WebEngineError(
+          'ENGINE_STOPPED',
+          `the engine's worker failed to start: ${e.message || 'its script did not load (a wrong worker URL, or a bundler that copied worker.js instead of bundling it)'}`,
+        ),
       ),
     );
     worker.addEventListener('message', (e: MessageEvent<FromWorker>) => {
