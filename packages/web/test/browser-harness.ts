@@ -25,7 +25,8 @@ export async function writeTinyGguf(root: string, seed = 31): Promise<Uint8Array
   return new Uint8Array(await readFile(join(root, 'tiny.gguf')));
 }
 
-async function bundle(entry: string): Promise<string> {
+/** `entry` (relative to this file) bundled for the browser as one ES module. */
+export async function bundle(entry: string): Promise<string> {
   const out = await build({
     entryPoints: [fileURLToPath(new URL(entry, import.meta.url))],
     bundle: true,
@@ -46,7 +47,14 @@ export interface TestSite {
   close(): Promise<void>;
 }
 
-/** Serves `model` as `/tiny.gguf`, and each of `more` at its path (other models). */
+const contentType = (path: string) =>
+  path.endsWith('.js')
+    ? 'text/javascript'
+    : path.endsWith('.wasm')
+      ? 'application/wasm'
+      : 'application/octet-stream';
+
+/** Serves `model` as `/tiny.gguf`, and each of `more` at its path (other models, scripts). */
 export async function startSite(
   model: Uint8Array,
   more: Readonly<Record<string, Uint8Array>> = {},
@@ -72,9 +80,7 @@ export async function startSite(
       '/page.js': ['text/javascript', Buffer.from(pageJs)],
       '/worker.js': ['text/javascript', Buffer.from(workerJs)],
       '/tiny.gguf': ['application/octet-stream', model],
-      ...Object.fromEntries(
-        Object.entries(more).map(([p, bytes]) => [p, ['application/octet-stream', bytes]]),
-      ),
+      ...Object.fromEntries(Object.entries(more).map(([p, bytes]) => [p, [contentType(p), bytes]])),
     };
     const route = routes[path];
     if (!route) {
