@@ -59,11 +59,21 @@ export class KvView {
       counts[state]++;
       const cell = this.#cells[b]!;
       const panes = [...new Set(holders[b])];
+      const ref = String(snap.refCounts[b]);
+      const owned = panes.join(',');
+      // Only cells that changed are touched: a redraw mid-chat changes a few.
+      if (
+        cell.dataset.state === state &&
+        cell.dataset.ref === ref &&
+        cell.dataset.owners === owned
+      ) {
+        continue;
+      }
       cell.dataset.state = state;
-      cell.dataset.ref = String(snap.refCounts[b]);
-      cell.dataset.owners = panes.join(',');
+      cell.dataset.ref = ref;
+      cell.dataset.owners = owned;
       cell.style.background = cellBackground(state, panes);
-      cell.title = `block ${b}: ${state}, ${snap.refCounts[b]} reference${snap.refCounts[b] === 1 ? '' : 's'}${snap.hashed[b] ? ', in the prefix cache' : ''}`;
+      cell.title = `block ${b}: ${state}, ${ref} reference${ref === '1' ? '' : 's'}${snap.hashed[b] ? ', in the prefix cache' : ''}`;
     }
     const grid = this.#el.grid;
     grid.dataset.free = String(counts.free);
