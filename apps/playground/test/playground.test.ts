@@ -97,7 +97,7 @@ describe('apps/playground in chromium', () => {
   });
 
   it("two chats: the drawn pool and block tables are the engine's, live and after; a screenshot", async () => {
-    await page.fill('#max-tokens', '160');
+    await page.fill('#max-tokens', '320');
     await page.fill('#temperature', '0');
     await page.check('#ignore-eos');
     // The first chat computes the system prompt; the second, sent while it runs, reuses it.
@@ -121,7 +121,7 @@ describe('apps/playground in chromium', () => {
     const liveIds = live.requests.map((r) => r.id).sort();
     expect(during.tables.map((t) => t.id).sort()).toEqual(liveIds);
     for (const id of liveIds) expect(tableOf(id)).toEqual(engineTable(id));
-    // Both run to 160 tokens: both are live, the system prompt's blocks in both tables.
+    // Both run to 320 tokens (seconds): both are live, the system prompt's blocks in both tables.
     expect(liveIds).toEqual([a!.request!, b!.request!].sort());
     const shared = tableOf(a!.request!)!.filter((x) => tableOf(b!.request!)!.includes(x));
     expect(shared.length).toBeGreaterThan(0);
