@@ -1,6 +1,6 @@
 // Where a constrained step's time goes: the forward pass, XGrammar's mask computation, and the
 // rest (sampling, streaming, scheduling), per engine step, with `--batch` requests constrained
-// by a JSON schema of fixed keys at once (greedy, the 110M GGUF on wasm). Mask time is the
+// by the JSON schema of 8 fixed keys of structured-output.ts at once (greedy, the 110M GGUF on wasm). Mask time is the
 // time spent inside XGrammar's native GetNextTokenBitmask (timed around the embind call, so
 // nothing else is counted); forward time is the time from the runner's forward call to its
 // result, less the mask time spent inside that window (the masks run on the main thread
@@ -23,6 +23,8 @@ import {
 } from '@kvasir/model';
 import type { GenerationRequest } from '@kvasir/server';
 import { buildEngine, parseEngineConfig } from '../src/index.js';
+import { greedyRequest } from '../src/testing/greedy-request.js';
+import { FIXED_KEYS } from './fixed-keys.js';
 
 const argv = process.argv.slice(2);
 const arg = (name: string, fallback: string) => {
@@ -71,20 +73,6 @@ const create = XGrammarCompiler.create.bind(XGrammarCompiler);
 XGrammarCompiler.create = (vocab: TokenVocabulary, options = {}) =>
   create(vocab, { ...options, load: timedXGrammar });
 
-const SCHEMA = {
-  type: 'object',
-  properties: {
-    id: { type: 'integer', minimum: 0, maximum: 999 },
-    name: { type: 'string', maxLength: 8 },
-    role: { enum: ['admin', 'editor', 'viewer'] },
-    active: { type: 'boolean' },
-    age: { type: 'integer', minimum: 0, maximum: 120 },
-    country: { enum: ['NO', 'SE', 'DK', 'FI'] },
-  },
-  required: ['id', 'name', 'role', 'active', 'age', 'country'],
-  additionalProperties: false,
-};
-
 const built = await buildEngine(
   parseEngineConfig({
     model: gguf,
@@ -112,23 +100,14 @@ let nextId = 0;
 async function run(batch: number, constrained: boolean) {
   const vocab = engine.modelCard.vocabSize!;
   const requests: GenerationRequest[] = Array.from({ length: batch }, (_, i) => ({
-    id: `mp-${nextId++}`,
-    model: engine.modelCard.id,
-    promptTokens: Array.from({ length: 16 }, (_, k) => (i * 131 + k * 17 + nextId * 7 + 1) % vocab),
-    n: 1,
-    maxTokens: constrained ? 256 : 48,
-    sampling: {
-      temperature: 0,
-      topP: 1,
-      topK: 0,
-      minP: 0,
-      presencePenalty: 0,
-      frequencyPenalty: 0,
-      repetitionPenalty: 1,
-    },
-    stopTokenIds: [],
+    ...greedyRequest(
+      `mp-${nextId++}`,
+      Array.from({ length: 16 }, (_, k) => (i * 131 + k * 17 + nextId * 7 + 1) % vocab),
+      constrained ? 256 : 48,
+      engine.modelCard.id,
+    ),
     ignoreEos: !constrained,
-    ...(constrained ? { constraint: { kind: 'json_schema', schema: SCHEMA } as const } : {}),
+    ...(constrained ? { constraint: { kind: 'json_schema', schema: FIXED_KEYS } as const } : {}),
   }));
   await Promise.all(
     requests.map(async (req) => {

@@ -21,6 +21,7 @@ import { readFileSync } from 'node:fs';
 import { type OutputConstraint, XGrammarCompiler } from '@kvasir/model';
 import type { GenerationRequest } from '@kvasir/server';
 import { type BuiltEngine, buildEngine, parseEngineConfig } from '../src/index.js';
+import { FIXED_KEYS } from './fixed-keys.js';
 
 const argv = process.argv.slice(2);
 const arg = (name: string, fallback: string) => {
@@ -36,23 +37,6 @@ const freeTokens = Number(arg('--tokens', '48'));
 
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-
-/** A record whose keys are all fixed: most of its text is forced once a value ends. */
-const FIXED_KEYS = {
-  type: 'object',
-  properties: {
-    id: { type: 'integer', minimum: 0, maximum: 999 },
-    name: { type: 'string', maxLength: 8 },
-    role: { enum: ['admin', 'editor', 'viewer'] },
-    active: { type: 'boolean' },
-    age: { type: 'integer', minimum: 0, maximum: 120 },
-    country: { enum: ['NO', 'SE', 'DK', 'FI'] },
-    verified: { type: 'boolean' },
-    level: { type: 'integer', minimum: 1, maximum: 9 },
-  },
-  required: ['id', 'name', 'role', 'active', 'age', 'country', 'verified', 'level'],
-  additionalProperties: false,
-};
 
 const COMPILE_SCHEMAS: Record<string, unknown> = {
   fixed_keys: FIXED_KEYS,

@@ -6,6 +6,7 @@ import type { GenerationRequest } from '@kvasir/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeVocabularyGguf } from '../../test/harness.js';
 import { parseEngineConfig } from '../config.js';
+import { greedyRequest } from '../testing/greedy-request.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
 
 // Jump-forward on a SentencePiece model: the random model over llama.cpp's Llama 2 vocabulary
@@ -34,21 +35,7 @@ describe('jump-forward on a SentencePiece model', () => {
     const codec = built.engine.runner.codec;
     expect(codec.encodeText!('{"').length).toBe(3); // ▁ { "
     const request: GenerationRequest = {
-      id: 'spm',
-      model: built.engine.modelCard.id,
-      promptTokens: codec.encode('Hello'),
-      n: 1,
-      maxTokens: 80,
-      sampling: {
-        temperature: 0,
-        topP: 1,
-        topK: 0,
-        minP: 0,
-        presencePenalty: 0,
-        frequencyPenalty: 0,
-        repetitionPenalty: 1,
-      },
-      stopTokenIds: [],
+      ...greedyRequest('spm', codec.encode('Hello'), 80, built.engine.modelCard.id),
       ignoreEos: false,
       constraint: {
         kind: 'json_schema',

@@ -3,19 +3,13 @@ import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { forcedTokens } from '@kvasir/engine';
-import {
-  type CompiledConstraint,
-  type ConstraintCompiler,
-  type TokenBitmask,
-  type TokenMatcher,
-  type TokenVocabulary,
-  XGrammarCompiler,
-} from '@kvasir/model';
+import type { TokenBitmask, TokenMatcher } from '@kvasir/model';
 import type { GenerationRequest } from '@kvasir/server';
 import type { OutputConstraint } from '@kvasir/server/spec';
 import { Ajv } from 'ajv';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { parseEngineConfig } from '../config.js';
+import { wrapNextMatchers } from '../testing/wrap-matchers.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
 
 // Jump-forward decoding through the real engine (random model, greedy, a 14-block cache that an
@@ -108,27 +102,15 @@ class OnePerStep implements TokenMatcher {
 
 /** The next XGrammarCompiler made wraps its matchers in {@link OnePerStep}. */
 function compileOnePerStep(built: BuiltEngine): void {
-  const create = XGrammarCompiler.create.bind(XGrammarCompiler);
   const codec = built.engine.runner.codec;
   const stopTokens = new Set(built.engine.runner.facts.eosTokenIds);
-  vi.spyOn(XGrammarCompiler, 'create').mockImplementationOnce(
-    async (vocabulary: TokenVocabulary) => {
-      const compiler = await create(vocabulary);
-      const options = { stopTokens, encode: codec.encodeText!, pieces: vocabulary.tokens };
-      const wrapped: ConstraintCompiler = {
-        vocabSize: compiler.vocabSize,
-        dispose: () => compiler.dispose(),
-        compile: async (constraint): Promise<CompiledConstraint> => {
-          const compiled = await compiler.compile(constraint);
-          return {
-            key: compiled.key,
-            createMatcher: async () =>
-              new OnePerStep(await compiled.createMatcher(), options, vocabulary.size),
-          };
-        },
-      };
-      return wrapped as XGrammarCompiler;
-    },
+  wrapNextMatchers(
+    (matcher, vocabulary) =>
+      new OnePerStep(
+        matcher,
+        { stopTokens, encode: codec.encodeText!, pieces: vocabulary.tokens },
+        vocabulary.size,
+      ),
   );
 }
 

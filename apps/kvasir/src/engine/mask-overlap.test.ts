@@ -2,17 +2,12 @@ import { mkdtempSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  type CompiledConstraint,
-  type ConstraintCompiler,
-  type TokenMatcher,
-  type TokenVocabulary,
-  XGrammarCompiler,
-} from '@kvasir/model';
+import type { TokenMatcher } from '@kvasir/model';
 import type { GenerationRequest } from '@kvasir/server';
 import type { OutputConstraint } from '@kvasir/server/spec';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { parseEngineConfig } from '../config.js';
+import { wrapNextMatchers } from '../testing/wrap-matchers.js';
 import { type BuiltEngine, buildEngine } from './bootstrap.js';
 
 // The token masks of a step overlap its forward pass on WebGPU (the software adapter here):
@@ -56,41 +51,25 @@ interface Tally {
 async function engine(overlap: boolean): Promise<{ built: BuiltEngine; tally: Tally }> {
   const tally: Tally = { inFlight: 0, outside: 0 };
   let flying = 0;
-  const create = XGrammarCompiler.create.bind(XGrammarCompiler);
-  vi.spyOn(XGrammarCompiler, 'create').mockImplementationOnce(
-    async (vocabulary: TokenVocabulary) => {
-      const compiler = await create(vocabulary);
-      const tallied = (m: TokenMatcher): TokenMatcher => ({
-        get length() {
-          return m.length;
-        },
-        get isTerminated() {
-          return m.isTerminated;
-        },
-        nextTokenBitmask() {
-          if (flying > 0) tally.inFlight++;
-          else tally.outside++;
-          return m.nextTokenBitmask();
-        },
-        accept: (token) => m.accept(token),
-        rollback: (count) => m.rollback(count),
-        reset: () => m.reset(),
-        forcedText: () => m.forcedText(),
-        dispose: () => m.dispose(),
-      });
-      const wrapped: ConstraintCompiler = {
-        vocabSize: compiler.vocabSize,
-        dispose: () => compiler.dispose(),
-        compile: async (constraint): Promise<CompiledConstraint> => {
-          const compiled = await compiler.compile(constraint);
-          return {
-            key: compiled.key,
-            createMatcher: async () => tallied(await compiled.createMatcher()),
-          };
-        },
-      };
-      return wrapped as XGrammarCompiler;
-    },
+  wrapNextMatchers(
+    (m): TokenMatcher => ({
+      get length() {
+        return m.length;
+      },
+      get isTerminated() {
+        return m.isTerminated;
+      },
+      nextTokenBitmask() {
+        if (flying > 0) tally.inFlight++;
+        else tally.outside++;
+        return m.nextTokenBitmask();
+      },
+      accept: (token) => m.accept(token),
+      rollback: (count) => m.rollback(count),
+      reset: () => m.reset(),
+      forcedText: () => m.forcedText(),
+      dispose: () => m.dispose(),
+    }),
   );
   const built = await buildEngine(
     parseEngineConfig({
