@@ -25,6 +25,12 @@ export interface PagedAttentionConfig extends KvCacheConfig {
    * the query at position p when `p - window < j <= p`). Absent: the whole range.
    */
   readonly window?: number;
+  /**
+   * Attention sinks (gpt-oss): one learned logit per query head that joins every softmax's
+   * max and denominator as a key with no value, so a head may attend to less than all of its
+   * keys. Absent: none.
+   */
+  readonly sinks?: readonly number[];
 }
 
 /** Decodes token `t` of the slab starting at word `slabStart` into `out` (headDim floats). */
@@ -94,6 +100,16 @@ export function validateConfig(config: PagedAttentionConfig): KvCacheLayout {
     );
   }
   if (config.window !== undefined) positiveInt(config.window, 'window');
+  if (
+    config.sinks !== undefined &&
+    (config.sinks.length !== config.numQHeads || !config.sinks.every((v) => Number.isFinite(v)))
+  ) {
+    throw new AttentionKernelError(
+      'INVALID_ARGUMENT',
+      `sinks must hold one finite logit per query head (${config.numQHeads}), got ${config.sinks.length}`,
+      { details: { sinks: config.sinks.length } },
+    );
+  }
   if (config.softCap !== undefined && !(Number.isFinite(config.softCap) && config.softCap > 0)) {
     throw new AttentionKernelError(
       'INVALID_ARGUMENT',

@@ -83,6 +83,7 @@ export function pagedShaderOptions(
     qScale: config.softCap === undefined ? scale * Math.LOG2E : scale,
     softCap: config.softCap,
     window: config.window,
+    sinks: config.sinks?.map((v) => v * Math.LOG2E),
     kvLoad: config.format.wgslLoad({
       headDim: config.headDim,
       blockSize: config.blockSize,
@@ -98,7 +99,7 @@ export function pagedPipelineLabel(
   config: PagedAttentionConfig,
   tuning: Required<PagedKernelTuning>,
 ): string {
-  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}${tuning.queryInRegisters ? '-qr' : ''}-v${tuning.vChunksPerLane}${tuning.f16Unpack === 'integer' ? '-hi' : ''}${config.window === undefined ? '' : `-w${config.window}`}`;
+  return `${kernel}-${config.format.name}-d${config.headDim}-q${config.numQHeads}-kv${config.numKvHeads}-b${config.blockSize}${tuning.queryInRegisters ? '-qr' : ''}-v${tuning.vChunksPerLane}${tuning.f16Unpack === 'integer' ? '-hi' : ''}${config.window === undefined ? '' : `-w${config.window}`}${config.sinks === undefined ? '' : `-s${sinksKey(config.sinks)}`}`;
 }
 
 /** What a kernel needs to know of a plan to check it at encode time. */
@@ -125,13 +126,18 @@ interface EncodeBuffers {
  */
 export function checkPagedEncode(
   gpu: Gpu,
-  kernel: { readonly config: PagedAttentionConfig; readonly layout: KvCacheLayout },
+  kernel: {
+    readonly config: PagedAttentionConfig;
+    readonly layout: KvCacheLayout;
+    /** Another kernel whose plans this one encodes too ({@link checkSharedPlans}). */
+    readonly plansOf?: unknown;
+  },
   what: 'decode' | 'prefill',
   plan: PlanLike,
   rows: number,
   args: EncodeBuffers,
 ): void {
-  if (plan.owner !== kernel || plan.released) {
+  if ((plan.owner !== kernel && plan.owner !== kernel.plansOf) || plan.released) {
     throw new AttentionKernelError(
       'INVALID_ARGUMENT',
       plan.released
@@ -222,5 +228,51 @@ export abstract class PagedPlanBase<Owner> {
     this.#released = true;
     this.#gpu.releaseBuffer(this.meta);
     for (const b of this.#scratch) if (b !== undefined) this.#gpu.releaseBuffer(b);
+  }
+}
+
+/** A short key of a kernel's sink values (they are baked into its WGSL). */
+function sinksKey(sinks: readonly number[]): string {
+  let h = 0x811c9dc5;
+  const f = new Float32Array(sinks);
+  for (const w of new Uint32Array(f.buffer)) {
+    h = Math.imul(h ^ w, 0x01000193) >>> 0;
+  }
+  return `${sinks.length}x${h.toString(16)}`;
+}
+
+/**
+ * Checks that `kernel` may encode `base`'s plans: the same kernel kind, heads per workgroup,
+ * head geometry and cache layout, so a plan's grid, splits and buffers fit both (kernels that
+ * differ only in values baked into their WGSL, such as attention sinks).
+ *
+ * @throws {AttentionKernelError} `INVALID_ARGUMENT` naming the first difference.
+ */
+export function checkSharedPlans(
+  kernel: {
+    readonly kernel: string;
+    readonly headsPerWorkgroup: number;
+    readonly config: PagedAttentionConfig;
+    readonly layout: KvCacheLayout;
+  },
+  base: typeof kernel,
+): void {
+  const fields: [string, unknown, unknown][] = [
+    ['kernel', kernel.kernel, base.kernel],
+    ['headsPerWorkgroup', kernel.headsPerWorkgroup, base.headsPerWorkgroup],
+    ['numQHeads', kernel.config.numQHeads, base.config.numQHeads],
+    ['numKvHeads', kernel.config.numKvHeads, base.config.numKvHeads],
+    ['headDim', kernel.config.headDim, base.config.headDim],
+    ['window', kernel.config.window, base.config.window],
+    ['blockWords', kernel.layout.blockWords, base.layout.blockWords],
+    ['blockSize', kernel.layout.blockSize, base.layout.blockSize],
+  ];
+  for (const [name, a, b] of fields) {
+    if (a !== b) {
+      throw new AttentionKernelError(
+        'INVALID_ARGUMENT',
+        `cannot share plans with a kernel of another ${name} (${String(a)} vs ${String(b)})`,
+      );
+    }
   }
 }

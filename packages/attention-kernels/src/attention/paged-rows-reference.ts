@@ -103,6 +103,14 @@ export function attendPagedRows(
     max.fill(Number.NEGATIVE_INFINITY);
     denom.fill(0);
     acc.fill(0);
+    if (config.sinks !== undefined) {
+      // A sink is a key every query sees with its own logit and no value: it starts each row's
+      // max and denominator.
+      for (let r = 0; r < numRows; r++) {
+        max[r] = config.sinks[kvh * group + (r % group)]!;
+        denom[r] = 1;
+      }
+    }
     for (let j = 0; j < rows.contextLen; j++) {
       const block = rows.blockTable[Math.floor(j / blockSize)]!;
       const t = j % blockSize;

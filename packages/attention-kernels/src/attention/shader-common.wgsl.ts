@@ -34,6 +34,8 @@ export interface AttentionShaderOptions {
    * scores MASK.
    */
   readonly window: number | undefined;
+  /** Attention-sink logits per query head in the kernels' exp2 units (times log2(e)), or none. */
+  readonly sinks: readonly number[] | undefined;
   /**
    * WGSL defining `fn kv_load8(slab: u32, t: u32, c: u32) -> array<vec4<f32>, 2>` over a
    * binding `kv: array<vec4<u32>>` (a {@link KvFormat}'s `wgslLoad`).
@@ -192,4 +194,37 @@ export function windowStart(
 ): string {
   if (o.window === undefined) return '';
   return `  key_begin = max(key_begin, select(0u, (${limit} - ${o.window}u) / BLOCK_SIZE * BLOCK_SIZE, ${limit} > ${o.window}u));`;
+}
+
+/** The private `SINKS` array of a kernel with attention sinks (declared at module scope). */
+export function sinksDecl(o: { readonly sinks: readonly number[] | undefined }): string {
+  if (o.sinks === undefined) return '';
+  const n = o.sinks.length;
+  return `var<private> SINKS: array<f32, ${n}> = array<f32, ${n}>(${o.sinks.map(f32Literal).join(', ')});`;
+}
+
+/**
+ * WGSL statements defining `<name>`, the factor that turns a row's accumulated output into its
+ * attention output: `1 / l` for a row with running max `m` and sum `l` (exp2 units; 0 for a row
+ * with no keys), or with attention sinks, `exp2(m - m') / (l · exp2(m - m') + exp2(sink - m'))`
+ * with `m' = max(m, sink)`: the sink in the max and the denominator, as one more key with no
+ * value.
+ */
+export function rowInverse(
+  o: { readonly sinks: readonly number[] | undefined },
+  head: string,
+  m: string,
+  l: string,
+  name = 'inv',
+): string {
+  if (o.sinks === undefined) {
+    return `var ${name} = 0.0;
+      if (${l} > 0.0) {
+        ${name} = 1.0 / ${l};
+      }`;
+  }
+  return `let ${name}_s = SINKS[${head}];
+      let ${name}_m = max(${m}, ${name}_s);
+      let ${name}_f = exp2(${m} - ${name}_m);
+      let ${name} = ${name}_f / (${l} * ${name}_f + exp2(${name}_s - ${name}_m));`;
 }

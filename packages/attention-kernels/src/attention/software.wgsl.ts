@@ -25,7 +25,9 @@ import {
   MASK,
   pass1Bindings,
   rep,
+  rowInverse,
   scoreExpr,
+  sinksDecl,
   windowMask,
   windowStart,
 } from './shader-common.wgsl.js';
@@ -99,10 +101,7 @@ ${rep(rv, (i) => `    ${name(run * rv + i)} = y[${i}] * ${f32Literal(1 / R)};`)}
   const writeRow = (g: number): string =>
     prefill
       ? `  if (${tokOf(g)}u < n_tok) {
-    var inv = 0.0;
-    if (l${g} > 0.0) {
-      inv = 1.0 / l${g};
-    }
+    ${rowInverse(o, `head0 + ${g % HG}u`, `m${g}`, `l${g}`)}
     let row = (q_row0 + ${tokOf(g)}u) * NUM_Q_HEADS + head0 + ${g % HG}u;
 ${rep(D4, (i) => `    out[row * D4 + ${i}u] = a${g}_${i} * inv;`)}
   }`
@@ -113,10 +112,7 @@ ${rep(D4, (i) => `    out[row * D4 + ${i}u] = a${g}_${i};`)}
     ml[row] = vec2<f32>(m${g}, l${g});
   }`
         : `  {
-    var inv = 0.0;
-    if (l${g} > 0.0) {
-      inv = 1.0 / l${g};
-    }
+    ${rowInverse(o, `head0 + ${g}u`, `m${g}`, `l${g}`)}
     let row = seq * NUM_Q_HEADS + head0 + ${g}u;
 ${rep(D4, (i) => `    out[row * D4 + ${i}u] = a${g}_${i} * inv;`)}
   }`;
@@ -194,6 +190,7 @@ ${rep(TOK, (t) => `  let lim${t} = past + tok0 + ${t + 1}u;`)}
 ${windowStart(o, 'lim0')}`;
   return /* wgsl */ `
 ${pass1Bindings(o.mode)}
+${sinksDecl(o)}
 
 const D4: u32 = ${D4}u;
 const HEAD_CHUNKS: u32 = ${headChunks}u;

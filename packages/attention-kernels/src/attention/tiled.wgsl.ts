@@ -33,7 +33,9 @@ import {
   rep,
   rotateQSh,
   rotateRunFn,
+  rowInverse,
   scoreExpr,
+  sinksDecl,
   windowMask,
   windowStart,
 } from './shader-common.wgsl.js';
@@ -102,11 +104,17 @@ ${windowStart(o, 'ctx')}
   let n_tok = 1u;
   let q_row0 = seq;`;
 
-  const finalWrite = `let denom = l_sh[g];
-      var inv = 0.0;
-      if (denom > 0.0) {
-        inv = 1.0 / denom;
+  // With sinks the row's max (the subsets' common one, which l_sh is relative to) is needed.
+  const rowMax =
+    o.sinks === undefined
+      ? ''
+      : `var mx = MASK;
+      for (var r = 0u; r < KEY_SUBSETS; r++) {
+        mx = max(mx, m_sh[g * KEY_SUBSETS + r]);
       }
+      `;
+  const finalWrite = `let denom = l_sh[g];
+      ${rowMax}${rowInverse(o, 'head0 + h', 'mx', 'denom')}
       out[((q_row0 + t) * NUM_Q_HEADS + head0 + h) * D4 + k] = q_sh[i] * inv;`;
   const splitWrite = `let row = (seq * NUM_Q_HEADS + head0 + h) * params.max_splits + split;
       out[row * D4 + k] = q_sh[i];
@@ -120,6 +128,7 @@ ${windowStart(o, 'ctx')}
 
   return /* wgsl */ `
 ${pass1Bindings(o.mode)}
+${sinksDecl(o)}
 
 const D4: u32 = ${D4}u;
 const CHUNKS: u32 = ${chunks}u;

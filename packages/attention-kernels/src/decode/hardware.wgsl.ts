@@ -29,7 +29,9 @@ import {
   rep,
   rotateQSh,
   rotateRunFn,
+  rowInverse,
   scoreExpr,
+  sinksDecl,
   windowMask,
 } from '../attention/shader-common.wgsl.js';
 
@@ -115,10 +117,7 @@ export function hardwareDecodeShader(o: AttentionShaderOptions): string {
     }
     return `    {
       let denom = l_sh[${g}];
-      var inv = 0.0;
-      if (denom > 0.0) {
-        inv = 1.0 / denom;
-      }
+      ${rowInverse(o, `head0 + ${g}u`, `m_sh[${g}]`, 'denom')}
       let row = seq * NUM_Q_HEADS + head0 + ${g}u;
       out[row * D4 + 2u * c] = ${a0} * inv;
       out[row * D4 + 2u * c + 1u] = ${a1} * inv;
@@ -127,6 +126,7 @@ export function hardwareDecodeShader(o: AttentionShaderOptions): string {
 
   return /* wgsl */ `
 ${pass1Bindings(o.mode)}
+${sinksDecl(o)}
 
 const D4: u32 = ${D4}u;
 const G: u32 = ${G}u;

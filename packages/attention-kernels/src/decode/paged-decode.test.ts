@@ -117,6 +117,33 @@ describe('PagedDecodeAttention vs CPU reference', () => {
     expect(maxAbsDiff(wide, whole as Float32Array)).toBeGreaterThan(1e-3);
   });
 
+  it('GQA 8/2, f16, attention sinks (one logit per head, -4 to 4), with a window of 100 and without, software, tiled and hardware kernels: split-K on and off give the reference; without the sinks they do not', async () => {
+    const sinks = Array.from({ length: 8 }, (_, h) => -4 + h);
+    for (const window of [undefined, 100]) {
+      const fx = pagedFixture(seededRandom(97), {
+        numQHeads: 8,
+        numKvHeads: 2,
+        headDim: 64,
+        blockSize: 16,
+        format: f16Format,
+        ...(window === undefined ? {} : { window }),
+        sinks,
+        contextLens: [1, 99, 100, 101, 900],
+      });
+      let whole: Float32Array | undefined;
+      for (const kind of ['software', 'tiled', 'hardware'] as const) {
+        const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: kind });
+        whole = await checkDecode(gpu, kernel, fx, 3, 1);
+        const split = await checkDecode(gpu, kernel, fx, 3, 4);
+        expect(maxAbsDiff(whole, split)).toBeLessThan(DECODE_GPU_TOL);
+      }
+      const { sinks: _, ...plain } = fx.config;
+      const plainKernel = await PagedDecodeAttention.create(gpu, plain);
+      const without = await checkDecode(gpu, plainKernel, { ...fx, config: plain }, 3, 1);
+      expect(maxAbsDiff(without, whole as Float32Array)).toBeGreaterThan(1e-3);
+    }
+  });
+
   for (const [numQHeads, headDim] of withFullMatrix<readonly [number, number]>(
     [[4, 32]],
     [[8, 128]],
@@ -339,6 +366,32 @@ describe('PagedDecodeAttention input checks', () => {
     expect(await code(() => PagedDecodeAttention.create(gpu, config, unpack))).toBe(
       'INVALID_ARGUMENT',
     );
+  });
+
+  it('refuses sinks that are not one finite logit per query head; shares plans only with a kernel of the same geometry', async () => {
+    const gpu = await testGpu();
+    expect(await code(() => PagedDecodeAttention.create(gpu, { ...config, sinks: [1, 2] }))).toBe(
+      'INVALID_ARGUMENT',
+    );
+    expect(
+      await code(() =>
+        PagedDecodeAttention.create(gpu, { ...config, sinks: [0, 1, Number.NaN, 2] }),
+      ),
+    ).toBe('INVALID_ARGUMENT');
+    const base = await PagedDecodeAttention.create(gpu, config);
+    const sinks = await PagedDecodeAttention.create(
+      gpu,
+      { ...config, sinks: [0, 1, 2, 3] },
+      { kernel: base.kernel },
+    );
+    sinks.acceptPlansOf(base);
+    expect(sinks.plansOf).toBe(base);
+    const windowed = await PagedDecodeAttention.create(
+      gpu,
+      { ...config, window: 8 },
+      { kernel: base.kernel },
+    );
+    expect(await code(() => windowed.acceptPlansOf(base))).toBe('INVALID_ARGUMENT');
   });
 
   it("refuses the subgroup kernel, naming what is missing, on an adapter without 'subgroups'", async () => {

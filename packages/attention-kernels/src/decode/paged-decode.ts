@@ -7,6 +7,7 @@ import {
 } from '../attention/config.js';
 import {
   checkPagedEncode,
+  checkSharedPlans,
   type PagedKernelTuning,
   PagedPlanBase,
   pagedPipelineLabel,
@@ -366,7 +367,11 @@ export class PagedDecodeAttention {
         label: `${label}-split`,
       }),
       gpu.pipeline({
-        code: splitKReduceShader({ headDim: config.headDim, numQHeads: config.numQHeads }),
+        code: splitKReduceShader({
+          headDim: config.headDim,
+          numQHeads: config.numQHeads,
+          sinks: common.sinks,
+        }),
         label: `${label}-reduce`,
       }),
     ]);
@@ -444,6 +449,21 @@ export class PagedDecodeAttention {
         : undefined,
       ml: split ? this.#gpu.storageBuffer(rows * 8, 'paged-decode-ml') : undefined,
     });
+  }
+
+  /** A kernel whose plans this one encodes too (see {@link acceptPlansOf}). */
+  plansOf: PagedDecodeAttention | undefined;
+
+  /**
+   * Lets this kernel encode `base`'s plans, so that kernels differing only in values baked
+   * into their WGSL (a model's per-layer attention sinks) share one plan per step.
+   *
+   * @throws {AttentionKernelError} `INVALID_ARGUMENT` when their kernel, heads per workgroup,
+   *   geometry or layout differ.
+   */
+  acceptPlansOf(base: PagedDecodeAttention): void {
+    checkSharedPlans(this, base);
+    this.plansOf = base;
   }
 
   /**

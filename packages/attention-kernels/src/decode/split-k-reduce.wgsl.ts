@@ -1,4 +1,4 @@
-import { MASK, PARAMS_STRUCT } from '../attention/shader-common.wgsl.js';
+import { MASK, PARAMS_STRUCT, rowInverse, sinksDecl } from '../attention/shader-common.wgsl.js';
 
 /**
  * Pass 2 of split-K decode, shared by every decode kernel: a workgroup per (sequence, query
@@ -7,6 +7,8 @@ import { MASK, PARAMS_STRUCT } from '../attention/shader-common.wgsl.js';
 export function splitKReduceShader(o: {
   readonly headDim: number;
   readonly numQHeads: number;
+  /** Attention sinks per query head, in exp2 units: in the merged softmax once. */
+  readonly sinks?: readonly number[] | undefined;
 }): string {
   const D4 = o.headDim / 4;
   return /* wgsl */ `
@@ -17,6 +19,7 @@ ${PARAMS_STRUCT}
 @group(0) @binding(2) var<storage, read> ml: array<vec2<f32>>;
 @group(0) @binding(3) var<storage, read> meta_: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+${sinksDecl({ sinks: o.sinks })}
 
 const D4: u32 = ${D4}u;
 const NUM_Q_HEADS: u32 = ${o.numQHeads}u;
@@ -39,10 +42,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     denom += ml[row + i].y * f;
     acc += partial[(row + i) * D4 + lane] * f;
   }
-  var inv = 0.0;
-  if (denom > 0.0) {
-    inv = 1.0 / denom;
-  }
+  ${rowInverse({ sinks: o.sinks }, 'h', 'm', 'denom')}
   out[(seq * NUM_Q_HEADS + h) * D4 + lane] = acc * inv;
 }
 `;

@@ -28,7 +28,9 @@ import {
   rep,
   rotateQSh,
   rotateRunFn,
+  rowInverse,
   scoreExpr,
+  sinksDecl,
   windowMask,
 } from '../attention/shader-common.wgsl.js';
 
@@ -138,10 +140,7 @@ ${
     ? `      if (r == 0u) {
         ml[row] = vec2<f32>(m${g}, l${g});
       }`
-    : `      var inv${g} = 0.0;
-      if (l${g} > 0.0) {
-        inv${g} = 1.0 / l${g};
-      }`
+    : `      ${rowInverse(o, `head0 + ${g}u`, `m${g}`, `l${g}`, `inv${g}`)}`
 }
 ${rep(
   J,
@@ -154,6 +153,7 @@ ${rep(2, (e) => `        out[row * D4 + 2u * ch${j} + ${e}u] = ${an(g, j, e)}${s
 
   return /* wgsl */ `enable subgroups;
 ${pass1Bindings(o.mode)}
+${sinksDecl(o)}
 
 const D4: u32 = ${D4}u;
 const G: u32 = ${G}u;

@@ -59,6 +59,20 @@ describe('PagedPrefillAttention vs CPU reference', () => {
         [20, 9, 1],
       ],
       [
+        'GQA group 4, f16, block 8, head dim 32, sliding window 7, attention sinks: fresh prompts, a chunk and a prefix hit',
+        {
+          numQHeads: 8,
+          numKvHeads: 2,
+          headDim: 32,
+          blockSize: 8,
+          format: f16Format,
+          window: 7,
+          sinks: [-4, -3, -2, -1, 0, 1, 2, 3],
+        },
+        [0, 37, 64],
+        [20, 9, 1],
+      ],
+      [
         'GQA group 3, f32, block 16, head dim 16: a chunk after a 2,000-token prefix',
         { numQHeads: 6, numKvHeads: 2, headDim: 16, blockSize: 16, format: f32Format },
         [2000],

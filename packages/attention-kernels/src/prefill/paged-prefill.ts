@@ -8,6 +8,7 @@ import {
 } from '../attention/config.js';
 import {
   checkPagedEncode,
+  checkSharedPlans,
   type PagedKernelTuning,
   PagedPlanBase,
   pagedPipelineLabel,
@@ -251,6 +252,21 @@ export class PagedPrefillAttention {
       params,
       meta: this.#gpu.storageBuffer(meta, 'paged-prefill-meta'),
     });
+  }
+
+  /** A kernel whose plans this one encodes too (see {@link acceptPlansOf}). */
+  plansOf: PagedPrefillAttention | undefined;
+
+  /**
+   * Lets this kernel encode `base`'s plans, so that kernels differing only in values baked
+   * into their WGSL (a model's per-layer attention sinks) share one plan per step.
+   *
+   * @throws {AttentionKernelError} `INVALID_ARGUMENT` when their kernel, heads per workgroup,
+   *   geometry or layout differ.
+   */
+  acceptPlansOf(base: PagedPrefillAttention): void {
+    checkSharedPlans(this, base);
+    this.plansOf = base;
   }
 
   /**

@@ -30,6 +30,8 @@ export interface FixtureShape {
   readonly softCap?: number;
   /** Sliding window of the config. */
   readonly window?: number;
+  /** Attention sinks of the config (one logit per query head). */
+  readonly sinks?: readonly number[];
   /** Unused blocks added to the pool so that tables are sparse. */
   readonly spareBlocks?: number;
 }
@@ -49,6 +51,7 @@ export function pagedFixture(rng: SeededRandom, shape: FixtureShape): PagedFixtu
     ...(shape.scale === undefined ? {} : { scale: shape.scale }),
     ...(shape.softCap === undefined ? {} : { softCap: shape.softCap }),
     ...(shape.window === undefined ? {} : { window: shape.window }),
+    ...(shape.sinks === undefined ? {} : { sinks: shape.sinks }),
   };
   const layout = kvCacheLayout(config);
   const needed = shape.contextLens.reduce((a, c) => a + Math.ceil(c / shape.blockSize), 0);

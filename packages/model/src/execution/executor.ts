@@ -82,22 +82,3 @@ export function checkHidden(
   }
   return hidden;
 }
-
-/**
- * Refuses a model whose features a backend does not run yet, naming them: gpt-oss's attention
- * sinks and OpenAI SwiGLU experts run on the cpu and wasm backends only so far.
- *
- * @throws {@link ModelError} `UNSUPPORTED_ARCHITECTURE`.
- */
-export function checkBackendSupports(
-  config: { readonly architecture: string; readonly attentionSinks?: boolean },
-  backend: 'webgpu',
-): void {
-  if (config.attentionSinks) {
-    throw new ModelError(
-      'UNSUPPORTED_ARCHITECTURE',
-      `${config.architecture} on the ${backend} backend is not supported yet: its attention sinks and OpenAI SwiGLU experts run on the cpu and wasm backends only (backend 'cpu' or 'wasm')`,
-      { details: { architecture: config.architecture, backend, feature: 'attention sinks' } },
-    );
-  }
-}

@@ -70,7 +70,7 @@ describe('matmul kernels vs CPU reference', () => {
   for (const f of formats) {
     cases.push([f, 'store', false], [f, 'residual', false], [f, 'swiglu', false]);
   }
-  cases.push(['f16', 'store', true], ['int8', 'swiglu', true]);
+  cases.push(['f16', 'store', true], ['int8', 'swiglu', true], ['f32', 'swiglu-oai', true]);
 
   it.each(cases)('%s weights, %s epilogue, bias %s', async (format, epilogue, hasBias) => {
     const packed = packWeight(randomFloats(seededRandom(11), n * k), n, k, format, 8);
@@ -79,7 +79,7 @@ describe('matmul kernels vs CPU reference', () => {
     const biasBuf = bias ? storage(device, bias) : undefined;
     for (const m of ms) {
       const x = randomFloats(seededRandom(100 + m), m * k);
-      const outCols = epilogue === 'swiglu' ? n / 2 : n;
+      const outCols = epilogue.startsWith('swiglu') ? n / 2 : n;
       const residual = randomFloats(seededRandom(200 + m), m * outCols);
       const expected = matmulRef(x, m, packed, {
         bias,

@@ -34,7 +34,7 @@ describe('matmulRef over GGML blocks', () => {
           fc.integer({ min: 1, max: 2 }),
           fc.integer({ min: 1, max: 4 }),
           fc.integer(),
-          fc.constantFrom('store', 'residual', 'swiglu'),
+          fc.constantFrom('store', 'residual', 'swiglu', 'swiglu-oai'),
           fc.boolean(),
           (m, blocksPerRow, halfRows, seed, epilogue, withBias) => {
             const rows = 2 * halfRows;
@@ -47,7 +47,7 @@ describe('matmulRef over GGML blocks', () => {
             const bias = withBias
               ? Float32Array.from({ length: rows }, (_, i) => i / 7)
               : undefined;
-            const outCols = epilogue === 'swiglu' ? rows / 2 : rows;
+            const outCols = epilogue.startsWith('swiglu') ? rows / 2 : rows;
             const base = Float32Array.from({ length: m * outCols }, (_, i) => Math.cos(i));
             const run = (weight: GgmlWeight | typeof dense) =>
               matmulRef(x, m, weight, {

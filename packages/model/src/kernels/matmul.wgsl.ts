@@ -36,9 +36,9 @@ ${weightLoadWgsl(o.format, 1, 4, o.groupSize, o.k)}
 `;
 }
 
-/** Whether the epilogue is a gated unit of a gate/up row pair (SwiGLU or GeGLU). */
+/** Whether the epilogue is a gated unit of a gate/up row pair (SwiGLU, GeGLU, OpenAI's SwiGLU). */
 function gated(o: MatmulShaderOptions): boolean {
-  return o.epilogue === 'swiglu' || o.epilogue === 'geglu';
+  return o.epilogue === 'swiglu' || o.epilogue === 'geglu' || o.epilogue === 'swiglu-oai';
 }
 
 // `v` for (m, n) -> the store. For a gated unit the caller passes the gate/up pair.
@@ -46,15 +46,18 @@ function storeFn(o: MatmulShaderOptions): string {
   const b = (n: string) => (o.bias ? ` + bias[${n}]` : '');
   if (gated(o)) {
     // GELU's tanh argument clamped: tanh of a large f32 can be NaN on some drivers.
+    // gpt-oss's SwiGLU clamps the gate above and the up value both ways at 7.
     const act =
       o.epilogue === 'geglu'
-        ? '0.5 * g * (1.0 + tanh(clamp(0.7978845608 * g * (1.0 + 0.044715 * g * g), -15.0, 15.0)))'
-        : 'g / (1.0 + exp(-g))';
+        ? '0.5 * g * (1.0 + tanh(clamp(0.7978845608 * g * (1.0 + 0.044715 * g * g), -15.0, 15.0))) * u'
+        : o.epilogue === 'swiglu-oai'
+          ? 'min(g, 7.0) / (1.0 + exp(-1.702 * min(g, 7.0))) * (clamp(u, -7.0, 7.0) + 1.0)'
+          : 'g / (1.0 + exp(-g)) * u';
     return /* wgsl */ `
 fn storePair(m: u32, n: u32, g0: f32, u0: f32) {
   let g = g0${b('n')};
   let u = u0${b('n + 1u')};
-  y[m * (N / 2u) + n / 2u] = ${act} * u;
+  y[m * (N / 2u) + n / 2u] = ${act};
 }`;
   }
   const op = o.epilogue === 'residual' ? '+=' : '=';

@@ -3,7 +3,6 @@ import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ModelError } from '../errors.js';
 import { readGgufHeader } from '../formats/gguf/header.js';
 import { openCheckpoint } from '../formats/open-checkpoint.js';
 import { generate } from '../model/generate.js';
@@ -100,27 +99,7 @@ export function archFixtureSuite(
     });
     afterAll(() => rm(root, { recursive: true, force: true }));
 
-    // gpt-oss's attention sinks run on the cpu and wasm backends only so far: webgpu refuses it.
-    const runs = (fx: ArchFixture) => backend !== 'webgpu' || !fx.config.attentionSinks;
-    const refused = ARCH_FIXTURES.filter((fx) => !runs(fx));
-    if (refused.length > 0) {
-      it.each(refused.map((fx) => [fx.name, fx] as const))(
-        '%s: refused with a typed error naming attention sinks',
-        async (_, fx) => {
-          const path = join(root, `${fx.name}-refused.gguf`);
-          await writeArchFixture(fx, path);
-          const err = await loadModel(path, await fixtureLoadOptions(backend, 8)).then(
-            () => undefined,
-            (e: unknown) => e,
-          );
-          expect(ModelError.isInstance(err)).toBe(true);
-          expect((err as ModelError).code).toBe('UNSUPPORTED_ARCHITECTURE');
-          expect((err as Error).message).toContain('attention sinks');
-        },
-      );
-    }
-
-    const withSinks = ARCH_FIXTURES.filter((fx) => runs(fx) && fx.config.attentionSinks);
+    const withSinks = ARCH_FIXTURES.filter((fx) => fx.config.attentionSinks);
     if (withSinks.length > 0) {
       it.each(withSinks.map((fx) => [fx.name, fx] as const))(
         "%s: without its attention sinks the logits leave llama.cpp's by far more than the tolerance",
@@ -147,7 +126,7 @@ export function archFixtureSuite(
       );
     }
 
-    it.each(ARCH_FIXTURES.filter(runs).map((fx) => [fx.name, fx] as const))(
+    it.each(ARCH_FIXTURES.map((fx) => [fx.name, fx] as const))(
       '%s: llama.cpp prompt tokens, logits and 32 greedy tokens',
       async (_, fx) => {
         const record = JSON.parse(await readFile(archRecordPath(fx.name), 'utf8')) as ArchRecord;

@@ -22,7 +22,6 @@ import {
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import {
-  checkBackendSupports,
   checkHidden,
   type Executor,
   type ExecutorContext,
@@ -33,6 +32,7 @@ import { encodeBlockCopies, gpuKvBlockIo, type KvBlockIo } from '../../execution
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
 import { addExpertOutputs, gatherExpertRows, routeExperts } from '../../execution/moe-routing.js';
 import {
+  type ExpertWeights,
   type LayerWeights,
   loadShardWeights,
   type MoeLayerWeights,
@@ -59,7 +59,6 @@ export async function createGpuExecutor(
   options: { gpu: unknown; required: boolean; adapter?: number },
 ): Promise<Executor | undefined> {
   const { reader, kv } = ctx;
-  checkBackendSupports(reader.config, 'webgpu');
   let gpu: Gpu;
   const owned = options.gpu === undefined;
   if (options.gpu !== undefined) gpu = options.gpu as Gpu;
@@ -137,19 +136,52 @@ export async function createGpuExecutor(
       ctx.weights,
       ctx.layers,
     );
+    const sinks = c.attentionSinks
+      ? await sinkAttention(gpu, weights.layers, (l) =>
+          layerWindow(c, role.first + l) === null ? attention : (attention.local as AttentionSet),
+        )
+      : undefined;
     return new GpuForward(
       gpu,
       owned,
       c,
       weights,
       kv,
-      attention,
+      sinks ? { ...attention, sinks } : attention,
       sliceRole(ctx.layers, c.numLayers),
     );
   } catch (e) {
     if (owned) gpu.destroy();
     throw e;
   }
+}
+
+/**
+ * Each layer's attention kernels with its sinks baked in, encoding the plans of the set
+ * (`setOf(l)`: the global or the sliding-window one) the layer belongs to.
+ */
+async function sinkAttention(
+  gpu: Gpu,
+  layers: readonly LayerWeights<GpuWeight>[],
+  setOf: (l: number) => AttentionSet,
+): Promise<(AttentionSet | undefined)[]> {
+  const out: (AttentionSet | undefined)[] = [];
+  for (const [l, lw] of layers.entries()) {
+    if (!lw.sinks) {
+      out.push(undefined);
+      continue;
+    }
+    const base = setOf(l);
+    const config = { ...base.config, sinks: Array.from(lw.sinks) };
+    const decode = await PagedDecodeAttention.create(gpu, config, { kernel: base.decode.kernel });
+    const prefill = await PagedPrefillAttention.create(gpu, config, {
+      kernel: base.prefill.kernel,
+    });
+    decode.acceptPlansOf(base.decode);
+    prefill.acceptPlansOf(base.prefill);
+    out.push({ config, decode, prefill });
+  }
+  return out;
 }
 
 /** The platform's native WebGPU backend, then OpenGL ES: the numbering of `webgpu:N`. */
@@ -251,6 +283,11 @@ interface AttentionSet {
  */
 interface AttentionKernels extends AttentionSet {
   readonly local?: AttentionSet;
+  /**
+   * Layers with attention sinks (gpt-oss), by local index: their own kernels (the sinks are
+   * baked into the WGSL) that encode the plans of the set the layer belongs to.
+   */
+  readonly sinks?: readonly (AttentionSet | undefined)[];
   /** The quantizing cache writer, for formats the fused RoPE + write kernel does not encode. */
   readonly write: WriteKvCache | undefined;
 }
@@ -612,7 +649,13 @@ class GpuForward implements Executor {
           eps: c.rmsNormEps,
         }),
         router: lw.moe
-          ? k.matmul({ x: s.xn, w: lw.moe.router, y: s.router, params: tp })
+          ? k.matmul({
+              x: s.xn,
+              w: lw.moe.router,
+              y: s.router,
+              params: tp,
+              bias: opt(lw.moe.routerBias),
+            })
           : undefined,
         gateUp: lw.gateUp
           ? k.matmul({ x: s.xn, w: lw.gateUp, y: s.act, params: tp, epilogue: gate })
@@ -661,7 +704,9 @@ class GpuForward implements Executor {
             numTokens: t,
           });
           const io = { query: s.q, kvCache: cache, output: s.attn };
-          const set = L.local ? (this.attention.local as AttentionSet) : this.attention;
+          const set =
+            this.attention.sinks?.[l] ??
+            (L.local ? (this.attention.local as AttentionSet) : this.attention);
           const attnStep = L.local ? (steps.local as AttentionStep) : steps.global;
           if (attnStep.kind === 'decode') set.decode.encode(enc, { ...io, plan: attnStep.plan });
           else set.prefill.encode(enc, { ...io, plan: attnStep.plan });
@@ -726,7 +771,7 @@ class GpuForward implements Executor {
       const es = this.#expertScratch(e, n);
       let ops = es.ops.get(l);
       if (!ops) {
-        const ex = experts[e] as { gateUp: GpuWeight; down: GpuWeight };
+        const ex = experts[e] as ExpertWeights<GpuWeight>;
         const k = this.#kernels;
         ops = {
           gateUp: k.matmul({
@@ -734,9 +779,16 @@ class GpuForward implements Executor {
             w: ex.gateUp,
             y: es.act,
             params: es.params,
-            epilogue: 'swiglu',
+            epilogue: moe.activation === 'swiglu-oai' ? 'swiglu-oai' : 'swiglu',
+            ...(ex.gateUpBias ? { bias: this.#vec(ex.gateUpBias) } : {}),
           }),
-          down: k.matmul({ x: es.act, w: ex.down, y: es.ye, params: es.params }),
+          down: k.matmul({
+            x: es.act,
+            w: ex.down,
+            y: es.ye,
+            params: es.params,
+            ...(ex.downBias ? { bias: this.#vec(ex.downBias) } : {}),
+          }),
         };
         es.ops.set(l, ops);
       }
