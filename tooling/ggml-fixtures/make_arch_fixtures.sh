@@ -9,7 +9,7 @@
 # template renders from it with Python's jinja2 as transformers' apply_chat_template does
 # (trim_blocks, lstrip_blocks), and llama-greedy on the file with that prompt (no bos added:
 # the template writes its own): prompt tokens, 32 greedy tokens, margins, first logits.
-# The family fixtures (qwen3, smollm3, gemma3) are also quantized by llama-quantize (F16, Q8_0, Q4_K_M):
+# The family fixtures (qwen3, smollm3, gemma3, qwen3moe, phi4-mini) are also quantized by llama-quantize (F16, Q8_0, Q4_K_M):
 # per type, each tensor's GGML type and the SHA-256 of its bytes (the tests rebuild the file
 # with @kvasir/quantizer and those types, and check the bytes), llama-greedy on the quantized
 # file, and on its weights dequantized to F32 by gguf-py (dequantize_gguf.py): llama.cpp's

@@ -57,12 +57,19 @@ describe.each(['cpu', 'wasm', 'webgpu'] as const)('kvasir serve a Q4_K_M GGUF (%
 });
 
 // The newer families (Qwen3: Q/K norm; SmolLM3: NoPE layers; Gemma 3: sliding-window layers,
-// a prompt several windows long) as llama-quantize's Q4_K_M of the
+// a prompt several windows long; Phi-4-mini's shape: fused QKV and gate/up, partial rotary,
+// LongRoPE's long factors and attention factor) as llama-quantize's Q4_K_M of the
 // tiny random fixtures: tooling/ggml-fixtures/write-arch-fixtures.ts rebuilds them with the
 // recorded per-tensor types (the model tests check each tensor's bytes against llama-quantize's),
 // and a chat through the official client (the file's chat template, then greedy decoding)
 // gives llama.cpp's prompt and greedy tokens on that file.
-const FAMILIES = ['tiny-qwen3', 'tiny-smollm3', 'tiny-gemma3', 'tiny-qwen3moe'] as const;
+const FAMILIES = [
+  'tiny-qwen3',
+  'tiny-smollm3',
+  'tiny-gemma3',
+  'tiny-qwen3moe',
+  'tiny-phi4-mini',
+] as const;
 const ARCH = join(here, '../../../tooling/ggml-fixtures/arch');
 
 interface FamilyRecord {
@@ -76,7 +83,7 @@ interface FamilyRecord {
   };
 }
 
-describe('kvasir serve the qwen3, smollm3, gemma3 and qwen3moe Q4_K_M fixtures', () => {
+describe('kvasir serve the qwen3, smollm3, gemma3, qwen3moe and phi3 Q4_K_M fixtures', () => {
   let dir: string;
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'kvasir-families-'));

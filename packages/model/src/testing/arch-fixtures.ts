@@ -403,7 +403,11 @@ export const PHI3_FIXTURE: ArchFixture = {
     },
     ropeAttentionFactor: Math.SQRT2,
   },
-  seed: 3,
+  // Seed 69 of the 60-odd tried (1-69): llama-quantize's files give the tokens of their weights
+  // decoded to f32 (32/32), and every greedy margin of every llama.cpp run is at or above 0.0192
+  // (F32 0.0206, F16 0.0192, Q8_0 0.0264, Q4_K_M 0.0197): this model's logits spread about 1,
+  // so 32 steps rarely all clear 0.02.
+  seed: 69,
   chatTemplate: PHI35_CHAT_TEMPLATE,
   messages: [{ role: 'user', content: 'Why rain?' }],
   quantized: ['F16', 'Q8_0', 'Q4_K_M'],
@@ -425,6 +429,8 @@ export const PHI3_SHORT_FIXTURE: ArchFixture = {
       originalMaxPositionEmbeddings: 4096,
     },
   },
+  // Seed 18: its smallest greedy margin on llama.cpp is 0.037 (seed 30's is 0.0035 here).
+  seed: 18,
   quantized: [],
 };
 
@@ -438,6 +444,8 @@ export const ARCH_FIXTURES = [
   GEMMA3_FIXTURE,
   QWEN3MOE_FIXTURE,
   GPTOSS_FIXTURE,
+  PHI3_FIXTURE,
+  PHI3_SHORT_FIXTURE,
 ] as const;
 
 const tooling = new URL('../../../../tooling/ggml-fixtures/', import.meta.url);
