@@ -3,8 +3,10 @@
 // architecture, the same shape as qwen3 (Q/K norm) or smollm3 (NoPE every fourth layer), or as
 // qwen3moe: each MLP 16 experts of width 256 of which a token takes 4 (Qwen3-30B-A3B's shape
 // scaled down: 166M parameters, 81M of them active per token, embedding included), or as gemma3
-// (GELU, sandwich norms, layers 0-4 and 6-10 sliding over 512 positions, 5 and 11 global).
-//   tsx make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3]
+// (GELU, sandwich norms, layers 0-4 and 6-10 sliding over 512 positions, 5 and 11 global), or as
+// gpt-oss (qwen3moe's experts with biases and OpenAI's SwiGLU, attention sinks, even layers
+// sliding over 128 positions, untied; llama-quantize's MXFP4_MOE of it is how gpt-oss ships).
+//   tsx make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3|gpt-oss]
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,10 +16,10 @@ import { convertToGguf } from '../../packages/model/src/formats/gguf/convert.js'
 import { writeRandomCheckpoint } from '../../packages/model/src/formats/random-checkpoint.js';
 
 const USAGE =
-  'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3]';
+  'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3|gpt-oss]';
 const [out, dtype = 'F16', kvHeads = '12', arch = 'llama'] = process.argv.slice(2);
 if (!out) fail(USAGE);
-const ARCHS = ['llama', 'qwen3', 'smollm3', 'qwen3moe', 'gemma3'] as const;
+const ARCHS = ['llama', 'qwen3', 'smollm3', 'qwen3moe', 'gemma3', 'gpt-oss'] as const;
 if (!(ARCHS as readonly string[]).includes(arch)) fail(USAGE);
 // The comparison's other files are llama-quantize's, made from this F16 file as llama.cpp's
 // users make theirs (build.sh builds it).
@@ -39,6 +41,21 @@ const config = makeModelConfig({
           numExpertsPerToken: 4,
           expertIntermediateSize: 256,
           normTopkProb: true,
+        },
+      }
+    : {}),
+  ...(arch === 'gpt-oss'
+    ? {
+        // llama.cpp's gpt-oss loader requires output.weight.
+        tieWordEmbeddings: false,
+        intermediateSize: 256,
+        moe: {
+          numExperts: 16,
+          numExpertsPerToken: 4,
+          expertIntermediateSize: 256,
+          normTopkProb: true,
+          expertBias: true,
+          activation: 'swiglu-oai' as const,
         },
       }
     : {}),
