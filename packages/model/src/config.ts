@@ -946,6 +946,21 @@ export function ropeConfig(c: ModelConfig, maxPosition: number): RopeConfig {
 }
 
 /**
+ * The config run with a context of `contextLength` positions (`kvasir serve --max-model-len`,
+ * llama.cpp's `-c`): with LongRoPE, `maxPositionEmbeddings` becomes the context, so
+ * {@link ropeConfig} takes the short factors when it is within the original context, as
+ * llama.cpp does. Other configs, and a context at or past `maxPositionEmbeddings`, are returned
+ * as they are.
+ */
+export function withContextLength(c: ModelConfig, contextLength: number | undefined): ModelConfig {
+  if (c.ropeScaling?.type !== 'longrope' || contextLength === undefined) return c;
+  if (!(Number.isInteger(contextLength) && contextLength > 0)) return c;
+  return contextLength < c.maxPositionEmbeddings
+    ? { ...c, maxPositionEmbeddings: contextLength }
+    : c;
+}
+
+/**
  * What the rotated dims of Q are multiplied by after RoPE: LongRoPE's attention factor squared
  * (see {@link ModelConfig.ropeAttentionFactor}), 1 without one.
  */

@@ -16,6 +16,7 @@ export {
   parseHfConfig,
   toHfConfig,
   validateModelConfig,
+  withContextLength,
 } from './config.js';
 export type { ModelErrorCode } from './errors.js';
 export { ModelError } from './errors.js';

@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ModelRunner } from '@kvasir/engine';
 import { kvBytesPerBlock } from '@kvasir/kv-allocator';
-import { parseHfConfig, writeRandomCheckpoint } from '@kvasir/model';
+import { makeModelConfig, parseHfConfig, writeRandomCheckpoint } from '@kvasir/model';
 import type { BatchPlan, PlanRow } from '@kvasir/scheduler';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type EngineConfig, parseEngineConfig } from '../config.js';
@@ -207,4 +207,50 @@ describe('--kv-dtype on the model runner', () => {
       if (kvDtype !== 'f32') expect(err).toBeGreaterThan(1e-5);
     },
   );
+});
+
+describe('LongRoPE by the context (--max-model-len), as llama.cpp by -c', () => {
+  it('a phi3 model takes its short factors within the original context and its long ones past it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kvasir-phi3-'));
+    dirs.push(dir);
+    await writeRandomCheckpoint(
+      dir,
+      makeModelConfig({
+        architecture: 'phi3',
+        hiddenSize: 128,
+        intermediateSize: 192,
+        numLayers: 2,
+        numHeads: 2,
+        numKvHeads: 1,
+        vocabSize: 272,
+        rotaryDim: 48,
+        maxPositionEmbeddings: 4096,
+        ropeScaling: {
+          type: 'longrope',
+          shortFactors: Array.from({ length: 24 }, () => 1),
+          longFactors: Array.from({ length: 24 }, (_, i) => 1 + i * i),
+          originalMaxPositionEmbeddings: 256,
+        },
+      }),
+      5,
+    );
+    const ids = Array.from({ length: 12 }, (_, i) => (i * 37 + 11) % 272);
+    const logits = async (maxModelLen?: number) => {
+      const config = parseEngineConfig({
+        backend: 'cpu',
+        blockSize: bs,
+        ...(maxModelLen ? { maxModelLen } : {}),
+      });
+      const loaded = await loadModelRunner(dir, config);
+      expect(loaded.maxModelLen).toBe(maxModelLen ?? 4096);
+      const r = await loaded.allocate(4);
+      runners.push(r);
+      return Array.from(await r.forward(plan(ids, 0, ids.length, [1, 3])));
+    };
+    const long = await logits();
+    const short = await logits(256);
+    expect(short).not.toEqual(long);
+    expect(await logits(128)).toEqual(short);
+    expect(await logits(257)).toEqual(long);
+  });
 });

@@ -23,6 +23,7 @@ import {
   probeBackends,
   summarizeWeights,
   TokenizerThread,
+  withContextLength,
 } from '@kvasir/model';
 import type { EngineConfig } from '../config.js';
 import { KvasirAppError } from '../errors.js';
@@ -141,7 +142,10 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
   let tokenizer: ModelTokenizer;
   let digest: string;
   try {
-    reader = await openCheckpoint(path);
+    // LongRoPE (Phi-3.5, Phi-4-mini) takes its factors by the context, as llama.cpp by `-c`.
+    reader = await openCheckpoint(path, {
+      configOverride: (c) => withContextLength(c, config.maxModelLen),
+    });
     try {
       tokenizer = await ModelTokenizer.load(path, reader.config.eosTokenIds);
       digest = await weightDigest(reader);

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { parseHfConfig, ropeConfig, ropeQueryScale, toHfConfig } from '../config.js';
+import {
+  parseHfConfig,
+  ropeConfig,
+  ropeQueryScale,
+  toHfConfig,
+  withContextLength,
+} from '../config.js';
 import { ModelError } from '../errors.js';
 
 const long = Array.from({ length: 48 }, (_, i) => 1 + i);
@@ -118,5 +124,17 @@ describe('phi3 config.json', () => {
     const e = refusal(() => parseHfConfig({ ...PHI4_MINI, ...over }));
     expect(e.code).toBe(code);
     expect(e.message).toContain(what);
+  });
+});
+
+describe('withContextLength', () => {
+  it("LongRoPE's factors follow the context; other configs are left as they are", () => {
+    const c = parseHfConfig(PHI4_MINI);
+    expect(ropeConfig(withContextLength(c, 4096), 8).freqFactors).toEqual(short);
+    expect(ropeConfig(withContextLength(c, 4097), 8).freqFactors).toEqual(long);
+    expect(withContextLength(c, undefined)).toBe(c);
+    expect(withContextLength(c, 1 << 20)).toBe(c);
+    const plain = parseHfConfig({ ...PHI4_MINI, rope_scaling: null });
+    expect(withContextLength(plain, 100)).toBe(plain);
   });
 });
