@@ -11,6 +11,7 @@ export type {
 } from './config.js';
 export {
   expectedTensors,
+  layerWindow,
   makeModelConfig,
   parameterCount,
   parseHfConfig,
@@ -30,6 +31,7 @@ export type {
 export { kvBlockBytes } from './execution/kv-blocks.js';
 export type { KvCacheSpec, KvFormatName } from './execution/kv-cache.js';
 export { kvCacheSpec } from './execution/kv-cache.js';
+export type { ForwardKvGroup, KvGroups } from './execution/kv-groups.js';
 export type {
   CheckpointReader,
   OpenCheckpointOptions,

@@ -1,4 +1,5 @@
 import { ModelError } from '../errors.js';
+import { type ForwardKvGroup, type NormalizedKvGroup, normalizeKvGroups } from './kv-groups.js';
 
 /** One row of a {@link ForwardPlan}: a sequence's prefill chunk or decode token. */
 export interface ForwardRow {
@@ -60,6 +61,13 @@ export interface ForwardPlan {
    * V is untouched. A block may appear at most once.
    */
   readonly keyShifts?: readonly ForwardKeyShift[];
+  /**
+   * With KV cache groups (`LoadModelOptions.kvGroups`): the slots and block tables of groups 1
+   * and on (group 0's are `slotMapping` and the rows' `blockTable`). A sliding-window group's
+   * table (group 0's too) may hold -1 for blocks wholly before the window of the row's first
+   * query: they were released and are never read.
+   */
+  readonly kvGroups?: readonly ForwardKvGroup[];
 }
 
 /** A validated plan in the flat form kernels take. */
@@ -85,6 +93,8 @@ export interface NormalizedPlan {
   readonly keyShifts: readonly ForwardKeyShift[];
   /** Positions the step's RoPE tables must cover: past every position and every key shift's |delta|. */
   readonly ropePositions: number;
+  /** With KV cache groups: every group's slots and tables, group 0 first. */
+  readonly kvGroups?: readonly NormalizedKvGroup[];
 }
 
 /** What a plan is checked against. */
@@ -93,6 +103,8 @@ export interface PlanLimits {
   readonly numBlocks: number;
   readonly blockSize: number;
   readonly maxPosition: number;
+  /** With KV cache groups: each group's window (null: full attention), group 0 first. */
+  readonly kvWindows?: readonly (number | null)[];
 }
 
 function bad(message: string, details?: Record<string, unknown>): never {
@@ -145,7 +157,8 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     const need = Math.ceil(q.contextLen / limits.blockSize);
     if (q.blockTable.length < need)
       bad(`row ${s}: block table has ${q.blockTable.length} blocks, needs ${need}`);
-    for (let b = 0; b < need; b++) {
+    // With KV groups, normalizeKvGroups checks every group's tables (holes included).
+    for (let b = 0; b < need && !limits.kvWindows; b++) {
       const id = q.blockTable[b] as number;
       if (!(id >= 0 && id < limits.numBlocks)) bad(`row ${s}: block ${id} outside the cache`);
     }
@@ -170,8 +183,11 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     contextLens[s] = q.contextLen;
     maxBlocks = Math.max(maxBlocks, need);
   }
-  const blockTables = new Uint32Array(n * maxBlocks);
-  for (let s = 0; s < n; s++) {
+  const kvGroups = limits.kvWindows
+    ? normalizeKvGroups(plan, limits.kvWindows, limits, maxBlocks)
+    : undefined;
+  const blockTables = kvGroups?.[0]?.blockTables ?? new Uint32Array(n * maxBlocks);
+  for (let s = 0; s < n && !kvGroups; s++) {
     const bt = (rows[s] as ForwardRow).blockTable;
     const need = Math.ceil((contextLens[s] as number) / limits.blockSize);
     for (let b = 0; b < need; b++) blockTables[s * maxBlocks + b] = bt[b] as number;
@@ -221,5 +237,6 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     massOut,
     keyShifts,
     ropePositions: maxRotation + 1,
+    ...(kvGroups ? { kvGroups } : {}),
   };
 }

@@ -7,6 +7,7 @@ import {
 } from '@kvasir/attention-kernels';
 import type { ModelConfig } from '../config.js';
 import { ModelError } from '../errors.js';
+import { checkKvGroups, type KvGroups } from './kv-groups.js';
 
 /**
  * KV element formats the model can allocate: `f32`, `f16`, and `@kvasir/attention-kernels`'
@@ -37,6 +38,7 @@ export interface KvCacheSpec {
   readonly format: KvFormatName;
   /** The format's codec (CPU encode/decode rows, WGSL load/store). */
   readonly kvFormat: KvFormat;
+  /** Layer buffers: the model's layers, or with {@link groups} its `layersPerGroup`. */
   readonly numLayers: number;
   readonly numKvHeads: number;
   readonly headDim: number;
@@ -47,6 +49,8 @@ export interface KvCacheSpec {
   readonly blockWords: number;
   /** Words of one layer's buffer. */
   readonly layerWords: number;
+  /** KV cache groups: which buffer and block tables each layer uses (absent: its own, one group). */
+  readonly groups?: KvGroups;
 }
 
 /**
@@ -55,9 +59,10 @@ export interface KvCacheSpec {
  */
 export function kvCacheSpec(
   c: ModelConfig,
-  options: { kvFormat: KvFormatName; blockSize: number; numBlocks: number },
+  options: { kvFormat: KvFormatName; blockSize: number; numBlocks: number; groups?: KvGroups },
 ): KvCacheSpec {
-  const { kvFormat, blockSize, numBlocks } = options;
+  const { kvFormat, blockSize, numBlocks, groups } = options;
+  if (groups) checkKvGroups(c, groups);
   const format = resolveKvFormat(kvFormat);
   if (!format) {
     throw new ModelError(
@@ -91,7 +96,7 @@ export function kvCacheSpec(
   return {
     format: kvFormat,
     kvFormat: format,
-    numLayers: c.numLayers,
+    numLayers: groups ? groups.layersPerGroup : c.numLayers,
     numKvHeads: c.numKvHeads,
     headDim: c.headDim,
     blockSize,
@@ -100,6 +105,7 @@ export function kvCacheSpec(
     slabWords,
     blockWords,
     layerWords: numBlocks * blockWords,
+    ...(groups ? { groups } : {}),
   };
 }
 

@@ -9,6 +9,7 @@ import {
 } from '../execution/forward-plan.js';
 import { checkKvBlockArgs, checkKvBlockCopies, kvBlockBytes } from '../execution/kv-blocks.js';
 import { type KvCacheSpec, type KvFormatName, kvCacheSpec } from '../execution/kv-cache.js';
+import type { KvGroups } from '../execution/kv-groups.js';
 import { type ExecutorShard, shardedExecutor } from '../execution/sharded-executor.js';
 import { checkExecutable } from '../execution/weights.js';
 import type { CheckpointReader } from '../formats/checkpoint-reader.js';
@@ -63,6 +64,13 @@ export interface LoadModelOptions {
    * `threads` then apply to no device but through each placement's own fields.
    */
   readonly devices?: readonly DevicePlacement[];
+  /**
+   * KV cache groups (`@kvasir/kv-allocator`'s `kvGroupLayout` of the layers' windows): the
+   * cache then holds `layersPerGroup` layer buffers of `numBlocks` pages, and every plan carries
+   * each group's slots and block tables (`ForwardPlan.kvGroups`), so sliding-window layers
+   * hold only their window. cpu and wasm; refused with `devices` and on WebGPU.
+   */
+  readonly kvGroups?: KvGroups;
 }
 
 /** A device a loaded model runs on, and its layers. */
@@ -157,7 +165,14 @@ export async function loadModel(
       kvFormat: options.kvFormat ?? 'f16',
       blockSize: options.blockSize ?? 16,
       numBlocks: options.numBlocks,
+      ...(options.kvGroups ? { groups: options.kvGroups } : {}),
     });
+    if (options.kvGroups && options.devices !== undefined) {
+      throw new ModelError(
+        'INVALID_ARGUMENT',
+        'kvGroups needs the whole model on one device: it cannot be combined with devices',
+      );
+    }
     const progress =
       options.progress === true
         ? createLoadProgress({ bar: true, label: 'loading weights' })
@@ -188,6 +203,7 @@ export async function loadModel(
       numBlocks: kv.numBlocks,
       blockSize: kv.blockSize,
       maxPosition: config.maxPositionEmbeddings,
+      ...(options.kvGroups ? { kvWindows: options.kvGroups.windows } : {}),
     };
     let destroyed = false;
     // Block transfers and steps share the cache: run every call in call order.

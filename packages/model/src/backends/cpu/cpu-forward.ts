@@ -15,10 +15,12 @@ import {
   ropeQueryScale,
   usesLocalRope,
 } from '../../config.js';
+import { ModelError } from '../../errors.js';
 import { checkHidden, type LayerSlice, sliceRole } from '../../execution/executor.js';
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { copyHostBlocks } from '../../execution/kv-blocks.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
+import { layerKv, planForGroup } from '../../execution/kv-groups.js';
 import { addExpertOutputs, gatherExpertRows, routeExperts } from '../../execution/moe-routing.js';
 import type {
   ExpertWeights,
@@ -253,7 +255,15 @@ export class CpuForward {
     layers?: LayerSlice,
   ) {
     this.#role = sliceRole(layers, config.numLayers);
-    this.caches = Array.from({ length: this.#role.count }, () => new Uint32Array(spec.layerWords));
+    if (spec.groups && this.#role.count !== config.numLayers) {
+      throw new ModelError(
+        'INVALID_ARGUMENT',
+        'KV cache groups need the whole model on one device (a layer slice was given)',
+      );
+    }
+    // With KV groups the layers share `spec.numLayers` buffers of pages.
+    const buffers = spec.groups ? spec.numLayers : this.#role.count;
+    this.caches = Array.from({ length: buffers }, () => new Uint32Array(spec.layerWords));
   }
 
   #ropeFor(maxPos: number): { config: RopeConfig; tables: RopeTables } {
@@ -293,6 +303,9 @@ export class CpuForward {
     const d = c.headDim;
     copyHostBlocks(spec, this.caches, plan.copies);
     this.#ropeFor(plan.ropePositions);
+    if (plan.keyShifts.length > 0 && spec.groups) {
+      throw new ModelError('INVALID_PLAN', 'key shifts are not supported with KV cache groups');
+    }
     if (plan.keyShifts.length > 0) {
       // A NoPE layer's keys carry no position: nothing to shift.
       for (const [l, cache] of this.caches.entries()) {
@@ -321,7 +334,9 @@ export class CpuForward {
     const attn = new Float32Array(t * c.numHeads * d);
     for (let l = 0; l < role.count; l++) {
       const lw = w.layers[l] as LayerWeights<StoredWeight>;
-      const cache = this.caches[l] as Uint32Array;
+      const kvOf = layerKv(spec.groups, role.first + l);
+      const cache = this.caches[spec.groups ? kvOf.buffer : l] as Uint32Array;
+      const lp = planForGroup(plan, kvOf.group);
       const xn = rmsNormRef(x, t, h, lw.inputNorm, c.rmsNormEps);
       const q = matmulRef(xn, t, lw.q, { bias: lw.qBias });
       const k = matmulRef(xn, t, lw.k, { bias: lw.kBias });
@@ -336,7 +351,7 @@ export class CpuForward {
         scaleRotatedDims(q, t * c.numHeads, d, c.rotaryDim ?? d, ropeQueryScale(c));
       }
       for (let i = 0; i < t; i++) {
-        const slot = plan.slotMapping[i] as number;
+        const slot = lp.slotMapping[i] as number;
         if (slot < 0) continue;
         for (let kh = 0; kh < c.numKvHeads; kh++) {
           const off = (i * c.numKvHeads + kh) * d;
@@ -344,7 +359,7 @@ export class CpuForward {
           encodeKvRow(spec, cache, kvRowWord(spec, slot, kh, 1), v, off);
         }
       }
-      pagedAttentionCpu(c, spec, cache, q, plan, attn, mass, {
+      pagedAttentionCpu(c, spec, cache, q, lp, attn, mass, {
         window: layerWindow(c, role.first + l),
         ...(c.attentionScale !== undefined ? { scale: c.attentionScale } : {}),
         ...(lw.sinks ? { sinks: lw.sinks } : {}),

@@ -22,6 +22,7 @@ import {
 import type { NormalizedPlan } from '../../execution/forward-plan.js';
 import { copyHostBlocks, cpuKvBlockIo } from '../../execution/kv-blocks.js';
 import type { KvCacheSpec } from '../../execution/kv-cache.js';
+import { layerKv } from '../../execution/kv-groups.js';
 import { addExpertOutputs, gatherExpertRows, routeExperts } from '../../execution/moe-routing.js';
 import {
   type LayerWeights,
@@ -116,9 +117,15 @@ export async function createWasmExecutor(
   const half = c.headDim / 2;
   const ropePositions = Math.min(c.maxPositionEmbeddings, INITIAL_ROPE_POSITIONS);
   const role = sliceRole(ctx.layers, c.numLayers);
+  if (kv.groups && role.count !== c.numLayers) {
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      'KV cache groups need the whole model on one device (a layer slice was given)',
+    );
+  }
   const reserve =
     sliceWeightBytes(reader, ctx.weights, ctx.layers) +
-    role.count * kv.layerWords * 4 +
+    (kv.groups ? kv.numLayers : role.count) * kv.layerWords * 4 +
     2 * ropePositions * half * 4 +
     stepBytes(c, INITIAL_TOKENS) +
     threads * 128 * 1024;
@@ -288,6 +295,8 @@ class WasmForward {
   readonly #program: ProgramBuilder;
   #step: StepBuffers;
   #plan: PlanBuffers | undefined;
+  /** KV groups after the first: their slots and block tables, `tokens` / `blocks` per group. */
+  #groupBufs = { tokens: 0, blocks: 0, slots: 0, tables: 0 };
   readonly #profile: WasmOpProfile | undefined;
 
   constructor(
@@ -333,8 +342,11 @@ class WasmForward {
     this.#cachePtrs = [];
     this.caches = [];
     const layers = role.count;
-    for (let l = 0; l < layers; l++) {
-      const p = this.#arena.alloc(kv.layerWords * 4, `layer ${role.first + l} KV cache`);
+    // With KV groups the layers share `kv.numLayers` buffers of pages.
+    const buffers = kv.groups ? kv.numLayers : layers;
+    for (let l = 0; l < buffers; l++) {
+      const what = kv.groups ? `KV buffer ${l}` : `layer ${role.first + l} KV cache`;
+      const p = this.#arena.alloc(kv.layerWords * 4, what);
       this.#cachePtrs.push(p);
       this.caches.push(this.#arena.u32(p, kv.layerWords));
     }
@@ -350,9 +362,10 @@ class WasmForward {
     this.#program = rt.program(layers * 20 + 12 + (c.moe ? 2 * c.moe.numExperts + 4 : 0));
     this.#mass = new AttentionMass(rt.arena, c.numHeads, kv.blockSize);
     // Local indices of this executor's layers that have RoPE (`role.first + l` is the model's).
-    const roped = this.#cachePtrs.flatMap((_, l) =>
-      c.noRopeLayers?.includes(role.first + l) ? [] : [l],
-    );
+    // Key shifts are refused with KV groups (see forward): no shift groups then.
+    const roped = kv.groups
+      ? []
+      : this.#cachePtrs.flatMap((_, l) => (c.noRopeLayers?.includes(role.first + l) ? [] : [l]));
     this.#shiftGroups = [false, true].flatMap((local) => {
       const layers = roped.filter((l) => usesLocalRope(c, role.first + l) === local);
       if (layers.length === 0) return [];
@@ -555,12 +568,54 @@ class WasmForward {
     return this.#plan;
   }
 
+  /**
+   * Where each KV group's slots and block tables are in the wasm memory for this step: group 0
+   * uses the step's own; groups after it are copied into buffers grown as needed.
+   */
+  #groupPointers(
+    plan: NormalizedPlan,
+    slots: number,
+    tables: number,
+  ): { slots: number; tables: number }[] {
+    const first = { slots, tables };
+    const groups = plan.kvGroups;
+    if (!groups || groups.length <= 1) return [first];
+    const extra = groups.length - 1;
+    const tokens = plan.numTokens;
+    const blocks = plan.numSeqs * plan.maxBlocksPerSeq;
+    let g = this.#groupBufs;
+    if (tokens > g.tokens || blocks > g.blocks || extra * g.tokens === 0) {
+      const nt = Math.max(tokens, 2 * g.tokens, 16);
+      const nb = Math.max(blocks, 2 * g.blocks, 16);
+      g = {
+        tokens: nt,
+        blocks: nb,
+        slots: this.#arena.alloc(extra * nt * 4, 'KV group slots'),
+        tables: this.#arena.alloc(extra * nb * 4, 'KV group tables'),
+      };
+      this.#groupBufs = g;
+    }
+    const out = [first];
+    for (let i = 1; i <= extra; i++) {
+      const grp = groups[i] as { slotMapping: Int32Array; blockTables: Uint32Array };
+      const sp = g.slots + (i - 1) * g.tokens * 4;
+      const tp = g.tables + (i - 1) * g.blocks * 4;
+      this.#arena.i32(sp, tokens).set(grp.slotMapping);
+      this.#arena.u32(tp, blocks).set(grp.blockTables);
+      out.push({ slots: sp, tables: tp });
+    }
+    return out;
+  }
+
   forward(plan: NormalizedPlan, hidden?: Float32Array): Float32Array {
     const c = this.#c;
     const role = this.#role;
     const kv = this.#kv;
     const arena = this.#arena;
     const t = plan.numTokens;
+    if (plan.keyShifts.length > 0 && kv.groups) {
+      throw new ModelError('INVALID_PLAN', 'key shifts are not supported with KV cache groups');
+    }
     copyHostBlocks(kv, this.caches, plan.copies);
     this.#ropeFor(plan.ropePositions);
     if (t > this.#step.tokens) this.#step = this.#stepBuffers(Math.max(t, 2 * this.#step.tokens));
@@ -581,6 +636,7 @@ class WasmForward {
     arena.u32(pb.tables, plan.blockTables.length).set(plan.blockTables);
     const rows = role.head ? plan.logitsIndices.length : 0;
     arena.i32(pb.logitRows, rows).set(plan.logitsIndices.subarray(0, rows));
+    const groupPtrs = this.#groupPointers(plan, s.slots, pb.tables);
 
     const p = this.#program.reset();
     // Runs the program built so far and starts the next one empty.
@@ -675,6 +731,9 @@ class WasmForward {
       const vec = this.#vectors[l] as LayerVectors;
       const rope = this.#layerRope(l);
       const window = layerWindow(c, role.first + l) ?? 0;
+      const kvOf = layerKv(kv.groups, role.first + l);
+      const cachePtr = this.#cachePtrs[kv.groups ? kvOf.buffer : l] as number;
+      const { slots, tables } = groupPtrs[kvOf.group] as { slots: number; tables: number };
       p.push(Op.rmsNorm, [s.x, t, h, vec.inputNorm, eps, s.xn, 0], 'rms_norm').barrier();
       // q, k and v read only xn: no barrier between them.
       const xqn = quantize(s.xn, t, [lw.q, lw.k, lw.v]);
@@ -696,13 +755,13 @@ class WasmForward {
           s.v,
           t,
           s.positions,
-          s.slots,
+          slots,
           c.numHeads,
           c.numKvHeads,
           d,
           rope.cos,
           rope.sin,
-          this.#cachePtrs[l] as number,
+          cachePtr,
           kvCode,
           kv.blockSize,
           kv.blockWords,
@@ -723,12 +782,12 @@ class WasmForward {
           pb.queryStarts,
           pb.queryLens,
           pb.contextLens,
-          pb.tables,
+          tables,
           plan.maxBlocksPerSeq,
           c.numHeads,
           c.numKvHeads,
           d,
-          this.#cachePtrs[l] as number,
+          cachePtr,
           kvCode,
           kv.blockSize,
           kv.blockWords,

@@ -59,6 +59,13 @@ export async function createGpuExecutor(
   options: { gpu: unknown; required: boolean; adapter?: number },
 ): Promise<Executor | undefined> {
   const { reader, kv } = ctx;
+  if (kv.groups) {
+    // The paged WebGPU kernels take one block table per row: per-group tables are not wired yet.
+    throw new ModelError(
+      'INVALID_ARGUMENT',
+      'KV cache groups (sliding-window layers holding only their window) are not supported on the webgpu backend yet: use whole-context KV there (kvasir --swa-full) or the cpu/wasm backend',
+    );
+  }
   let gpu: Gpu;
   const owned = options.gpu === undefined;
   if (options.gpu !== undefined) gpu = options.gpu as Gpu;
