@@ -132,6 +132,12 @@ export const engineConfigSchema = z.strictObject({
    */
   jumpForward: z.boolean().default(true),
   preemptionMode: z.enum(['recompute', 'swap']).default('recompute'),
+  /**
+   * Keep whole-context KV on sliding-window layers (llama.cpp's --swa-full). Default off: on
+   * cpu and wasm, a model with sliding-window layers (Gemma 3) gets KV cache groups whose
+   * sliding layers hold only their window's blocks.
+   */
+  swaFull: z.boolean().default(false),
   queuePolicy: z.enum(['fcfs', 'priority', 'lpm']).default('fcfs'),
   /** `lru`, `lfu`, `fifo`, or a path to a JavaScript module exporting an `EvictionPolicy`. */
   evictionPolicy: z.string().min(1).default('lru'),

@@ -142,6 +142,20 @@ describe('kvasir serve the qwen3, smollm3, gemma3, qwen3moe and phi3 Q4_K_M fixt
         return { status: res.status, body: (await res.json()) as { error?: { message: string } } };
       };
       const sliding = name === 'tiny-gemma3';
+      if (sliding && backend !== 'webgpu') {
+        // cpu and wasm hold only the window on the sliding layers (KV cache groups): no policy
+        // can drop blocks of one table there, and the refusal names the flag that allows it.
+        for (const kv of [
+          { policy: 'window', window: 32, positions: 'original' },
+          { policy: 'h2o', budget: 32 },
+          { policy: 'sinks', sinks: 4, window: 28 },
+        ]) {
+          const r = await ask(kv);
+          expect(r.status, JSON.stringify(r.body)).toBe(400);
+          expect(r.body.error?.message).toMatch(/--swa-full/);
+        }
+        return;
+      }
       const original = await ask({ policy: 'window', window: 32, positions: 'original' });
       expect(original.status, JSON.stringify(original.body)).toBe(sliding ? 400 : 200);
       if (sliding)

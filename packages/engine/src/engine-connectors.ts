@@ -161,9 +161,12 @@ export function createEngineConnectors(
       : undefined;
   // Off by default where prefix blocks would compete with swapped-out blocks for a single
   // budgeted tier: there, a prefix write could evict a block with no other copy.
+  // A cache of several KV groups (sliding-window layers) has one block chain per group; the
+  // tiers keep one: no prefix offload there.
   const prefixOffload =
     offload &&
     config.enablePrefixCaching &&
+    context.kvCache.numGroups <= 1 &&
     (config.offloadPrefix ?? !(config.preemptionMode === 'swap' && isHostOnly(offload)))
       ? new PrefixOffloadConnector({ ...context, store: offload.store })
       : undefined;

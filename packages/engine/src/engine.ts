@@ -111,6 +111,7 @@ export class KvasirEngine implements InferenceEngine {
       numBlocks: facts.numBlocks,
       blockSize: facts.kvLayout.blockSize,
       enablePrefixCaching: config.enablePrefixCaching,
+      ...(facts.kvGroups ? { groups: facts.kvGroups.map((window) => ({ window })) } : {}),
       ...(options.evictionPolicy ? { evictionPolicy: options.evictionPolicy } : {}),
       onEvictionPolicyFailure: (error) =>
         this.#pluginFailures.record(`eviction:${String(error.details?.policy)}`, error.message),

@@ -30,11 +30,18 @@ function toolCallFormatOf(template: string | null): { toolCallFormat?: ToolCallF
  * model's window; and WebGPU's kernels sum attention mass over the whole context on those layers.
  */
 export function kvCompressionLimitsOf(
-  model: Pick<Model, 'config' | 'devices'>,
+  model: Pick<Model, 'config' | 'devices'> & {
+    readonly kvCache?: Pick<Model['kvCache'], 'groups'>;
+  },
 ): KvCompressionLimits | undefined {
   const sliding = model.config.slidingWindowLayers ?? [];
   if (sliding.length === 0) return undefined;
   const what = `${model.config.architecture}'s sliding-window layers`;
+  if (model.kvCache?.groups) {
+    return {
+      any: `KV compression is not supported while ${what} hold only their window (KV cache groups): start the server with --swa-full to keep whole-context KV and use it`,
+    };
+  }
   const onGpu = sliding.some((l) =>
     model.devices.some(
       (d) => d.backend === 'webgpu' && l >= d.firstLayer && l < d.firstLayer + d.numLayers,
@@ -99,7 +106,12 @@ export function textCodecFor(tokenizer: ModelTokenizer, offThread?: OffThreadEnc
  * `kvBytesPerBlock` equals the model's bytes per block exactly (block sizes are powers of two).
  * @throws KvasirEngineError `INVALID_CONFIG` for a format the model's shape cannot store.
  */
-export function kvLayoutFor(c: ModelConfig, kvFormat: KvFormatName, blockSize: number): KvLayout {
+export function kvLayoutFor(
+  c: ModelConfig,
+  kvFormat: KvFormatName,
+  blockSize: number,
+  groups?: { readonly layersPerGroup: number },
+): KvLayout {
   let spec: ReturnType<typeof kvCacheSpec>;
   try {
     spec = kvCacheSpec(c, { kvFormat, blockSize, numBlocks: 1 });
@@ -109,7 +121,8 @@ export function kvLayoutFor(c: ModelConfig, kvFormat: KvFormatName, blockSize: n
     });
   }
   return {
-    numLayers: c.numLayers,
+    // With KV groups a block is one page of `layersPerGroup` layers.
+    numLayers: groups ? groups.layersPerGroup : c.numLayers,
     numKvHeads: c.numKvHeads,
     headDim: c.headDim,
     blockSize,
@@ -142,6 +155,7 @@ export function runnerForModel(
       blockBytes,
       numBlocks: model.kvCache.numBlocks,
       ...(limits ? { kvCompressionLimits: limits } : {}),
+      ...(model.kvCache.groups ? { kvGroups: model.kvCache.groups.windows } : {}),
     },
     codec,
     // Copy-on-write runs in copyBlocks (also for a plan with no tokens), not again here.

@@ -70,6 +70,12 @@ export interface ModelFacts {
   readonly backend: string;
   /** KV compression the model cannot run correctly (absent: every policy runs). */
   readonly kvCompressionLimits?: KvCompressionLimits;
+  /**
+   * The windows of the cache's KV groups (null: full attention), group 0 first, when the
+   * runner's cache has several (`@kvasir/model`'s `kvGroups`): sliding-window layers hold only
+   * their window. Absent: one group of every layer.
+   */
+  readonly kvGroups?: readonly (number | null)[];
 }
 
 /**
@@ -79,6 +85,8 @@ export interface ModelFacts {
 export interface KvCompressionLimits {
   readonly originalPositions?: string;
   readonly attentionMass?: string;
+  /** Every policy (a cache of several KV groups: blocks cannot be dropped from one table). */
+  readonly any?: string;
 }
 
 /**

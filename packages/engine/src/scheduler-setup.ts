@@ -80,5 +80,8 @@ export function engineStats(
       };
     }),
     kvCompression: m.kvCompression,
+    ...(kv.groups.length > 1
+      ? { kvGroups: kv.groups.map(({ window, blocks, tokens }) => ({ window, blocks, tokens })) }
+      : {}),
   };
 }

@@ -2,7 +2,7 @@
 // its input batch): tokens, positions, slots, block tables and which rows are sampled.
 import type { KvCacheManager } from '@kvasir/kv-allocator';
 import type { StepState } from './batch-planner.js';
-import type { BatchPlan, PlanRow } from './types.js';
+import type { BatchKvGroup, BatchPlan, PlanRow } from './types.js';
 
 /** Assembles the `BatchPlan` of a planned step, in the order its rows were planned. */
 export function buildBatchPlan(
@@ -75,6 +75,7 @@ export function buildBatchPlan(
     }
   }
   queryStartLoc[numRows] = t;
+  const kvGroups = groupsOf(entries, kvCache, numTokens);
   return {
     step: st.step,
     numTokens,
@@ -97,5 +98,27 @@ export function buildBatchPlan(
     swapOut: st.swapOut,
     swapIn: st.swapIn,
     tokenBudget,
+    ...(kvGroups ? { kvGroups } : {}),
   };
+}
+
+/** The slots and block tables of KV groups 1 and on, rows in order (none with one group). */
+function groupsOf(
+  entries: StepState['entries'],
+  kvCache: KvCacheManager,
+  numTokens: number,
+): BatchKvGroup[] | undefined {
+  if (kvCache.numGroups <= 1) return undefined;
+  const out: BatchKvGroup[] = [];
+  for (let g = 1; g < kvCache.numGroups; g++) {
+    const slotMapping = new Int32Array(numTokens);
+    let t = 0;
+    const blockTables = entries.map((e) => {
+      slotMapping.set(e.groupSlots[g] as Int32Array, t);
+      t += e.len;
+      return Int32Array.from(kvCache.blockTables(e.seq.id)[g] as readonly number[]);
+    });
+    out.push({ slotMapping, blockTables });
+  }
+  return out;
 }

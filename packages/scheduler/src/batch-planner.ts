@@ -14,6 +14,8 @@ import type { KeyShift, SwapTransfer } from './types.js';
 export interface PlanEntry extends CompressedRow {
   start: number;
   slots: Int32Array;
+  /** The slots in every KV cache group (`[0]` is `slots`). */
+  groupSlots: readonly Int32Array[];
   /** Sequences sampling from this row's logits (the row's own, plus freshly forked children). */
   samples: Sequence[] | null;
 }
@@ -139,23 +141,16 @@ export class BatchPlanner {
   private lookupPrefix(s: Sequence, keep: number): void {
     s.prefix = EMPTY_PREFIX;
     if (!this.limits.enablePrefixCaching || s.group.req.skipPrefixCache) return;
-    const p = this.kvCache.findCachedPrefix(
-      s.tokens.subarray(0, s.numTokens),
-      s.group.req.extraKeys,
-    );
     const maxBlocks = Math.min(
       Math.max(0, Math.floor((s.numTokens - keep) / this.blockSize)),
       this.compressor.prefixBlockCap(s),
     );
-    if (p.blocks.length <= maxBlocks) {
-      s.prefix = p;
-    } else {
-      s.prefix = {
-        numTokens: maxBlocks * this.blockSize,
-        blocks: p.blocks.slice(0, maxBlocks),
-        hashes: p.hashes.slice(0, maxBlocks),
-      };
-    }
+    // The cap goes into the lookup: a sliding-window group's hit depends on where it ends.
+    s.prefix = this.kvCache.findCachedPrefix(
+      s.tokens.subarray(0, s.numTokens),
+      s.group.req.extraKeys,
+      { maxBlocks },
+    );
   }
 
   /** New blocks the planned chunks take from the pool. */
@@ -246,6 +241,7 @@ export class BatchPlanner {
         cacheStart: start - s.numDropped,
         len: s.chunk,
         slots: res.slotMapping,
+        groupSlots: res.slotMappings,
         samples: null,
         mass: null,
         massQueries: 0,

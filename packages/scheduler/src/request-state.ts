@@ -191,7 +191,9 @@ export class SequenceGroup implements QueuedRequest, RunningRequest {
   heldBlocks(kvCache: KvCacheManager): number {
     const seen = new Set<number>();
     for (const s of this.seqs) {
-      if (s.allocated) for (const b of kvCache.blockTable(s.id)) seen.add(b);
+      if (!s.allocated) continue;
+      // Every KV group's table; a sliding group's released blocks are holes (-1).
+      for (const table of kvCache.blockTables(s.id)) for (const b of table) if (b >= 0) seen.add(b);
     }
     return seen.size;
   }

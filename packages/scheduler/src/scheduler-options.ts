@@ -115,6 +115,13 @@ export function resolveSchedulerOptions(options: SchedulerOptions): ResolvedSche
   if (preemptionMode !== 'recompute' && preemptionMode !== 'swap') {
     throw new SchedulerError('INVALID_CONFIG', `unknown preemptionMode ${String(preemptionMode)}`);
   }
+  if (preemptionMode === 'swap' && o.kvCache.numGroups > 1) {
+    // Swap moves one block table's blocks; a grouped cache has one table per group.
+    throw new SchedulerError(
+      'INVALID_CONFIG',
+      `preemptionMode 'swap' needs a KV cache of one group (this one has ${o.kvCache.numGroups}: sliding-window layers); use 'recompute'`,
+    );
+  }
   const wm = o.admissionWatermark ?? 0.01;
   if (!(wm >= 0 && wm < 1)) {
     throw new SchedulerError('INVALID_CONFIG', `admissionWatermark must be in [0, 1), got ${wm}`);

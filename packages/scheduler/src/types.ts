@@ -96,6 +96,12 @@ export interface PlanRow {
   readonly massQueries?: number;
 }
 
+/** One KV cache group's part of a {@link BatchPlan}. */
+export interface BatchKvGroup {
+  readonly slotMapping: Int32Array;
+  readonly blockTables: readonly Int32Array[];
+}
+
 /**
  * What the model runs in one step. Run `swapOut`, then `swapIn`, then `copies`, then the
  * forward pass over the flattened tokens; sample one token per entry of `logitsIndices`.
@@ -120,6 +126,12 @@ export interface BatchPlan {
   /** numRows × maxBlocksPerSeq block ids, padded with 0. */
   readonly blockTables: Uint32Array;
   readonly maxBlocksPerSeq: number;
+  /**
+   * With KV cache groups (a manager of several): the slots and per-row block tables of groups
+   * 1 and on, in the rows' order (group 0's are `slotMapping` and `blockTables`). A sliding
+   * group's table holds -1 for blocks released before its window.
+   */
+  readonly kvGroups?: readonly BatchKvGroup[];
   /**
    * Flattened-token index whose logits each sample reads. Several samples may read the same
    * row (the n samples of a prompt's last token).

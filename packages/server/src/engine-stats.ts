@@ -37,6 +37,12 @@ export interface EngineStats {
    * output passed the engine's bound); their KV blocks came back at once.
    */
   readonly stalledStreams?: number;
+  /**
+   * KV cache groups (layers whose KV is allocated together), when the cache has several: each
+   * group's attention window (null: full attention), the blocks its live tables hold and the
+   * tokens in them. A sliding-window group holds only its window.
+   */
+  readonly kvGroups?: readonly KvGroupStats[];
   /** Each offload tier's health and the entries it had to drop. */
   readonly offloadTiers?: readonly OffloadTierStats[];
   /**
@@ -49,6 +55,13 @@ export interface EngineStats {
       { readonly requests: number; readonly blocksHeld: number; readonly tokensDropped: number }
     >
   >;
+}
+
+/** One KV cache group as `/metrics` shows it. */
+export interface KvGroupStats {
+  readonly window: number | null;
+  readonly blocks: number;
+  readonly tokens: number;
 }
 
 /** One offload tier as `/metrics` shows it. Counters are totals since start. */

@@ -185,6 +185,26 @@ export class ServerMetrics {
       [],
       (s) => (s.failures === undefined ? [] : [[{}, s.failures.requests]]),
     );
+    for (const [what, name] of [
+      ['blocks', 'kvasir_kv_group_blocks'],
+      ['tokens', 'kvasir_kv_group_tokens'],
+    ] as const) {
+      new Gauge<'group' | 'window'>({
+        name,
+        help: `KV ${what} the live sequences hold in each KV cache group (window: its sliding window, or "full").`,
+        labelNames: ['group', 'window'],
+        registers,
+        collect() {
+          this.reset();
+          for (const [g, v] of (current().kvGroups ?? []).entries()) {
+            this.set(
+              { group: String(g), window: v.window === null ? 'full' : String(v.window) },
+              v[what],
+            );
+          }
+        },
+      });
+    }
     new Gauge<'tier'>({
       name: 'kvasir_offload_tier_up',
       help: 'Whether an offload tier that can be disconnected (Redis) is reachable: 1 or 0.',

@@ -15,7 +15,12 @@
  * ```
  */
 
-export type { EngineHealth, EngineStats, OffloadTierStats } from './engine-stats.js';
+export type {
+  EngineHealth,
+  EngineStats,
+  KvGroupStats,
+  OffloadTierStats,
+} from './engine-stats.js';
 export type { ServerErrorCode } from './errors.js';
 export { EngineError } from './errors.js';
 export type {

@@ -82,7 +82,7 @@ export async function streamingEvalCommand(
     // The policy's bound (SnapKV first holds its whole prompt), the largest prompt chunk on
     // top of it, and room for copy-on-write.
     const openRunner = async (blocksHeld: (model: LoadedModel) => number) => {
-      const model = await loadModelRunner(path, config);
+      const model = await loadModelRunner(path, { ...config, swaFull: true });
       try {
         const runner = await model.allocate(blocksHeld(model) + Math.ceil(chunk / bs) + 2);
         runners.push(runner);

@@ -153,7 +153,8 @@ async function openRunner(
   config: EngineConfig,
   numBlocks: number,
 ): Promise<{ model: LoadedModel; runner: ModelRunner }> {
-  const model = await loadModelRunner(path, config);
+  // eval builds its own plans over one block table per row: whole-context KV on every layer.
+  const model = await loadModelRunner(path, { ...config, swaFull: true });
   try {
     return { model, runner: await model.allocate(numBlocks) };
   } catch (error) {
@@ -196,7 +197,7 @@ export async function evalCommand(config: EngineConfig, options: EvalOptions): P
   let saved: EvalLogitsReader | undefined;
   let save: EvalLogitsWriter | undefined;
   try {
-    const loaded = await loadModelRunner(path, config);
+    const loaded = await loadModelRunner(path, { ...config, swaFull: true });
     const maxModelLen = loaded.maxModelLen;
     const ctx = options.ctx ?? Math.min(512, maxModelLen);
     if (ctx > maxModelLen) {

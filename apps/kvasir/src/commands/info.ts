@@ -3,6 +3,7 @@ import { openCheckpoint, summarizeWeights, type WeightSummary } from '@kvasir/mo
 import type { EngineConfig } from '../config.js';
 import { DEFAULT_MODEL_NAME, describeDefaultModel, RANDOM_MODEL_NAME } from '../default-model.js';
 import { loadAndPlan } from '../engine/bootstrap.js';
+import { kvGroupsReport } from '../engine/kv-groups.js';
 
 const MEMORY_SOURCES: Readonly<Record<MemorySource, string>> = {
   configured: '--gpu-memory-bytes',
@@ -83,6 +84,9 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
     const weights = facts.weights;
     const bpw = (bytes: number, params: number) => Number(((8 * bytes) / params).toFixed(4));
     const perLayerBlock = plan.kvBytesPerBlock / layout.numLayers;
+    const kvGroups = model.kvGroups.groups;
+    const groups = kvGroups && kvGroupsReport(kvGroups, model.maxModelLen, layout.blockSize);
+    const numLayers = model.devices.reduce((a, d) => a + d.numLayers, 0);
     const report = {
       backend: model.backend,
       // Where each layer runs: one device, or several when the model is split by layer.
@@ -94,7 +98,9 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
           num_layers: d.numLayers,
           weight_bytes: d.weightBytes,
           kv_blocks: plan.numBlocks,
-          kv_cache_bytes: plan.numBlocks * perLayerBlock * d.numLayers,
+          kv_cache_bytes: kvGroups
+            ? plan.kvCacheBytes
+            : plan.numBlocks * perLayerBlock * d.numLayers,
           // Split by layer, each device's own memory plan (one device: memory_plan below).
           ...(budget === undefined
             ? {}
@@ -165,8 +171,17 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
         num_blocks: plan.numBlocks,
         num_tokens: plan.numTokens,
         limited_by: plan.limitedBy,
-        max_concurrent_full_contexts: Math.floor(plan.numTokens / model.maxModelLen),
+        max_concurrent_full_contexts: groups
+          ? Math.floor(plan.numBlocks / groups.reduce((a, g) => a + g.blocks_per_full_context, 0))
+          : Math.floor(plan.numTokens / model.maxModelLen),
       },
+      // Sliding-window layers holding only their window: one block table per group, pages of
+      // `layers_per_page` layers.
+      ...(groups
+        ? { kv_groups: { layers_per_page: layout.numLayers, groups } }
+        : model.kvGroups.wholeBecause
+          ? { kv_groups: { whole_context_because: model.kvGroups.wholeBecause } }
+          : {}),
     };
     const fromFile = [
       ...(facts.ggufArchitecture === null ? [] : [`GGUF ${facts.ggufArchitecture}`]),
@@ -187,7 +202,7 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       `                 ${path}`,
       ...(isDefault ? describeDefaultModel().map((line) => `                 ${line}`) : []),
       `architecture     ${facts.architecture}${fromFile.length > 0 ? ` (${fromFile.join(', ')})` : ''}`,
-      `shape            ${layout.numLayers} layers, ${layout.numKvHeads} KV heads × ${layout.headDim}, context ${model.maxModelLen}`,
+      `shape            ${numLayers} layers, ${layout.numKvHeads} KV heads × ${layout.headDim}, context ${model.maxModelLen}`,
       ...(facts.experts === null
         ? []
         : [
@@ -205,6 +220,19 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       `activations      ${formatBytes(plan.activationBytes)} (${config.maxNumBatchedTokens} tokens/step, ${config.maxNumSeqs} seqs)`,
       `KV cache         ${plan.numBlocks} blocks = ${plan.numTokens} tokens = ${formatBytes(plan.kvCacheBytes)} (limited by ${plan.limitingDevice === undefined ? plan.limitedBy : `device ${plan.limitingDevice}'s memory`})`,
       `                 ${report.memory_plan.max_concurrent_full_contexts} sequences at the full ${model.maxModelLen}-token context`,
+      ...(groups
+        ? [
+            `KV groups        ${groups.length} of ${layout.numLayers} layer(s) per block (sliding-window layers hold only their window; --swa-full keeps the whole context):`,
+            ...groups.map(
+              (g, i) =>
+                `                 ${i}: ${g.layers} layer(s), ${g.window === null ? 'full attention' : `window ${g.window}`}, ${g.blocks_per_full_context} blocks per full-context sequence`,
+            ),
+          ]
+        : model.kvGroups.wholeBecause
+          ? [
+              `KV groups        one: whole-context KV on the sliding-window layers (${model.kvGroups.wholeBecause})`,
+            ]
+          : []),
     ];
     process.stdout.write(`${lines.join('\n')}\n`);
   } finally {

@@ -44,6 +44,7 @@ const FLAG_PATHS: Readonly<Record<string, string>> = {
   chunkedPrefill: 'enableChunkedPrefill',
   prefixCaching: 'enablePrefixCaching',
   jumpForward: 'jumpForward',
+  swaFull: 'swaFull',
   preemptionMode: 'preemptionMode',
   queuePolicy: 'queuePolicy',
   evictionPolicy: 'evictionPolicy',
@@ -138,6 +139,10 @@ export function addEngineOptions(cmd: Command, set: EngineOptionSet = {}): Comma
     )
     .addOption(
       new Option('--preemption-mode <mode>', 'what preemption does').choices(['recompute', 'swap']),
+    )
+    .option(
+      '--swa-full',
+      "keep whole-context KV on sliding-window layers (default: they hold only their window's blocks)",
     )
     .addOption(
       new Option('--queue-policy <policy>', 'waiting-queue order').choices([

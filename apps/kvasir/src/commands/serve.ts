@@ -97,6 +97,19 @@ export function registerPluginMetrics(
   registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
 }
 
+/** The banner's line on sliding-window layers: KV groups, or why they keep the whole context. */
+function kvGroupsLines(model: LoadedModel): string[] {
+  const { groups, wholeBecause } = model.kvGroups;
+  if (groups) {
+    return [
+      `  KV groups  ${groups.windows.length} groups of ${groups.layersPerGroup} layer(s) per block: sliding-window layers hold only their window (--swa-full keeps the whole context)`,
+    ];
+  }
+  return wholeBecause
+    ? [`  KV groups  one: whole-context KV on the sliding-window layers (${wholeBecause})`]
+    : [];
+}
+
 /**
  * The banner's backend: one line for one device; for a model split by layer, one per device
  * with its layers, weights and KV cache (every device holds every block, for its own layers).
@@ -145,6 +158,7 @@ export async function serveCommand(config: EngineConfig): Promise<void> {
     `  model      ${card.id}  (${built.modelPath})`,
     ...backendLines(built.model, plan),
     `  KV cache   ${plan.numBlocks} blocks × ${built.model.kvLayout.blockSize} tokens = ${plan.numTokens} tokens (${formatBytes(plan.kvCacheBytes)}, ${config.kvDtype}); weights ${formatBytes(built.model.weightBytes)}`,
+    ...kvGroupsLines(built.model),
     `  scheduler  max ${config.maxNumSeqs} seqs, ${config.maxNumBatchedTokens} tokens/step, prefix caching ${config.enablePrefixCaching ? 'on' : 'off'}, preemption ${built.preemption.description}, eviction ${config.evictionPolicy}, KV compression ${config.kvCompression ?? 'off (per request: kv_compression)'}`,
     `  offload    ${built.offloadTiers.length > 0 ? built.offloadTiers.join(' → ') : 'none'}${built.engine.prefixOffloadEnabled ? ' (prefix blocks shared through it)' : ''}`,
     `  auth       ${config.apiKey ? 'bearer API key required on /v1' : 'none (set --api-key or KVASIR_API_KEY)'}`,

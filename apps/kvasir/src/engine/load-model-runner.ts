@@ -28,6 +28,7 @@ import {
 import type { EngineConfig } from '../config.js';
 import { KvasirAppError } from '../errors.js';
 import { asAppError, chooseBackend, openPlacementGpus, placeDevices } from './device-choice.js';
+import { type KvGroupsChoice, kvGroupsFor } from './kv-groups.js';
 
 /** A model whose weights are loaded, before its KV cache is allocated. */
 export interface LoadedModel {
@@ -46,6 +47,8 @@ export interface LoadedModel {
   readonly devices: readonly PlacedDevice[];
   /** Scratch memory one step needs at this batch size. */
   activationBytes(maxTokens: number, maxSeqs: number): number;
+  /** Whether sliding-window layers hold only their window (KV cache groups), or why not. */
+  readonly kvGroups: KvGroupsChoice;
   /** Allocates the paged KV cache and returns the runner the engine drives. */
   allocate(numBlocks: number): Promise<ModelRunner>;
   /** Releases the weights and the device when no runner was allocated. */
@@ -223,6 +226,9 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
   const usesWebGpu = placement
     ? placement.some((d) => d.backend === 'webgpu')
     : backend === 'webgpu';
+  const swa = kvGroupsFor(config, c, { webgpu: usesWebGpu, placed: placement !== undefined });
+  // With KV groups a block is one page of `layersPerGroup` layers: the memory plan counts those.
+  if (swa.groups) kvLayout = kvLayoutFor(c, kvFormat, config.blockSize, swa.groups);
   if (usesWebGpu && config.blockSize < 8) {
     releaseGpu();
     await closeReader();
@@ -282,11 +288,16 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
     maxModelLen,
     kvLayout,
     // One block id is the same logical block on every device, so the tightest device bounds all.
+    // With KV groups (one device) the cache is `layersPerGroup` buffers, not one per layer.
     maxBindingBytes: Math.min(
       ...limits.devices.map((d) =>
-        Math.min(d.maxLayerKvBytes, Math.floor(d.maxKvBytes / d.numLayers)),
+        Math.min(
+          d.maxLayerKvBytes,
+          Math.floor(d.maxKvBytes / (swa.groups?.layersPerGroup ?? d.numLayers)),
+        ),
       ),
     ),
+    kvGroups: swa,
     backend: backendText,
     device: limits.devices.every((d) => d.hostMemory) ? 'cpu' : 'webgpu',
     devices,
@@ -303,6 +314,7 @@ export async function loadModelRunner(path: string, config: EngineConfig): Promi
         numBlocks,
         blockSize: config.blockSize,
         kvFormat,
+        ...(swa.groups ? { kvGroups: swa.groups } : {}),
         ...(config.weightQuant === 'int8' ? { weightQuant: 'int8' as const } : {}),
         progress: process.stderr.isTTY === true,
       })

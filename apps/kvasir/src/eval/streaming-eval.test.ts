@@ -213,7 +213,7 @@ async function engineRun(
   promptLen: number,
   spec: KvCompressionSpec,
 ) {
-  const model = await loadModelRunner(join(dir, 'm'), { ...config, backend });
+  const model = await loadModelRunner(join(dir, 'm'), { ...config, backend, swaFull: true });
   const runner = await model.allocate(24);
   try {
     const out: Float32Array[] = [];

@@ -241,6 +241,7 @@ export function compressionLimitFor(
   limits: KvCompressionLimits | undefined,
 ): string | undefined {
   if (!spec || !limits) return undefined;
+  if (limits.any) return limits.any;
   if (spec.positions === 'original' && limits.originalPositions) return limits.originalPositions;
   if (spec.policy.attention !== 'none' && limits.attentionMass) {
     return `${spec.policy.name}: ${limits.attentionMass}`;
