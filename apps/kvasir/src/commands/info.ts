@@ -87,6 +87,12 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
     const kvGroups = model.kvGroups.groups;
     const groups = kvGroups && kvGroupsReport(kvGroups, model.maxModelLen, layout.blockSize);
     const numLayers = model.devices.reduce((a, d) => a + d.numLayers, 0);
+    // KV bytes per token of a full-context sequence: with groups, what its blocks in every group
+    // hold (the plan's per-token figure is one page's layers).
+    const kvPerToken = groups
+      ? (groups.reduce((a, g) => a + g.blocks_per_full_context, 0) * plan.kvBytesPerBlock) /
+        model.maxModelLen
+      : plan.kvBytesPerToken;
     const report = {
       backend: model.backend,
       // Where each layer runs: one device, or several when the model is split by layer.
@@ -151,13 +157,13 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       },
       memory_needed: {
         weight_bytes: weights.bytes,
-        kv_bytes_per_token: plan.kvBytesPerToken,
-        full_context_bytes: weights.bytes + plan.kvBytesPerToken * model.maxModelLen,
+        kv_bytes_per_token: kvPerToken,
+        full_context_bytes: weights.bytes + kvPerToken * model.maxModelLen,
       },
       kv_cache: {
         dtype: config.kvDtype,
         block_size: layout.blockSize,
-        bytes_per_token: plan.kvBytesPerToken,
+        bytes_per_token: kvPerToken,
         bytes_per_block: plan.kvBytesPerBlock,
       },
       memory_plan: {
@@ -206,7 +212,7 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
       ...(facts.experts === null
         ? []
         : [
-            `experts          ${facts.experts.perLayer} per layer, ${facts.experts.perToken} per token: ${formatBytes(facts.experts.activeWeightBytes)} of weights active per token, ${formatBytes(plan.kvBytesPerToken)} of KV per token`,
+            `experts          ${facts.experts.perLayer} per layer, ${facts.experts.perToken} per token: ${formatBytes(facts.experts.activeWeightBytes)} of weights active per token, ${formatBytes(kvPerToken)} of KV per token`,
           ]),
       `weights          ${formatBytes(model.weightBytes)}: ${count(weights.parameters)} parameters, ${report.weights.bits_per_weight} bits per weight`,
       ...report.weights.types.map(
@@ -214,8 +220,10 @@ export async function infoCommand(config: EngineConfig, json: boolean): Promise<
           `                 ${t.dtype.padEnd(6)} ${String(t.tensors).padStart(4)} tensors ${count(t.parameters).padStart(8)} params ${formatBytes(t.bytes).padStart(10)} (${t.bits_per_weight} bpw)`,
       ),
       `at load          ${config.weightQuant === 'int8' ? 'matrices quantized to int8, 32-column scales (--weight-quant int8)' : 'multiplied as stored (--weight-quant none)'}`,
-      `model needs      ${formatBytes(weights.bytes)} of weights + ${formatBytes(plan.kvBytesPerToken)} of KV per token (${formatBytes(report.memory_needed.full_context_bytes)} for one ${model.maxModelLen}-token context)`,
-      `KV per token     ${formatBytes(plan.kvBytesPerToken)} (${config.kvDtype}); per block of ${layout.blockSize}: ${formatBytes(plan.kvBytesPerBlock)}`,
+      `model needs      ${formatBytes(weights.bytes)} of weights + ${formatBytes(kvPerToken)} of KV per token (${formatBytes(report.memory_needed.full_context_bytes)} for one ${model.maxModelLen}-token context)`,
+      groups
+        ? `KV per token     ${formatBytes(kvPerToken)} (${config.kvDtype}) at the full context with KV groups (${formatBytes((plan.kvBytesPerToken / layout.numLayers) * numLayers)} whole); per block (${layout.numLayers} layer(s) of ${layout.blockSize} tokens): ${formatBytes(plan.kvBytesPerBlock)}`
+        : `KV per token     ${formatBytes(plan.kvBytesPerToken)} (${config.kvDtype}); per block of ${layout.blockSize}: ${formatBytes(plan.kvBytesPerBlock)}`,
       `memory budget    ${formatBytes(plan.budgetBytes)} = ${config.gpuMemoryFraction} × ${formatBytes(plan.deviceBytes)} (${MEMORY_SOURCES[plan.memorySource]})`,
       `activations      ${formatBytes(plan.activationBytes)} (${config.maxNumBatchedTokens} tokens/step, ${config.maxNumSeqs} seqs)`,
       `KV cache         ${plan.numBlocks} blocks = ${plan.numTokens} tokens = ${formatBytes(plan.kvCacheBytes)} (limited by ${plan.limitingDevice === undefined ? plan.limitedBy : `device ${plan.limitingDevice}'s memory`})`,
