@@ -133,8 +133,16 @@ const CASES: ['cpu' | 'wasm', KvFormatName][] = [
   ['cpu', 'f32'],
   ['cpu', 'f16'],
   ['cpu', 'int8'],
+  ['cpu', 'int8-h8'],
+  ['cpu', 'fp8-e4m3'],
+  ['cpu', 'fp8-e5m2'],
+  ['cpu', 'int4-g32'],
+  ['cpu', 'int4-g32-h32'],
+  ['wasm', 'f32'],
   ['wasm', 'f16'],
   ['wasm', 'int8'],
+  ['wasm', 'fp8-e4m3'],
+  ['wasm', 'int4-g32'],
 ];
 
 describe.each(CASES)('KV cache groups on %s, %s KV', (backend, kvFormat) => {
