@@ -5,7 +5,7 @@
 #
 #   tooling/llama.cpp/compare-wasm.sh                       # F16, MHA, 2 threads, 3 rounds
 #   DTYPE=Q8_0 KV_HEADS=4 THREADS=2 ROUNDS=3 tooling/llama.cpp/compare-wasm.sh
-#   ARCH=qwen3 DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh  # the same shape as qwen3, smollm3, qwen3moe, gemma3 or gpt-oss
+#   ARCH=qwen3 DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh  # the same shape as qwen3, smollm3, qwen3moe, gemma3, gpt-oss or phi3
 #   ARCH=gpt-oss DTYPE=MXFP4_MOE KV_HEADS=4 tooling/llama.cpp/compare-wasm.sh  # gpt-oss as it ships
 #   DTYPE=Q4_K_M tooling/llama.cpp/compare-wasm.sh        # llama-quantize of the F16 file (made
 #                                                          # once, LLAMA_TARGETS=llama-quantize)

@@ -5,8 +5,10 @@
 // scaled down: 166M parameters, 81M of them active per token, embedding included), or as gemma3
 // (GELU, sandwich norms, layers 0-4 and 6-10 sliding over 512 positions, 5 and 11 global), or as
 // gpt-oss (qwen3moe's experts with biases and OpenAI's SwiGLU, attention sinks, even layers
-// sliding over 128 positions, untied; llama-quantize's MXFP4_MOE of it is how gpt-oss ships).
-//   tsx make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3|gpt-oss]
+// sliding over 128 positions, untied; llama-quantize's MXFP4_MOE of it is how gpt-oss ships), or
+// as phi3 (Phi-4-mini's: fused QKV and gate/up, 48 of 64 dims rotated, LongRoPE's long factors
+// over 512 original positions, attention factor 1.19).
+//   tsx make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3|gpt-oss|phi3]
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,10 +18,10 @@ import { convertToGguf } from '../../packages/model/src/formats/gguf/convert.js'
 import { writeRandomCheckpoint } from '../../packages/model/src/formats/random-checkpoint.js';
 
 const USAGE =
-  'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3|gpt-oss]';
+  'usage: make-random-gguf.ts <out.gguf> [F16|Q8_0] [kv heads] [llama|qwen3|smollm3|qwen3moe|gemma3|gpt-oss|phi3]';
 const [out, dtype = 'F16', kvHeads = '12', arch = 'llama'] = process.argv.slice(2);
 if (!out) fail(USAGE);
-const ARCHS = ['llama', 'qwen3', 'smollm3', 'qwen3moe', 'gemma3', 'gpt-oss'] as const;
+const ARCHS = ['llama', 'qwen3', 'smollm3', 'qwen3moe', 'gemma3', 'gpt-oss', 'phi3'] as const;
 if (!(ARCHS as readonly string[]).includes(arch)) fail(USAGE);
 // The comparison's other files are llama-quantize's, made from this F16 file as llama.cpp's
 // users make theirs (build.sh builds it).
@@ -57,6 +59,18 @@ const config = makeModelConfig({
           expertBias: true,
           activation: 'swiglu-oai' as const,
         },
+      }
+    : {}),
+  ...(arch === 'phi3'
+    ? {
+        rotaryDim: 48,
+        ropeScaling: {
+          type: 'longrope' as const,
+          shortFactors: Array.from({ length: 24 }, (_, i) => 1 + i / 24),
+          longFactors: Array.from({ length: 24 }, (_, i) => 1 + (i * i) / 8),
+          originalMaxPositionEmbeddings: 512,
+        },
+        ropeAttentionFactor: 1.19,
       }
     : {}),
 });
