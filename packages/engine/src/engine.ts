@@ -1,6 +1,6 @@
 import type { BlockPoolEvent, EvictionPolicy, ExtraKeys } from '@kvasir/kv-allocator';
 import { KvCacheManager } from '@kvasir/kv-allocator';
-import { Sampler } from '@kvasir/model';
+import { Sampler, type XGrammarInstance } from '@kvasir/model';
 import {
   type KvConnectorFactory,
   NO_PREFIX_OFFLOAD,
@@ -41,6 +41,12 @@ export type { PrefixOffloadStats } from '@kvasir/offload/connectors';
 export interface KvasirEngineOptions {
   readonly runner: ModelRunner;
   readonly config: EngineSettings;
+  /**
+   * Where the structured-output compiler's XGrammar instances come from, each call a fresh one
+   * (`() => evaluateXGrammar(text)` in a worker). Default: `@mlc-ai/web-xgrammar` from Node's
+   * `node_modules`, loaded on the first constrained request.
+   */
+  readonly loadXGrammar?: () => XGrammarInstance;
   /** Eviction policy of the GPU block pool (from {@link loadEvictionPolicy}). */
   readonly evictionPolicy?: EvictionPolicy<number>;
   /** Where swapped-out blocks go: the tiered store and its tiers (host, disk, Redis). */
@@ -120,7 +126,7 @@ export class KvasirEngine implements InferenceEngine {
     this.scheduler = createScheduler(config, this.kvCache, facts, this.#offload);
     this.#live = new LiveRequests(this.scheduler, this.#log);
     const scheduler = config.jumpForward ? this.scheduler : undefined;
-    this.#constraints = new OutputConstraints(runner, scheduler);
+    this.#constraints = new OutputConstraints(runner, scheduler, options.loadXGrammar);
     this.#kvCompression = engineKvCompression(options.kvCompression, facts);
     this.modelCard = {
       id: options.servedModelName ?? config.servedModelName ?? facts.modelId,

@@ -7,6 +7,7 @@ import {
   type TokenMatcher,
   type TokenVocabulary,
   XGrammarCompiler,
+  type XGrammarInstance,
 } from '@kvasir/model';
 import { type EngineCapabilities, EngineError, type GenerationRequest } from '@kvasir/server/spec';
 import { forcedTokens } from './forced-tokens.js';
@@ -54,16 +55,23 @@ export class OutputConstraints {
   readonly #runner: ModelRunner;
   #compiler: Promise<ConstraintCompiler> | undefined;
   #vocabulary: TokenVocabulary | undefined;
+  readonly #loadXGrammar: (() => XGrammarInstance) | undefined;
 
   /** Jump-forward decoding; undefined when it is off. */
   readonly jumpForward: JumpForward | undefined;
 
   /**
    * `jumpForward`: the scheduler, when forced text is to be appended at once (its `maxModelLen`
-   * bounds a forced run); absent: jump-forward is off.
+   * bounds a forced run); absent: jump-forward is off. `loadXGrammar`: where XGrammar instances
+   * come from (default: `@mlc-ai/web-xgrammar` from Node's `node_modules`).
    */
-  constructor(runner: ModelRunner, jumpForward?: { readonly maxModelLen: number }) {
+  constructor(
+    runner: ModelRunner,
+    jumpForward?: { readonly maxModelLen: number },
+    loadXGrammar?: () => XGrammarInstance,
+  ) {
     this.#runner = runner;
+    this.#loadXGrammar = loadXGrammar;
     this.jumpForward = jumpForward
       ? {
           maxModelLen: jumpForward.maxModelLen,
@@ -135,7 +143,10 @@ export class OutputConstraints {
         );
       }
       this.#vocabulary = vocabulary;
-      const compiler: Promise<ConstraintCompiler> = XGrammarCompiler.create(vocabulary);
+      const compiler: Promise<ConstraintCompiler> = XGrammarCompiler.create(
+        vocabulary,
+        this.#loadXGrammar ? { load: this.#loadXGrammar } : {},
+      );
       this.#compiler = compiler;
       compiler.catch(() => {
         if (this.#compiler === compiler) this.#compiler = undefined;

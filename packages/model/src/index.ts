@@ -77,7 +77,7 @@ export { tokenVocabulary } from './grammar/token-vocabulary.js';
 export type { XGrammarCompilerOptions } from './grammar/xgrammar-compiler.js';
 export { XGrammarCompiler } from './grammar/xgrammar-compiler.js';
 export type { XGrammarInstance, XGrammarModule } from './grammar/xgrammar-module.js';
-export { loadXGrammar } from './grammar/xgrammar-module.js';
+export { type CommonJsHost, evaluateXGrammar, loadXGrammar } from './grammar/xgrammar-module.js';
 export type {
   BackendChoice,
   BackendName,

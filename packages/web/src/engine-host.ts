@@ -7,7 +7,13 @@ import {
   runnerForModel,
   textCodecFor,
 } from '@kvasir/engine';
-import { loadModel, ModelTokenizer, openGgufBytes, probeBackends } from '@kvasir/model';
+import {
+  evaluateXGrammar,
+  loadModel,
+  ModelTokenizer,
+  openGgufBytes,
+  probeBackends,
+} from '@kvasir/model';
 import type { GenerationRequest } from '@kvasir/server/spec';
 import { chooseWebBackend, type PageCapabilities } from './backend-choice.js';
 import { errorData, WebEngineError } from './errors.js';
@@ -67,12 +73,34 @@ async function pageCapabilities(scope: WorkerScope): Promise<PageCapabilities> {
 }
 
 /**
+ * XGrammar's bundle as text: a chunk of its own (1.1 MB), imported on the first request with
+ * structured output, so pages that never constrain output never fetch it.
+ */
+let xgrammarText: Promise<string> | undefined;
+
+function xgrammarBundle(): Promise<string> {
+  xgrammarText ??= import('virtual:xgrammar-bundle').then(
+    (m) => m.default,
+    (error: unknown) => {
+      xgrammarText = undefined;
+      throw new WebEngineError(
+        'BACKEND',
+        `structured output needs XGrammar, whose bundle did not load: ${(error as Error).message}`,
+        { cause: error },
+      );
+    },
+  );
+  return xgrammarText;
+}
+
+/**
  * Serves one engine over `scope`'s messages: `init` loads the model (reporting progress) and
  * answers `ready` with the backend and why; then `generate` streams a request's events, `abort`
  * ends it (its blocks come back), `stats` reads the engine's statistics and step count.
  */
 export function serveEngine(scope: WorkerScope): void {
   let engine: KvasirEngine | undefined;
+  let loadedXGrammar: string | undefined;
   let opfs: OpfsStore | undefined;
   const running = new Map<string, AbortController>();
   const post = (m: FromWorker) => scope.postMessage(m);
@@ -191,6 +219,8 @@ export function serveEngine(scope: WorkerScope): void {
     engine = new KvasirEngine({
       runner,
       config: engineSettings({ ...m.settings, maxModelLen }),
+      // Called when the first constrained request compiles; generate() has loaded the text.
+      loadXGrammar: () => evaluateXGrammar(loadedXGrammar ?? ''),
       log: (line) => console.warn(`kvasir: ${line}`),
       ...(tier.offload ? { offload: tier.offload } : {}),
     });
@@ -212,6 +242,7 @@ export function serveEngine(scope: WorkerScope): void {
 
   async function generate(m: GenerateMessage): Promise<void> {
     if (!engine) throw new WebEngineError('ENGINE_STOPPED', 'the engine is not loaded');
+    if (m.params.constraint) loadedXGrammar ??= await xgrammarBundle();
     const controller = new AbortController();
     running.set(m.id, controller);
     try {

@@ -41,14 +41,21 @@ export function errorData(error: unknown): ErrorData {
 }
 
 /**
- * The page's error for what the worker reported: a `WebEngineError` keeps its code, an engine's
- * typed error becomes `ENGINE` with its code in `details.engineCode`, an abort an `AbortError`.
+ * The page's error for what the worker reported: a `WebEngineError` keeps its code, the engine's
+ * refusal of a request field (`INVALID_REQUEST` naming it in `details.param`, such as a schema
+ * XGrammar cannot compile) is `INVALID_REQUEST` with the same details, another typed error of the
+ * engine becomes `ENGINE` with its code in `details.engineCode`, an abort an `AbortError`.
  */
 export function fromErrorData(data: ErrorData): Error {
   if (data.name === 'AbortError') return new DOMException(data.message, 'AbortError');
   if (data.name === 'WebEngineError' && data.code) {
     return new WebEngineError(data.code as WebEngineErrorCode, data.message, {
       ...(data.details ? { details: { ...data.details } } : {}),
+    });
+  }
+  if (data.code === 'INVALID_REQUEST' && typeof data.details?.param === 'string') {
+    return new WebEngineError('INVALID_REQUEST', data.message, {
+      details: { ...data.details, engineError: data.name },
     });
   }
   return new WebEngineError('ENGINE', data.message, {

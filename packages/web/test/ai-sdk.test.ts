@@ -3,7 +3,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { generateText, streamText } from 'ai';
+import type { generateText, jsonSchema, Output, streamText } from 'ai';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type * as AiSdk from '../src/ai-sdk.js';
@@ -15,6 +15,8 @@ declare const aiSdk: typeof AiSdk;
 declare const ai: {
   generateText: typeof generateText;
   streamText: typeof streamText;
+  Output: typeof Output;
+  jsonSchema: typeof jsonSchema;
 };
 declare const engine: Kvasir.WebEngine;
 
@@ -126,5 +128,37 @@ describe('@kvasir/web/ai-sdk in chromium', () => {
     expect(result.deltas).toBeLessThan(400);
     expect(result.after).toBe(0);
     expect(result.running).toBe(0);
+  }, 120_000);
+
+  it('generateText with Output.object returns an object that fits the schema, enforced in the page', async () => {
+    const result = await page.evaluate(async () => {
+      const generated = await ai.generateText({
+        model: aiSdk.kvasir(engine),
+        prompt: 'Describe a city as JSON.',
+        temperature: 0,
+        maxOutputTokens: 96,
+        output: ai.Output.object({
+          schema: ai.jsonSchema<{ name: string; size: 'small' | 'large'; rivers: number }>({
+            type: 'object',
+            properties: {
+              name: { type: 'string', maxLength: 12 },
+              size: { type: 'string', enum: ['small', 'large'] },
+              rivers: { type: 'integer', minimum: 0, maximum: 9 },
+            },
+            required: ['name', 'size', 'rivers'],
+            additionalProperties: false,
+          }),
+        }),
+      });
+      return { output: generated.output, finishReason: generated.finishReason };
+    });
+    expect(result.finishReason).toBe('stop');
+    expect(Object.keys(result.output).sort()).toEqual(['name', 'rivers', 'size']);
+    expect(typeof result.output.name).toBe('string');
+    expect(result.output.name.length).toBeLessThanOrEqual(12);
+    expect(['small', 'large']).toContain(result.output.size);
+    expect(Number.isInteger(result.output.rivers)).toBe(true);
+    expect(result.output.rivers).toBeGreaterThanOrEqual(0);
+    expect(result.output.rivers).toBeLessThanOrEqual(9);
   }, 120_000);
 });

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
 import { convertToGguf } from '@kvasir/model/formats';
 import { build } from 'esbuild';
+import { xgrammarBundle } from '../build/xgrammar-bundle.js';
 
 /** The tiny random model the browser tests serve. */
 export const TINY_CONFIG = makeModelConfig({
@@ -33,6 +34,7 @@ export async function bundle(entry: string): Promise<string> {
     format: 'esm',
     platform: 'browser',
     write: false,
+    plugins: [xgrammarBundle()],
     // The model's `browser` field disables its Node-only modules; esbuild warns about them.
     logLevel: 'error',
   });

@@ -36,7 +36,14 @@ const engine = await createEngine({ model: '/model.gguf' });
 const r = await engine.chat.completions.create({
   messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 8, temperature: 0, ignore_eos: true,
 });
-document.querySelector('#app').textContent = JSON.stringify({ backend: engine.backend, usage: r.usage });
+const schema = { type: 'object', properties: { c: { enum: ['a', 'b'] } }, required: ['c'], additionalProperties: false };
+const j = await engine.chat.completions.create({
+  messages: [{ role: 'user', content: 'JSON please' }], max_tokens: 32, temperature: 0,
+  response_format: { type: 'json_schema', json_schema: { name: 'c', schema } },
+});
+document.querySelector('#app').textContent = JSON.stringify({
+  backend: engine.backend, usage: r.usage, json: j.choices[0].message.content, jsonFinish: j.choices[0].finish_reason,
+});
 `,
   );
   browser = await launchChromium({ webgpu: false });
@@ -48,7 +55,7 @@ afterAll(async () => {
 });
 
 describe('a Vite app with @kvasir/web', () => {
-  it('builds (the worker bundled as its own chunk) and chats on wasm threads behind the isolation headers', async () => {
+  it('builds (the worker bundled as its own chunk) and chats on wasm threads behind the isolation headers, with structured output', async () => {
     const config = {
       root,
       logLevel: 'silent' as const,
@@ -76,6 +83,9 @@ describe('a Vite app with @kvasir/web', () => {
       // Threaded: the headers made the page cross-origin isolated.
       expect(shown.backend.reason).toMatch(/\(cross-origin isolated\)$/);
       expect(shown.usage.completion_tokens).toBe(8);
+      // Structured output: XGrammar's chunk, imported by the worker on demand, came with the app.
+      expect(shown.jsonFinish).toBe('stop');
+      expect(['a', 'b']).toContain(JSON.parse(shown.json).c);
     } finally {
       await server.close();
     }

@@ -265,6 +265,73 @@ describe('@kvasir/web in chromium', () => {
     }
   }, 180_000);
 
+  it('structured output: a json_schema answer, streamed and whole, parses and fits its schema; a schema XGrammar refuses is INVALID_REQUEST naming response_format', async () => {
+    const { page } = await openEngine(browser, '/plain/');
+    try {
+      const result = await page.evaluate(async () => {
+        const schema = {
+          type: 'object',
+          properties: {
+            color: { type: 'string', enum: ['red', 'green', 'blue'] },
+            ok: { type: 'boolean' },
+          },
+          required: ['color', 'ok'],
+          additionalProperties: false,
+        };
+        const body = {
+          messages: [{ role: 'user' as const, content: 'Pick a color as JSON' }],
+          response_format: { type: 'json_schema' as const, json_schema: { name: 'pick', schema } },
+          max_tokens: 64,
+          temperature: 0,
+        };
+        const whole = await engine.chat.completions.create(body);
+        const stream = await engine.chat.completions.create({ ...body, stream: true });
+        let streamed = '';
+        let streamFinish: string | null = null;
+        for await (const c of stream) {
+          streamed += c.choices[0]?.delta.content ?? '';
+          streamFinish = c.choices[0]?.finish_reason ?? streamFinish;
+        }
+        const refused = await engine.chat.completions
+          .create({
+            ...body,
+            response_format: {
+              type: 'json_schema',
+              json_schema: {
+                name: 'bad',
+                schema: { type: 'object', properties: { a: { type: 'nonsense' } } },
+              },
+            },
+          })
+          .then(
+            () => undefined,
+            (e: Kvasir.WebEngineError) => ({ name: e.name, code: e.code, details: e.details }),
+          );
+        const stats = await engine.stats();
+        return {
+          text: whole.choices[0]!.message.content,
+          finish: whole.choices[0]!.finish_reason,
+          streamed,
+          streamFinish,
+          refused,
+          used: stats.blocks.used,
+        };
+      });
+      expect(result.finish).toBe('stop');
+      const answer = JSON.parse(result.text!) as Record<string, unknown>;
+      expect(Object.keys(answer).sort()).toEqual(['color', 'ok']);
+      expect(['red', 'green', 'blue']).toContain(answer.color);
+      expect(typeof answer.ok).toBe('boolean');
+      expect(result.streamed).toBe(result.text);
+      expect(result.streamFinish).toBe('stop');
+      expect(result.refused).toMatchObject({ code: 'INVALID_REQUEST' });
+      expect(JSON.stringify(result.refused)).toMatch(/response_format/);
+      expect(result.used).toBe(0);
+    } finally {
+      await page.close();
+    }
+  }, 180_000);
+
   it('keeps the model in Cache Storage: a reload downloads nothing; a truncated entry is fetched again', async () => {
     const context = await browser.newContext();
     try {

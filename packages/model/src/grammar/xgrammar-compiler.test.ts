@@ -1,4 +1,5 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jsonSchemaArbitrary, type SeededRandom, seededRandom } from '@kvasir/test-utils';
@@ -18,6 +19,7 @@ import {
 } from './output-constraint.js';
 import { tokenVocabulary } from './token-vocabulary.js';
 import { XGrammarCompiler } from './xgrammar-compiler.js';
+import { evaluateXGrammar } from './xgrammar-module.js';
 
 // The random checkpoint's byte-level BPE tokenizer (Llama 3 special tokens at 256–260), in a
 // logits row 8 ids wider than the tokenizer, as models pad their embeddings.
@@ -331,6 +333,48 @@ describe('XGrammarCompiler', () => {
     for (const t of tok.encode('"', { addSpecialTokens: false })) matcher.accept(t);
     expect(matcher.forcedText()).toBe(', "ok": true}');
     matcher.dispose();
+  });
+
+  it("evaluates the bundle's text as a Web Worker does (location, no require) and masks as the Node load does", async () => {
+    const require = createRequire(import.meta.url);
+    const text = await readFile(require.resolve('@mlc-ai/web-xgrammar'), 'utf8');
+    // Where neither `document` nor `location` exists the bundle asks for Node's 'url' module:
+    // the worker's host refuses by name.
+    expect(() => evaluateXGrammar(text)).toThrow(/asked for 'url', which needs Node/);
+    expect(() => evaluateXGrammar('module.exports = {}')).toThrow(
+      expect.objectContaining({
+        code: 'BACKEND',
+        message: expect.stringMatching(/GrammarCompiler/),
+      }),
+    );
+    const scope = globalThis as { location?: { href: string } };
+    scope.location = { href: 'http://localhost/worker.js' };
+    let inWorker: XGrammarCompiler;
+    try {
+      inWorker = await XGrammarCompiler.create(vocab, { load: () => evaluateXGrammar(text) });
+    } finally {
+      delete scope.location;
+    }
+    try {
+      const constraint: OutputConstraint = {
+        kind: 'json_schema',
+        schema: { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] },
+      };
+      const [a, b] = await Promise.all(
+        [inWorker, compiler].map(async (c) => (await c.compile(constraint)).createMatcher()),
+      );
+      for (const t of tok.encode('{"n": 4', { addSpecialTokens: false })) {
+        expect(allowedIds(await a!.nextTokenBitmask())).toEqual(
+          allowedIds(await b!.nextTokenBitmask()),
+        );
+        expect(a!.accept(t)).toBe(true);
+        expect(b!.accept(t)).toBe(true);
+      }
+      a!.dispose();
+      b!.dispose();
+    } finally {
+      inWorker.dispose();
+    }
   });
 
   it('keeps the output valid UTF-8: no overlong forms, surrogates or code points past U+10FFFF', async () => {

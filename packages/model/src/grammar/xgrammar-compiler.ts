@@ -25,8 +25,9 @@ import { loadXGrammar, type XGrammarInstance, type XGrammarModule } from './xgra
 export interface XGrammarCompilerOptions {
   /**
    * Where each XGrammar instance comes from. Default: `@mlc-ai/web-xgrammar` evaluated from
-   * `node_modules` (Node). In a browser, import the package and pass `{ module }` instead (an
-   * instance that aborts cannot be replaced there: later compilations fail).
+   * `node_modules` (Node). In a worker, `() => evaluateXGrammar(text)` with the bundle's text
+   * (each call a fresh instance, as in Node); or pass an imported `{ module }` instead (an
+   * instance that aborts cannot be replaced then: later compilations fail).
    */
   readonly load?: () => XGrammarInstance;
   /** XGrammar's module as imported (browsers); ignored when `load` is given. */

@@ -1,4 +1,4 @@
-// Loading XGrammar's WebAssembly build (`@mlc-ai/web-xgrammar`) in Node.
+// Loading XGrammar's WebAssembly build (`@mlc-ai/web-xgrammar`), in Node and in workers.
 //
 // The package declares `"type": "module"` but ships a UMD bundle (`lib/index.js`), so Node's
 // `import` evaluates it as ESM and it fails at once (`require is not defined`: the bundle reads
@@ -13,7 +13,9 @@
 // - `console` is ours: XGrammar reports why it aborts only by printing `[FATAL] file:line:
 //   reason` to stderr, and that reason belongs in the error a client gets.
 // Each evaluation is a fresh WebAssembly instance, which `XGrammarCompiler` relies on to replace
-// one that aborted.
+// one that aborted. Outside Node (a Web Worker) the same text is evaluated the same way
+// (`evaluateXGrammar`): there the bundle finds `location` and never calls `require`, and a bundler
+// never sees its `require('url')` (which it cannot resolve for a browser) because it is text.
 import type * as XGrammarApi from '@mlc-ai/web-xgrammar';
 import { ModelError } from '../errors.js';
 
@@ -51,15 +53,15 @@ const MAX_MESSAGES = 32;
 /**
  * Evaluates `@mlc-ai/web-xgrammar` as CommonJS: a new WebAssembly instance per call.
  *
- * @throws {@link ModelError} `BACKEND` outside Node (in a browser, import the package with the
- *   bundler and hand it to `XGrammarCompiler.create` as `module`) or when the package is missing.
+ * @throws {@link ModelError} `BACKEND` outside Node (in a worker, fetch or import the bundle's
+ *   text and use {@link evaluateXGrammar}) or when the package is missing.
  */
 export function loadXGrammar(): XGrammarInstance {
   const node = nodeBuiltins();
   if (!node) {
     throw new ModelError(
       'BACKEND',
-      'loading @mlc-ai/web-xgrammar needs Node; elsewhere import it and pass it as the module option',
+      "loading @mlc-ai/web-xgrammar from node_modules needs Node; elsewhere evaluate its bundle's text with evaluateXGrammar",
     );
   }
   if (!source) {
@@ -74,6 +76,35 @@ export function loadXGrammar(): XGrammarInstance {
     source = { filename, text: node.fs.readFileSync(filename, 'utf8') };
   }
   const { filename, text } = source;
+  return evaluateXGrammar(text, {
+    require: node.module.createRequire(filename),
+    filename,
+    dirname: node.path.dirname(filename),
+  });
+}
+
+/** What CommonJS gives a module besides `exports` and `module`. */
+export interface CommonJsHost {
+  readonly require: (id: string) => unknown;
+  readonly filename: string;
+  readonly dirname: string;
+}
+
+/** Outside Node: a `require` that refuses by name (XGrammar's bundle calls none in a worker). */
+const NO_NODE: CommonJsHost = {
+  require: (id) => {
+    throw new ModelError('BACKEND', `@mlc-ai/web-xgrammar asked for '${id}', which needs Node`);
+  },
+  filename: 'web-xgrammar/lib/index.js',
+  dirname: 'web-xgrammar/lib',
+};
+
+/**
+ * Evaluates the text of `@mlc-ai/web-xgrammar`'s bundle (`lib/index.js`) as CommonJS: a new
+ * WebAssembly instance per call. Works wherever `new Function` and WebAssembly do (Node, Web
+ * Workers; a Content-Security-Policy must allow `'unsafe-eval'`).
+ */
+export function evaluateXGrammar(text: string, host: CommonJsHost = NO_NODE): XGrammarInstance {
   const messages: string[] = [];
   const capture = (...args: unknown[]) => {
     messages.push(args.map(String).join(' '));
@@ -94,15 +125,19 @@ export function loadXGrammar(): XGrammarInstance {
   evaluate.call(
     module.exports,
     module.exports,
-    node.module.createRequire(filename),
+    host.require,
     module,
-    filename,
-    node.path.dirname(filename),
+    host.filename,
+    host.dirname,
     undefined,
     quietConsole,
   );
-  return {
-    xgrammar: module.exports as unknown as XGrammarModule,
-    takeMessages: () => messages.splice(0),
-  };
+  const xgrammar = module.exports as unknown as XGrammarModule;
+  if (typeof xgrammar.GrammarCompiler !== 'function') {
+    throw new ModelError(
+      'BACKEND',
+      'the text given as @mlc-ai/web-xgrammar exports no GrammarCompiler',
+    );
+  }
+  return { xgrammar, takeMessages: () => messages.splice(0) };
 }
