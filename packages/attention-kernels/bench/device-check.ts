@@ -3,7 +3,8 @@
 // (`tooling/device/run.sh`); on the software adapter it runs too, only slower.
 //   pnpm --filter @kvasir/attention-kernels exec tsx bench/device-check.ts
 // Prints one JSON line per case and a closing `{"checks":N,"failed":N}`; exits 1 on a failure.
-// `--only=compression` checks only the KV-compression kernels (attention mass, key shifts).
+// `--only=compression` checks only the KV-compression kernels (attention mass, key shifts);
+// `--only=features` only the model features on every kernel (sliding window, sinks, soft cap).
 import { createGpu } from '@kvasir/gpu';
 import { seededRandom } from '@kvasir/test-utils';
 import { PagedAttentionMass } from '../src/attention/attention-mass.js';
@@ -66,9 +67,80 @@ function report(
 
 // `--only=compression` runs just the KV-compression kernels (attention mass, key shifts).
 const onlyCompression = process.argv.includes('--only=compression');
+const onlyFeatures = process.argv.includes('--only=features');
+
+/**
+ * Model features on every decode and prefill kernel (the subgroup one where the adapter has
+ * subgroups): gpt-oss's sliding window with attention sinks, and a Gemma-style window with a
+ * soft cap. The unit tests cover them on the software adapters only.
+ */
+async function checkFeatures(): Promise<void> {
+  const rng = seededRandom(31);
+  const sinks = Array.from({ length: 64 }, () => 4 * rng() - 2);
+  const cases = [
+    {
+      name: 'gpt-oss',
+      numQHeads: 64,
+      numKvHeads: 8,
+      headDim: 64,
+      blockSize: 16,
+      window: 128,
+      sinks,
+    },
+    { name: 'gpt-oss-full', numQHeads: 64, numKvHeads: 8, headDim: 64, blockSize: 16, sinks },
+    {
+      name: 'gemma',
+      numQHeads: 8,
+      numKvHeads: 4,
+      headDim: 128,
+      blockSize: 16,
+      window: 512,
+      softCap: 50,
+    },
+  ];
+  for (const format of [f16Format, kvFormat('int8')]) {
+    for (const { name, ...shape } of cases) {
+      const lens = [1, 100, 129, 1000, 3000];
+      const fx = pagedFixture(rng, { ...shape, format, contextLens: lens, spareBlocks: 7 });
+      const query = randomQuery(rng, fx.config, lens.length);
+      const args = {
+        query,
+        blockTables: fx.blockTables,
+        contextLens: fx.contextLens,
+        numSeqs: lens.length,
+        maxBlocksPerSeq: fx.maxBlocksPerSeq,
+      };
+      const want = pagedDecodeAttentionCpu(fx.config, { ...args, kvCache: fx.cache });
+      const kvCache = gpu.storageBuffer(fx.cache);
+      for (const kind of DECODE_KERNELS.filter((k) => k !== 'subgroup' || subgroups)) {
+        const kernel = await PagedDecodeAttention.create(gpu, fx.config, { kernel: kind });
+        for (const numSplits of [1, 'auto'] as const) {
+          const got = await kernel.run({ ...args, kvCache, numSplits });
+          report(`decode-${kind}-${name}`, format, { lens, numSplits }, maxAbsDiff(got, want));
+        }
+      }
+      gpu.releaseBuffer(kvCache);
+      const pasts = [0, 300, 1999];
+      const queryLens = [200, 77, 1];
+      const pre = prefillBatchFixture(rng, { ...shape, format, spareBlocks: 5 }, pasts, queryLens);
+      const wantPre = pagedPrefillAttentionCpu(pre.fx.config, {
+        ...pre.args,
+        kvCache: pre.fx.cache,
+      });
+      const preCache = gpu.storageBuffer(pre.fx.cache);
+      for (const kind of PREFILL_KERNELS) {
+        const kernel = await PagedPrefillAttention.create(gpu, pre.fx.config, { kernel: kind });
+        const got = await kernel.run({ ...pre.args, kvCache: preCache });
+        report(`prefill-${kind}-${name}`, format, { pasts, queryLens }, maxAbsDiff(got, wantPre));
+      }
+      gpu.releaseBuffer(preCache);
+    }
+  }
+}
 
 try {
-  for (const format of onlyCompression ? [] : formats) {
+  if (!onlyCompression) await checkFeatures();
+  for (const format of onlyCompression || onlyFeatures ? [] : formats) {
     const shapes = [
       { numQHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16, lens: [1, 17, 300, 2048, 4100] },
       { numQHeads: 8, numKvHeads: 1, headDim: 80, blockSize: 32, lens: [5, 64, 1025] },
@@ -125,7 +197,7 @@ try {
     gpu.releaseBuffer(kvCache);
   }
   // Attention mass (KV compression): an observation window, a whole chunk and a decode, GQA 32/8.
-  for (const format of formats) {
+  for (const format of onlyFeatures ? [] : formats) {
     const pasts = [0, 500, 1999];
     const queryLens = [128, 77, 1];
     const { fx, args } = prefillBatchFixture(
@@ -159,7 +231,7 @@ try {
     );
   }
   // Key shifts (KV compression), every format, Llama-3-style RoPE at serving size.
-  for (const format of KEY_SHIFT_FORMATS) {
+  for (const format of onlyFeatures ? [] : KEY_SHIFT_FORMATS) {
     const rope = {
       numQHeads: 32,
       numKvHeads: 8,
