@@ -1,4 +1,4 @@
 import { kvasirTsupOptions } from '@kvasir/tsup-config';
 import { defineConfig } from 'tsup';
 
-export default defineConfig(kvasirTsupOptions(['src/index.ts', 'src/spec.ts']));
+export default defineConfig(kvasirTsupOptions(['src/index.ts', 'src/spec.ts', 'src/tools.ts']));

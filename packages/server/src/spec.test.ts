@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { EngineError } from './spec.js';
+import { toolCallMessage, toolCallSyntax } from './tools.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -33,5 +34,26 @@ describe('@kvasir/server/spec', () => {
     const error = new EngineError('QUEUE_FULL', 'full');
     expect(EngineError.isInstance(error)).toBe(true);
     expect(error.code).toBe('QUEUE_FULL');
+  });
+});
+
+describe('@kvasir/server/tools', () => {
+  it('reaches nothing but @kvasir/errors at run time (no node: module: it runs in a browser)', () => {
+    const packages = [...valueImports(join(here, 'tools.ts'))].filter((s) => !s.startsWith('/'));
+    expect(packages).toEqual(['@kvasir/errors']);
+  });
+
+  it('reads calls with ids drawn from Web Crypto', () => {
+    const text = '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>';
+    const hermes = toolCallMessage(toolCallSyntax('hermes'), text, 'stop');
+    expect(hermes.content).toBeNull();
+    expect(hermes.finish_reason).toBe('tool_calls');
+    expect(hermes.tool_calls?.[0]?.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
+    const mistral = toolCallMessage(
+      toolCallSyntax('mistral'),
+      '[TOOL_CALLS][{"name": "now", "arguments": {}}]',
+      'stop',
+    );
+    expect(mistral.tool_calls?.[0]?.id).toMatch(/^[A-Za-z0-9]{9}$/);
   });
 });

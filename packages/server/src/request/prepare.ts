@@ -1,13 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import { EngineError } from '../errors.js';
 import type {
-  ChatMessage,
   GenerationRequest,
   InferenceEngine,
   ModelCard,
   OutputConstraint,
 } from '../inference-engine.js';
 import type { ToolCallSyntax } from '../tools/tool-call-format.js';
+import { chatMessages } from './chat-messages.js';
 import { checkPrompt, checkPromptBytes } from './prompt-check.js';
 import { checkResponseSize, DEFAULT_MAX_RESPONSE_BYTES } from './response-size.js';
 import {
@@ -128,24 +127,7 @@ async function chatPrompts(
   model: ModelCard,
   engine: PrepareContext['engine'],
 ): Promise<Prompts> {
-  const messages: ChatMessage[] = body.messages.map((m) => ({
-    role: m.role,
-    content:
-      typeof m.content === 'string'
-        ? m.content
-        : (m.content ?? []).map((part) => part.text).join(''),
-    ...(m.name === undefined ? {} : { name: m.name }),
-    ...(m.tool_calls
-      ? {
-          toolCalls: m.tool_calls.map((c) => ({
-            id: c.id,
-            name: c.function.name,
-            arguments: c.function.arguments,
-          })),
-        }
-      : {}),
-    ...(m.tool_call_id == null ? {} : { toolCallId: m.tool_call_id }),
-  }));
+  const messages = chatMessages(body.messages);
   const tools = prepareTools(body, model);
   const prompts = [
     await (tools.tools
@@ -241,7 +223,8 @@ export async function prepareRequest(
   const stop = body.stop == null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
   const stopStrings = stop.filter((s) => s.length > 0);
   const id =
-    context.id ?? `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`;
+    context.id ??
+    `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${globalThis.crypto.randomUUID().replaceAll('-', '')}`;
   const kvCompression = body.kv_compression ?? undefined;
   // A compressed cache positions tokens by their place in it: the request may outrun the
   // context (the engine refuses policies that cannot, such as a whole prompt longer than it).

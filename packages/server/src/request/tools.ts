@@ -8,7 +8,6 @@ import {
   toolCallStructure,
   toolCallSyntax,
 } from '../tools/tool-call-format.js';
-import type { ChatBody } from './schemas.js';
 
 /** What a chat body's tool fields become. */
 export interface PreparedTools {
@@ -18,6 +17,31 @@ export interface PreparedTools {
   readonly constraint: OutputConstraint | undefined;
   /** How the response reads calls back; undefined when no call can be made. */
   readonly syntax: ToolCallSyntax | undefined;
+}
+
+/** A chat body's tool fields, as OpenAI's (checked for their shape by the caller). */
+export interface ToolFields {
+  readonly tools?:
+    | readonly {
+        readonly type: 'function';
+        readonly function: {
+          readonly name: string;
+          readonly description?: string | null;
+          /** A JSON Schema of the arguments object; absent means any object. */
+          readonly parameters?: Readonly<Record<string, unknown>> | null;
+          readonly strict?: boolean | null;
+        };
+      }[]
+    | null;
+  /** Default `auto`. */
+  readonly tool_choice?:
+    | 'none'
+    | 'auto'
+    | 'required'
+    | { readonly type: 'function'; readonly function: { readonly name: string } }
+    | null;
+  /** Default true. */
+  readonly parallel_tool_calls?: boolean | null;
 }
 
 const NO_TOOLS: PreparedTools = { tools: undefined, constraint: undefined, syntax: undefined };
@@ -31,7 +55,10 @@ const invalid = (param: string, message: string) =>
  *   naming an undeclared tool, two tools of one name, tools for a model whose chat template has
  *   no tool-call format.
  */
-export function prepareTools(body: ChatBody, model: ModelCard): PreparedTools {
+export function prepareTools(
+  body: ToolFields,
+  model: Pick<ModelCard, 'id' | 'toolCallFormat'>,
+): PreparedTools {
   const declared = body.tools ?? [];
   const choice = body.tool_choice ?? 'auto';
   if (declared.length === 0) {

@@ -4,7 +4,7 @@ import type { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
 import { readGeneration, type Tally, usageJson } from './choices.js';
 import { chatLogprobs, completionLogprobs, type EchoedPrompt } from './logprobs.js';
-import { toolCallParser, toolCallsJson, toolFinishReason } from './tool-calls.js';
+import { toolCallMessage } from './tool-calls.js';
 
 /**
  * Reads every stream of a request (one per prompt of a batch) to its end and builds the
@@ -90,20 +90,12 @@ export async function collectResponse(
           finish_reason: finishReason,
         };
       }
-      const parser = toolCallParser(syntax);
-      const content = parser.push(text).content + parser.finish().content;
-      const calls = parser.calls;
+      const { finish_reason, content, ...calls } = toolCallMessage(syntax, text, finishReason);
       return {
         index: i,
-        message: {
-          role: 'assistant',
-          // OpenAI's: no content beside tool calls is null.
-          content: calls.length > 0 && content === '' ? null : content,
-          refusal: null,
-          ...(calls.length > 0 ? { tool_calls: toolCallsJson(calls) } : {}),
-        },
+        message: { role: 'assistant', content, refusal: null, ...calls },
         logprobs: logprobsJson,
-        finish_reason: toolFinishReason(finishReason, calls.length),
+        finish_reason,
       };
     }),
     usage: usageJson(tally.usage),

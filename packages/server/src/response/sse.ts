@@ -5,7 +5,7 @@ import type { ServerMetrics } from '../metrics.js';
 import type { PreparedRequest } from '../request/prepare.js';
 import { readGeneration, usageJson } from './choices.js';
 import { chatLogprobs, completionLogprobs } from './logprobs.js';
-import { toolCallDeltasJson, toolCallParser, toolFinishReason } from './tool-calls.js';
+import { toolCallChunks, toolCallParser } from './tool-calls.js';
 
 const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -123,25 +123,9 @@ export async function streamResponse(
         const parser = parsers[index];
         if (parser) {
           // Tool calls: the text splits into content and call deltas, each its own chunk.
-          const parsed = parser.push(e.text);
-          let content = parsed.content;
-          if (e.finishReason !== undefined) content += parser.finish().content;
-          const deltas: Record<string, unknown>[] = [];
-          if (content !== '' || (logprobs && parsed.toolCalls.length === 0)) {
-            deltas.push({ content });
-          }
-          if (parsed.toolCalls.length > 0) {
-            deltas.push({ tool_calls: toolCallDeltasJson(parsed.toolCalls) });
-          }
-          if (e.finishReason !== undefined) deltas.push({});
-          for (const [k, delta] of deltas.entries()) {
-            const last = e.finishReason !== undefined && k === deltas.length - 1;
-            const choice = {
-              index,
-              delta,
-              logprobs: k === 0 ? logprobs : null,
-              finish_reason: last ? toolFinishReason(e.finishReason!, parser.calls.length) : null,
-            };
+          const choices = toolCallChunks(parser, e.text, e.finishReason, logprobs !== null);
+          for (const [k, { delta, finish_reason }] of choices.entries()) {
+            const choice = { index, delta, logprobs: k === 0 ? logprobs : null, finish_reason };
             await write({ ...base, choices: [choice], ...usageField });
           }
           return;
