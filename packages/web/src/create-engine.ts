@@ -1,8 +1,21 @@
 import type { EngineSettings } from '@kvasir/engine';
-import type { ChatMessage, FinishReason, GenerationEvent } from '@kvasir/server/spec';
+import type { FinishReason, GenerationEvent } from '@kvasir/server/spec';
+import {
+  type ToolCallDeltaJson,
+  type ToolCallSyntax,
+  toolCallChunks,
+  toolCallMessage,
+  toolCallParser,
+} from '@kvasir/server/tools';
 import type { BackendReport, WebBackendChoice } from './backend-choice.js';
 import { fromErrorData, WebEngineError } from './errors.js';
-import { generateParams, type SamplingFields } from './openai-request.js';
+import {
+  type ChatCompletionMessage,
+  chatInput,
+  generateParams,
+  type SamplingFields,
+  type ToolRequestFields,
+} from './openai-request.js';
 import { type KvTierReport, opfsOption } from './opfs-option.js';
 import type {
   FromWorker,
@@ -58,6 +71,21 @@ export interface Usage {
   readonly prompt_tokens_details: { readonly cached_tokens: number };
 }
 
+/** One call of an assistant message, OpenAI's `message.tool_calls[i]`. */
+export interface ChatCompletionMessageToolCall {
+  /** `call_` and 24 alphanumerics (9 alphanumerics for Mistral's template). */
+  readonly id: string;
+  readonly type: 'function';
+  /** The arguments as the JSON text the model wrote, valid against the tool's schema. */
+  readonly function: { readonly name: string; readonly arguments: string };
+}
+
+/** A streamed piece of a call, OpenAI's `delta.tool_calls[i]`: its first has the id and name. */
+export type ChatCompletionChunkToolCall = ToolCallDeltaJson;
+
+/** Why a chat choice ended: `tool_calls` when it ended after calling tools. */
+export type ChatFinishReason = 'stop' | 'length' | 'tool_calls';
+
 /** OpenAI's chat completion. */
 export interface ChatCompletion {
   readonly id: string;
@@ -66,8 +94,13 @@ export interface ChatCompletion {
   readonly model: string;
   readonly choices: readonly {
     readonly index: number;
-    readonly message: { readonly role: 'assistant'; readonly content: string };
-    readonly finish_reason: 'stop' | 'length';
+    readonly message: {
+      readonly role: 'assistant';
+      /** Null when the choice called tools and said nothing else. */
+      readonly content: string | null;
+      readonly tool_calls?: readonly ChatCompletionMessageToolCall[];
+    };
+    readonly finish_reason: ChatFinishReason;
     readonly logprobs: null;
   }[];
   readonly usage: Usage;
@@ -81,8 +114,12 @@ export interface ChatCompletionChunk {
   readonly model: string;
   readonly choices: readonly {
     readonly index: number;
-    readonly delta: { readonly role?: 'assistant'; readonly content?: string };
-    readonly finish_reason: 'stop' | 'length' | null;
+    readonly delta: {
+      readonly role?: 'assistant';
+      readonly content?: string;
+      readonly tool_calls?: readonly ChatCompletionChunkToolCall[];
+    };
+    readonly finish_reason: ChatFinishReason | null;
     readonly logprobs: null;
   }[];
   /** On the last chunk with `stream_options.include_usage`, else null. */
@@ -117,8 +154,8 @@ export interface Completion extends CompletionChunk {
 }
 
 /** `chat.completions.create`'s body. */
-export interface ChatCompletionRequest extends SamplingFields {
-  readonly messages: readonly ChatMessage[];
+export interface ChatCompletionRequest extends SamplingFields, ToolRequestFields {
+  readonly messages: readonly ChatCompletionMessage[];
   readonly model?: string;
   readonly stream?: boolean | null;
 }
@@ -255,14 +292,21 @@ export class WebEngine {
     body: ChatCompletionRequest | CompletionRequest,
     options: RequestOptions = {},
   ): Promise<unknown> {
-    const params = generateParams(body);
+    let params = generateParams(body);
+    let input: GenerateMessage['input'];
+    let toolCalls: ToolCallSyntax | undefined;
+    if (kind === 'chat') {
+      const chat = chatInput(body as ChatCompletionRequest, this.model, params.constraint);
+      const { constraint: _, ...rest } = params;
+      params = { ...rest, ...(chat.constraint ? { constraint: chat.constraint } : {}) };
+      input = { kind, messages: chat.messages, ...(chat.tools ? { tools: chat.tools } : {}) };
+      toolCalls = chat.toolCalls;
+    } else {
+      input = { kind, prompt: (body as CompletionRequest).prompt };
+    }
     const signal = options.signal;
     if (signal?.aborted) throw abortError();
     const { id, inbox } = this.#open(kind === 'chat' ? 'chatcmpl' : 'cmpl');
-    const input: GenerateMessage['input'] =
-      kind === 'chat'
-        ? { kind, messages: (body as ChatCompletionRequest).messages }
-        : { kind, prompt: (body as CompletionRequest).prompt };
     const onAbort = () => {
       if (!this.#stopped) this.#worker.postMessage({ type: 'abort', id } satisfies ToWorker);
       inbox.fail(abortError());
@@ -285,10 +329,10 @@ export class WebEngine {
       const events = this.#events(inbox, done);
       if (body.stream) {
         return kind === 'chat'
-          ? chatChunks(events, meta, params.n, body.stream_options?.include_usage === true)
+          ? chatChunks(events, meta, body.stream_options?.include_usage === true, toolCalls)
           : completionChunks(events, meta, body.stream_options?.include_usage === true);
       }
-      return await collect(kind, events, meta, params.n);
+      return await collect(kind, events, meta, params.n, toolCalls);
     } catch (error) {
       done();
       throw error;
@@ -377,6 +421,7 @@ async function collect(
   events: AsyncIterable<GenerationEvent>,
   meta: Meta,
   n: number,
+  toolCalls: ToolCallSyntax | undefined,
 ): Promise<ChatCompletion | Completion> {
   const text = Array.from({ length: n }, () => '');
   const reasons: ('stop' | 'length')[] = Array.from({ length: n }, () => 'length');
@@ -396,12 +441,23 @@ async function collect(
     return {
       ...meta,
       object: 'chat.completion',
-      choices: text.map((content, index) => ({
-        index,
-        message: { role: 'assistant', content },
-        finish_reason: reasons[index]!,
-        logprobs: null,
-      })),
+      choices: text.map((content, index) => {
+        if (!toolCalls) {
+          return {
+            index,
+            message: { role: 'assistant', content },
+            finish_reason: reasons[index]!,
+            logprobs: null,
+          };
+        }
+        const { finish_reason, ...message } = toolCallMessage(toolCalls, content, reasons[index]!);
+        return {
+          index,
+          message: { role: 'assistant', ...message },
+          finish_reason: finish_reason as ChatFinishReason,
+          logprobs: null,
+        };
+      }),
       usage: u,
     };
   }
@@ -421,8 +477,8 @@ async function collect(
 async function* chatChunks(
   events: AsyncIterable<GenerationEvent>,
   meta: Meta,
-  n: number,
   includeUsage: boolean,
+  toolCalls: ToolCallSyntax | undefined,
 ): AsyncGenerator<ChatCompletionChunk> {
   const started = new Set<number>();
   const chunk = (
@@ -434,10 +490,28 @@ async function* chatChunks(
     choices,
     usage,
   });
-  void n;
+  const parsers = new Map<number, ReturnType<typeof toolCallParser>>();
   for await (const e of events) {
     if (e.kind === 'delta') {
       if (e.finishReason === 'abort') throw abortError();
+      if (toolCalls) {
+        // The text splits into content and call deltas (held back while it may open a call).
+        const parser = parsers.get(e.index) ?? toolCallParser(toolCalls);
+        parsers.set(e.index, parser);
+        for (const c of toolCallChunks(parser, e.text, finish(e.finishReason) ?? undefined)) {
+          const first = !started.has(e.index);
+          started.add(e.index);
+          yield chunk([
+            {
+              index: e.index,
+              delta: { ...(first ? { role: 'assistant' as const } : {}), ...c.delta },
+              finish_reason: c.finish_reason as ChatFinishReason | null,
+              logprobs: null,
+            },
+          ]);
+        }
+        continue;
+      }
       const first = !started.has(e.index);
       started.add(e.index);
       yield chunk([

@@ -236,6 +236,9 @@ export function serveEngine(scope: WorkerScope): void {
         blockSize: m.blockSize,
         bytes: source.bytes.byteLength,
         fromCache: source.fromCache,
+        ...(engine.modelCard.toolCallFormat
+          ? { toolCallFormat: engine.modelCard.toolCallFormat }
+          : {}),
       },
     });
   }
@@ -249,7 +252,11 @@ export function serveEngine(scope: WorkerScope): void {
       const model = engine.modelCard.id;
       const promptTokens =
         m.input.kind === 'chat'
-          ? await engine.applyChatTemplate(model, m.input.messages)
+          ? await engine.applyChatTemplate(
+              model,
+              m.input.messages,
+              m.input.tools ? { tools: m.input.tools } : undefined,
+            )
           : typeof m.input.prompt === 'string'
             ? await engine.tokenize(model, m.input.prompt)
             : m.input.prompt;

@@ -5,7 +5,10 @@ export { chooseWebBackend } from './backend-choice.js';
 export type {
   ChatCompletion,
   ChatCompletionChunk,
+  ChatCompletionChunkToolCall,
+  ChatCompletionMessageToolCall,
   ChatCompletionRequest,
+  ChatFinishReason,
   Completion,
   CompletionChunk,
   CompletionRequest,
@@ -16,7 +19,11 @@ export type {
 export { createEngine, WebEngine } from './create-engine.js';
 export type { WebEngineErrorCode } from './errors.js';
 export { WebEngineError } from './errors.js';
-export type { SamplingFields } from './openai-request.js';
+export type {
+  ChatCompletionMessage,
+  SamplingFields,
+  ToolRequestFields,
+} from './openai-request.js';
 export type { KvTierReport } from './opfs-option.js';
 export { DEFAULT_OPFS_BYTES } from './opfs-option.js';
 export type { ModelInfo, WebEngineStats, WebKvSnapshot } from './protocol.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { WebEngineError } from './errors.js';
-import { generateParams } from './openai-request.js';
+import { chatInput, generateParams } from './openai-request.js';
 
 describe('generateParams', () => {
   it("fills the server's defaults and maps OpenAI's names", () => {
@@ -57,5 +57,105 @@ describe('generateParams', () => {
         response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
       }).constraint,
     ).toEqual({ kind: 'json_schema', schema, param: 'response_format' });
+  });
+});
+
+describe('chatInput', () => {
+  const hermes = { id: 'tiny', toolCallFormat: 'hermes' } as const;
+  const tools = [
+    {
+      type: 'function' as const,
+      function: {
+        name: 'get_weather',
+        parameters: { type: 'object', properties: { city: { type: 'string' } } },
+      },
+    },
+  ];
+  const param = (run: () => unknown) => {
+    try {
+      run();
+      return 'accepted';
+    } catch (error) {
+      expect(WebEngineError.isInstance(error) && error.code).toBe('INVALID_REQUEST');
+      return (error as WebEngineError).details?.param;
+    }
+  };
+
+  it("takes OpenAI's tool turns into the template's messages", () => {
+    const input = chatInput(
+      {
+        messages: [
+          { role: 'user', content: [{ text: 'Weather in ' }, { text: 'Oslo?' }] },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [
+              {
+                id: 'call_1',
+                type: 'function',
+                function: { name: 'get_weather', arguments: '{}' },
+              },
+            ],
+          },
+          { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' },
+        ],
+        tools,
+        tool_choice: 'none',
+      },
+      hermes,
+      undefined,
+    );
+    expect(input.messages).toEqual([
+      { role: 'user', content: 'Weather in Oslo?' },
+      {
+        role: 'assistant',
+        content: '',
+        toolCalls: [{ id: 'call_1', name: 'get_weather', arguments: '{}' }],
+      },
+      { role: 'tool', content: '{"temp": 21}', toolCallId: 'call_1' },
+    ]);
+    // `none`: the template lists the tools, nothing constrains or reads calls.
+    expect(input.tools?.[0]?.function.name).toBe('get_weather');
+    expect(input.constraint).toBeUndefined();
+    expect(input.toolCalls).toBeUndefined();
+  });
+
+  it("constrains the output to calls in the model's syntax", () => {
+    const messages = [{ role: 'user' as const, content: 'Weather?' }];
+    const required = chatInput({ messages, tools, tool_choice: 'required' }, hermes, undefined);
+    expect(required.constraint).toMatchObject({ kind: 'structural_tag', param: 'tools' });
+    expect(required.toolCalls?.name).toBe('hermes');
+    const named = chatInput(
+      { messages, tools, tool_choice: { type: 'function', function: { name: 'get_weather' } } },
+      hermes,
+      undefined,
+    );
+    expect(named.constraint).toMatchObject({ kind: 'structural_tag' });
+  });
+
+  it('refuses wrong tool fields with INVALID_REQUEST naming them', () => {
+    const messages = [{ role: 'user' as const, content: 'Hi' }];
+    const named = (name: string) => ({ type: 'function' as const, function: { name } });
+    expect(
+      param(() => chatInput({ messages, tools, tool_choice: named('launch') }, hermes, undefined)),
+    ).toBe('tool_choice');
+    expect(param(() => chatInput({ messages, tool_choice: 'required' }, hermes, undefined))).toBe(
+      'tool_choice',
+    );
+    expect(param(() => chatInput({ messages, tools }, { id: 'plain' }, undefined))).toBe('tools');
+    expect(
+      param(() => chatInput({ messages, tools: [...tools, ...tools] }, hermes, undefined)),
+    ).toBe('tools[1].function.name');
+    expect(param(() => chatInput({ messages, tools: [named('a b')] }, hermes, undefined))).toBe(
+      'tools[0].function.name',
+    );
+    expect(
+      param(() => chatInput({ messages, tools, tool_choice: 'any' as never }, hermes, undefined)),
+    ).toBe('tool_choice');
+    expect(
+      param(() =>
+        chatInput({ messages, tools }, hermes, { kind: 'json_object', param: 'response_format' }),
+      ),
+    ).toBe('response_format');
   });
 });

@@ -1,6 +1,13 @@
-import type { OutputConstraint } from '@kvasir/server/spec';
-import { WebEngineError } from './errors.js';
-import type { GenerateParams } from './protocol.js';
+import type { ChatMessage, FunctionTool, OutputConstraint } from '@kvasir/server/spec';
+import {
+  chatMessages,
+  type OpenAIChatMessage,
+  prepareTools,
+  type ToolCallSyntax,
+  type ToolFields,
+} from '@kvasir/server/tools';
+import { errorData, fromErrorData, WebEngineError } from './errors.js';
+import type { GenerateParams, ModelInfo } from './protocol.js';
 
 /** The request fields shared by chat and completions, as the OpenAI client names them. */
 export interface SamplingFields {
@@ -173,5 +180,106 @@ export function generateParams(body: SamplingFields): GenerateParams {
     ignoreEos: body.ignore_eos === true,
     ...(body.kv_compression ? { kvCompression: body.kv_compression } : {}),
     ...(constraint ? { constraint } : {}),
+  };
+}
+
+/** A chat request's messages, as OpenAI's (`tool_calls` on assistant turns, `role: 'tool'`). */
+export type ChatCompletionMessage = OpenAIChatMessage;
+
+/**
+ * A chat request's tool fields, as OpenAI's: `tools` (function tools with a JSON Schema of
+ * their arguments), `tool_choice` (`auto` by default, `none`, `required`, or
+ * `{ type: 'function', function: { name } }`) and `parallel_tool_calls` (default true).
+ */
+export type ToolRequestFields = ToolFields;
+
+/** What a chat request's messages and tools become. */
+export interface ChatInput {
+  readonly messages: ChatMessage[];
+  /** For the chat template; undefined without tools. */
+  readonly tools?: readonly FunctionTool[];
+  /** The request's output constraint: the tools' or `response_format`'s. */
+  readonly constraint?: OutputConstraint;
+  /** How to read the calls back; undefined when none can be made. */
+  readonly toolCalls?: ToolCallSyntax;
+}
+
+const invalid = (param: string, message: string) =>
+  new WebEngineError('INVALID_REQUEST', `${param}: ${message}`, { details: { param } });
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null;
+
+/** The tool fields' shape (the server's schema checks it there; here nothing else does). */
+function checkToolShapes(body: ToolFields): void {
+  const { tools, tool_choice: choice, parallel_tool_calls: parallel } = body;
+  if (tools != null) {
+    if (!Array.isArray(tools)) throw invalid('tools', 'an array of function tools');
+    for (const [i, t] of (tools as unknown[]).entries()) {
+      const fn = isObject(t) ? t.function : undefined;
+      if (!isObject(t) || t.type !== 'function' || !isObject(fn)) {
+        throw invalid(`tools[${i}]`, "{ type: 'function', function: { name, parameters } }");
+      }
+      if (typeof fn.name !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(fn.name)) {
+        throw invalid(`tools[${i}].function.name`, 'letters, digits, _ or -, at most 64');
+      }
+      if (fn.parameters != null && !isObject(fn.parameters)) {
+        throw invalid(`tools[${i}].function.parameters`, 'a JSON Schema object');
+      }
+    }
+  }
+  const named =
+    isObject(choice) &&
+    choice.type === 'function' &&
+    isObject(choice.function) &&
+    typeof choice.function.name === 'string';
+  if (choice != null && !named && !['none', 'auto', 'required'].includes(choice as string)) {
+    throw invalid(
+      'tool_choice',
+      "'none', 'auto', 'required' or { type: 'function', function: { name } }",
+    );
+  }
+  if (parallel != null && typeof parallel !== 'boolean') {
+    throw invalid('parallel_tool_calls', 'a boolean');
+  }
+}
+
+/**
+ * A chat request's messages and tools for the worker, checked against the loaded model the
+ * way the server checks them (the same code): a `tool_choice` naming no declared tool, tools
+ * for a model whose template cannot call them, tools beside `response_format`.
+ * @throws WebEngineError `INVALID_REQUEST` with `details.param`.
+ */
+export function chatInput(
+  body: ToolFields & { readonly messages: readonly ChatCompletionMessage[] },
+  model: Pick<ModelInfo, 'id' | 'toolCallFormat'>,
+  format: OutputConstraint | undefined,
+): ChatInput {
+  if (!Array.isArray(body.messages)) throw invalid('messages', 'an array of chat messages');
+  checkToolShapes(body);
+  let tools: ReturnType<typeof prepareTools>;
+  try {
+    tools = prepareTools(body, model);
+  } catch (error) {
+    // The server's EngineError, as the page's: same code and details.
+    throw fromErrorData(errorData(error));
+  }
+  let messages: ChatMessage[];
+  try {
+    messages = chatMessages(body.messages);
+  } catch (error) {
+    throw invalid('messages', `{ role, content, tool_calls?, tool_call_id? }: ${error}`);
+  }
+  if (format && tools.constraint) {
+    throw invalid(
+      'response_format',
+      'not supported together with tools unless tool_choice is none',
+    );
+  }
+  const constraint = tools.constraint ?? format;
+  return {
+    messages,
+    ...(tools.tools ? { tools: tools.tools } : {}),
+    ...(constraint ? { constraint } : {}),
+    ...(tools.syntax ? { toolCalls: tools.syntax } : {}),
   };
 }

@@ -4,8 +4,10 @@ import type { OffloadStats } from '@kvasir/offload/portable';
 import type {
   ChatMessage,
   EngineStats,
+  FunctionTool,
   GenerationEvent,
   OutputConstraint,
+  ToolCallFormatName,
 } from '@kvasir/server/spec';
 import type { BackendReport, WebBackendChoice } from './backend-choice.js';
 import type { ErrorData } from './errors.js';
@@ -47,7 +49,10 @@ export interface GenerateParams {
   readonly logitBias?: Readonly<Record<number, number>>;
   readonly ignoreEos: boolean;
   readonly kvCompression?: { readonly policy: string; readonly [key: string]: unknown };
-  /** Structured output (`response_format`), compiled and enforced by the engine. */
+  /**
+   * Structured output (`response_format`) or valid tool calls (`tools`), compiled and enforced
+   * by the engine.
+   */
   readonly constraint?: OutputConstraint;
 }
 
@@ -55,7 +60,12 @@ export interface GenerateMessage {
   readonly type: 'generate';
   readonly id: string;
   readonly input:
-    | { readonly kind: 'chat'; readonly messages: readonly ChatMessage[] }
+    | {
+        readonly kind: 'chat';
+        readonly messages: readonly ChatMessage[];
+        /** Listed by the chat template. */
+        readonly tools?: readonly FunctionTool[];
+      }
     | { readonly kind: 'completion'; readonly prompt: string | readonly number[] };
   readonly params: GenerateParams;
 }
@@ -94,6 +104,11 @@ export interface ModelInfo {
   /** Bytes of the GGUF, and whether they came from Cache Storage (no download). */
   readonly bytes: number;
   readonly fromCache: boolean;
+  /**
+   * How the model writes tool calls, read from its chat template (`hermes` for Qwen's,
+   * `mistral`, `llama3_json`); absent when the template has none, and `tools` are refused.
+   */
+  readonly toolCallFormat?: ToolCallFormatName;
 }
 
 export type FromWorker =

@@ -19,11 +19,35 @@ export const TINY_CONFIG = makeModelConfig({
   vocabSize: 512,
 });
 
-/** Writes the tiny model as `<root>/tiny.gguf` (Q8_0, from a seeded checkpoint) and returns its bytes. */
-export async function writeTinyGguf(root: string, seed = 31): Promise<Uint8Array> {
-  await writeRandomCheckpoint(join(root, 'hf'), TINY_CONFIG, seed);
-  await convertToGguf(join(root, 'hf'), join(root, 'tiny.gguf'), { dtype: 'Q8_0' });
+/**
+ * Writes the tiny model as `<root>/tiny.gguf` (Q8_0, from a seeded checkpoint) and returns its
+ * bytes. With `chatTemplate` (one of `tooling/ggml-fixtures/chat-templates.json`'s) it carries
+ * that template and a context of 4,096 tokens (templates that list tools are long).
+ */
+export async function writeTinyGguf(
+  root: string,
+  seed = 31,
+  chatTemplate?: string,
+): Promise<Uint8Array> {
+  const config =
+    chatTemplate === undefined ? TINY_CONFIG : { ...TINY_CONFIG, maxPositionEmbeddings: 4096 };
+  await writeRandomCheckpoint(join(root, 'hf'), config, seed);
+  await convertToGguf(join(root, 'hf'), join(root, 'tiny.gguf'), {
+    dtype: 'Q8_0',
+    ...(chatTemplate === undefined
+      ? {}
+      : { metadata: { 'tokenizer.chat_template': chatTemplate } }),
+  });
   return new Uint8Array(await readFile(join(root, 'tiny.gguf')));
+}
+
+/** The chat templates of real models, by file name (`Qwen-Qwen2.5-7B-Instruct.jinja`, ...). */
+export async function chatTemplates(): Promise<Record<string, string>> {
+  const path = fileURLToPath(
+    new URL('../../../tooling/ggml-fixtures/chat-templates.json', import.meta.url),
+  );
+  return (JSON.parse(await readFile(path, 'utf8')) as { templates: Record<string, string> })
+    .templates;
 }
 
 /** `entry` (relative to this file) bundled for the browser as one ES module. */

@@ -82,7 +82,7 @@ function ask(page: Page, dispose = true): Promise<Answer> {
         stats = await engine.stats();
       }
       if (dispose) await engine.dispose();
-      return { content: r.choices[0]!.message.content, usage: r.usage, stats };
+      return { content: r.choices[0]!.message.content ?? '', usage: r.usage, stats };
     },
     { system: SYSTEM, dispose },
   );

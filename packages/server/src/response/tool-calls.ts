@@ -28,8 +28,18 @@ export function toolCallsJson(calls: readonly ChatToolCall[]) {
   }));
 }
 
+/** OpenAI's `delta.tool_calls[i]`: a call's first delta has its id, type and name. */
+export type ToolCallDeltaJson =
+  | { readonly index: number; readonly function: { readonly arguments: string } }
+  | {
+      readonly index: number;
+      readonly id: string;
+      readonly type: 'function';
+      readonly function: { readonly name: string; readonly arguments: string };
+    };
+
 /** OpenAI's `delta.tool_calls` of a stream chunk. */
-export function toolCallDeltasJson(deltas: readonly ToolCallDelta[]) {
+export function toolCallDeltasJson(deltas: readonly ToolCallDelta[]): ToolCallDeltaJson[] {
   return deltas.map((d) =>
     d.id === undefined
       ? { index: d.index, function: { arguments: d.arguments } }
@@ -37,7 +47,8 @@ export function toolCallDeltasJson(deltas: readonly ToolCallDelta[]) {
           index: d.index,
           id: d.id,
           type: 'function' as const,
-          function: { name: d.name, arguments: d.arguments },
+          // A call's first delta carries its name with its id.
+          function: { name: d.name ?? '', arguments: d.arguments },
         },
   );
 }
@@ -67,9 +78,6 @@ export interface ToolCallChunkChoice {
   readonly delta: { readonly content?: string; readonly tool_calls?: ToolCallDeltaJson[] };
   readonly finish_reason: FinishReason | 'tool_calls' | null;
 }
-
-/** OpenAI's `delta.tool_calls[i]`. */
-export type ToolCallDeltaJson = ReturnType<typeof toolCallDeltasJson>[number];
 
 /**
  * The chunks a streamed piece of a choice's text becomes with tool calls: its content, then its
