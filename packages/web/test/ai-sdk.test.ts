@@ -3,12 +3,19 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { generateText, jsonSchema, Output, streamText } from 'ai';
+import type { generateText, jsonSchema, Output, streamText, tool } from 'ai';
+import { Ajv } from 'ajv';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type * as AiSdk from '../src/ai-sdk.js';
 import type * as Kvasir from '../src/index.js';
-import { launchChromium, startSite, type TestSite, writeTinyGguf } from './browser-harness.js';
+import {
+  chatTemplates,
+  launchChromium,
+  startSite,
+  type TestSite,
+  writeTinyGguf,
+} from './browser-harness.js';
 
 declare const kvasir: typeof Kvasir;
 declare const aiSdk: typeof AiSdk;
@@ -17,8 +24,22 @@ declare const ai: {
   streamText: typeof streamText;
   Output: typeof Output;
   jsonSchema: typeof jsonSchema;
+  tool: typeof tool;
 };
 declare const engine: Kvasir.WebEngine;
+/** The same model with Qwen 2.5's chat template (Hermes tool calls). */
+declare const toolsEngine: Kvasir.WebEngine;
+
+const WEATHER = {
+  type: 'object',
+  properties: {
+    city: { type: 'string', maxLength: 8 },
+    days: { type: 'integer', minimum: 1, maximum: 7 },
+  },
+  required: ['city', 'days'],
+  additionalProperties: false,
+};
+const validWeather = new Ajv({ strict: false }).compile(WEATHER);
 
 let root: string;
 let site: TestSite;
@@ -27,7 +48,9 @@ let page: Page;
 
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'kvasir-ai-sdk-'));
-  site = await startSite(await writeTinyGguf(root));
+  const template = (await chatTemplates())['Qwen-Qwen2.5-7B-Instruct.jinja']!;
+  const tools = await writeTinyGguf(join(root, 'tools'), 31, template);
+  site = await startSite(await writeTinyGguf(root), { '/tools.gguf': tools });
   browser = await launchChromium({ webgpu: false });
   page = await browser.newPage();
   const logs: string[] = [];
@@ -38,7 +61,8 @@ beforeAll(async () => {
   await page
     .evaluate(async () => {
       const e = await kvasir.createEngine({ model: 'tiny.gguf', worker: 'worker.js', threads: 2 });
-      (globalThis as unknown as { engine: Kvasir.WebEngine }).engine = e;
+      const t = await kvasir.createEngine({ model: 'tools.gguf', worker: 'worker.js', threads: 2 });
+      Object.assign(globalThis, { engine: e, toolsEngine: t });
     })
     .catch((error: Error) => {
       throw new Error(`${error.message}\n${logs.join('\n')}`);
@@ -160,5 +184,87 @@ describe('@kvasir/web/ai-sdk in chromium', () => {
     expect(Number.isInteger(result.output.rivers)).toBe(true);
     expect(result.output.rivers).toBeGreaterThanOrEqual(0);
     expect(result.output.rivers).toBeLessThanOrEqual(9);
+  }, 120_000);
+
+  it('generateText with a tool and toolChoice required: tool calls whose input fits the schema', async () => {
+    const result = await page.evaluate(
+      async ({ schema }) => {
+        const weather = ai.tool({
+          description: 'Weather in a city',
+          inputSchema: ai.jsonSchema<{ city: string; days: number }>(schema),
+        });
+        const generated = await ai.generateText({
+          model: aiSdk.kvasir(toolsEngine),
+          prompt: 'Weather in Oslo for 3 days?',
+          tools: { weather },
+          toolChoice: 'required',
+          maxOutputTokens: 200,
+          seed: 11,
+        });
+        return {
+          finishReason: generated.finishReason,
+          text: generated.text,
+          calls: generated.toolCalls.map((c) => ({
+            id: c.toolCallId,
+            name: c.toolName,
+            input: c.input,
+          })),
+        };
+      },
+      { schema: WEATHER },
+    );
+    expect(result.finishReason).toBe('tool-calls');
+    expect(result.text).toBe('');
+    expect(result.calls.length).toBeGreaterThan(0);
+    for (const call of result.calls) {
+      expect(call.name).toBe('weather');
+      expect(call.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
+      expect(validWeather(call.input), JSON.stringify(validWeather.errors)).toBe(true);
+    }
+  }, 120_000);
+
+  it('streamText with a named tool: tool-input parts, then the tool call they spell', async () => {
+    const result = await page.evaluate(
+      async ({ schema }) => {
+        const r = ai.streamText({
+          model: aiSdk.kvasir(toolsEngine),
+          prompt: 'Weather?',
+          tools: {
+            weather: ai.tool({
+              inputSchema: ai.jsonSchema<{ city: string; days: number }>(schema),
+            }),
+          },
+          toolChoice: { type: 'tool', toolName: 'weather' },
+          maxOutputTokens: 200,
+          temperature: 0,
+        });
+        const parts: { type: string; id?: string; delta?: string; input?: unknown }[] = [];
+        for await (const p of r.fullStream) {
+          if (p.type === 'tool-input-start' || p.type === 'tool-input-end') {
+            parts.push({ type: p.type, id: p.id });
+          } else if (p.type === 'tool-input-delta') {
+            parts.push({ type: p.type, id: p.id, delta: p.delta });
+          } else if (p.type === 'tool-call') {
+            parts.push({ type: p.type, id: p.toolCallId, input: p.input });
+          }
+        }
+        return { parts, finishReason: await r.finishReason };
+      },
+      { schema: WEATHER },
+    );
+    expect(result.finishReason).toBe('tool-calls');
+    const types = result.parts.map((p) => p.type);
+    expect(types[0]).toBe('tool-input-start');
+    expect(types.slice(-2)).toEqual(['tool-input-end', 'tool-call']);
+    expect(types.filter((t) => t === 'tool-input-delta').length).toBeGreaterThan(1);
+    const id = result.parts[0]!.id;
+    expect(result.parts.every((p) => p.id === id)).toBe(true);
+    const spelled = result.parts
+      .filter((p) => p.type === 'tool-input-delta')
+      .map((p) => p.delta)
+      .join('');
+    const call = result.parts.at(-1)!;
+    expect(call.input).toEqual(JSON.parse(spelled));
+    expect(validWeather(call.input), JSON.stringify(validWeather.errors)).toBe(true);
   }, 120_000);
 });

@@ -6,7 +6,7 @@ import {
   UnsupportedFunctionalityError,
 } from '@ai-sdk/provider';
 import type { ChatCompletionRequest } from '../create-engine.js';
-import type { SamplingFields } from '../openai-request.js';
+import type { SamplingFields, ToolRequestFields } from '../openai-request.js';
 import { chatMessages } from './prompt.js';
 
 /**
@@ -32,11 +32,6 @@ export function chatRequest(
   defaults: KvasirProviderOptions,
 ): { body: ChatCompletionRequest; warnings: SharedV3Warning[] } {
   const warnings: SharedV3Warning[] = [];
-  if (options.tools?.length && options.toolChoice?.type !== 'none') {
-    throw new UnsupportedFunctionalityError({
-      functionality: 'tools: the in-page engine cannot call tools yet (use kvasir serve)',
-    });
-  }
   // `headers` are ignored: no HTTP request is made (the AI SDK always sends a user-agent).
   const own = { ...defaults, ...pickOwn(options.providerOptions?.kvasir) };
   const format = options.responseFormat;
@@ -52,6 +47,7 @@ export function chatRequest(
       : { frequency_penalty: options.frequencyPenalty }),
     ...(options.seed === undefined ? {} : { seed: options.seed }),
     ...(options.stopSequences?.length ? { stop: options.stopSequences } : {}),
+    ...toolFields(options),
     ...(format?.type === 'json'
       ? {
           response_format: format.schema
@@ -65,6 +61,42 @@ export function chatRequest(
     ...own,
   };
   return { body, warnings };
+}
+
+/**
+ * The call's function tools and tool choice as OpenAI's `tools` and `tool_choice`.
+ * @throws UnsupportedFunctionalityError for a provider-defined tool (no provider runs them here).
+ */
+function toolFields(options: LanguageModelV3CallOptions): ToolRequestFields {
+  if (!options.tools?.length) return {};
+  const tools = options.tools.map((t) => {
+    if (t.type !== 'function') {
+      throw new UnsupportedFunctionalityError({
+        functionality: `provider-defined tools (${t.id}): the in-page engine calls function tools only`,
+      });
+    }
+    return {
+      type: 'function' as const,
+      function: {
+        name: t.name,
+        ...(t.description === undefined ? {} : { description: t.description }),
+        parameters: t.inputSchema as Record<string, unknown>,
+        ...(t.strict === undefined ? {} : { strict: t.strict }),
+      },
+    };
+  });
+  const choice = options.toolChoice;
+  return {
+    tools,
+    ...(choice === undefined
+      ? {}
+      : {
+          tool_choice:
+            choice.type === 'tool'
+              ? { type: 'function' as const, function: { name: choice.toolName } }
+              : choice.type,
+        }),
+  };
 }
 
 function pickOwn(options: Record<string, unknown> | undefined): KvasirProviderOptions {

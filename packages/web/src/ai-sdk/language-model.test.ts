@@ -285,7 +285,156 @@ describe('kvasir(engine) as an AI SDK LanguageModelV3', () => {
     });
   });
 
-  it('refuses tools, tool results and files with UnsupportedFunctionalityError', async () => {
+  it("maps function tools, the tool choice and the prompt's tool turns to OpenAI's fields", async () => {
+    const fake = fakeEngine(['ok']);
+    const inputSchema = {
+      type: 'object' as const,
+      properties: { city: { type: 'string' as const } },
+    };
+    await kvasir(fake.engine).doGenerate({
+      prompt: [
+        { role: 'user', content: [{ type: 'text', text: 'Weather in Oslo?' }] },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'reasoning', text: 'hm' },
+            {
+              type: 'tool-call',
+              toolCallId: 'call_1',
+              toolName: 'weather',
+              input: { city: 'Oslo' },
+            },
+          ],
+        },
+        {
+          role: 'tool',
+          content: [
+            {
+              type: 'tool-result',
+              toolCallId: 'call_1',
+              toolName: 'weather',
+              output: { type: 'json', value: { temp: 21 } },
+            },
+          ],
+        },
+      ],
+      tools: [{ type: 'function', name: 'weather', description: 'Weather', inputSchema }],
+      toolChoice: { type: 'tool', toolName: 'weather' },
+    });
+    expect(fake.bodies[0]).toMatchObject({
+      messages: [
+        { role: 'user', content: 'Weather in Oslo?' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            {
+              id: 'call_1',
+              type: 'function',
+              function: { name: 'weather', arguments: '{"city":"Oslo"}' },
+            },
+          ],
+        },
+        { role: 'tool', tool_call_id: 'call_1', content: '{"temp":21}' },
+      ],
+      tools: [
+        {
+          type: 'function',
+          function: { name: 'weather', description: 'Weather', parameters: inputSchema },
+        },
+      ],
+      tool_choice: { type: 'function', function: { name: 'weather' } },
+    });
+    for (const type of ['auto', 'none', 'required'] as const) {
+      await kvasir(fake.engine).doGenerate({
+        prompt: [{ role: 'user', content: [{ type: 'text', text: 'x' }] }],
+        tools: [{ type: 'function', name: 'weather', inputSchema }],
+        toolChoice: { type },
+      });
+      expect(fake.bodies.at(-1)?.tool_choice).toBe(type);
+    }
+  });
+
+  it('tool calls: content parts and finish reason tool-calls whole; input parts then tool-call streamed', async () => {
+    const meta = { id: 'chatcmpl-8', created: 1_700_000_000, model: 'mini' };
+    const call = { id: 'call_abc', type: 'function' as const };
+    const chunks: ChatCompletionChunk[] = [
+      { index: 0, id: call.id, type: call.type, function: { name: 'weather', arguments: '' } },
+      { index: 0, function: { arguments: '{"city": ' } },
+      { index: 0, function: { arguments: '"Oslo"}' } },
+    ].map((d, i) => ({
+      ...meta,
+      object: 'chat.completion.chunk',
+      choices: [
+        {
+          index: 0,
+          delta: { ...(i === 0 ? { role: 'assistant' as const } : {}), tool_calls: [d] },
+          finish_reason: null,
+          logprobs: null,
+        },
+      ],
+      usage: null,
+    }));
+    chunks.push({
+      ...meta,
+      object: 'chat.completion.chunk',
+      choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls', logprobs: null }],
+      usage: null,
+    });
+    const engine = {
+      model: { id: 'mini' },
+      chat: {
+        completions: {
+          create: async (body: ChatCompletionRequest) =>
+            body.stream
+              ? (async function* () {
+                  yield* chunks;
+                })()
+              : ({
+                  ...meta,
+                  object: 'chat.completion',
+                  choices: [
+                    {
+                      index: 0,
+                      message: {
+                        role: 'assistant',
+                        content: null,
+                        tool_calls: [
+                          { ...call, function: { name: 'weather', arguments: '{"city": "Oslo"}' } },
+                        ],
+                      },
+                      finish_reason: 'tool_calls',
+                      logprobs: null,
+                    },
+                  ],
+                  usage: USAGE,
+                } satisfies ChatCompletion),
+        },
+      },
+    } as unknown as KvasirChatEngine;
+    const options = {
+      prompt: [{ role: 'user' as const, content: [{ type: 'text' as const, text: 'x' }] }],
+    };
+    const whole = await kvasir(engine).doGenerate(options);
+    expect(whole.content).toEqual([
+      { type: 'tool-call', toolCallId: 'call_abc', toolName: 'weather', input: '{"city": "Oslo"}' },
+    ]);
+    expect(whole.finishReason).toEqual({ unified: 'tool-calls', raw: 'tool_calls' });
+    const parts = await readAll((await kvasir(engine).doStream(options)).stream);
+    expect(parts.slice(2)).toEqual([
+      { type: 'tool-input-start', id: 'call_abc', toolName: 'weather' },
+      { type: 'tool-input-delta', id: 'call_abc', delta: '{"city": ' },
+      { type: 'tool-input-delta', id: 'call_abc', delta: '"Oslo"}' },
+      { type: 'tool-input-end', id: 'call_abc' },
+      { type: 'tool-call', toolCallId: 'call_abc', toolName: 'weather', input: '{"city": "Oslo"}' },
+      expect.objectContaining({
+        type: 'finish',
+        finishReason: { unified: 'tool-calls', raw: 'tool_calls' },
+      }),
+    ]);
+  });
+
+  it('refuses provider-defined tools and files with UnsupportedFunctionalityError', async () => {
     const model = kvasir(fakeEngine(['x']).engine);
     const user = { role: 'user' as const, content: [{ type: 'text' as const, text: 'x' }] };
     const refusal = (options: Parameters<typeof model.doGenerate>[0]) =>
@@ -296,9 +445,9 @@ describe('kvasir(engine) as an AI SDK LanguageModelV3', () => {
     expect(
       await refusal({
         prompt: [user],
-        tools: [{ type: 'function', name: 'f', inputSchema: { type: 'object' } }],
+        tools: [{ type: 'provider', id: 'openai.web_search', name: 'web_search', args: {} }],
       }),
-    ).toMatch(/^AI_UnsupportedFunctionalityError: tools/);
+    ).toMatch(/^AI_UnsupportedFunctionalityError: provider-defined tools \(openai.web_search\)/);
     expect(
       await refusal({
         prompt: [user],
@@ -313,23 +462,6 @@ describe('kvasir(engine) as an AI SDK LanguageModelV3', () => {
         ],
       }),
     ).toMatch(/file parts \(image\/png\)/);
-    expect(
-      await refusal({
-        prompt: [
-          {
-            role: 'tool',
-            content: [
-              {
-                type: 'tool-result',
-                toolCallId: '1',
-                toolName: 'f',
-                output: { type: 'text', value: 'r' },
-              },
-            ],
-          },
-        ],
-      }),
-    ).toMatch(/tool results/);
     // Headers have no HTTP request to go to: no warning (the AI SDK always sends a user-agent).
     const { warnings } = await model.doGenerate({ prompt: [user], headers: { 'x-a': '1' } });
     expect(warnings).toEqual([]);

@@ -19,7 +19,14 @@ export type KvasirChatEngine = Pick<WebEngine, 'model' | 'chat'>;
 
 /** Kvasir's finish reasons as the spec's (`abort` never gets here: the request throws). */
 export function finishReason(raw: string | null | undefined): LanguageModelV3FinishReason {
-  const unified = raw === 'stop' ? 'stop' : raw === 'length' ? 'length' : 'other';
+  const unified =
+    raw === 'stop'
+      ? 'stop'
+      : raw === 'length'
+        ? 'length'
+        : raw === 'tool_calls'
+          ? 'tool-calls'
+          : 'other';
   return { unified, raw: raw ?? undefined };
 }
 
@@ -62,8 +69,9 @@ const TEXT_ID = 'text-0';
 
 /**
  * A {@link KvasirChatEngine}'s chat model for the AI SDK (`LanguageModelV3`): `streamText`,
- * `generateText` and structured output (`Output.object`, JSON response formats, enforced by
- * the engine's grammar) run in the page, with no server.
+ * `generateText`, structured output (`Output.object`, JSON response formats) and function
+ * tools (calls valid against each tool's input schema), all enforced by the engine's grammar,
+ * run in the page, with no server.
  */
 export class KvasirLanguageModel implements LanguageModelV3 {
   readonly specificationVersion = 'v3';
@@ -89,6 +97,14 @@ export class KvasirLanguageModel implements LanguageModelV3 {
     const choice = completion.choices[0];
     const text = choice?.message.content ?? '';
     const content: LanguageModelV3Content[] = text.length > 0 ? [{ type: 'text', text }] : [];
+    for (const call of choice?.message.tool_calls ?? []) {
+      content.push({
+        type: 'tool-call',
+        toolCallId: call.id,
+        toolName: call.function.name,
+        input: call.function.arguments,
+      });
+    }
     return {
       content,
       finishReason: finishReason(choice?.finish_reason),
@@ -120,7 +136,9 @@ export class KvasirLanguageModel implements LanguageModelV3 {
 
 /**
  * The spec's stream of a chat completion's chunks: `stream-start`, `response-metadata`, then
- * `text-start` / `text-delta`s / `text-end` and `finish` with the usage. Pulled as read; a
+ * `text-start` / `text-delta`s / `text-end`, for each tool call `tool-input-start` /
+ * `tool-input-delta`s / `tool-input-end` and, once the choice ends, `tool-call` with its whole
+ * input, and `finish` with the usage. Pulled as read; a
  * cancelled stream ends the request (its KV blocks come back); an abort errors the stream with
  * the `AbortError`, as a fetch's body does; an engine error mid-stream is an `error` part and
  * finish reason `error`.
@@ -133,6 +151,8 @@ export function streamParts(
   const it = chunks[Symbol.asyncIterator]();
   let started = false;
   let textOpen = false;
+  /** The choice's calls so far, by their index; `done` once their `tool-call` is sent. */
+  const calls: { id: string; name: string; input: string; done: boolean }[] = [];
   let reason: LanguageModelV3FinishReason = { unified: 'other', raw: undefined };
   let usage: Usage | null = null;
   let done = false;
@@ -140,9 +160,27 @@ export function streamParts(
   const step = async (
     controller: ReadableStreamDefaultController<LanguageModelV3StreamPart>,
   ): Promise<boolean> => {
+    let enqueued = false;
+    const emit = (part: LanguageModelV3StreamPart) => {
+      controller.enqueue(part);
+      enqueued = true;
+    };
     const closeText = () => {
-      if (textOpen) controller.enqueue({ type: 'text-end', id: TEXT_ID });
+      if (textOpen) emit({ type: 'text-end', id: TEXT_ID });
       textOpen = false;
+    };
+    const closeCalls = () => {
+      for (const call of calls) {
+        if (call.done) continue;
+        call.done = true;
+        emit({ type: 'tool-input-end', id: call.id });
+        emit({
+          type: 'tool-call',
+          toolCallId: call.id,
+          toolName: call.name,
+          input: call.input,
+        });
+      }
     };
     let next: IteratorResult<ChatCompletionChunk>;
     try {
@@ -166,20 +204,16 @@ export function streamParts(
     if (next.done) {
       done = true;
       closeText();
+      closeCalls();
       controller.enqueue({ type: 'finish', finishReason: reason, usage: usageOf(usage) });
       controller.close();
       return true;
     }
     const chunk = next.value;
-    let enqueued = false;
-    if (includeRaw) {
-      controller.enqueue({ type: 'raw', rawValue: chunk });
-      enqueued = true;
-    }
+    if (includeRaw) emit({ type: 'raw', rawValue: chunk });
     if (!started) {
       started = true;
-      enqueued = true;
-      controller.enqueue({
+      emit({
         type: 'response-metadata',
         id: chunk.id,
         modelId: chunk.model,
@@ -191,12 +225,25 @@ export function streamParts(
     if (!choice) return enqueued;
     const delta = choice.delta.content;
     if (delta) {
-      if (!textOpen) controller.enqueue({ type: 'text-start', id: TEXT_ID });
+      if (!textOpen) emit({ type: 'text-start', id: TEXT_ID });
       textOpen = true;
-      enqueued = true;
-      controller.enqueue({ type: 'text-delta', id: TEXT_ID, delta });
+      emit({ type: 'text-delta', id: TEXT_ID, delta });
     }
-    if (choice.finish_reason) reason = finishReason(choice.finish_reason);
+    for (const d of choice.delta.tool_calls ?? []) {
+      if ('id' in d) {
+        calls[d.index] = { id: d.id, name: d.function.name, input: '', done: false };
+        emit({ type: 'tool-input-start', id: d.id, toolName: d.function.name });
+      }
+      const call = calls[d.index];
+      if (!call || d.function.arguments === '') continue;
+      call.input += d.function.arguments;
+      emit({ type: 'tool-input-delta', id: call.id, delta: d.function.arguments });
+    }
+    if (choice.finish_reason) {
+      reason = finishReason(choice.finish_reason);
+      closeText();
+      closeCalls();
+    }
     return enqueued;
   };
   return new ReadableStream<LanguageModelV3StreamPart>({

@@ -1,22 +1,40 @@
-// The AI SDK's prompt (LanguageModelV3Prompt) as the chat messages the engine's template takes.
+// The AI SDK's prompt (LanguageModelV3Prompt) as the OpenAI chat messages the engine takes.
 import {
   type LanguageModelV3Prompt,
+  type LanguageModelV3ToolResultOutput,
   type SharedV3Warning,
   UnsupportedFunctionalityError,
 } from '@ai-sdk/provider';
-import type { ChatMessage } from '@kvasir/server/spec';
+import type { ChatCompletionMessage } from '../openai-request.js';
+
+type ToolCalls = NonNullable<ChatCompletionMessage['tool_calls']>;
+
+/** A tool result as a tool message's text (as OpenAI-compatible providers send it). */
+function toolResultText(output: LanguageModelV3ToolResultOutput): string {
+  switch (output.type) {
+    case 'text':
+    case 'error-text':
+      return output.value;
+    case 'execution-denied':
+      return output.reason ?? 'Tool execution denied.';
+    default:
+      return JSON.stringify(output.value);
+  }
+}
 
 /**
- * Chat messages of `prompt`: system text as is, user and assistant text parts joined. Reasoning
- * parts of earlier turns are left out (with a warning): the template has no place for them.
- * @throws UnsupportedFunctionalityError for file parts, tool calls and tool results (the
- *   in-page engine takes text only and its request carries no tools).
+ * Chat messages of `prompt`: system text as is, user and assistant text parts joined, an
+ * assistant's tool calls as its `tool_calls` (input as JSON text), each tool result as a
+ * `role: 'tool'` message answering its call. Reasoning parts of earlier turns are left out
+ * (with a warning): the template has no place for them.
+ * @throws UnsupportedFunctionalityError for file parts (the in-page engine takes text only) and
+ *   results of provider-executed tools.
  */
 export function chatMessages(
   prompt: LanguageModelV3Prompt,
   warnings: SharedV3Warning[],
-): ChatMessage[] {
-  const messages: ChatMessage[] = [];
+): ChatCompletionMessage[] {
+  const messages: ChatCompletionMessage[] = [];
   let droppedReasoning = false;
   for (const message of prompt) {
     if (message.role === 'system') {
@@ -24,23 +42,43 @@ export function chatMessages(
       continue;
     }
     if (message.role === 'tool') {
-      throw new UnsupportedFunctionalityError({ functionality: 'tool results in the prompt' });
+      for (const part of message.content) {
+        // Approval answers are the AI SDK's own bookkeeping: the model never sees them.
+        if (part.type !== 'tool-result') continue;
+        messages.push({
+          role: 'tool',
+          tool_call_id: part.toolCallId,
+          content: toolResultText(part.output),
+        });
+      }
+      continue;
     }
     let content = '';
+    const toolCalls: ToolCalls[number][] = [];
     for (const part of message.content) {
       if (part.type === 'text') content += part.text;
       else if (part.type === 'reasoning') droppedReasoning = true;
-      else if (part.type === 'file') {
+      else if (part.type === 'tool-call') {
+        toolCalls.push({
+          id: part.toolCallId,
+          type: 'function',
+          function: { name: part.toolName, arguments: JSON.stringify(part.input) },
+        });
+      } else if (part.type === 'file') {
         throw new UnsupportedFunctionalityError({
           functionality: `file parts (${part.mediaType}): the in-page engine reads text only`,
         });
       } else {
         throw new UnsupportedFunctionalityError({
-          functionality: `${part.type} parts in the prompt`,
+          functionality: `${part.type} parts in the prompt (provider-executed tools)`,
         });
       }
     }
-    messages.push({ role: message.role, content });
+    messages.push(
+      toolCalls.length > 0
+        ? { role: 'assistant', content: content === '' ? null : content, tool_calls: toolCalls }
+        : { role: message.role, content },
+    );
   }
   if (droppedReasoning) {
     warnings.push({
