@@ -19,18 +19,22 @@ bundle packages/quantizer bench/index.ts quantizer-bench
 bundle packages/model bench/index.ts model-bench
 bundle packages/offload bench/index.ts offload-bench
 # The offload benchmark starts its own redis-server: this machine's binary and the libraries a
-# CUDA image may lack.
-mkdir -p "$kit/redis"
-cp "$(readlink -f "$(command -v redis-server)")" "$kit/redis/redis-server"
-for lib in liblzf.so.1 libjemalloc.so.2 libatomic.so.1; do
-  cp "$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')" "$kit/redis/"
-done
+# CUDA image may lack. PACK_OFFLOAD=0 leaves them out (3 MB) when only the GPU steps will run.
+if [ "${PACK_OFFLOAD:-1}" != 0 ]; then
+  mkdir -p "$kit/redis"
+  cp "$(readlink -f "$(command -v redis-server)")" "$kit/redis/redis-server"
+  for lib in liblzf.so.1 libjemalloc.so.2 libatomic.so.1; do
+    cp "$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')" "$kit/redis/"
+  done
+fi
 # The quantizer benchmark loads the kernels by path (KVASIR_ATTENTION_KERNELS in run.sh).
 bundle packages/attention-kernels dist/index.js attention-kernels
 w=$(ls -d "$root"/node_modules/.pnpm/webgpu@*/node_modules/webgpu | tail -1)
 cp "$w/index.js" "$w/package.json" "$kit/node_modules/webgpu/"
 gzip -1 -c "$w/dist/linux-x64/dawn.node" >"$kit/dawn.node.gz"
-gzip -1 -c "$(readlink -f "$(command -v node)")" >"$kit/node.gz"
+# xz, not gzip: node is 99 MB, 24 MB as xz against 39 MB as gzip, and the checkout (31 MB of
+# tracked files) travels with the kit under the device tool's 64 MiB (about 90 s on 2 cores).
+xz -9 -T2 -c "$(readlink -f "$(command -v node)")" >"$kit/node.xz"
 (
   cd "$kit/deb"
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'

@@ -14,7 +14,12 @@ export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d
 [ -f "$VK_DRIVER_FILES" ] || unset VK_DRIVER_FILES
 gunzip -c "$kit/dawn.node.gz" >"$kit/node_modules/webgpu/dist/linux-x64/dawn.node"
 node=node
-command -v node >/dev/null || { gunzip -c "$kit/node.gz" >/tmp/node && chmod +x /tmp/node && node=/tmp/node; }
+unxz() { # <file.xz> <out>: xz where the image has it, else Python's lzma
+  if command -v xz >/dev/null; then xz -dc "$1" >"$2"; else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
+  fi
+}
+command -v node >/dev/null || { unxz "$kit/node.xz" /tmp/node && chmod +x /tmp/node && node=/tmp/node; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 export KVASIR_ATTENTION_KERNELS=$PWD/$kit/attention-kernels.mjs
 steps=${STEPS:-check attention quantizer model offload offload_inline}
