@@ -1,5 +1,5 @@
 import { ModelError } from '../errors.js';
-import { type ForwardKvGroup, type NormalizedKvGroup, normalizeKvGroups } from './kv-groups.js';
+import type { ForwardKvGroup, NormalizedKvGroup } from './kv-groups.js';
 
 /** One row of a {@link ForwardPlan}: a sequence's prefill chunk or decode token. */
 export interface ForwardRow {
@@ -239,4 +239,75 @@ export function normalizePlan(plan: ForwardPlan, limits: PlanLimits): Normalized
     ropePositions: maxRotation + 1,
     ...(kvGroups ? { kvGroups } : {}),
   };
+}
+
+/**
+ * The groups after the first of `plan`, checked and flattened like the first (`maxBlocks`
+ * blocks per row). A hole is accepted only before the window of the row's first query.
+ * @throws {ModelError} `INVALID_PLAN` naming the first inconsistency.
+ */
+export function normalizeKvGroups(
+  plan: ForwardPlan,
+  windows: readonly (number | null)[],
+  limits: { readonly numBlocks: number; readonly blockSize: number },
+  maxBlocks: number,
+): NormalizedKvGroup[] {
+  const badPlan = (m: string): never => {
+    throw new ModelError('INVALID_PLAN', m);
+  };
+  const extra = plan.kvGroups ?? [];
+  if (extra.length !== windows.length - 1) {
+    badPlan(`plan has ${extra.length + 1} KV groups, the cache ${windows.length}`);
+  }
+  const bs = limits.blockSize;
+  const maxSlot = limits.numBlocks * bs;
+  const own: ForwardKvGroup = {
+    slotMapping: plan.slotMapping,
+    blockTables: plan.rows.map((r) => r.blockTable),
+  };
+  return [own, ...extra].map((g, gi) => {
+    if (
+      g.slotMapping.length !== plan.tokenIds.length ||
+      g.blockTables.length !== plan.rows.length
+    ) {
+      badPlan(`KV group ${gi}: slotMapping or blockTables do not match the plan's tokens and rows`);
+    }
+    for (const s of g.slotMapping) {
+      if (s !== -1 && !(s >= 0 && s < maxSlot))
+        badPlan(`KV group ${gi}: slot ${s} outside the cache`);
+    }
+    const w = windows[gi] as number | null;
+    const tables = new Uint32Array(plan.rows.length * maxBlocks);
+    plan.rows.forEach((row, r) => {
+      const need = Math.ceil(row.contextLen / bs);
+      const first = row.contextLen - row.queryLen;
+      const holes = w === null ? 0 : Math.max(0, Math.floor((first + 1 - w) / bs));
+      const bt = g.blockTables[r] as ArrayLike<number>;
+      if (bt.length < need)
+        badPlan(`KV group ${gi} row ${r}: block table has ${bt.length} blocks, needs ${need}`);
+      for (let b = 0; b < need; b++) {
+        const id = bt[b] as number;
+        // -1 as a Uint32Array stores it (the scheduler's flat tables) is a hole too.
+        if ((id === -1 || id === 0xffffffff) && b < holes) {
+          tables[r * maxBlocks + b] = 0xffffffff;
+          continue;
+        }
+        if (!(Number.isInteger(id) && id >= 0 && id < limits.numBlocks)) {
+          badPlan(
+            `KV group ${gi} row ${r}: block ${id} at ${b} is outside the cache${id === -1 ? ' (a hole inside the window)' : ''}`,
+          );
+        }
+        tables[r * maxBlocks + b] = id;
+      }
+    });
+    return { slotMapping: g.slotMapping, blockTables: tables };
+  });
+}
+
+/** `plan` as layer group `g` sees it: the group's slots and block tables. */
+export function planForGroup(plan: NormalizedPlan, g: number): NormalizedPlan {
+  const group = plan.kvGroups?.[g];
+  if (group === undefined || g === 0) return plan;
+  // The rows' attention mass is per logical block, the same in every group.
+  return { ...plan, slotMapping: group.slotMapping, blockTables: group.blockTables };
 }

@@ -17,10 +17,10 @@ import {
 } from '../../config.js';
 import { ModelError } from '../../errors.js';
 import { checkHidden, type LayerSlice, sliceRole } from '../../execution/executor.js';
-import type { NormalizedPlan } from '../../execution/forward-plan.js';
+import { type NormalizedPlan, planForGroup } from '../../execution/forward-plan.js';
 import { copyHostBlocks } from '../../execution/kv-blocks.js';
 import { type KvCacheSpec, kvRowWord } from '../../execution/kv-cache.js';
-import { layerKv, planForGroup } from '../../execution/kv-groups.js';
+import { layerKv } from '../../execution/kv-groups.js';
 import { addExpertOutputs, gatherExpertRows, routeExperts } from '../../execution/moe-routing.js';
 import type {
   ExpertWeights,
