@@ -54,12 +54,19 @@ afterAll(async () => {
   if (out) await rm(out, { recursive: true, force: true });
 });
 
-/** What the page drew: the grid's counts and cells, and each block table row. */
-function drawnState(p: Page) {
-  return p.evaluate(() => {
+/**
+ * A fresh snapshot drawn, and what the page drew from it: the grid's counts and cells, and each
+ * block table row. One evaluation: the page polls and redraws while chats run, and a redraw from
+ * a later snapshot could land between a refresh and a separate read of the DOM (a worker's reply
+ * is a task; the read here runs in the microtasks right after this refresh drew).
+ */
+function refreshAndRead(p: Page) {
+  return p.evaluate(async () => {
+    const { snapshot } = await playground.refresh();
     const grid = document.querySelector<HTMLElement>('#kv-grid')!;
     const cells = [...grid.querySelectorAll<HTMLElement>('.block')];
     return {
+      snapshot,
       counts: {
         free: Number(grid.dataset.free),
         used: Number(grid.dataset.used),
@@ -83,8 +90,8 @@ function drawnState(p: Page) {
 
 describe('apps/playground in chromium', () => {
   it('loads kvasir-mini and draws an empty pool as the engine counts it', async () => {
-    const { snapshot } = await page.evaluate(() => playground.refresh());
-    const drawn = await drawnState(page);
+    const drawn = await refreshAndRead(page);
+    const { snapshot } = drawn;
     expect(snapshot.refCounts.length).toBeGreaterThan(8);
     expect(drawn.cells.length).toBe(snapshot.refCounts.length);
     expect(drawn.counts).toEqual({
@@ -105,8 +112,8 @@ describe('apps/playground in chromium', () => {
     await page.waitForSelector('.pane[data-pane="0"][data-request]');
     await page.click('.pane[data-pane="1"] footer button');
     await page.waitForSelector('.pane[data-pane="1"][data-request]');
-    const { snapshot: live } = await page.evaluate(() => playground.refresh());
-    const during = await drawnState(page);
+    const during = await refreshAndRead(page);
+    const live = during.snapshot;
     await mkdir(OUTPUT, { recursive: true });
     await writeFile(join(OUTPUT, 'playground-live.png'), await page.screenshot());
     const [a, b] = during.panes;
@@ -132,8 +139,8 @@ describe('apps/playground in chromium', () => {
     );
 
     await page.evaluate(() => playground.idle());
-    const { snapshot: ended } = await page.evaluate(() => playground.refresh());
-    const after = await drawnState(page);
+    const after = await refreshAndRead(page);
+    const ended = after.snapshot;
     const stats = await page.evaluate(() => playground.engine.stats());
     // Nothing runs any more: the engine's counts now are the ones drawn.
     expect(ended.stats.blocks).toEqual(stats.blocks);
