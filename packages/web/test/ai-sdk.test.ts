@@ -12,6 +12,7 @@ import type * as Kvasir from '../src/index.js';
 import {
   chatTemplates,
   launchChromium,
+  pageWithEngines,
   startSite,
   type TestSite,
   writeTinyGguf,
@@ -52,21 +53,7 @@ beforeAll(async () => {
   const tools = await writeTinyGguf(join(root, 'tools'), 31, template);
   site = await startSite(await writeTinyGguf(root), { '/tools.gguf': tools });
   browser = await launchChromium({ webgpu: false });
-  page = await browser.newPage();
-  const logs: string[] = [];
-  page.on('console', (m) => logs.push(m.text()));
-  page.on('pageerror', (e) => logs.push(e.message));
-  await page.goto(`${site.origin}/coi/`);
-  await page.waitForFunction(() => 'aiSdk' in globalThis);
-  await page
-    .evaluate(async () => {
-      const e = await kvasir.createEngine({ model: 'tiny.gguf', worker: 'worker.js', threads: 2 });
-      const t = await kvasir.createEngine({ model: 'tools.gguf', worker: 'worker.js', threads: 2 });
-      Object.assign(globalThis, { engine: e, toolsEngine: t });
-    })
-    .catch((error: Error) => {
-      throw new Error(`${error.message}\n${logs.join('\n')}`);
-    });
+  page = await pageWithEngines(browser, site, { engine: 'tiny.gguf', toolsEngine: 'tools.gguf' });
 }, 180_000);
 
 afterAll(async () => {

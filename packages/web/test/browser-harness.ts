@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { makeModelConfig, writeRandomCheckpoint } from '@kvasir/model';
 import { convertToGguf } from '@kvasir/model/formats';
 import { build } from 'esbuild';
+import type { Browser, Page } from 'playwright-core';
 import { xgrammarBundle } from '../build/xgrammar-bundle.js';
 
 /** The tiny random model the browser tests serve. */
@@ -130,6 +131,38 @@ export async function startSite(
     modelRequests: () => modelRequests,
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };
+}
+
+/**
+ * A new cross-origin isolated page of `site` with an engine loaded per entry of `engines`, on
+ * the page's globals under the entry's name (`{ engine: 'tiny.gguf' }` → `window.engine`), on 2
+ * wasm threads. A load that fails throws with what the page logged.
+ */
+export async function pageWithEngines(
+  browser: Browser,
+  site: TestSite,
+  engines: Readonly<Record<string, string>>,
+): Promise<Page> {
+  const page = await browser.newPage();
+  const logs: string[] = [];
+  page.on('console', (m) => logs.push(m.text()));
+  page.on('pageerror', (e) => logs.push(e.message));
+  await page.goto(`${site.origin}/coi/`);
+  await page.waitForFunction(() => 'kvasir' in globalThis);
+  await page
+    .evaluate(async (models) => {
+      const { createEngine } = (
+        globalThis as unknown as { kvasir: typeof import('../src/index.js') }
+      ).kvasir;
+      for (const [name, model] of Object.entries(models)) {
+        const engine = await createEngine({ model, worker: 'worker.js', threads: 2 });
+        Object.assign(globalThis, { [name]: engine });
+      }
+    }, engines)
+    .catch((error: Error) => {
+      throw new Error(`${error.message}\n${logs.join('\n')}`);
+    });
+  return page;
 }
 
 export { launchChromium } from '@kvasir/test-utils/chromium';

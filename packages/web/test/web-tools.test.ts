@@ -11,6 +11,7 @@ import type * as Kvasir from '../src/index.js';
 import {
   chatTemplates,
   launchChromium,
+  pageWithEngines,
   startSite,
   type TestSite,
   writeTinyGguf,
@@ -73,20 +74,7 @@ beforeAll(async () => {
   const template = (await chatTemplates())['Qwen-Qwen2.5-7B-Instruct.jinja']!;
   site = await startSite(await writeTinyGguf(root, 31, template));
   browser = await launchChromium({ webgpu: false });
-  page = await browser.newPage();
-  const logs: string[] = [];
-  page.on('console', (m) => logs.push(m.text()));
-  page.on('pageerror', (e) => logs.push(e.message));
-  await page.goto(`${site.origin}/coi/`);
-  await page.waitForFunction(() => 'kvasir' in globalThis);
-  await page
-    .evaluate(async () => {
-      const e = await kvasir.createEngine({ model: 'tiny.gguf', worker: 'worker.js', threads: 2 });
-      (globalThis as unknown as { engine: Kvasir.WebEngine }).engine = e;
-    })
-    .catch((error: Error) => {
-      throw new Error(`${error.message}\n${logs.join('\n')}`);
-    });
+  page = await pageWithEngines(browser, site, { engine: 'tiny.gguf' });
 }, 180_000);
 
 afterAll(async () => {
