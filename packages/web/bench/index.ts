@@ -1,9 +1,10 @@
 // @kvasir/web's benchmark in headless chromium, printing one JSON object:
-// - aggregate tokens/s of 1, 4 and 8 concurrent completions in one page (one engine);
+// - aggregate tokens/s of 1, 4 and 8 concurrent completions in one page (one engine), and one
+//   streamed request's decode tokens/s (the tokens after the first over the time after it);
 // - time to first token of a request whose prompt starts with a long system prompt: cold (a
 //   fresh origin), cached in memory (a second request), and after a reload from the OPFS tier;
 // - beside them, where it loads, wllama (llama.cpp in WebAssembly, from npm) on the same GGUF in
-//   the same page setup: one request's tokens/s and its cold TTFT.
+//   the same page setup: one request's decode tokens/s, measured the same way, and its cold TTFT.
 // Rounds alternate the cases (A B A B, then the other order), on a cross-origin isolated page
 // with 2 wasm threads for both engines.
 //
@@ -74,6 +75,34 @@ function aggregate(page: Page, n: number, round: number): Promise<number> {
       return answers.reduce((a, r) => a + r.usage.completion_tokens, 0) / s;
     },
     { n, tokens: TOKENS, round },
+  );
+}
+
+/**
+ * One streamed request's decode tokens/s, measured as wllama's below: the tokens after the
+ * first over the time after the first (the prompt's prefill left out).
+ */
+function decodeRate(page: Page, round: number): Promise<number> {
+  return page.evaluate(
+    async ({ tokens, round }) => {
+      const t0 = performance.now();
+      const stream = await engine.completions.create({
+        prompt: `Request ${round}: list the rivers of the north.`,
+        max_tokens: tokens,
+        temperature: 0,
+        ignore_eos: true,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      let first = -1;
+      let n = 0;
+      for await (const c of stream) {
+        if (first < 0 && c.choices.length > 0) first = performance.now() - t0;
+        if (c.usage) n = c.usage.completion_tokens;
+      }
+      return (n - 1) / ((performance.now() - t0 - first) / 1000);
+    },
+    { tokens: TOKENS, round },
   );
 }
 
@@ -165,7 +194,7 @@ async function wllama(round: number) {
         await w.exit();
         return {
           ttftColdMs: cold.first,
-          tokensPerS: decode.n / ((decode.ms - decode.first) / 1000),
+          tokensPerS: (decode.n - 1) / ((decode.ms - decode.first) / 1000),
         };
       },
       { system: SYSTEM, tokens: TOKENS, threads: THREADS, round },
@@ -188,6 +217,7 @@ const site = await startSite(model.bytes, {
 const browser = await launchChromium({ webgpu: false });
 const loadBefore = loadavg();
 const agg: Record<number, number[]> = { 1: [], 4: [], 8: [] };
+const decodes: number[] = [];
 const ttfts = { cold: [] as number[], memory: [] as number[], opfs: [] as number[] };
 const cachedTokens = { memory: [] as number[], opfs: [] as number[] };
 const peer: Record<string, unknown>[] = [];
@@ -199,6 +229,7 @@ try {
     await loadKvasir(page, true);
     const order = r % 2 === 0 ? CHATS : [...CHATS].reverse();
     for (const n of order) agg[n]!.push(await aggregate(page, n, r));
+    decodes.push(await decodeRate(page, r));
     const cold = await ttft(page, 'Where are the atlases?');
     const memory = await ttft(page, 'When do you open on Saturday?');
     await flushAndDispose(page);
@@ -231,6 +262,7 @@ console.log(
       aggregateTokensPerS: Object.fromEntries(CHATS.map((n) => [n, agg[n]!.map(round3)])),
       aggregateMedian: Object.fromEntries(CHATS.map((n) => [n, med(agg[n]!)])),
       batchingGain: { '4v1': med(agg[4]!) / med(agg[1]!), '8v1': med(agg[8]!) / med(agg[1]!) },
+      decodeTokensPerS1: decodes.map(round3),
       ttftMs: Object.fromEntries(Object.entries(ttfts).map(([k, v]) => [k, v.map(round3)])),
       ttftMedianMs: Object.fromEntries(Object.entries(ttfts).map(([k, v]) => [k, med(v)])),
       ttftColdOver: {
@@ -244,7 +276,7 @@ console.log(
               tokensPerS: peerOk.map((p) => round3(p.tokensPerS)),
               ttftColdMs: peerOk.map((p) => round3(p.ttftColdMs)),
               kvasirOverWllama: {
-                tokensPerS1: med(agg[1]!) / median(peerOk.map((p) => p.tokensPerS)),
+                decodeTokensPerS1: med(decodes) / median(peerOk.map((p) => p.tokensPerS)),
                 ttftCold: median(peerOk.map((p) => p.ttftColdMs)) / med(ttfts.cold),
               },
             }
