@@ -2,18 +2,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { chatTemplates } from '@kvasir/test-utils/fixtures';
 import { ChatOpenAI } from '@langchain/openai';
 import { generateObject, generateText, streamObject, tool } from 'ai';
 import { Ajv } from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import {
-  API_KEY,
-  chatTemplates,
-  type ServerProcess,
-  startServer,
-  writeTemplatedGgufs,
-} from './harness.js';
+import { API_KEY, type ServerProcess, startServer, writeTemplatedGgufs } from './harness.js';
 
 // What applications send: the Vercel AI SDK's generateObject / streamObject / tools and
 // LangChain.js's withStructuredOutput / bindTools, against a real `kvasir serve` of the random

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
-import { open, readFile, rm } from 'node:fs/promises';
+import { open, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -192,13 +192,6 @@ export async function startRouterProcess(args: readonly string[]): Promise<Route
       return exited;
     },
   };
-}
-
-/** Real models' chat templates, by file name (`Qwen-Qwen2.5-7B-Instruct.jinja`, ...). */
-export async function chatTemplates(): Promise<Record<string, string>> {
-  const path = join(root, '../../tooling/ggml-fixtures/chat-templates.json');
-  return (JSON.parse(await readFile(path, 'utf8')) as { templates: Record<string, string> })
-    .templates;
 }
 
 /**

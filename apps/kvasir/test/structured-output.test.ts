@@ -1,10 +1,11 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { chatTemplates } from '@kvasir/test-utils/fixtures';
 import { Ajv } from 'ajv';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chatTemplates, type ServerProcess, startServer, writeTemplatedGgufs } from './harness.js';
+import { type ServerProcess, startServer, writeTemplatedGgufs } from './harness.js';
 
 // Structured outputs and tools through a real `kvasir serve` and the official OpenAI client,
 // on GGUF files of the random model whose chat templates are three families' real ones

@@ -1,10 +1,11 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { chatTemplates } from '@kvasir/test-utils/fixtures';
 import { Ajv } from 'ajv';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chatTemplates, type ServerProcess, startServer, writeVocabularyGguf } from './harness.js';
+import { type ServerProcess, startServer, writeVocabularyGguf } from './harness.js';
 
 // `tool_choice: auto` end to end, on models that really write their family's trigger: the
 // random model over Qwen 2.5's vocabulary with its `<tool_call>` token (a user-defined token at

@@ -74,15 +74,19 @@ async function pageCapabilities(scope: WorkerScope): Promise<PageCapabilities> {
 
 /**
  * XGrammar's bundle as text: a chunk of its own (1.1 MB), imported on the first request with
- * structured output, so pages that never constrain output never fetch it.
+ * structured output, so pages that never constrain output never fetch it. `xgrammarText` is set
+ * once the import resolves; the engine's `loadXGrammar` reads it synchronously.
  */
-let xgrammarText: Promise<string> | undefined;
+let xgrammarImport: Promise<void> | undefined;
+let xgrammarText: string | undefined;
 
-function xgrammarBundle(): Promise<string> {
-  xgrammarText ??= import('virtual:xgrammar-bundle').then(
-    (m) => m.default,
+function loadXGrammarText(): Promise<void> {
+  xgrammarImport ??= import('virtual:xgrammar-bundle').then(
+    (m) => {
+      xgrammarText = m.default;
+    },
     (error: unknown) => {
-      xgrammarText = undefined;
+      xgrammarImport = undefined;
       throw new WebEngineError(
         'BACKEND',
         `structured output needs XGrammar, whose bundle did not load: ${(error as Error).message}`,
@@ -90,7 +94,7 @@ function xgrammarBundle(): Promise<string> {
       );
     },
   );
-  return xgrammarText;
+  return xgrammarImport;
 }
 
 /**
@@ -100,7 +104,6 @@ function xgrammarBundle(): Promise<string> {
  */
 export function serveEngine(scope: WorkerScope): void {
   let engine: KvasirEngine | undefined;
-  let loadedXGrammar: string | undefined;
   let opfs: OpfsStore | undefined;
   const running = new Map<string, AbortController>();
   const post = (m: FromWorker) => scope.postMessage(m);
@@ -220,7 +223,7 @@ export function serveEngine(scope: WorkerScope): void {
       runner,
       config: engineSettings({ ...m.settings, maxModelLen }),
       // Called when the first constrained request compiles; generate() has loaded the text.
-      loadXGrammar: () => evaluateXGrammar(loadedXGrammar ?? ''),
+      loadXGrammar: () => evaluateXGrammar(xgrammarText ?? ''),
       log: (line) => console.warn(`kvasir: ${line}`),
       ...(tier.offload ? { offload: tier.offload } : {}),
     });
@@ -245,7 +248,7 @@ export function serveEngine(scope: WorkerScope): void {
 
   async function generate(m: GenerateMessage): Promise<void> {
     if (!engine) throw new WebEngineError('ENGINE_STOPPED', 'the engine is not loaded');
-    if (m.params.constraint) loadedXGrammar ??= await xgrammarBundle();
+    if (m.params.constraint) await loadXGrammarText();
     const controller = new AbortController();
     running.set(m.id, controller);
     try {

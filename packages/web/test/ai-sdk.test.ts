@@ -3,6 +3,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { chatTemplates } from '@kvasir/test-utils/fixtures';
 import type { generateText, jsonSchema, Output, streamText, tool } from 'ai';
 import { Ajv } from 'ajv';
 import type { Browser, Page } from 'playwright-core';
@@ -10,7 +11,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type * as AiSdk from '../src/ai-sdk.js';
 import type * as Kvasir from '../src/index.js';
 import {
-  chatTemplates,
   launchChromium,
   pageWithEngines,
   startSite,

@@ -42,15 +42,6 @@ export async function writeTinyGguf(
   return new Uint8Array(await readFile(join(root, 'tiny.gguf')));
 }
 
-/** The chat templates of real models, by file name (`Qwen-Qwen2.5-7B-Instruct.jinja`, ...). */
-export async function chatTemplates(): Promise<Record<string, string>> {
-  const path = fileURLToPath(
-    new URL('../../../tooling/ggml-fixtures/chat-templates.json', import.meta.url),
-  );
-  return (JSON.parse(await readFile(path, 'utf8')) as { templates: Record<string, string> })
-    .templates;
-}
-
 /** `entry` (relative to this file) bundled for the browser as one ES module. */
 export async function bundle(entry: string): Promise<string> {
   const out = await build({

@@ -4,12 +4,12 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { chatTemplates } from '@kvasir/test-utils/fixtures';
 import { Ajv } from 'ajv';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type * as Kvasir from '../src/index.js';
 import {
-  chatTemplates,
   launchChromium,
   pageWithEngines,
   startSite,
